@@ -1,0 +1,1 @@
+"""Thin adapters that execute scan plans and writes on real engines (DuckDB, Spark)."""

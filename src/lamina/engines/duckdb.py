@@ -1,0 +1,234 @@
+"""DuckDB SQL over table snapshots.
+
+Each table a query names becomes a view over exactly its snapshot's visible Parquet
+files (DuckDB's native reader). When the query is a plain SELECT over one table with
+top-level ``AND`` conditions bounding the time column, the bound prunes the file list
+at plan time, so a one-day query opens only that day's segments.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+import pyarrow as pa
+
+from lamina.errors import LaminaError
+from lamina.interval import MAX_US, MIN_US, Interval, format_us
+from lamina.scan import ScanPlan, plan_scan
+
+if TYPE_CHECKING:
+    from lamina.catalog import Catalog
+
+
+class SqlError(LaminaError):
+    """DuckDB rejected the query."""
+
+
+def run_sql(catalog: Catalog, query: str) -> pa.Table:
+    con = duckdb.connect()
+    try:
+        con.execute("SET TimeZone='UTC'")
+        try:
+            named = duckdb.get_table_names(query)
+        except duckdb.Error as exc:
+            raise SqlError(f"cannot parse the query: {exc}") from None
+        known = {n.lower(): n for n in catalog.list_tables()}
+        for ref in sorted(named):
+            name = known.get(ref.lower())
+            if name is None:
+                continue
+            table = catalog.load_table(name)
+            snapshot = table.snapshot()
+            bound = None
+            if table.time_column is not None:
+                bound = time_bound(con, query, name, table.time_column, table.schema)
+            register_view(con, name, plan_scan(snapshot, bound))
+        try:
+            rel = con.sql(query)
+            if rel is None:  # a statement without a result
+                return pa.table({})
+            fetch = getattr(rel, "to_arrow_table", None) or rel.arrow
+            result: pa.Table = fetch()
+            return result
+        except duckdb.Error as exc:
+            raise SqlError(f"query failed: {exc}") from None
+    finally:
+        con.close()
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _files(paths: list[str]) -> str:
+    return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
+
+
+def _literal(t: pa.DataType, us: int) -> str:
+    text = format_us(us).rstrip("Z").replace("T", " ")
+    if pa.types.is_date(t):
+        return f"DATE '{text[:10]}'"
+    if t.tz is not None:  # type: ignore[attr-defined]
+        return f"TIMESTAMPTZ '{text}+00'"
+    return f"TIMESTAMP '{text}'"
+
+
+def view_sql(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan) -> str:
+    """SQL of a relation holding exactly the plan's rows."""
+    schema = plan.table.schema
+    branches = []
+    if plan.whole_files:
+        branches.append(f"SELECT * FROM read_parquet({_files(plan.whole_files)})")
+    groups: dict[Interval, list[str]] = {}
+    for path, keep in plan.partial_files:
+        groups.setdefault(keep, []).append(path)
+    tc = plan.table.time_column
+    for keep, paths in groups.items():
+        assert tc is not None
+        t = schema.field(tc).type
+        lo = f"{_quote(tc)} >= {_literal(t, keep.start)}" if keep.start > MIN_US else "TRUE"
+        hi = f"{_quote(tc)} < {_literal(t, keep.end)}" if keep.end < MAX_US else "TRUE"
+        branches.append(f"SELECT * FROM read_parquet({_files(paths)}) WHERE {lo} AND {hi}")
+    if not branches:
+        empty = f"__lamina_empty_{name}"
+        con.register(empty, schema.empty_table())
+        return f"SELECT * FROM {_quote(empty)}"
+    return " UNION ALL ".join(branches)
+
+
+def register_view(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan) -> None:
+    con.execute(f"CREATE OR REPLACE VIEW {_quote(name)} AS {view_sql(con, name, plan)}")
+
+
+# -- time-bound extraction -----------------------------------------------------------
+
+_LOWER = {"COMPARE_GREATERTHANOREQUALTO", "COMPARE_GREATERTHAN"}
+_UPPER = {"COMPARE_LESSTHAN", "COMPARE_LESSTHANOREQUALTO"}
+_FLIP = {
+    "COMPARE_GREATERTHANOREQUALTO": "COMPARE_LESSTHANOREQUALTO",
+    "COMPARE_GREATERTHAN": "COMPARE_LESSTHAN",
+    "COMPARE_LESSTHAN": "COMPARE_GREATERTHAN",
+    "COMPARE_LESSTHANOREQUALTO": "COMPARE_GREATERTHANOREQUALTO",
+    "COMPARE_EQUAL": "COMPARE_EQUAL",
+}
+
+
+def time_bound(
+    con: duckdb.DuckDBPyConnection, query: str, table: str, column: str, schema: pa.Schema
+) -> Interval | None:
+    """A superset of the times ``query`` can read from ``table``, or None if unsure."""
+    try:
+        raw = con.execute("SELECT json_serialize_sql(?)", [query]).fetchone()
+        tree = json.loads(raw[0]) if raw else {}
+    except (duckdb.Error, ValueError):
+        return None
+    stmts = tree.get("statements") or []
+    if tree.get("error") or len(stmts) != 1:
+        return None
+    node = stmts[0].get("node", {})
+    src = node.get("from_table") or {}
+    if node.get("type") != "SELECT_NODE" or src.get("type") != "BASE_TABLE":
+        return None
+    if src.get("table_name", "").lower() != table.lower() or _count_refs(tree, table) != 1:
+        return None
+    if node.get("cte_map", {}).get("map"):
+        return None
+    names = {table.lower(), (src.get("alias") or "").lower()} - {""}
+    conjuncts = _conjuncts(node.get("where_clause"))
+    encoded = query.encode()
+    lo, hi = MIN_US, MAX_US
+    cast = _cast_type(schema.field(column).type)
+    for c in conjuncts:
+        for bound_lo, bound_hi in _bounds(con, c, column, names, encoded, cast):
+            lo, hi = max(lo, bound_lo), min(hi, bound_hi)
+    if (lo, hi) == (MIN_US, MAX_US):
+        return None
+    return Interval.of(lo, hi) if lo < hi else Interval.of(lo, lo + 1)
+
+
+def _cast_type(t: pa.DataType) -> str:
+    if pa.types.is_date(t):
+        return "DATE"
+    return "TIMESTAMPTZ" if t.tz is not None else "TIMESTAMP"  # type: ignore[attr-defined]
+
+
+def _count_refs(tree: Any, table: str) -> int:
+    if isinstance(tree, dict):
+        own = int(tree.get("type") == "BASE_TABLE" and
+                  str(tree.get("table_name", "")).lower() == table.lower())
+        return own + sum(_count_refs(v, table) for v in tree.values())
+    if isinstance(tree, list):
+        return sum(_count_refs(v, table) for v in tree)
+    return 0
+
+
+def _conjuncts(expr: Any) -> list[dict[str, Any]]:
+    if not isinstance(expr, dict):
+        return []
+    if expr.get("type") == "CONJUNCTION_AND":
+        return [c for child in expr.get("children", []) for c in _conjuncts(child)]
+    return [expr]
+
+
+def _is_column(e: Any, column: str, names: set[str]) -> bool:
+    if not isinstance(e, dict) or e.get("class") != "COLUMN_REF":
+        return False
+    parts = [p.lower() for p in e.get("column_names", [])]
+    return parts == [column.lower()] or (
+        len(parts) == 2 and parts[0] in names and parts[1] == column.lower()
+    )
+
+
+def _has_column(e: Any) -> bool:
+    if isinstance(e, dict):
+        if e.get("class") in ("COLUMN_REF", "SUBQUERY", "FUNCTION", "WINDOW"):
+            return True
+        return any(_has_column(v) for v in e.values())
+    if isinstance(e, list):
+        return any(_has_column(v) for v in e)
+    return False
+
+
+def _constant_us(con: duckdb.DuckDBPyConnection, e: Any, query: bytes, cast: str) -> int | None:
+    if not isinstance(e, dict) or e.get("class") not in ("CONSTANT", "CAST") or _has_column(e):
+        return None
+    at, length = e.get("query_location"), e.get("query_location_length")
+    if not isinstance(at, int) or not isinstance(length, int) or at + length > len(query) or not length:
+        return None
+    text = query[at : at + length].decode()
+    try:
+        row = con.execute(f"SELECT epoch_us(CAST(CAST(({text}) AS {cast}) AS TIMESTAMP))").fetchone()
+    except duckdb.Error:
+        return None
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def _bounds(
+    con: duckdb.DuckDBPyConnection, c: dict[str, Any], column: str, names: set[str],
+    query: bytes, cast: str,
+) -> list[tuple[int, int]]:
+    kind = c.get("type")
+    if kind == "COMPARE_BETWEEN" and _is_column(c.get("input"), column, names):
+        lo = _constant_us(con, c.get("lower"), query, cast)
+        hi = _constant_us(con, c.get("upper"), query, cast)
+        if lo is not None and hi is not None:
+            return [(lo, hi + 1)]
+        return []
+    if kind not in _FLIP:
+        return []
+    left, right = c.get("left"), c.get("right")
+    if not _is_column(left, column, names):
+        left, right, kind = right, left, _FLIP[kind]
+        if not _is_column(left, column, names):
+            return []
+    v = _constant_us(con, right, query, cast)
+    if v is None:
+        return []
+    if kind in _LOWER:
+        return [(v, MAX_US)]
+    if kind in _UPPER:
+        # +1 day covers date columns and sub-µs precision; pruning only needs a superset
+        return [(MIN_US, v + 1 + (86_400_000_000 if cast == "DATE" else 0))]
+    return [(v, v + 1 + (86_400_000_000 if cast == "DATE" else 0))]

@@ -1,0 +1,70 @@
+"""Typed errors. Every error a user can cause derives from :class:`LaminaError`."""
+
+from __future__ import annotations
+
+
+class LaminaError(Exception):
+    """Base class of every error lamina raises for bad input or a refused operation."""
+
+
+class InvalidIntervalError(LaminaError, ValueError):
+    """An interval string or value could not be understood, or is not aligned."""
+
+
+class InvalidGranularityError(LaminaError, ValueError):
+    """A segment granularity name is not one of the supported ones."""
+
+
+class TableNotFoundError(LaminaError, KeyError):
+    """The named table does not exist in the catalog."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class TableExistsError(LaminaError):
+    """A table with that name already exists."""
+
+
+class InvalidTableNameError(LaminaError, ValueError):
+    """A table name is empty, too long or has characters outside [A-Za-z0-9_]."""
+
+
+class SchemaError(LaminaError):
+    """A schema is invalid, or data does not match the table's schema."""
+
+
+class TimeColumnError(LaminaError):
+    """The time column is missing, of an unsupported type, or holds nulls."""
+
+
+class DataOutsideIntervalError(LaminaError):
+    """Rows fall outside the interval an overwrite was restricted to."""
+
+
+class TimelineError(LaminaError):
+    """Segments violate a timeline invariant (e.g. one version, two overlapping intervals)."""
+
+
+class CatalogUnavailableError(LaminaError):
+    """The catalog database cannot be reached or opened."""
+
+
+class WarehouseError(LaminaError):
+    """The warehouse location is not usable (not writable, not a directory, ...)."""
+
+
+class ConcurrentWriteError(LaminaError):
+    """Another writer holds the table; retry later or raise the wait timeout."""
+
+
+class CommitError(LaminaError):
+    """A commit could not be published (aborted meanwhile, files missing, ...)."""
+
+
+class SnapshotNotFoundError(LaminaError):
+    """The requested snapshot (as_of commit) does not exist or cannot be read any more."""
+
+
+class UnsupportedInputError(LaminaError, TypeError):
+    """The object given as data is not something lamina can read."""

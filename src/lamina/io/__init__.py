@@ -1,0 +1,1 @@
+"""Storage and data conversion: the warehouse filesystem, Arrow schemas, Parquet I/O."""

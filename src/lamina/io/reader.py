@@ -1,0 +1,44 @@
+"""The local read path: execute a scan plan with pyarrow."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from lamina.errors import SchemaError, SnapshotNotFoundError
+from lamina.interval import Interval
+from lamina.io.arrow import time_filter
+from lamina.io.warehouse import Warehouse
+from lamina.scan import ScanPlan
+
+
+def read_arrow(plan: ScanPlan, wh: Warehouse, columns: list[str] | None = None) -> pa.Table:
+    """Read the plan's files into one Arrow table (segments in time order)."""
+    schema = plan.table.schema
+    if columns is not None:
+        unknown = [c for c in columns if c not in schema.names]
+        if unknown:
+            raise SchemaError(f"unknown columns {unknown}; the table has {schema.names}")
+    groups: dict[Interval | None, list[str]] = defaultdict(list)
+    for task in plan.tasks:
+        groups[task.keep].append(task.segment.location)  # type: ignore[arg-type]
+    parts = []
+    try:
+        for keep, files in groups.items():
+            dataset = ds.dataset(files, schema=schema, format="parquet", filesystem=wh.fs)
+            flt = None
+            if keep is not None:
+                assert plan.table.time_column is not None
+                flt = time_filter(schema.field(plan.table.time_column), keep)
+            parts.append(dataset.to_table(columns=columns, filter=flt))
+    except FileNotFoundError as exc:
+        raise SnapshotNotFoundError(
+            f"a file of snapshot seq {plan.seq} of {plan.table.name!r} no longer exists ({exc}); "
+            "it was cleaned up — read a newer snapshot"
+        ) from None
+    if not parts:
+        empty = schema.empty_table()
+        return empty.select(columns) if columns is not None else empty
+    return pa.concat_tables(parts) if len(parts) > 1 else parts[0]

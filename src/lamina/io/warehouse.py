@@ -1,0 +1,85 @@
+"""The warehouse: where segment files live (a local path or a filesystem URI)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pyarrow.fs as pafs
+
+from lamina.errors import WarehouseError
+
+
+class Warehouse:
+    """Files under one root. Segment files are written once and never modified."""
+
+    def __init__(self, location: str) -> None:
+        if "://" in location:
+            try:
+                self.fs, path = pafs.FileSystem.from_uri(location)
+            except (pafs.ArrowInvalid, ValueError, OSError) as exc:  # type: ignore[attr-defined]
+                raise WarehouseError(f"cannot open warehouse {location!r}: {exc}") from None
+            self.local = isinstance(self.fs, pafs.LocalFileSystem)
+            self.root = path.rstrip("/")
+        else:
+            self.fs = pafs.LocalFileSystem()
+            self.local = True
+            self.root = os.path.abspath(location)
+        self.location = location
+
+    def ensure_writable(self) -> None:
+        """Create the root if needed and prove a file can be written there."""
+        probe = f"{self.root}/.lamina-probe-{uuid.uuid4().hex}"
+        try:
+            self.fs.create_dir(self.root, recursive=True)
+            with self.fs.open_output_stream(probe) as out:
+                out.write(b"ok")
+            self.fs.delete_file(probe)
+        except OSError as exc:
+            raise WarehouseError(
+                f"warehouse {self.location!r} is not writable ({exc}); point "
+                "LAMINA_WAREHOUSE / warehouse= at a directory you can write"
+            ) from None
+
+    def path(self, rel: str) -> str:
+        return f"{self.root}/{rel}"
+
+    def uri(self, path: str) -> str:
+        """A URI for engines (Spark) that want one."""
+        if self.local:
+            return "file://" + path
+        scheme = self.location.split("://", 1)[0]
+        return f"{scheme}://{path}"
+
+    def size(self, path: str) -> int:
+        info = self.fs.get_file_info(path)
+        return int(info.size or 0)
+
+    def exists(self, path: str) -> bool:
+        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+
+    def delete_dir(self, path: str) -> None:
+        """Remove a directory and everything below it; a missing one is fine."""
+        try:
+            self.fs.delete_dir(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if self.exists(path):
+                raise WarehouseError(f"cannot remove {path}: {exc}") from None
+
+    def list_files(self, path: str) -> list[pafs.FileInfo]:
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(path, recursive=True))
+        except FileNotFoundError:
+            return []
+        return [i for i in infos if i.type == pafs.FileType.File]
+
+
+def table_dir(table: str) -> str:
+    return table
+
+
+def commit_dir(table: str, commit_id: int) -> str:
+    """Relative directory holding every file a commit writes."""
+    return f"{table}/data/c{commit_id:010d}"

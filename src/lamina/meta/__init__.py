@@ -1,0 +1,1 @@
+"""The transactional catalog: engine setup, schema/migrations and catalog operations."""

@@ -1,0 +1,111 @@
+"""Catalog database access: one engine, short transactions, retries on contention.
+
+SQLite: WAL journal, and every write transaction starts with ``BEGIN IMMEDIATE`` so
+it takes the write lock up front (a deferred transaction that later upgrades gets
+SQLITE_BUSY without waiting). PostgreSQL: READ COMMITTED plus row locks
+(``SELECT ... FOR UPDATE`` on the table row) and a retry on serialization failures
+and deadlocks. Nothing relies on an in-process lock.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
+
+from lamina.errors import CatalogUnavailableError
+
+T = TypeVar("T")
+
+_RETRYABLE_PG = {"40001", "40P01", "55P03"}  # serialization failure, deadlock, lock n/a
+
+
+def normalize_url(url: str) -> str:
+    """Map plain ``postgresql://`` to the psycopg 3 driver lamina depends on."""
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+def create_catalog_engine(url: str) -> Engine:
+    """Create the engine for a catalog URL (``sqlite:///path`` or ``postgresql://...``)."""
+    url = normalize_url(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise CatalogUnavailableError(
+            f"cannot read catalog URL {url!r}; use sqlite:///path/to/lamina.db or "
+            "postgresql://user@host:5432/db"
+        ) from None
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
+        _configure_sqlite(engine)
+    elif backend == "postgresql":
+        engine = create_engine(
+            url, pool_pre_ping=True, connect_args={"connect_timeout": 5}, pool_size=4
+        )
+    else:
+        raise CatalogUnavailableError(
+            f"unsupported catalog backend {backend!r}; use sqlite or postgresql"
+        )
+    return engine
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA busy_timeout=60000")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        write = conn.get_execution_options().get("lamina_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def is_sqlite(engine: Engine) -> bool:
+    return engine.dialect.name == "sqlite"
+
+
+def _retryable(exc: DBAPIError) -> bool:
+    orig = exc.orig
+    code = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    if code in _RETRYABLE_PG:
+        return True
+    text = str(orig).lower()
+    return "database is locked" in text or "database is busy" in text
+
+
+def run(engine: Engine, fn: Callable[[Connection], T], *, write: bool, attempts: int = 30) -> T:
+    """Run ``fn`` in one transaction; retry it whole on lock contention."""
+    delay = 0.005
+    for attempt in range(attempts):
+        try:
+            with engine.connect() as conn:
+                if write:
+                    conn = conn.execution_options(lamina_write=True)
+                with conn.begin():
+                    return fn(conn)
+        except DBAPIError as exc:
+            if _retryable(exc) and attempt < attempts - 1:
+                time.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 0.5)
+                continue
+            if isinstance(exc, OperationalError):
+                raise CatalogUnavailableError(
+                    f"catalog database error: {exc.orig}; check the catalog URL and that "
+                    "the database is running and reachable"
+                ) from exc
+            raise
+    raise AssertionError("unreachable")

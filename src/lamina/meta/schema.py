@@ -1,0 +1,158 @@
+"""Catalog tables and their migrations.
+
+The schema is versioned: ``lamina_schema.version`` says which migrations ran. Each
+migration is a function of a connection; :func:`migrate` applies the missing ones in
+one write transaction that holds the catalog's write lock, so two processes opening a
+fresh catalog at once cannot both migrate. Later features append migrations here;
+existing catalogs upgrade in place on their next connect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Engine,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    insert,
+    inspect,
+    select,
+    text,
+    update,
+)
+
+from lamina.meta.db import is_sqlite, run
+
+metadata = MetaData()
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY; PostgreSQL wants BIGINT identity.
+Id = BigInteger().with_variant(Integer(), "sqlite")
+
+schema_version = Table(
+    "lamina_schema",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("version", Integer, nullable=False),
+)
+
+tables = Table(
+    "lamina_tables",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("name", String(128), nullable=False, unique=True),
+    Column("schema_ipc", LargeBinary, nullable=False),
+    Column("time_column", String(256)),
+    Column("granularity", String(16), nullable=False),
+    Column("properties", Text, nullable=False, default="{}"),
+    Column("created_at", BigInteger, nullable=False),
+    Column("next_version", BigInteger, nullable=False, default=1),
+    Column("last_seq", BigInteger, nullable=False, default=0),
+)
+
+commits = Table(
+    "lamina_commits",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("table_id", BigInteger, ForeignKey("lamina_tables.id"), nullable=False),
+    Column("action", String(32), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("seq", BigInteger),
+    Column("started_at", BigInteger, nullable=False),
+    Column("completed_at", BigInteger),
+    Column("heartbeat_at", BigInteger, nullable=False),
+    Column("owner", String(256), nullable=False),
+    Column("files_cleaned", Integer, nullable=False, default=0),
+    Column("metadata", Text, nullable=False, default="{}"),
+    Index("ix_commits_table_state", "table_id", "state"),
+    Index("ix_commits_table_seq", "table_id", "seq"),
+)
+
+segments = Table(
+    "lamina_segments",
+    metadata,
+    Column("pk", Id, primary_key=True, autoincrement=True),
+    Column("table_id", BigInteger, ForeignKey("lamina_tables.id"), nullable=False),
+    Column("segment_id", String(512), nullable=False),
+    Column("start_us", BigInteger, nullable=False),
+    Column("end_us", BigInteger, nullable=False),
+    Column("version", BigInteger, nullable=False),
+    Column("partition_id", Integer, nullable=False),
+    Column("num_core_partitions", Integer, nullable=False),
+    Column("location", Text),
+    Column("row_count", BigInteger, nullable=False),
+    Column("size_bytes", BigInteger, nullable=False),
+    Column("min_time", BigInteger),
+    Column("max_time", BigInteger),
+    Column("commit_id", BigInteger, ForeignKey("lamina_commits.id"), nullable=False),
+    Column("added_seq", BigInteger, nullable=False),
+    Column("removed_seq", BigInteger),
+    Column("removed_commit", BigInteger),
+    UniqueConstraint("table_id", "segment_id", name="uq_segments_id"),
+    UniqueConstraint(
+        "table_id", "start_us", "end_us", "version", "partition_id", name="uq_segments_identity"
+    ),
+    Index("ix_segments_live", "table_id", "removed_seq", "start_us"),
+    Index("ix_segments_added", "table_id", "added_seq"),
+    Index("ix_segments_commit", "commit_id"),
+)
+
+
+def _v1_initial(conn: Connection) -> None:
+    for t in (tables, commits, segments):
+        t.create(conn, checkfirst=True)
+
+
+#: Ordered migrations; append only. Version N = the first N applied.
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1_initial]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def _current(conn: Connection) -> int:
+    if not inspect(conn).has_table(schema_version.name):
+        return 0
+    row = conn.execute(select(schema_version.c.version)).first()
+    return int(row[0]) if row else 0
+
+
+def migrate(engine: Engine) -> int:
+    """Bring the catalog schema to :data:`SCHEMA_VERSION`; returns the version found."""
+
+    def probe(conn: Connection) -> int:
+        return _current(conn)
+
+    if run(engine, probe, write=False) == SCHEMA_VERSION:
+        return SCHEMA_VERSION
+
+    def apply(conn: Connection) -> int:
+        if not is_sqlite(engine):
+            conn.execute(text("SELECT pg_advisory_xact_lock(7420931)"))
+        found = _current(conn)
+        if found > SCHEMA_VERSION:
+            from lamina.errors import CatalogUnavailableError
+
+            raise CatalogUnavailableError(
+                f"catalog schema version {found} is newer than this lamina "
+                f"({SCHEMA_VERSION}); upgrade lamina"
+            )
+        if found == 0:
+            schema_version.create(conn, checkfirst=True)
+        for step in MIGRATIONS[found:]:
+            step(conn)
+        if found == 0:
+            conn.execute(insert(schema_version).values(id=1, version=SCHEMA_VERSION))
+        else:
+            conn.execute(update(schema_version).values(version=SCHEMA_VERSION))
+        return found
+
+    return run(engine, apply, write=True)

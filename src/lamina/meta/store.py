@@ -1,0 +1,578 @@
+"""Catalog operations. Each public method is exactly one catalog transaction."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from sqlalchemy import Connection, Engine, and_, delete, func, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
+
+from lamina.commit import OPEN_STATES, Commit, CommitState
+from lamina.errors import (
+    CommitError,
+    ConcurrentWriteError,
+    LaminaError,
+    SnapshotNotFoundError,
+    TableExistsError,
+    TableNotFoundError,
+)
+from lamina.interval import Granularity, Interval
+from lamina.meta.db import is_sqlite, run
+from lamina.meta.schema import commits, segments, tables
+from lamina.segment import Segment
+from lamina.timeline import Timeline
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def owner_token() -> str:
+    """Who holds a commit: host, pid and a random part (pids get reused)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _owner_alive(owner: str) -> bool | None:
+    """True/False when the owner runs on this host, None when it cannot be told."""
+    host, _, rest = owner.partition(":")
+    if host != socket.gethostname():
+        return None
+    try:
+        os.kill(int(rest.split(":")[0]), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError):
+        return None
+    return True
+
+
+@dataclass(frozen=True)
+class TableRecord:
+    """A table's catalog row."""
+
+    id: int
+    name: str
+    schema: pa.Schema
+    time_column: str | None
+    granularity: Granularity
+    properties: dict[str, str]
+
+
+@dataclass(frozen=True)
+class NewSegment:
+    """A written file to publish into ``chunk``; identity is assigned at publish time."""
+
+    chunk: Interval
+    location: str  # relative to the warehouse root
+    row_count: int
+    size_bytes: int
+    min_time: int | None
+    max_time: int | None
+
+
+@dataclass
+class PublishPlan:
+    """What a commit publishes: new files, and for an overwrite the chunks it replaces."""
+
+    files: list[NewSegment] = field(default_factory=list)
+    overwrite: list[Interval] | None = None  # chunks replaced (tombstoned when no file)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A table's live segments as of one completed commit (``seq`` 0 = empty table)."""
+
+    table: TableRecord
+    seq: int
+    commit_id: int | None
+    segments: list[Segment]
+
+
+class CatalogStore:
+    """Typed access to the catalog tables."""
+
+    def __init__(self, engine: Engine, root: str) -> None:
+        self.engine = engine
+        self.root = root.rstrip("/")
+
+    # -- tables -------------------------------------------------------------------
+
+    def create_table(
+        self,
+        name: str,
+        schema: pa.Schema,
+        time_column: str | None,
+        granularity: Granularity,
+        properties: dict[str, str],
+    ) -> TableRecord:
+        def txn(conn: Connection) -> int:
+            if conn.execute(select(tables.c.id).where(tables.c.name == name)).first():
+                raise TableExistsError(f"table {name!r} already exists; pick another name")
+            try:
+                result = conn.execute(
+                    insert(tables).values(
+                        name=name,
+                        schema_ipc=schema.serialize().to_pybytes(),
+                        time_column=time_column,
+                        granularity=granularity.value,
+                        properties=json.dumps(properties, sort_keys=True),
+                        created_at=now_us(),
+                        next_version=1,
+                        last_seq=0,
+                    )
+                )
+            except IntegrityError:
+                raise TableExistsError(f"table {name!r} already exists; pick another name") from None
+            return int(result.inserted_primary_key[0])
+
+        table_id = run(self.engine, txn, write=True)
+        return TableRecord(table_id, name, schema, time_column, granularity, dict(properties))
+
+    def _record(self, row: Any) -> TableRecord:
+        return TableRecord(
+            id=int(row.id),
+            name=row.name,
+            schema=pa.ipc.read_schema(pa.py_buffer(row.schema_ipc)),
+            time_column=row.time_column,
+            granularity=Granularity(row.granularity),
+            properties=json.loads(row.properties),
+        )
+
+    def get_table(self, name: str, conn: Connection | None = None) -> TableRecord:
+        def txn(c: Connection) -> TableRecord:
+            row = c.execute(select(tables).where(tables.c.name == name)).first()
+            if row is None:
+                raise TableNotFoundError(
+                    f"no table named {name!r}; list tables with cat.list_tables()"
+                )
+            return self._record(row)
+
+        return txn(conn) if conn is not None else run(self.engine, txn, write=False)
+
+    def list_tables(self) -> list[str]:
+        def txn(conn: Connection) -> list[str]:
+            return [r[0] for r in conn.execute(select(tables.c.name).order_by(tables.c.name))]
+
+        return run(self.engine, txn, write=False)
+
+    def set_properties(self, name: str, updates: dict[str, str]) -> TableRecord:
+        def txn(conn: Connection) -> TableRecord:
+            rec = self.get_table(name, conn)
+            props = {**rec.properties, **updates}
+            conn.execute(
+                update(tables)
+                .where(tables.c.id == rec.id)
+                .values(properties=json.dumps(props, sort_keys=True))
+            )
+            return TableRecord(rec.id, rec.name, rec.schema, rec.time_column, rec.granularity, props)
+
+        return run(self.engine, txn, write=True)
+
+    def drop_table(self, name: str) -> TableRecord:
+        def txn(conn: Connection) -> TableRecord:
+            rec = self.get_table(name, conn)
+            conn.execute(delete(segments).where(segments.c.table_id == rec.id))
+            conn.execute(delete(commits).where(commits.c.table_id == rec.id))
+            conn.execute(delete(tables).where(tables.c.id == rec.id))
+            return rec
+
+        return run(self.engine, txn, write=True)
+
+    def _lock_table(self, conn: Connection, table_id: int) -> Any:
+        """Serialize writers of one table (SQLite: the IMMEDIATE write lock is already held)."""
+        stmt = select(tables).where(tables.c.id == table_id)
+        if not is_sqlite(self.engine):
+            stmt = stmt.with_for_update()
+        row = conn.execute(stmt).first()
+        if row is None:
+            raise TableNotFoundError(f"table id {table_id} was dropped meanwhile")
+        return row
+
+    # -- commits ------------------------------------------------------------------
+
+    def begin_commit(
+        self,
+        table_id: int,
+        action: str,
+        owner: str,
+        metadata: dict[str, Any],
+        stale_after_s: float,
+    ) -> tuple[int, list[int]]:
+        """Open a REQUESTED commit; refuse while another live writer holds the table.
+
+        Also returns the table's aborted commits whose files still need removing.
+        """
+
+        def txn(conn: Connection) -> tuple[int, list[int]]:
+            self._lock_table(conn, table_id)
+            now = now_us()
+            open_rows = conn.execute(
+                select(commits.c.id, commits.c.owner, commits.c.heartbeat_at).where(
+                    commits.c.table_id == table_id, commits.c.state.in_(OPEN_STATES)
+                )
+            ).all()
+            for row in open_rows:
+                alive = _owner_alive(row.owner)
+                expired = row.heartbeat_at < now - int(stale_after_s * 1e6)
+                if alive is False or (alive is None and expired):
+                    self._abort(conn, row.id, now)
+                else:
+                    raise ConcurrentWriteError(
+                        f"commit {row.id} by {row.owner.rsplit(':', 1)[0]} is writing this "
+                        "table; wait for it to finish (or raise writer_wait_s)"
+                    )
+            result = conn.execute(
+                insert(commits).values(
+                    table_id=table_id,
+                    action=action,
+                    state=CommitState.REQUESTED.value,
+                    started_at=now,
+                    heartbeat_at=now,
+                    owner=owner,
+                    files_cleaned=0,
+                    metadata=json.dumps(metadata, default=str),
+                )
+            )
+            return int(result.inserted_primary_key[0]), self._uncleaned(conn, table_id)
+
+        return run(self.engine, txn, write=True)
+
+    def _abort(self, conn: Connection, commit_id: int, now: int) -> None:
+        conn.execute(
+            update(commits)
+            .where(commits.c.id == commit_id, commits.c.state.in_(OPEN_STATES))
+            .values(state=CommitState.ABORTED.value, completed_at=now)
+        )
+
+    def mark_inflight(self, commit_id: int) -> None:
+        def txn(conn: Connection) -> None:
+            n = conn.execute(
+                update(commits)
+                .where(commits.c.id == commit_id, commits.c.state == CommitState.REQUESTED.value)
+                .values(state=CommitState.INFLIGHT.value, heartbeat_at=now_us())
+            ).rowcount
+            if n != 1:
+                raise CommitError(f"commit {commit_id} was aborted before it started writing")
+
+        run(self.engine, txn, write=True)
+
+    def heartbeat(self, commit_id: int) -> bool:
+        """Refresh a commit's heartbeat; False once it is no longer open."""
+
+        def txn(conn: Connection) -> bool:
+            return bool(
+                conn.execute(
+                    update(commits)
+                    .where(commits.c.id == commit_id, commits.c.state.in_(OPEN_STATES))
+                    .values(heartbeat_at=now_us())
+                ).rowcount
+            )
+
+        return run(self.engine, txn, write=True)
+
+    def abort(self, commit_id: int) -> None:
+        run(self.engine, lambda conn: self._abort(conn, commit_id, now_us()), write=True)
+
+    def publish(self, table: TableRecord, commit_id: int, plan: PublishPlan) -> Commit:
+        """Assign identities to the new files and make them visible, atomically."""
+
+        def txn(conn: Connection) -> Commit:
+            trow = self._lock_table(conn, table.id)
+            crow = conn.execute(select(commits).where(commits.c.id == commit_id)).first()
+            if crow is None or crow.state != CommitState.INFLIGHT.value:
+                state = crow.state if crow is not None else "missing"
+                raise CommitError(
+                    f"commit {commit_id} cannot be published: it is {state} (another writer "
+                    "took over after its heartbeat expired?); nothing was published, retry"
+                )
+            seq = int(trow.last_seq) + 1
+            next_version = int(trow.next_version)
+            if plan.overwrite is not None:
+                rows, removed = self._plan_overwrite(conn, table, plan, next_version, seq)
+                next_version += 1
+            else:
+                rows, new_version_used = self._plan_append(conn, table, plan, next_version)
+                removed = []
+                next_version += int(new_version_used)
+            now = now_us()
+            for r in rows:
+                r.update(table_id=table.id, commit_id=commit_id, added_seq=seq)
+            if rows:
+                conn.execute(insert(segments), rows)
+            if removed:
+                conn.execute(
+                    update(segments)
+                    .where(segments.c.pk.in_(removed))
+                    .values(removed_seq=seq, removed_commit=commit_id)
+                )
+            conn.execute(
+                update(commits)
+                .where(commits.c.id == commit_id)
+                .values(state=CommitState.COMPLETED.value, seq=seq, completed_at=now)
+            )
+            conn.execute(
+                update(tables)
+                .where(tables.c.id == table.id)
+                .values(last_seq=seq, next_version=next_version)
+            )
+            return Commit(
+                id=commit_id,
+                action=crow.action,
+                state=CommitState.COMPLETED.value,
+                started_at=Commit.time(crow.started_at),  # type: ignore[arg-type]
+                completed_at=Commit.time(now),
+                table=table.name,
+                added=tuple(r["segment_id"] for r in rows),
+                metadata=json.loads(crow.metadata),
+            )
+
+        return run(self.engine, txn, write=True)
+
+    def _live_rows(self, conn: Connection, table_id: int, span: Interval) -> list[Any]:
+        return list(
+            conn.execute(
+                select(segments).where(
+                    segments.c.table_id == table_id,
+                    segments.c.removed_seq.is_(None),
+                    segments.c.start_us < span.end,
+                    segments.c.end_us > span.start,
+                )
+            )
+        )
+
+    def _row_values(
+        self, table: TableRecord, f: NewSegment | None, chunk: Interval, version: int,
+        pid: int, ncore: int,
+    ) -> dict[str, Any]:
+        seg = Segment(table.name, chunk, version, pid, ncore)
+        return {
+            "segment_id": seg.id,
+            "start_us": chunk.start,
+            "end_us": chunk.end,
+            "version": version,
+            "partition_id": pid,
+            "num_core_partitions": ncore,
+            "location": f.location if f else None,
+            "row_count": f.row_count if f else 0,
+            "size_bytes": f.size_bytes if f else 0,
+            "min_time": f.min_time if f else None,
+            "max_time": f.max_time if f else None,
+        }
+
+    def _plan_overwrite(
+        self, conn: Connection, table: TableRecord, plan: PublishPlan, version: int, seq: int
+    ) -> tuple[list[dict[str, Any]], list[int]]:
+        assert plan.overwrite is not None
+        by_chunk: dict[Interval, list[NewSegment]] = {c: [] for c in plan.overwrite}
+        for f in plan.files:
+            by_chunk[f.chunk].append(f)
+        rows: list[dict[str, Any]] = []
+        for chunk, files in sorted(by_chunk.items()):
+            if not files:  # tombstone: nothing here any more
+                rows.append(self._row_values(table, None, chunk, version, 0, 1))
+            for pid, f in enumerate(files):
+                rows.append(self._row_values(table, f, chunk, version, pid, len(files)))
+        if not plan.overwrite:
+            return rows, []
+        span = Interval.of(min(c.start for c in plan.overwrite), max(c.end for c in plan.overwrite))
+        live = self._live_rows(conn, table.id, span)
+        tl = Timeline.build(self._segment(table.name, r) for r in live)
+        for r in rows:
+            tl.add(self._segment(table.name, r))
+        removed = [
+            r.pk for r in live if tl.is_overshadowed(self._segment(table.name, r))
+        ]
+        return rows, removed
+
+    def _plan_append(
+        self, conn: Connection, table: TableRecord, plan: PublishPlan, new_version: int
+    ) -> tuple[list[dict[str, Any]], bool]:
+        if not plan.files:
+            return [], False
+        chunks = sorted({f.chunk for f in plan.files})
+        span = Interval.of(chunks[0].start, max(c.end for c in chunks))
+        live = self._live_rows(conn, table.id, span)
+        tl = Timeline.build(self._segment(table.name, r) for r in live)
+        target: dict[Interval, tuple[Interval, int]] = {}
+        used_new = False
+        for chunk in chunks:
+            entries = tl.lookup(chunk)
+            if not entries:
+                target[chunk] = (chunk, new_version)
+                used_new = True
+            elif len(entries) == 1 and entries[0].chunk_interval.contains(chunk) and (
+                entries[0].interval == chunk
+            ):
+                target[chunk] = (entries[0].chunk_interval, entries[0].version)
+            else:
+                raise LaminaError(
+                    f"cannot append into {chunk}: it is covered by several versions or "
+                    "a chunk of another granularity; overwrite that interval instead"
+                )
+        next_pid: dict[tuple[Interval, int], int] = {}
+        for interval, version in set(target.values()):
+            top = conn.execute(
+                select(func.max(segments.c.partition_id)).where(
+                    segments.c.table_id == table.id,
+                    segments.c.start_us == interval.start,
+                    segments.c.end_us == interval.end,
+                    segments.c.version == version,
+                )
+            ).scalar()
+            next_pid[(interval, version)] = 0 if top is None else int(top) + 1
+        rows = []
+        for f in plan.files:
+            key = target[f.chunk]
+            pid = next_pid[key]
+            next_pid[key] = pid + 1
+            rows.append(self._row_values(table, f, key[0], key[1], pid, 0))
+        return rows, used_new
+
+    def _segment(self, table_name: str, r: Any) -> Segment:
+        get = r.get if isinstance(r, dict) else r._mapping.get
+        loc = get("location")
+        return Segment(
+            table=table_name,
+            interval=Interval.of(get("start_us"), get("end_us")),
+            version=get("version"),
+            partition_id=get("partition_id"),
+            num_core_partitions=get("num_core_partitions"),
+            location=f"{self.root}/{loc}" if loc else None,
+            row_count=get("row_count"),
+            size_bytes=get("size_bytes"),
+            min_time=get("min_time"),
+            max_time=get("max_time"),
+            commit_id=get("commit_id"),
+        )
+
+    # -- reading ------------------------------------------------------------------
+
+    def snapshot(self, name: str, as_of: int | None = None, all_published: bool = False) -> Snapshot:
+        """Live segments of the latest snapshot, or of the one completed by ``as_of``."""
+
+        def txn(conn: Connection) -> Snapshot:
+            rec = self.get_table(name, conn)
+            if as_of is None:
+                seq = int(
+                    conn.execute(select(tables.c.last_seq).where(tables.c.id == rec.id)).scalar_one()
+                )
+                commit_id = conn.execute(
+                    select(commits.c.id).where(commits.c.table_id == rec.id, commits.c.seq == seq)
+                ).scalar()
+            else:
+                row = conn.execute(
+                    select(commits.c.seq, commits.c.state).where(
+                        commits.c.id == as_of, commits.c.table_id == rec.id
+                    )
+                ).first()
+                if row is None or row.seq is None:
+                    state = "no such commit" if row is None else row.state
+                    raise SnapshotNotFoundError(
+                        f"table {name!r} has no completed commit {as_of} ({state}); "
+                        "see t.history() for the commits you can read"
+                    )
+                seq, commit_id = int(row.seq), as_of
+            cond = [segments.c.table_id == rec.id, segments.c.added_seq <= seq]
+            if not all_published:
+                cond.append(or_(segments.c.removed_seq.is_(None), segments.c.removed_seq > seq))
+            cols = [
+                segments.c.start_us, segments.c.end_us, segments.c.version,
+                segments.c.partition_id, segments.c.num_core_partitions, segments.c.location,
+                segments.c.row_count, segments.c.size_bytes, segments.c.min_time,
+                segments.c.max_time, segments.c.commit_id,
+            ]
+            result = conn.execute(select(*cols).where(and_(*cond)))
+            root, tname = self.root, rec.name
+            segs = [
+                Segment(tname, Interval.of(s, e), v, p, n, f"{root}/{loc}" if loc else None,
+                        rc, sb, mn, mx, cid)
+                for s, e, v, p, n, loc, rc, sb, mn, mx, cid in result
+            ]
+            return Snapshot(rec, seq, commit_id, segs)
+
+        return run(self.engine, txn, write=False)
+
+    def history(self, name: str) -> list[Commit]:
+        def txn(conn: Connection) -> list[Commit]:
+            rec = self.get_table(name, conn)
+            added: dict[int, list[str]] = {}
+            removed: dict[int, list[str]] = {}
+            for sid, cid, rcid in conn.execute(
+                select(segments.c.segment_id, segments.c.commit_id, segments.c.removed_commit)
+                .where(segments.c.table_id == rec.id)
+                .order_by(segments.c.pk)
+            ):
+                added.setdefault(cid, []).append(sid)
+                if rcid is not None:
+                    removed.setdefault(rcid, []).append(sid)
+            out = []
+            for r in conn.execute(
+                select(commits).where(commits.c.table_id == rec.id).order_by(commits.c.id)
+            ):
+                out.append(
+                    Commit(
+                        id=int(r.id),
+                        action=r.action,
+                        state=r.state,
+                        started_at=Commit.time(r.started_at),  # type: ignore[arg-type]
+                        completed_at=Commit.time(r.completed_at),
+                        table=name,
+                        added=tuple(added.get(r.id, ())),
+                        removed=tuple(removed.get(r.id, ())),
+                        metadata=json.loads(r.metadata),
+                    )
+                )
+            return out
+
+        return run(self.engine, txn, write=False)
+
+    # -- cleanup of failed writes --------------------------------------------------
+
+    def failed_commits(self, table_id: int, stale_after_s: float) -> list[int]:
+        """Abort stale open commits; return aborted commits whose files are not yet removed."""
+
+        def txn(conn: Connection) -> list[int]:
+            now = now_us()
+            for row in conn.execute(
+                select(commits.c.id, commits.c.owner, commits.c.heartbeat_at).where(
+                    commits.c.table_id == table_id, commits.c.state.in_(OPEN_STATES)
+                )
+            ).all():
+                alive = _owner_alive(row.owner)
+                expired = row.heartbeat_at < now - int(stale_after_s * 1e6)
+                if alive is False or (alive is None and expired):
+                    self._abort(conn, row.id, now)
+            return self._uncleaned(conn, table_id)
+
+        return run(self.engine, txn, write=True)
+
+    def _uncleaned(self, conn: Connection, table_id: int) -> list[int]:
+        return [
+            int(r[0])
+            for r in conn.execute(
+                select(commits.c.id).where(
+                    commits.c.table_id == table_id,
+                    commits.c.state == CommitState.ABORTED.value,
+                    commits.c.files_cleaned == 0,
+                )
+            )
+        ]
+
+    def mark_cleaned(self, commit_ids: Sequence[int]) -> None:
+        if not commit_ids:
+            return
+        run(
+            self.engine,
+            lambda conn: conn.execute(
+                update(commits).where(commits.c.id.in_(list(commit_ids))).values(files_cleaned=1)
+            ),
+            write=True,
+        )
