@@ -80,7 +80,7 @@ def view_sql(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan) -> str:
     schema = plan.table.schema
     branches = []
     if plan.whole_files:
-        branches.append(f"SELECT * FROM read_parquet({_files(plan.whole_files)})")
+        branches.append(f"SELECT * FROM read_parquet({_files(plan.whole_files)}, hive_partitioning=false)")
     groups: dict[Interval, list[str]] = {}
     for path, keep in plan.partial_files:
         groups.setdefault(keep, []).append(path)
@@ -90,7 +90,8 @@ def view_sql(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan) -> str:
         t = schema.field(tc).type
         lo = f"{_quote(tc)} >= {_literal(t, keep.start)}" if keep.start > MIN_US else "TRUE"
         hi = f"{_quote(tc)} < {_literal(t, keep.end)}" if keep.end < MAX_US else "TRUE"
-        branches.append(f"SELECT * FROM read_parquet({_files(paths)}) WHERE {lo} AND {hi}")
+        branches.append(f"SELECT * FROM read_parquet({_files(paths)}, hive_partitioning=false) "
+            f"WHERE {lo} AND {hi}")
     if not branches:
         empty = f"__lamina_empty_{name}"
         con.register(empty, schema.empty_table())

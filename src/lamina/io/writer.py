@@ -76,7 +76,7 @@ def write_parts(wh: Warehouse, commit_rel: str, parts: list[ChunkPart]) -> list[
 
     def write(item: tuple[int, ChunkPart]) -> NewSegment:
         i, part = item
-        rel = f"{commit_rel}/chunk={part.chunk.start}/part-{i:05d}-{tag}.parquet"
+        rel = f"{commit_rel}/__lamina_chunk={part.chunk.start}/part-{i:05d}-{tag}.parquet"
         path = wh.path(rel)
         wh.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
         pq.write_table(part.data, path, filesystem=wh.fs)

@@ -1,0 +1,272 @@
+"""Spark: the pipeline engine. Writes with Spark's native Parquet writer, reads exactly
+a snapshot's visible files with the native Parquet reader.
+
+A write partitions rows by time chunk (``partitionBy`` on a computed chunk column,
+``maxRecordsPerFile`` = the table's target rows per segment) into the commit's own
+directory, then reads the Parquet footers and publishes every file in one commit. A
+failing job aborts the commit and removes its directory: the table is unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lamina.commit import Commit
+from lamina.errors import SchemaError, TimeColumnError
+from lamina.interval import ETERNITY, Granularity, Interval, format_us, to_us
+from lamina.io.arrow import _castable
+from lamina.io.warehouse import Warehouse
+from lamina.meta.store import NewSegment
+from lamina.scan import ScanPlan
+from lamina.transaction import WriteTransaction
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from lamina.table import Table
+
+CHUNK_COLUMN = "__lamina_chunk"
+
+
+def get_spark(master: str | None = None, app_name: str = "lamina") -> SparkSession:
+    """A Spark session set up for lamina (local[*] unless ``master`` or $SPARK_MASTER)."""
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(master or os.environ.get("SPARK_MASTER", "local[*]"))
+        .appName(app_name)
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        .config("spark.sql.shuffle.partitions", os.environ.get("LAMINA_SHUFFLE_PARTITIONS", "8"))
+        .config("spark.driver.memory", os.environ.get("LAMINA_DRIVER_MEMORY", "4g"))
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.adaptive.enabled", "true")
+    )
+    return builder.getOrCreate()
+
+
+def spark_to_arrow_schema(schema: Any) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def arrow_to_spark_schema(schema: pa.Schema) -> Any:
+    """The Spark struct for a table schema (views, large and small strings all -> string)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    fields = []
+    for f in schema:
+        t = f.type
+        if pa.types.is_string_view(t) or pa.types.is_large_string(t):
+            t = pa.string()
+        elif pa.types.is_binary_view(t) or pa.types.is_large_binary(t):
+            t = pa.binary()
+        elif pa.types.is_timestamp(t) and t.unit != "us":
+            t = pa.timestamp("us", tz=t.tz)
+        elif pa.types.is_date64(t):
+            t = pa.date32()
+        fields.append(pa.field(f.name, t, f.nullable))
+    try:
+        return from_arrow_schema(pa.schema(fields), prefer_timestamp_ntz=True)
+    except (TypeError, ValueError) as exc:
+        raise SchemaError(f"this table's schema has no Spark equivalent: {exc}") from None
+
+
+@contextlib.contextmanager
+def _utc(spark: SparkSession) -> Iterator[None]:
+    """Run with the session time zone at UTC and microsecond Parquet timestamps."""
+    keys = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    }
+    old = {k: spark.conf.get(k, None) for k in keys}
+    for k, v in keys.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def _conform(df: DataFrame, schema: pa.Schema) -> DataFrame:
+    """Select and cast the DataFrame's columns to the table schema, or SchemaError."""
+    from pyspark.sql import functions as F
+
+    have = df.columns
+    missing = [n for n in schema.names if n not in have]
+    extra = [n for n in have if n not in schema.names]
+    if missing or extra:
+        raise SchemaError(
+            f"data does not match the table schema: missing columns {missing}, unknown "
+            f"columns {extra}; the table has columns {schema.names}"
+        )
+    src = spark_to_arrow_schema(df.schema)
+    target = arrow_to_spark_schema(schema)
+    bad = [
+        f"{f.name}: {src.field(f.name).type} -> {f.type}"
+        for f in schema
+        if not _castable(src.field(f.name).type, f.type)
+    ]
+    if bad:
+        raise SchemaError(f"column types do not match the table schema: {', '.join(bad)}")
+    cols = []
+    for f in target.fields:
+        c = F.col(f"`{f.name}`")
+        cols.append(c if df.schema[f.name].dataType == f.dataType else c.cast(f.dataType).alias(f.name))
+    return df.select(*cols)
+
+
+def _chunk_expr(column: str, field_type: pa.DataType, granularity: Granularity) -> Any:
+    """Spark expression: start of each row's chunk in µs (run under a UTC session)."""
+    from pyspark.sql import functions as F
+
+    c = F.col(f"`{column}`")
+    if pa.types.is_date(field_type):
+        ts = c.cast("timestamp")
+    elif field_type.tz is None:  # type: ignore[attr-defined]
+        ts = c.cast("timestamp")  # wall-clock read as UTC (session zone is UTC)
+    else:
+        ts = c
+    unit = {
+        Granularity.HOUR: "HOUR",
+        Granularity.DAY: "DAY",
+        Granularity.WEEK: "WEEK",
+        Granularity.MONTH: "MONTH",
+        Granularity.QUARTER: "QUARTER",
+        Granularity.YEAR: "YEAR",
+    }[granularity]
+    return F.unix_micros(F.date_trunc(unit, ts))
+
+
+def write_spark(
+    table: Table, action: str, df: DataFrame, interval: Interval | None, meta: dict[str, Any]
+) -> Commit:
+    rec = table._record
+    wh = table.catalog.warehouse
+    spark = df.sparkSession
+    data = _conform(df, rec.schema)
+    partitioned = rec.time_column is not None
+    if partitioned:
+        assert rec.time_column is not None
+        expr = _chunk_expr(rec.time_column, rec.schema.field(rec.time_column).type, rec.granularity)
+        data = data.withColumn(CHUNK_COLUMN, expr)
+    with WriteTransaction(table.catalog, rec, action, meta) as txn, _utc(spark):
+        txn.inflight()
+        out = wh.path(txn.dir)
+        writer = data.write.mode("errorifexists").option(
+            "maxRecordsPerFile", table.target_rows_per_segment
+        )
+        if partitioned:
+            writer = writer.partitionBy(CHUNK_COLUMN)
+        writer.parquet(wh.uri(out))
+        files = _collect_files(wh, txn.dir, rec.granularity, rec.time_column)
+        return table.publish_files(action, files, txn, interval)
+
+
+def _collect_files(
+    wh: Warehouse, commit_rel: str, granularity: Granularity, time_column: str | None
+) -> list[NewSegment]:
+    """Describe what Spark wrote: chunk from the directory, stats from the footers."""
+    base = wh.path(commit_rel)
+    out = []
+    for info in wh.list_files(base):
+        name = info.base_name
+        if not name.endswith(".parquet") or name.startswith((".", "_")):
+            continue
+        rel = info.path[len(wh.root) + 1 :]
+        if granularity is Granularity.ALL:
+            chunk = ETERNITY
+        else:
+            key = next((p for p in rel.split("/") if p.startswith(CHUNK_COLUMN + "=")), None)
+            value = key.split("=", 1)[1] if key else ""
+            if not value.lstrip("-").isdigit():
+                raise TimeColumnError(
+                    f"time column {time_column!r} has null values; every row needs a time — "
+                    "fill or drop those rows"
+                )
+            start = int(value)
+            chunk = Interval.of(start, granularity.next_start(start))
+        meta = pq.read_metadata(info.path, filesystem=wh.fs)
+        lo, hi = _time_stats(meta, time_column)
+        out.append(NewSegment(chunk, rel, meta.num_rows, int(info.size or 0), lo, hi))
+    return out
+
+
+def _time_stats(meta: pq.FileMetaData, column: str | None) -> tuple[int | None, int | None]:
+    if column is None or meta.num_row_groups == 0:
+        return None, None
+    idx = meta.schema.names.index(column) if column in meta.schema.names else -1
+    if idx < 0:
+        return None, None
+    lo: int | None = None
+    hi: int | None = None
+    for g in range(meta.num_row_groups):
+        stats = meta.row_group(g).column(idx).statistics
+        if stats is None or not stats.has_min_max:
+            return None, None
+        a, b = to_us(stats.min), to_us(stats.max)
+        lo = a if lo is None else min(lo, a)
+        hi = b if hi is None else max(hi, b)
+    return lo, hi
+
+
+def read_spark(table: Table, spark: SparkSession, plan: ScanPlan) -> DataFrame:
+    """A DataFrame over exactly the plan's files (native Parquet reader)."""
+    from pyspark.sql import functions as F
+
+    rec = plan.table
+    wh = table.catalog.warehouse
+    schema = arrow_to_spark_schema(rec.schema)
+    names = [f"`{n}`" for n in rec.schema.names]
+    frames = []
+    if plan.whole_files:
+        frames.append(spark.read.schema(schema).parquet(*[wh.uri(p) for p in plan.whole_files]))
+    groups: dict[Interval, list[str]] = {}
+    for path, keep in plan.partial_files:
+        groups.setdefault(keep, []).append(path)
+    for keep, paths in groups.items():
+        assert rec.time_column is not None
+        df = spark.read.schema(schema).parquet(*[wh.uri(p) for p in paths])
+        c = F.col(f"`{rec.time_column}`")
+        lo, hi = _spark_literal(rec.schema.field(rec.time_column).type, keep)
+        frames.append(df.where((c >= lo) & (c < hi)))
+    if not frames:
+        return spark.createDataFrame([], schema)
+    result = frames[0].select(*names)
+    for f in frames[1:]:
+        result = result.unionByName(f.select(*names))
+    return result
+
+
+def _spark_literal(t: pa.DataType, keep: Interval) -> tuple[Any, Any]:
+    """Bounds as SQL literals that mean the same whatever the session time zone."""
+    from pyspark.sql import functions as F
+
+    def text(us: int) -> str:
+        return format_us(us).rstrip("Z").replace("T", " ")
+
+    if pa.types.is_date(t):
+        day = 86_400_000_000
+        lo, hi = (-((-keep.start) // day)) * day, (-((-keep.end) // day)) * day
+        return F.expr(f"DATE '{text(lo)[:10]}'"), F.expr(f"DATE '{text(hi)[:10]}'")
+    if t.tz is None:  # type: ignore[attr-defined]
+        return (
+            F.expr(f"TIMESTAMP_NTZ '{text(keep.start)}'"),
+            F.expr(f"TIMESTAMP_NTZ '{text(keep.end)}'"),
+        )
+    return (
+        F.expr(f"TIMESTAMP_LTZ '{text(keep.start)}+00:00'"),
+        F.expr(f"TIMESTAMP_LTZ '{text(keep.end)}+00:00'"),
+    )
