@@ -17,9 +17,7 @@ from lamina.timeline import Timeline, TimelineEntry
 # helpers
 
 
-def seg(
-    start: int, end: int, version: int, pid: int = 0, n: int = 0, table: str = "t"
-) -> Segment:
+def seg(start: int, end: int, version: int, pid: int = 0, n: int = 0, table: str = "t") -> Segment:
     return Segment(
         table,
         Interval.of(start, end),
@@ -767,7 +765,7 @@ class Oracle:
     def visible(self) -> list[str]:
         chunks = self.chunks()
         seen: list[tuple[int, int, int]] = []
-        for t, k in sorted(self.winners().items()):
+        for _, k in sorted(self.winners().items()):
             if k not in seen:
                 seen.append(k)
         return [s.id for k in seen for s in chunks[k]]

@@ -121,8 +121,8 @@ def time_bound(
 ) -> Interval | None:
     """A superset of the times ``query`` can read from ``table``, or None if unsure."""
     try:
-        raw = con.execute("SELECT json_serialize_sql(?)", [query]).fetchone()
-        tree = json.loads(raw[0]) if raw else {}
+        raw = con.execute("SELECT json_serialize_sql(?)", [query]).fetchall()
+        tree = json.loads(raw[0][0]) if raw else {}
     except (duckdb.Error, ValueError):
         return None
     stmts = tree.get("statements") or []
@@ -200,10 +200,12 @@ def _constant_us(con: duckdb.DuckDBPyConnection, e: Any, query: bytes, cast: str
         return None
     text = query[at : at + length].decode()
     try:
-        row = con.execute(f"SELECT epoch_us(CAST(CAST(({text}) AS {cast}) AS TIMESTAMP))").fetchone()
+        rows = con.execute(
+            f"SELECT epoch_us(CAST(CAST(({text}) AS {cast}) AS TIMESTAMP))"
+        ).fetchall()
     except duckdb.Error:
         return None
-    return None if row is None or row[0] is None else int(row[0])
+    return None if not rows or rows[0][0] is None else int(rows[0][0])
 
 
 def _bounds(

@@ -1,0 +1,88 @@
+"""Shared fixtures: catalogs on SQLite and PostgreSQL, one Spark session per run."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+import lamina
+
+PG_URL = os.environ.get("LAMINA_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+_pg_state: dict[str, str | None] = {}
+
+
+def _pg_unavailable() -> str | None:
+    """None when PostgreSQL answers, else the reason."""
+    if "reason" not in _pg_state:
+        try:
+            eng = create_engine(PG_URL.replace("postgresql://", "postgresql+psycopg://", 1),
+                                connect_args={"connect_timeout": 3})
+            with eng.connect() as conn:
+                conn.execute(text("SELECT 1"))
+            eng.dispose()
+            _pg_state["reason"] = None
+        except Exception as exc:  # noqa: BLE001
+            _pg_state["reason"] = f"PostgreSQL at {PG_URL} unreachable: {exc}"
+    return _pg_state["reason"]
+
+
+def require_postgres() -> None:
+    reason = _pg_unavailable()
+    if reason is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI=true requires PostgreSQL)")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A catalog URL on PostgreSQL, isolated in its own schema."""
+    require_postgres()
+    schema = f"lamina_test_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(PG_URL.replace("postgresql://", "postgresql+psycopg://", 1))
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    sep = "&" if "?" in PG_URL else "?"
+    yield f"{PG_URL}{sep}options=-csearch_path%3D{schema}"
+    with admin.begin() as conn:
+        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+    admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def catalog_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Run a test once on an embedded SQLite catalog and once on PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/catalog.db"
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def cat(catalog_url: str, tmp_path: Path) -> Iterator[lamina.Catalog]:
+    c = lamina.connect(catalog=catalog_url, warehouse=str(tmp_path / "wh"))
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def local_cat(tmp_path: Path) -> Iterator[lamina.Catalog]:
+    """The embedded default: SQLite inside the warehouse."""
+    c = lamina.connect(warehouse=str(tmp_path / "wh"))
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="session")
+def spark():  # type: ignore[no-untyped-def]
+    from lamina.engines.spark import get_spark
+
+    session = get_spark(app_name="lamina-tests")
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
