@@ -1,0 +1,161 @@
+"""Several processes on one catalog, and writers killed mid-write (SQLite and PostgreSQL)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import lamina
+from lamina import errors
+from tests.helpers import SCHEMA, events
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _appender(url: str, wh: str, worker: int, n: int) -> None:
+    cat = lamina.connect(catalog=url, warehouse=wh, writer_wait_s=120)
+    t = cat.load_table("events")
+    for i in range(n):
+        t.append(events(days=2, per_day=5, seed=worker * 100 + i), metadata={"w": worker})
+    cat.close()
+
+
+def _opener(url: str, wh: str) -> None:
+    lamina.connect(catalog=url, warehouse=wh).close()
+
+
+def test_concurrent_processes_lose_no_commit(catalog_url: str, tmp_path: Path) -> None:
+    wh = str(tmp_path / "wh")
+    cat = lamina.connect(catalog=catalog_url, warehouse=wh)
+    cat.create_table("events", schema=SCHEMA, time_column="ts")
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_appender, args=(catalog_url, wh, w, 5)) for w in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(180)
+        assert p.exitcode == 0
+    t = cat.load_table("events")
+    hist = t.history()
+    assert len(hist) == 15 and all(c.state == "COMPLETED" for c in hist)
+    assert [c.id for c in hist] == sorted(c.id for c in hist)
+    assert t.count() == 15 * 10
+    # every commit's snapshot is readable and grows by exactly one commit's rows
+    assert [t.count(as_of=c.id) for c in hist] == [10 * (i + 1) for i in range(15)]
+    segs = t.segments()
+    assert len({s.id for s in segs}) == len(segs) == 30
+    cat.close()
+
+
+def test_fresh_catalog_opened_by_many_processes(catalog_url: str, tmp_path: Path) -> None:
+    wh = str(tmp_path / "wh")
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_opener, args=(catalog_url, wh)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    with lamina.connect(catalog=catalog_url, warehouse=wh) as cat:
+        assert cat.list_tables() == []
+
+
+# A writer that stops for good right after its first file is on disk.
+_KILLED_WRITER = textwrap.dedent(
+    """
+    import sys, time
+    import pyarrow.parquet as pq
+    import lamina
+    from lamina.io import writer
+    from tests.helpers import events
+
+    url, wh, flag = sys.argv[1:4]
+    real = pq.write_table
+
+    def write_then_hang(*args, **kwargs):
+        real(*args, **kwargs)
+        open(flag, "w").close()
+        time.sleep(600)
+
+    writer.pq.write_table = write_then_hang
+    cat = lamina.connect(catalog=url, warehouse=wh)
+    cat.load_table("events").append(events(days=1, per_day=50, start="2024-02-01"))
+    """
+)
+
+
+def test_writer_killed_mid_write(catalog_url: str, tmp_path: Path) -> None:
+    wh = str(tmp_path / "wh")
+    cat = lamina.connect(catalog=catalog_url, warehouse=wh, writer_wait_s=0.3)
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    t.append(events(days=2, per_day=10))
+    before = (t.count(), sorted(s.id for s in t.segments()))
+    flag = tmp_path / "flag"
+    child = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_WRITER, catalog_url, wh, str(flag)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not flag.exists():
+            assert child.poll() is None, "writer died before writing"
+            assert time.monotonic() < deadline, "writer never wrote its file"
+            time.sleep(0.05)
+        # the writer holds the table: a second writer waits, then gets a clear error
+        with pytest.raises(errors.ConcurrentWriteError, match="is writing this table"):
+            t.append(events(days=1, per_day=1, start="2024-03-01"))
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    killed = [c for c in t.history() if c.state != "COMPLETED"]
+    assert len(killed) == 1 and killed[0].state == "INFLIGHT"
+    stray = Path(wh) / "events" / "data" / f"c{killed[0].id:010d}"
+    assert any(stray.rglob("*.parquet")), "the killed writer's file should be on disk"
+    # no partial commit: readers see exactly what was there before
+    assert (t.count(), sorted(s.id for s in t.segments())) == before
+    assert cat.sql("select count(*) n from events").to_pydict() == {"n": [before[0]]}
+    # the next writer finds the dead one, aborts it and removes its files (lazy cleanup)
+    t.append(events(days=1, per_day=3, start="2024-03-01"))
+    assert not stray.exists()
+    states = {c.id: c.state for c in t.history()}
+    assert states[killed[0].id] == "ABORTED"
+    assert t.count() == before[0] + 3
+    cat.close()
+
+
+def test_failed_input_stream_aborts_and_cleans(cat: lamina.Catalog) -> None:
+    """An error while files are being written aborts the commit and removes its files."""
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    t.append(events(days=1, per_day=10))
+    from lamina.io import writer
+
+    real = writer.pq.write_table
+    calls = {"n": 0}
+
+    def fail_second(*args: object, **kwargs: object) -> None:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError("disk full")
+        real(*args, **kwargs)  # type: ignore[arg-type]
+
+    writer.pq.write_table = fail_second  # type: ignore[assignment]
+    try:
+        with pytest.raises(OSError, match="disk full"):
+            t.append(events(days=3, per_day=10, start="2024-02-01"))
+    finally:
+        writer.pq.write_table = real
+    assert t.count() == 10
+    aborted = [c for c in t.history() if c.state == "ABORTED"]
+    assert len(aborted) == 1
+    assert not (Path(cat.warehouse.root) / "events" / "data" / f"c{aborted[0].id:010d}").exists()
