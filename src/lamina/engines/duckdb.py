@@ -67,12 +67,12 @@ def _files(paths: list[str]) -> str:
 
 
 def _literal(t: pa.DataType, us: int) -> str:
+    if pa.types.is_date(t):  # whole days: d >= b <=> d >= ceil(b), d < b <=> d < ceil(b)
+        day = 86_400_000_000
+        return f"DATE '{format_us(-((-us) // day) * day)[:10]}'"
+    # an untyped literal takes the column's own type (TIMESTAMP_NS, TIMESTAMPTZ, ...)
     text = format_us(us).rstrip("Z").replace("T", " ")
-    if pa.types.is_date(t):
-        return f"DATE '{text[:10]}'"
-    if t.tz is not None:  # type: ignore[attr-defined]
-        return f"TIMESTAMPTZ '{text}+00'"
-    return f"TIMESTAMP '{text}'"
+    return f"'{text}+00'" if t.tz is not None else f"'{text}'"  # type: ignore[attr-defined]
 
 
 def view_sql(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan) -> str:
