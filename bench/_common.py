@@ -143,6 +143,8 @@ def environment() -> dict[str, Any]:
         "pyarrow": pyarrow.__version__,
         "duckdb": duckdb.__version__,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        # other work on this machine skews absolute numbers; ratios are same-run
+        "loadavg_1m_5m_15m": list(os.getloadavg()),
     }
 
 
@@ -170,7 +172,7 @@ def cli(main: Callable[..., dict[str, Any]], name: str) -> None:
     """``python bench/bench_X.py [--quick] [--json PATH]``."""
     ap = argparse.ArgumentParser(description=(main.__doc__ or name).strip().splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
-    ap.add_argument("--json", default=None, help=f"write results here (default: none)")
+    ap.add_argument("--json", default=None, help="write results here (default: none)")
     args = ap.parse_args()
     out = main(quick=args.quick)
     out["quick"] = args.quick

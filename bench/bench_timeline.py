@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import platform
 import random
 import resource
@@ -250,6 +251,11 @@ def render(results: dict) -> None:
             f"+{mem['maxrss_build_delta_mib']:.0f} MiB",
         ),
         ("total runtime", f"{results['total_seconds']:.1f} s"),
+        (
+            f"load avg (1 min) start / end, {results['environment']['cpu_count']} CPUs",
+            f"{results['environment']['loadavg_1min_start']:.1f} / "
+            f"{results['environment']['loadavg_1min_end']:.1f}",
+        ),
     ]
     try:
         from rich.console import Console
@@ -278,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"need at least {24 * PARTITIONS} segments (one day of hours)")
     rng = random.Random(args.seed)
     t_start = time.perf_counter()
+    load_start = os.getloadavg()[0]
 
     t0 = time.perf_counter()
     segs = make_segments(args.segments)
@@ -328,6 +335,10 @@ def main(argv: list[str] | None = None) -> int:
             "python": sys.version.split()[0],
             "platform": platform.platform(),
             "machine": platform.machine(),
+            "cpu_count": os.cpu_count(),
+            # other work on the machine shows up in the lookup and op tails (p99, max)
+            "loadavg_1min_start": load_start,
+            "loadavg_1min_end": os.getloadavg()[0],
         },
         "generate_seconds": generate_s,
         "build": {"seconds": build_s, "us_per_segment": build_s / len(segs) * 1e6},

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -38,8 +39,11 @@ def get_spark(master: str | None = None, app_name: str = "lamina") -> SparkSessi
     """A Spark session set up for lamina (local[*] unless ``master`` or $SPARK_MASTER)."""
     from pyspark.sql import SparkSession
 
+    master = master or os.environ.get("SPARK_MASTER", "local[*]")
+    # Python workers must run the driver's interpreter (same packages, same versions)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (
-        SparkSession.builder.master(master or os.environ.get("SPARK_MASTER", "local[*]"))
+        SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
@@ -49,6 +53,10 @@ def get_spark(master: str | None = None, app_name: str = "lamina") -> SparkSessi
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.adaptive.enabled", "true")
     )
+    if master.startswith("local"):
+        builder = builder.config("spark.driver.host", "127.0.0.1").config(
+            "spark.driver.bindAddress", "127.0.0.1"
+        )
     return builder.getOrCreate()
 
 

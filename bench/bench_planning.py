@@ -1,0 +1,237 @@
+"""Scan planning over a table with 1,000,000 segments: time and peak memory.
+
+The catalog rows are made directly: a HOUR table created through lamina, then 1M rows
+bulk-inserted into ``lamina_segments`` (100k hourly chunks x 10 partitions, in batches
+of 50k, in one transaction) with one COMPLETED commit in ``lamina_commits`` and
+``lamina_tables.last_seq`` set to its seq. The files do not exist: planning never
+opens them.
+
+Planning (``t.scan()`` = catalog snapshot + ``Timeline.build`` + lookup) is measured
+in a fresh subprocess, so the ``ru_maxrss`` high-water mark starts from a clean
+baseline: wall time (median of the runs), maxrss delta, and the tracemalloc peak of a
+separate traced run, plus a breakdown of the three steps.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any
+
+import pyarrow as pa
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import cli, figure, median, print_figures, result, scratch_dir, timed  # noqa: E402
+
+import lamina  # noqa: E402
+
+HOUR_US = 3_600_000_000
+START_US = 1_420_070_400_000_000  # 2015-01-01T00:00:00Z
+BATCH = 50_000
+TABLE = "big"
+
+
+def populate(cat: lamina.Catalog, chunks: int, parts: int) -> int:
+    """Insert ``chunks * parts`` live segments and one completed commit; returns rows."""
+    from sqlalchemy import insert, update
+
+    from lamina.meta.db import run
+    from lamina.meta.schema import commits, segments, tables
+    from lamina.meta.store import now_us, owner_token
+    from lamina.segment import Segment
+
+    rec = cat.store.get_table(TABLE)
+    tag = uuid.uuid4().hex[:8]
+
+    def rows(commit_id: int) -> Any:
+        batch: list[dict[str, Any]] = []
+        for c in range(chunks):
+            start = START_US + c * HOUR_US
+            end = start + HOUR_US
+            iv = lamina.Interval.of(start, end)
+            for p in range(parts):
+                batch.append(
+                    {
+                        "table_id": rec.id,
+                        "segment_id": Segment(TABLE, iv, 1, p, 0).id,
+                        "start_us": start,
+                        "end_us": end,
+                        "version": 1,
+                        "partition_id": p,
+                        "num_core_partitions": 0,
+                        "location": (
+                            f"{TABLE}/data/c{commit_id:010d}/__lamina_chunk={start}/"
+                            f"part-{p:05d}-{tag}.parquet"
+                        ),
+                        "row_count": 1000,
+                        "size_bytes": 40_000,
+                        "min_time": start + p,
+                        "max_time": end - 1 - p,
+                        "commit_id": commit_id,
+                        "added_seq": 1,
+                    }
+                )
+                if len(batch) == BATCH:
+                    yield batch
+                    batch = []
+        if batch:
+            yield batch
+
+    def txn(conn: Any) -> int:
+        now = now_us()
+        commit_id = int(
+            conn.execute(
+                insert(commits).values(
+                    table_id=rec.id,
+                    action="APPEND",
+                    state="COMPLETED",
+                    seq=1,
+                    started_at=now,
+                    completed_at=now,
+                    heartbeat_at=now,
+                    owner=owner_token(),
+                    files_cleaned=0,
+                    metadata="{}",
+                )
+            ).inserted_primary_key[0]
+        )
+        total = 0
+        for batch in rows(commit_id):
+            conn.execute(insert(segments), batch)
+            total += len(batch)
+        conn.execute(update(tables).where(tables.c.id == rec.id).values(last_seq=1, next_version=2))
+        return total
+
+    return run(cat.engine, txn, write=True)
+
+
+def _maxrss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def measure(warehouse: str, runs: int) -> dict[str, Any]:
+    """Run in a fresh process: plan the scan, report time and memory."""
+    import tracemalloc
+
+    from lamina.interval import ETERNITY
+    from lamina.timeline import Timeline
+
+    cat = lamina.connect(warehouse=warehouse)
+    t = cat.load_table(TABLE)
+    gc.collect()
+    base_maxrss, base_rss = _maxrss_mb(), _rss_mb()
+    secs, plan = timed(t.scan)  # first run: the maxrss peak
+    peak_maxrss = _maxrss_mb()
+    tasks, segs_rows = len(plan.tasks), plan.row_count
+    del plan
+    gc.collect()
+    scan_s = [secs]
+    for _ in range(runs - 1):
+        s, plan = timed(t.scan)
+        scan_s.append(s)
+        del plan
+        gc.collect()
+    # breakdown of one run
+    snap_s, snap = timed(t.snapshot)
+    build_s, tl = timed(lambda: Timeline.build(snap.segments))
+    lookup_s, entries = timed(lambda: tl.lookup(ETERNITY))
+    n_segments = len(snap.segments)
+    del snap, tl, entries
+    gc.collect()
+    hour = lamina.Interval.of(START_US + 5000 * HOUR_US, START_US + 5001 * HOUR_US)
+    hour_s, hplan = timed(lambda: t.scan(interval=hour))
+    hour_tasks = len(hplan.tasks)
+    del hplan
+    gc.collect()
+    tracemalloc.start()
+    traced_s, plan = timed(t.scan)
+    _, traced_peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    del plan
+    cat.close()
+    return {
+        "segments": n_segments,
+        "tasks": tasks,
+        "planned_rows": segs_rows,
+        "scan_s": scan_s,
+        "snapshot_s": snap_s,
+        "timeline_build_s": build_s,
+        "lookup_s": lookup_s,
+        "one_hour_scan_s": hour_s,
+        "one_hour_tasks": hour_tasks,
+        "baseline_rss_mb": base_rss,
+        "baseline_maxrss_mb": base_maxrss,
+        "peak_maxrss_mb": peak_maxrss,
+        "maxrss_delta_mb": peak_maxrss - base_maxrss,
+        "tracemalloc_peak_mb": traced_peak / 2**20,
+        "traced_scan_s": traced_s,
+    }
+
+
+def main(quick: bool = False) -> dict[str, Any]:
+    """Planning: t.scan() time and peak memory over 1,000,000 segments."""
+    chunks = 10_000 if quick else 100_000
+    parts = 10
+    runs = 3
+    with scratch_dir("planning") as root:
+        wh = os.path.join(root, "wh")
+        cat = lamina.connect(warehouse=wh)
+        schema = pa.schema([("ts", pa.timestamp("us")), ("v", pa.int64())])
+        cat.create_table(TABLE, schema, time_column="ts", segment_granularity="HOUR")
+        insert_s, inserted = timed(lambda: populate(cat, chunks, parts))
+        cat.close()
+        db_mb = os.path.getsize(os.path.join(wh, "lamina.db")) / 2**20
+        print(f"  inserted {inserted:,} segment rows in {insert_s:.1f}s (catalog {db_mb:.0f} MB)")
+        t0 = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), "--measure", wh, "--runs", str(runs)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        m = json.loads(proc.stdout.strip().splitlines()[-1])
+        m["subprocess_s"] = time.perf_counter() - t0
+    assert m["segments"] == inserted == m["tasks"], m
+    figures = [
+        figure("t.scan() wall time", median(m["scan_s"]), "s", note=f"{inserted:,} segments"),
+        figure("  catalog snapshot", m["snapshot_s"], "s"),
+        figure("  Timeline.build", m["timeline_build_s"], "s"),
+        figure("  lookup (whole table)", m["lookup_s"], "s"),
+        figure("peak RSS delta (ru_maxrss)", m["maxrss_delta_mb"], "MB"),
+        figure("tracemalloc peak", m["tracemalloc_peak_mb"], "MB"),
+        figure(
+            "t.scan(one hour) wall time",
+            m["one_hour_scan_s"],
+            "s",
+            note=f"{m['one_hour_tasks']} segments planned",
+        ),
+        figure("bytes per segment (tracemalloc peak)", m["tracemalloc_peak_mb"] * 2**20 / inserted,
+               "B"),
+    ]
+    print_figures(f"Planning: {chunks:,} hourly chunks x {parts} partitions", figures)
+    return result(
+        "planning",
+        {"chunks": chunks, "partitions": parts, "segments": inserted, "runs": runs},
+        figures,
+        {**m, "insert_s": insert_s, "catalog_db_mb": db_mb},
+    )
+
+
+if __name__ == "__main__":
+    if "--measure" in sys.argv:
+        wh = sys.argv[sys.argv.index("--measure") + 1]
+        runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 3
+        print(json.dumps(measure(wh, runs)))
+    else:
+        cli(main, "planning")
