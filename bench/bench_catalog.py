@@ -110,8 +110,10 @@ def main(quick: bool = False) -> dict[str, Any]:
                     times["postgres"].append(lamina_appends(pg_url, d, data, n, f"events_{rep}"))
             with scratch_dir("cat-delta") as d:
                 times["deltalake"].append(delta_appends(d, data, n))
-            print(f"  rep {rep + 1}/{reps}: "
-                  + ", ".join(f"{k} {n / v[-1]:.1f}/s" for k, v in times.items() if v))
+            print(
+                f"  rep {rep + 1}/{reps}: "
+                + ", ".join(f"{k} {n / v[-1]:.1f}/s" for k, v in times.items() if v)
+            )
     finally:
         if pg_drop is not None:
             pg_drop()

@@ -90,8 +90,10 @@ def main(quick: bool = False) -> dict[str, Any]:
                     else:
                         secs, files[n] = run_spark(df, d)
                 times[n].append(secs)
-            print(f"  rep {rep + 1}/{reps} ({' then '.join(order)}): "
-                  f"lamina {times['lamina'][-1]:.2f}s, spark {times['spark'][-1]:.2f}s")
+            print(
+                f"  rep {rep + 1}/{reps} ({' then '.join(order)}): "
+                f"lamina {times['lamina'][-1]:.2f}s, spark {times['spark'][-1]:.2f}s"
+            )
         df.unpersist()
     finally:
         spark.stop()

@@ -127,8 +127,17 @@ def main() -> int:
                     f["note"],
                 ]
             )
-        rows.append(["", f"(benchmark wall time{', exit ' + str(r['exit_code']) if 'exit_code' in r else ''})",
-                     fmt_value(r["wall_s"], "s"), "-", "-", ""])
+        exit_note = f", exit {r['exit_code']}" if "exit_code" in r else ""
+        rows.append(
+            [
+                "",
+                f"(benchmark wall time{exit_note})",
+                fmt_value(r["wall_s"], "s"),
+                "-",
+                "-",
+                "",
+            ]
+        )
     mode = "quick" if args.quick else "full"
     print_table(
         f"lamina benchmarks ({mode}), {total / 60:.1f} min total",

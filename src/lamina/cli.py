@@ -84,7 +84,9 @@ def _one_line(message: str) -> str:
 
 
 def _fail(message: str) -> NoReturn:
-    _console(stderr=True).print(Text(f"error: {_one_line(message)}", style="bold red"))
+    _console(stderr=True).print(
+        Text(f"error: {_one_line(message)}", style="bold red"), soft_wrap=True
+    )
     raise typer.Exit(1)
 
 
@@ -663,15 +665,16 @@ def segments(
             out.add_row(*_cells(*row), style=row_style)
         con = _console()
         con.print(out)
-        shown = [s for s in segs if s.location is not None]
-        con.print(
-            Text(
-                f"{_count(len(shown))} segments, {_count(sum(s.row_count for s in shown))} rows, "
-                f"{_size(sum(s.size_bytes for s in shown))}"
-                + (f" · snapshot of commit {snap.commit_id}" if snap.commit_id else ""),
-                style="dim",
-            )
+        live = [s for s in tl.visible() if s.location is not None]
+        note = (
+            f"{_count(len(live))} visible segments, {_count(sum(s.row_count for s in live))} "
+            f"rows, {_size(sum(s.size_bytes for s in live))}"
         )
+        if all_:
+            note = f"{_count(len(segs))} published segments; {note}"
+        if snap.commit_id:
+            note += f" · snapshot of commit {snap.commit_id}"
+        con.print(Text(note, style="dim"))
 
 
 _GLYPHS = {
@@ -859,6 +862,13 @@ def _cell(value: Any) -> str:
     return str(plain)
 
 
+def _csv_cell(value: Any) -> str:
+    plain = _plain(value)
+    if plain is None:
+        return ""
+    return json.dumps(plain) if isinstance(plain, dict | list) else str(plain)
+
+
 @_command("query")
 def query(
     ctx: typer.Context,
@@ -893,7 +903,7 @@ def query(
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(names)
         for r in rows:
-            writer.writerow(["" if r[n] is None else _cell(r[n]) for n in names])
+            writer.writerow([_csv_cell(r[n]) for n in names])
         return
     if fmt is OutputFormat.json:
         json.dump([{n: _plain(r[n]) for n in names} for r in rows], sys.stdout, indent=2)
@@ -1029,6 +1039,20 @@ def _spark_error_message(exc: BaseException) -> str | None:
     return lines[0] if lines else type(exc).__name__
 
 
+def _quiet_spark(spark: SparkSession) -> None:
+    """Spark logs every failed task at length; the command reports the cause itself.
+    ``$LAMINA_SPARK_LOG_LEVEL`` (e.g. WARN) brings the logs back."""
+    import logging
+
+    from pyspark.logger import PySparkLogger
+
+    level = os.environ.get("LAMINA_SPARK_LOG_LEVEL", "FATAL").upper()
+    spark.sparkContext.setLogLevel(level)
+    if level in ("FATAL", "OFF"):
+        for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):
+            PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+
+
 @contextlib.contextmanager
 def _spark_errors() -> Iterator[None]:
     """Report Spark's failures (missing files, malformed values...) as CliErrors."""
@@ -1158,7 +1182,7 @@ def ingest(
 
         with err.status("starting Spark", spinner="dots"), _spark_errors():
             spark = get_spark()
-            spark.sparkContext.setLogLevel(os.environ.get("LAMINA_SPARK_LOG_LEVEL", "ERROR"))
+            _quiet_spark(spark)
         created = False
         meta = {
             "via": "lamina ingest",

@@ -1,0 +1,344 @@
+"""Tests of the ``lamina`` command line against real warehouses (embedded SQLite)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner, Result
+
+import lamina
+from lamina.cli import app, format_of, parse_schema, parse_type
+from lamina.errors import LaminaError, SchemaError
+
+UTC = dt.UTC
+# plain, wide, uncoloured output whatever the environment of the test run
+runner = CliRunner(
+    env={"COLUMNS": "250", "NO_COLOR": "1", "FORCE_COLOR": None, "TTY_COMPATIBLE": None}
+)
+
+
+@pytest.fixture
+def wh(tmp_path: Path) -> str:
+    return str(tmp_path / "wh")
+
+
+def run(wh: str, *args: str) -> Result:
+    return runner.invoke(app, ["--warehouse", wh, *args])
+
+
+def ok(wh: str, *args: str) -> str:
+    result = run(wh, *args)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def fails(wh: str, *args: str, code: int = 1) -> str:
+    """Run a command that must fail cleanly; return its (one-line) error message."""
+    result = run(wh, *args)
+    assert result.exit_code == code, result.output
+    assert isinstance(result.exception, SystemExit), result.exception  # no crash
+    assert "Traceback" not in result.output
+    if code == 1:
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return result.stderr
+
+
+@pytest.fixture
+def cat(wh: str) -> Iterator[lamina.Catalog]:
+    c = lamina.connect(warehouse=wh)
+    yield c
+    c.close()
+
+
+def _day(day: int, hour: int = 0) -> dt.datetime:
+    return dt.datetime(2024, 1, 1, tzinfo=UTC) + dt.timedelta(days=day, hours=hour)
+
+
+def _rows(days: list[int], per_day: int, k0: int = 0) -> pa.Table:
+    ts = [_day(d, h) for d in days for h in range(per_day)]
+    return pa.table(
+        {
+            "ts": pa.array(ts, pa.timestamp("us", tz="UTC")),
+            "k": pa.array(range(k0, k0 + len(ts)), pa.int64()),
+            "v": pa.array([float(i) for i in range(len(ts))]),
+        }
+    )
+
+
+SCHEMA = "ts:timestamp[us, tz=UTC],k:int64,v:float64"
+
+
+# -- schema strings, formats -------------------------------------------------------------
+
+
+def test_parse_schema_types() -> None:
+    schema = parse_schema(
+        "ts:timestamp[us, tz=UTC], n:timestamp[ns], d:date, day:date32, a:int8, b:uint32,"
+        "f:float32, g:double, s:string, ls:large_string, ok:bool, m:decimal(10, 2),"
+        "big:decimal(50,5), raw:binary"
+    )
+    assert schema == pa.schema(
+        [
+            ("ts", pa.timestamp("us", tz="UTC")),
+            ("n", pa.timestamp("ns")),
+            ("d", pa.date32()),
+            ("day", pa.date32()),
+            ("a", pa.int8()),
+            ("b", pa.uint32()),
+            ("f", pa.float32()),
+            ("g", pa.float64()),
+            ("s", pa.string()),
+            ("ls", pa.large_string()),
+            ("ok", pa.bool_()),
+            ("m", pa.decimal128(10, 2)),
+            ("big", pa.decimal256(50, 5)),
+            ("raw", pa.binary()),
+        ]
+    )
+    # pyarrow's own spellings round-trip
+    for t in (pa.timestamp("ms", tz="Europe/Paris"), pa.decimal128(38, 0), pa.date64()):
+        assert parse_type(str(t)) == t
+
+
+@pytest.mark.parametrize(
+    "text", ["ts:int65", "ts", "ts:", ":int64", "a:int64,a:int8", "m:decimal128(40,2)"]
+)
+def test_parse_schema_errors(text: str) -> None:
+    with pytest.raises(SchemaError):
+        parse_schema(text)
+
+
+def test_format_of(tmp_path: Path) -> None:
+    assert format_of(["a.csv", "b.CSV.gz"]).value == "csv"
+    assert format_of(["x.jsonl", "y.ndjson"]).value == "json"
+    assert format_of(["part-0.snappy.parquet"]).value == "parquet"
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "_SUCCESS").touch()
+    (tmp_path / "dir" / "part-0.parquet").touch()
+    assert format_of([str(tmp_path / "dir")]).value == "parquet"
+    for bad in (["a.txt"], ["a.csv", "b.parquet"]):
+        with pytest.raises(LaminaError, match="--format"):
+            format_of(bad)
+
+
+# -- init, create-table, tables --------------------------------------------------------------
+
+
+def test_init_with_global_command_and_env_options(tmp_path: Path) -> None:
+    out = ok(str(tmp_path / "a"), "init")
+    assert str(tmp_path / "a") in out and "lamina.db" in out and "tables" in out
+    assert (tmp_path / "a" / "lamina.db").exists()
+
+    result = runner.invoke(app, ["init", "--warehouse", str(tmp_path / "b")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "b" / "lamina.db").exists()
+
+    catalog = f"sqlite:///{tmp_path}/elsewhere.db"
+    env = {"LAMINA_WAREHOUSE": str(tmp_path / "c"), "LAMINA_CATALOG": catalog}
+    result = runner.invoke(app, ["init"], env=env)
+    assert result.exit_code == 0, result.output
+    assert "elsewhere.db" in result.stdout and (tmp_path / "elsewhere.db").exists()
+    assert (tmp_path / "c").is_dir() and not (tmp_path / "c" / "lamina.db").exists()
+
+
+def test_create_table_with_schema(wh: str, cat: lamina.Catalog) -> None:
+    out = ok(
+        wh, "create-table", "events", "--time-column", "ts", "--granularity", "hour",
+        "--schema", SCHEMA + ",price:decimal(10,2)", "--property", "owner=ops",
+        "-p", "target_rows_per_segment=1000",
+    )  # fmt: skip
+    assert "created table events" in out and "timestamp[us, tz=UTC]" in out
+    t = cat.load_table("events")
+    assert t.schema == parse_schema(SCHEMA + ",price:decimal(10,2)")
+    assert t.time_column == "ts" and t.granularity is lamina.Granularity.HOUR
+    assert t.properties == {"owner": "ops", "target_rows_per_segment": "1000"}
+
+    ok(wh, "create-table", "dims", "--schema", "k:int64,name:string")  # no time column
+    assert cat.load_table("dims").granularity is lamina.Granularity.ALL
+
+    out = ok(wh, "tables")
+    assert "events" in out and "HOUR" in out and "dims" in out and "ALL" in out
+
+
+@pytest.mark.parametrize("kind", ["parquet", "csv", "jsonl"])
+def test_create_table_like_file(kind: str, wh: str, tmp_path: Path, cat: lamina.Catalog) -> None:
+    path = tmp_path / f"sample.{kind}"
+    if kind == "parquet":
+        pq.write_table(_rows([0], 2), path)
+        expected = pa.timestamp("us", tz="UTC")
+    elif kind == "csv":
+        path.write_text("ts,k,v,name\n2024-01-01 00:00:00,1,1.5,a\n2024-01-01 01:00:00,2,2.5,b\n")
+        expected = pa.timestamp("us")  # pyarrow infers timestamp[s]: widened to lamina's µs
+    else:
+        path.write_text('{"ts": "2024-01-01T00:00:00Z", "k": 1, "v": 1.5}\n')
+        expected = pa.timestamp("us")  # pyarrow's JSON reader drops the zone (naive = UTC)
+    ok(wh, "create-table", "t", "--time-column", "ts", "--like", str(path))
+    schema = cat.load_table("t").schema
+    assert schema.field("ts").type == expected
+    assert schema.field("k").type == pa.int64() and schema.field("v").type == pa.float64()
+
+
+def test_create_table_errors(wh: str, tmp_path: Path) -> None:
+    assert "int65" in fails(wh, "create-table", "t", "--schema", "ts:int65")
+    assert "not in the schema" in fails(wh, "create-table", "t", "-t", "when", "-s", SCHEMA)
+    assert "invalid table name" in fails(wh, "create-table", "9t", "-s", SCHEMA)
+    assert "cannot read" in fails(wh, "create-table", "t", "--like", str(tmp_path / "no.csv"))
+    fails(wh, "create-table", "t", code=2)  # neither --schema nor --like
+    fails(wh, "create-table", "t", "-s", SCHEMA, "--like", "x.csv", code=2)
+    fails(wh, "create-table", "t", "-s", SCHEMA, "-p", "novalue", code=2)
+    ok(wh, "create-table", "t", "-t", "ts", "-s", SCHEMA)
+    assert "already exists" in fails(wh, "create-table", "t", "-t", "ts", "-s", SCHEMA)
+
+
+# -- query and inspection over tables written with the library ---------------------------------
+
+
+@pytest.fixture
+def events(wh: str, cat: lamina.Catalog) -> lamina.Table:
+    """Days 0-2 appended (v1), day 0 topped up, day 1 overwritten (v2), day 2 deleted (v3)."""
+    t = cat.create_table("events", parse_schema(SCHEMA), "ts", "DAY")
+    t.append(_rows([0, 1, 2], 3), metadata={"job": "load"})  # commit 1
+    t.append(_rows([0], 1, k0=100))  # commit 2: joins day 0's v1 as a new partition
+    t.overwrite(_rows([1], 2, k0=200))  # commit 3: day 1 at v2
+    t.overwrite(_rows([], 0), interval="2024-01-03/2024-01-04")  # commit 4: day 2 emptied
+    return t
+
+
+def test_query_formats(wh: str, events: lamina.Table) -> None:
+    out = ok(wh, "query", "SELECT count(*) AS n, sum(k) AS total FROM events")
+    assert "n" in out and "6" in out and "1 row" in out  # 3 + 1 on day 0, 2 on day 1
+
+    out = ok(wh, "query", "SELECT k, ts FROM events ORDER BY k", "--format", "csv")
+    lines = out.splitlines()
+    assert lines[0] == "k,ts" and lines[1] == "0,2024-01-01T00:00:00+00:00" and len(lines) == 7
+
+    data = json.loads(ok(wh, "query", "SELECT k, v FROM events ORDER BY k", "-f", "json"))
+    assert [r["k"] for r in data] == [0, 1, 2, 100, 200, 201]
+    lines = ok(wh, "query", "SELECT k FROM events ORDER BY k", "-f", "jsonl", "-n", "2")
+    assert [json.loads(x) for x in lines.splitlines()] == [{"k": 0}, {"k": 1}]
+
+    out = ok(wh, "query", "SELECT k FROM events ORDER BY k", "--limit", "2")
+    assert "2 of 6 rows shown" in out and "200" not in out
+
+
+def test_tables_segments_history(wh: str, events: lamina.Table) -> None:
+    out = ok(wh, "tables")
+    assert "events" in out and "DAY" in out and " 3 " in out and " 6 " in out
+
+    out = ok(wh, "segments", "events")
+    assert "events_20240101T000000Z_20240102T000000Z_v1_p1" in out
+    assert "_v2_p0" in out and "_v3_" not in out  # tombstones hold no rows: not listed
+    assert "3 visible segments, 6 rows" in out
+
+    out = ok(wh, "segments", "events", "--all")
+    lines = {line.split()[0]: line for line in out.splitlines()[1:] if line.startswith("  ev")}
+    assert "overshadowed by v2" in lines["events_20240102T000000Z_20240103T000000Z_v1_p0"]
+    assert "overshadowed by v3" in lines["events_20240103T000000Z_20240104T000000Z_v1_p0"]
+    assert "tombstone" in lines["events_20240103T000000Z_20240104T000000Z_v3_p0"]
+    assert "visible" in lines["events_20240102T000000Z_20240103T000000Z_v2_p0"]
+    assert "6 published segments; 3 visible" in out
+
+    out = ok(wh, "segments", "events", "--as-of", "1")
+    assert "3 visible segments, 9 rows" in out and "snapshot of commit 1" in out
+
+    out = ok(wh, "history", "events")
+    commits = [line.split() for line in out.splitlines()[1:]]
+    assert [c[0] for c in commits] == ["1", "2", "3", "4"]
+    assert [c[1] for c in commits] == ["APPEND", "APPEND", "OVERWRITE", "OVERWRITE"]
+    assert all(c[2] == "COMPLETED" for c in commits)
+    assert '{"job": "load"}' in out
+
+
+def test_timeline_shows_versions(wh: str, events: lamina.Table) -> None:
+    out = ok(wh, "timeline", "events")
+    lines = out.splitlines()
+    assert "3 chunks (2 with several versions)" in lines[0]
+    assert "snapshot of commit 4" in lines[0]
+    body = "\n".join(lines[2:])
+    day0, day1, day2 = (
+        out.split("2024-01-01")[1].split("2024-01-02")[0],
+        out.split("2024-01-02")[1].split("2024-01-03")[0],
+        out.split("2024-01-03")[1],
+    )
+    assert "v1" in day0 and "█" in day0 and "p0..p1" in day0 and "visible" in day0
+    assert day1.index("v2") < day1.index("v1")  # highest version first
+    assert "overshadowed by v2" in day1 and "░" in day1
+    assert "deleted (tombstone)" in day2 and "overshadowed by v3" in day2
+    assert "overshadowed" in body and "█ visible" in out  # legend
+
+    past = ok(wh, "timeline", "events", "--as-of", "2")
+    assert "overshadowed" not in past.split("█ visible")[0]
+    assert "snapshot of commit 2" in past
+
+    only = ok(wh, "timeline", "events", "--interval", "2024-01-02/2024-01-03")
+    assert "2024-01-02" in only and "2024-01-01 " not in only and "2024-01-03 " not in only
+
+
+def test_timeline_limits_long_tables(wh: str, cat: lamina.Catalog) -> None:
+    t = cat.create_table("daily", parse_schema(SCHEMA), "ts", "DAY")
+    t.append(_rows(list(range(100)), 1))
+    out = ok(wh, "timeline", "daily")
+    assert "100 chunks" in out and "... 40 more chunks" in out
+    assert "2024-02-29" in out and "2024-03-01" not in out  # chunk 60 is the last shown
+    full = ok(wh, "timeline", "daily", "--limit", "0")
+    assert "more chunks" not in full and "2024-04-09" in full
+
+
+def test_errors_are_one_red_line(wh: str, events: lamina.Table) -> None:
+    for command in ("segments", "timeline", "history"):
+        assert "no table named 'nope'" in fails(wh, command, "nope")
+    assert "query failed" in fails(wh, "query", "SELECT * FROM nope")
+    assert "no completed commit 99" in fails(wh, "timeline", "events", "--as-of", "99")
+    assert "START/END" in fails(wh, "timeline", "events", "--interval", "yesterday")
+    assert "--create" in fails(wh, "ingest", "nope", __file__, "--format", "csv")
+    assert "does not exist" in fails(wh, "ingest", "events", "/no/such/file.csv")
+    fails(wh, "ingest", "events", "x.csv", "--interval", "2024-01-01/2024-01-02", code=2)
+
+
+# -- ingest with Spark -------------------------------------------------------------------------
+
+
+@pytest.mark.spark
+def test_ingest_with_spark(wh: str, tmp_path: Path, spark: Any) -> None:
+    csv = tmp_path / "day0.csv"
+    csv.write_text(
+        "ts,k,v\n2024-01-01 00:00:00,1,1.5\n2024-01-01 06:00:00,2,2.5\n2024-01-02 01:00:00,3,3.5\n"
+    )
+    out = ok(wh, "ingest", "events", str(csv), "--create", "--time-column", "ts")
+    assert "created table events" in out
+    assert "commit 1 (append) on events: 3 rows, 2 segments added" in out
+
+    parquet = tmp_path / "more.parquet"
+    pq.write_table(_rows([2, 3], 2, k0=10), parquet)
+    out = ok(wh, "ingest", "events", str(parquet))
+    assert "commit 2 (append) on events: 4 rows, 2 segments added" in out
+
+    fixed = tmp_path / "fixed.csv"
+    fixed.write_text("ts,k,v\n2024-01-01 12:00:00,7,7.0\n")
+    out = ok(
+        wh, "ingest", "events", str(fixed), "--mode", "overwrite",
+        "--interval", "2024-01-01/2024-01-03",
+    )  # fmt: skip
+    assert "commit 3 (overwrite) on events: 1 rows, 1 segments added, 2 replaced" in out
+    assert "1 chunks emptied" in out  # 2024-01-02 had rows, the new data has none
+
+    out = ok(wh, "query", "SELECT count(*) AS n, sum(k) AS s FROM events")
+    assert out.splitlines()[1].split() == ["5", "53"]  # 7 + (10+11+12+13)
+
+    out = ok(wh, "timeline", "events")
+    assert "overshadowed by v3" in out and "deleted (tombstone)" in out
+    assert '"format": "parquet"' in ok(wh, "history", "events")
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text("ts,k,v\n2024-01-05 00:00:00,abc,1.0\n")
+    message = fails(wh, "ingest", "events", str(bad))
+    assert "Spark failed" in message and "abc" in message
+    assert "ABORTED" in ok(wh, "history", "events")
