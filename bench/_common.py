@@ -110,12 +110,13 @@ def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
             print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)))
         return
     table = Table(title=title, box=box.SIMPLE_HEAVY, title_justify="left")
-    for i, c in enumerate(columns):
-        table.add_column(c, justify="left" if i == 0 else "right", overflow="fold")
+    for c in columns:
+        numeric = c in ("value", "target", "status")
+        table.add_column(c, justify="right" if numeric else "left", overflow="fold")
     for r in rows:
         style = "red" if "FAIL" in r else None
         table.add_row(*r, style=style)
-    Console(width=max(120, shutil.get_terminal_size((120, 20)).columns)).print(table)
+    Console(width=max(150, shutil.get_terminal_size((150, 20)).columns)).print(table)
 
 
 def print_figures(title: str, figures: list[dict[str, Any]]) -> None:

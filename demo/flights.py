@@ -43,7 +43,12 @@ def raw_flights(path: Path) -> Path:
             [
                 f"{y:04d}-{m:02d}-{d:02d}T{h:02d}:{mi:02d}:00"
                 for y, m, d, h, mi in zip(
-                    df.year, df.month, df.day, df.sched_dep_time // 100, df.sched_dep_time % 100
+                    df.year,
+                    df.month,
+                    df.day,
+                    df.sched_dep_time // 100,
+                    df.sched_dep_time % 100,
+                    strict=True,
                 )
             ]
         )
@@ -123,8 +128,7 @@ def main() -> None:
         f"(max delay {pc.max(after['dep_delay']).as_py()})."
     )
     console.print(
-        f"whole table: {t.count(as_of=load.id):,} rows at commit {load.id}, "
-        f"{t.count():,} rows now"
+        f"whole table: {t.count(as_of=load.id):,} rows at commit {load.id}, {t.count():,} rows now"
     )
 
     around = lamina.Interval(start - dt.timedelta(days=1), start + dt.timedelta(days=2))

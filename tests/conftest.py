@@ -20,8 +20,10 @@ def _pg_unavailable() -> str | None:
     """None when PostgreSQL answers, else the reason."""
     if "reason" not in _pg_state:
         try:
-            eng = create_engine(PG_URL.replace("postgresql://", "postgresql+psycopg://", 1),
-                                connect_args={"connect_timeout": 3})
+            eng = create_engine(
+                PG_URL.replace("postgresql://", "postgresql+psycopg://", 1),
+                connect_args={"connect_timeout": 3},
+            )
             with eng.connect() as conn:
                 conn.execute(text("SELECT 1"))
             eng.dispose()

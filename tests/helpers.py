@@ -17,8 +17,13 @@ SCHEMA = pa.schema(
 )
 
 
-def events(days: int = 3, per_day: int = 100, start: str = "2024-01-01", seed: int = 0,
-           value: float | None = None) -> pa.Table:
+def events(
+    days: int = 3,
+    per_day: int = 100,
+    start: str = "2024-01-01",
+    seed: int = 0,
+    value: float | None = None,
+) -> pa.Table:
     """``per_day`` rows in each of ``days`` days from ``start`` (times spread in the day)."""
     rng = np.random.default_rng(seed)
     base = np.datetime64(start, "us")

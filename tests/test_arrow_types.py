@@ -14,13 +14,17 @@ import lamina
 
 @pytest.mark.parametrize(
     "ts_type",
-    [pa.timestamp("us"), pa.timestamp("ms", tz="UTC"), pa.timestamp("ns", tz="America/New_York"),
-     pa.timestamp("s")],
+    [
+        pa.timestamp("us"),
+        pa.timestamp("ms", tz="UTC"),
+        pa.timestamp("ns", tz="America/New_York"),
+        pa.timestamp("s"),
+    ],
 )
 def test_timestamp_time_columns(local_cat: lamina.Catalog, ts_type: pa.DataType) -> None:
     schema = pa.schema([("ts", ts_type), ("x", pa.int64())])
     t = local_cat.create_table("t", schema=schema, time_column="ts", segment_granularity="HOUR")
-    times = [dt.datetime(2024, 3, 10, h, 30, tzinfo=dt.timezone.utc) for h in (1, 1, 5, 23)]
+    times = [dt.datetime(2024, 3, 10, h, 30, tzinfo=dt.UTC) for h in (1, 1, 5, 23)]
     values = pa.array(times, pa.timestamp("us", tz="UTC")).cast(ts_type)
     t.append(pa.table({"ts": values, "x": [1, 2, 3, 4]}))
     assert len(t.segments()) == 3  # hours 01, 05 and 23 (UTC instants, whatever the zone)
@@ -60,16 +64,27 @@ def test_decimals_and_string_kinds(local_cat: lamina.Catalog) -> None:
     data = pa.table(
         {
             "ts": [dt.datetime(2024, 1, 1, 3), dt.datetime(2024, 1, 2, 4)],
-            "amount": pa.array([decimal.Decimal("1.2345"), decimal.Decimal("-7.5")],
-                               pa.decimal128(18, 4)),
+            "amount": pa.array(
+                [decimal.Decimal("1.2345"), decimal.Decimal("-7.5")], pa.decimal128(18, 4)
+            ),
             "name": pa.array(["a", "b"], pa.string_view()),
             "note": pa.array(["x", None], pa.large_string()),
         }
     )
     t.append(data)
     # string input into string_view / large_string columns is cast safely
-    t.append(data.cast(pa.schema([("ts", pa.timestamp("us")), ("amount", pa.decimal128(18, 4)),
-                                  ("name", pa.string()), ("note", pa.string())])))
+    t.append(
+        data.cast(
+            pa.schema(
+                [
+                    ("ts", pa.timestamp("us")),
+                    ("amount", pa.decimal128(18, 4)),
+                    ("name", pa.string()),
+                    ("note", pa.string()),
+                ]
+            )
+        )
+    )
     out = t.to_arrow()
     assert out.schema == schema and out.num_rows == 4
     total = local_cat.sql("select sum(amount) s from money").column("s")[0].as_py()
@@ -93,8 +108,9 @@ def test_input_kinds(local_cat: lamina.Catalog) -> None:
 
 
 def test_tz_mismatch_is_refused(local_cat: lamina.Catalog) -> None:
-    t = local_cat.create_table("t", schema=pa.schema([("ts", pa.timestamp("us", tz="UTC"))]),
-                               time_column="ts")
+    t = local_cat.create_table(
+        "t", schema=pa.schema([("ts", pa.timestamp("us", tz="UTC"))]), time_column="ts"
+    )
     with pytest.raises(lamina.errors.SchemaError, match="timestamp"):
         t.append(pa.table({"ts": pa.array([dt.datetime(2024, 1, 1)], pa.timestamp("us"))}))
     assert t.count() == 0

@@ -105,7 +105,9 @@ def test_spark_bad_input(spark: Any, cat: lamina.Catalog) -> None:
     )
 
 
-def test_create_table_from_spark_schema_no_time_column(spark: Any, local_cat: lamina.Catalog) -> None:
+def test_create_table_from_spark_schema_no_time_column(
+    spark: Any, local_cat: lamina.Catalog
+) -> None:
     df = spark.createDataFrame([(1, "a"), (2, "b")], "id long, name string")
     t = local_cat.create_table("dim", schema=df.schema)
     t.append(df)

@@ -6,7 +6,6 @@ import datetime as dt
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pytest
 
 import lamina
 from lamina import Interval
@@ -158,8 +157,9 @@ def test_partial_overshadow_reads_only_visible_rows(cat: lamina.Catalog) -> None
     from lamina.transaction import WriteTransaction
 
     rec = t._record
-    parts = split_by_chunk(events(days=1, per_day=4, start="2024-01-05"), "ts",
-                           lamina.Granularity.MONTH, 1000)
+    parts = split_by_chunk(
+        events(days=1, per_day=4, start="2024-01-05"), "ts", lamina.Granularity.MONTH, 1000
+    )
     with WriteTransaction(cat, rec, "OVERWRITE", {}) as txn:
         txn.inflight()
         files = write_parts(cat.warehouse, txn.dir, parts)

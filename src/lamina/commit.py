@@ -10,7 +10,7 @@ from typing import Any
 from lamina.interval import from_us
 
 
-class CommitState(str, enum.Enum):
+class CommitState(enum.StrEnum):
     """REQUESTED -> INFLIGHT -> COMPLETED, or ABORTED from either open state."""
 
     REQUESTED = "REQUESTED"

@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as dt
 import enum
 from dataclasses import dataclass
-from typing import Union
 
 from lamina.errors import InvalidGranularityError, InvalidIntervalError
 
@@ -20,10 +19,10 @@ US_PER_WEEK = 7 * US_PER_DAY
 #: Bounds of the eternity interval used by tables without a time column.
 MIN_US = -(2**62)
 MAX_US = 2**62
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MONDAY_OFFSET = 4 * US_PER_DAY  # 1970-01-01 was a Thursday; 1970-01-05 a Monday
 
-Instant = Union[int, dt.datetime, dt.date, str]
+Instant = int | dt.datetime | dt.date | str
 
 
 def to_us(value: Instant) -> int:
@@ -36,7 +35,7 @@ def to_us(value: Instant) -> int:
         return _parse_instant(value)
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.timezone.utc)
+            value = value.replace(tzinfo=dt.UTC)
         delta = value - _EPOCH
         return (delta.days * 86400 + delta.seconds) * US_PER_SECOND + delta.microseconds
     if isinstance(value, dt.date):
@@ -157,7 +156,7 @@ class Interval:
 ETERNITY = Interval.of(MIN_US, MAX_US)
 
 
-class Granularity(str, enum.Enum):
+class Granularity(enum.StrEnum):
     """How a table's time axis is cut into chunks; each segment lies in one chunk."""
 
     HOUR = "HOUR"
@@ -193,7 +192,7 @@ class Granularity(str, enum.Enum):
         d = from_us(us)
         month = {Granularity.MONTH: d.month, Granularity.QUARTER: d.month - (d.month - 1) % 3}
         m = month.get(self, 1)
-        return to_us(dt.datetime(d.year, m, 1, tzinfo=dt.timezone.utc))
+        return to_us(dt.datetime(d.year, m, 1, tzinfo=dt.UTC))
 
     def next_start(self, start: int) -> int:
         """End of the chunk that begins at ``start`` (which must be aligned)."""
@@ -209,7 +208,7 @@ class Granularity(str, enum.Enum):
         d = from_us(start)
         months = {Granularity.MONTH: 1, Granularity.QUARTER: 3, Granularity.YEAR: 12}[self]
         total = d.year * 12 + d.month - 1 + months
-        return to_us(dt.datetime(total // 12, total % 12 + 1, 1, tzinfo=dt.timezone.utc))
+        return to_us(dt.datetime(total // 12, total % 12 + 1, 1, tzinfo=dt.UTC))
 
     def chunk(self, us: int) -> Interval:
         """The chunk interval holding instant ``us``."""

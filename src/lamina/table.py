@@ -121,8 +121,9 @@ class Table:
             )
         return self.granularity.chunks(interval) if interval != ETERNITY else [ETERNITY]
 
-    def publish_files(self, action: str, files: list[NewSegment], txn: WriteTransaction,
-                      interval: Interval | None) -> Commit:
+    def publish_files(
+        self, action: str, files: list[NewSegment], txn: WriteTransaction, interval: Interval | None
+    ) -> Commit:
         """Publish files an engine wrote under ``txn`` (used by the Spark writer)."""
         overwrite = self._overwrite_chunks(action, [f.chunk for f in files], interval)
         return txn.publish(PublishPlan(files, overwrite))
@@ -172,4 +173,3 @@ class Table:
 
     def __repr__(self) -> str:
         return f"Table({self.name!r}, time_column={self.time_column!r}, {self.granularity.value})"
-

@@ -238,7 +238,7 @@ class Timeline:
         pieces: list[list] = []  # [start, end, chunk]
         heap: list[tuple[int, int, _Chunk]] = []
         i = 0
-        for a, b in zip(points, points[1:]):
+        for a, b in zip(points, points[1:], strict=False):
             while i < len(cands) and cands[i][0] <= a:
                 c = cands[i]
                 heapq.heappush(heap, (-c[2].version, c[1], c[2]))
@@ -303,8 +303,9 @@ class Timeline:
         for start in self._pieces_overlapping(interval.start, interval.end):
             end, chunk = vis[start]
             s, e = max(start, interval.start), min(end, interval.end)
-            out.append(TimelineEntry(Interval.of(s, e), chunk.version, chunk.segments(),
-                                     chunk.interval()))
+            out.append(
+                TimelineEntry(Interval.of(s, e), chunk.version, chunk.segments(), chunk.interval())
+            )
         return out
 
     def entries(self) -> list[TimelineEntry]:

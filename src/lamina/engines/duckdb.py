@@ -72,7 +72,7 @@ def _literal(t: pa.DataType, us: int) -> str:
         return f"DATE '{format_us(-((-us) // day) * day)[:10]}'"
     # an untyped literal takes the column's own type (TIMESTAMP_NS, TIMESTAMPTZ, ...)
     text = format_us(us).rstrip("Z").replace("T", " ")
-    return f"'{text}+00'" if t.tz is not None else f"'{text}'"  # type: ignore[attr-defined]
+    return f"'{text}+00'" if t.tz is not None else f"'{text}'"
 
 
 def view_sql(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan) -> str:
@@ -80,7 +80,9 @@ def view_sql(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan) -> str:
     schema = plan.table.schema
     branches = []
     if plan.whole_files:
-        branches.append(f"SELECT * FROM read_parquet({_files(plan.whole_files)}, hive_partitioning=false)")
+        branches.append(
+            f"SELECT * FROM read_parquet({_files(plan.whole_files)}, hive_partitioning=false)"
+        )
     groups: dict[Interval, list[str]] = {}
     for path, keep in plan.partial_files:
         groups.setdefault(keep, []).append(path)
@@ -90,8 +92,10 @@ def view_sql(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan) -> str:
         t = schema.field(tc).type
         lo = f"{_quote(tc)} >= {_literal(t, keep.start)}" if keep.start > MIN_US else "TRUE"
         hi = f"{_quote(tc)} < {_literal(t, keep.end)}" if keep.end < MAX_US else "TRUE"
-        branches.append(f"SELECT * FROM read_parquet({_files(paths)}, hive_partitioning=false) "
-            f"WHERE {lo} AND {hi}")
+        branches.append(
+            f"SELECT * FROM read_parquet({_files(paths)}, hive_partitioning=false) "
+            f"WHERE {lo} AND {hi}"
+        )
     if not branches:
         empty = f"__lamina_empty_{name}"
         con.register(empty, schema.empty_table())
@@ -152,13 +156,15 @@ def time_bound(
 def _cast_type(t: pa.DataType) -> str:
     if pa.types.is_date(t):
         return "DATE"
-    return "TIMESTAMPTZ" if t.tz is not None else "TIMESTAMP"  # type: ignore[attr-defined]
+    return "TIMESTAMPTZ" if t.tz is not None else "TIMESTAMP"
 
 
 def _count_refs(tree: Any, table: str) -> int:
     if isinstance(tree, dict):
-        own = int(tree.get("type") == "BASE_TABLE" and
-                  str(tree.get("table_name", "")).lower() == table.lower())
+        own = int(
+            tree.get("type") == "BASE_TABLE"
+            and str(tree.get("table_name", "")).lower() == table.lower()
+        )
         return own + sum(_count_refs(v, table) for v in tree.values())
     if isinstance(tree, list):
         return sum(_count_refs(v, table) for v in tree)
@@ -196,7 +202,12 @@ def _constant_us(con: duckdb.DuckDBPyConnection, e: Any, query: bytes, cast: str
     if not isinstance(e, dict) or e.get("class") not in ("CONSTANT", "CAST") or _has_column(e):
         return None
     at, length = e.get("query_location"), e.get("query_location_length")
-    if not isinstance(at, int) or not isinstance(length, int) or at + length > len(query) or not length:
+    if (
+        not isinstance(at, int)
+        or not isinstance(length, int)
+        or at + length > len(query)
+        or not length
+    ):
         return None
     text = query[at : at + length].decode()
     try:
@@ -209,8 +220,12 @@ def _constant_us(con: duckdb.DuckDBPyConnection, e: Any, query: bytes, cast: str
 
 
 def _bounds(
-    con: duckdb.DuckDBPyConnection, c: dict[str, Any], column: str, names: set[str],
-    query: bytes, cast: str,
+    con: duckdb.DuckDBPyConnection,
+    c: dict[str, Any],
+    column: str,
+    names: set[str],
+    query: bytes,
+    cast: str,
 ) -> list[tuple[int, int]]:
     kind = c.get("type")
     if kind == "COMPARE_BETWEEN" and _is_column(c.get("input"), column, names):

@@ -95,17 +95,17 @@ def _utc(spark: SparkSession) -> Iterator[None]:
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     }
-    old = {k: spark.conf.get(k, None) for k in keys}
+    old: dict[str, str | None] = {k: spark.conf.get(k, None) for k in keys}
     for k, v in keys.items():
         spark.conf.set(k, v)
     try:
         yield
     finally:
-        for k, v in old.items():
-            if v is None:
+        for k, prev in old.items():
+            if prev is None:
                 spark.conf.unset(k)
             else:
-                spark.conf.set(k, v)
+                spark.conf.set(k, prev)
 
 
 def _conform(df: DataFrame, schema: pa.Schema) -> DataFrame:
@@ -132,7 +132,9 @@ def _conform(df: DataFrame, schema: pa.Schema) -> DataFrame:
     cols = []
     for f in target.fields:
         c = F.col(f"`{f.name}`")
-        cols.append(c if df.schema[f.name].dataType == f.dataType else c.cast(f.dataType).alias(f.name))
+        cols.append(
+            c if df.schema[f.name].dataType == f.dataType else c.cast(f.dataType).alias(f.name)
+        )
     return df.select(*cols)
 
 
@@ -143,7 +145,7 @@ def _chunk_expr(column: str, field_type: pa.DataType, granularity: Granularity) 
     c = F.col(f"`{column}`")
     if pa.types.is_date(field_type):
         ts = c.cast("timestamp")
-    elif field_type.tz is None:  # type: ignore[attr-defined]
+    elif field_type.tz is None:
         ts = c.cast("timestamp")  # wall-clock read as UTC (session zone is UTC)
     else:
         ts = c
@@ -269,7 +271,7 @@ def _spark_literal(t: pa.DataType, keep: Interval) -> tuple[Any, Any]:
         day = 86_400_000_000
         lo, hi = (-((-keep.start) // day)) * day, (-((-keep.end) // day)) * day
         return F.expr(f"DATE '{text(lo)[:10]}'"), F.expr(f"DATE '{text(hi)[:10]}'")
-    if t.tz is None:  # type: ignore[attr-defined]
+    if t.tz is None:
         return (
             F.expr(f"TIMESTAMP_NTZ '{text(keep.start)}'"),
             F.expr(f"TIMESTAMP_NTZ '{text(keep.end)}'"),

@@ -55,10 +55,18 @@ def _family(t: pa.DataType) -> str:
     checks = [
         ("int", pa.types.is_integer),
         ("float", pa.types.is_floating),
-        ("string", lambda x: pa.types.is_string(x) or pa.types.is_large_string(x)
-         or pa.types.is_string_view(x)),
-        ("binary", lambda x: pa.types.is_binary(x) or pa.types.is_large_binary(x)
-         or pa.types.is_binary_view(x)),
+        (
+            "string",
+            lambda x: (
+                pa.types.is_string(x) or pa.types.is_large_string(x) or pa.types.is_string_view(x)
+            ),
+        ),
+        (
+            "binary",
+            lambda x: (
+                pa.types.is_binary(x) or pa.types.is_large_binary(x) or pa.types.is_binary_view(x)
+            ),
+        ),
         ("timestamp", pa.types.is_timestamp),
         ("date", pa.types.is_date),
         ("decimal", pa.types.is_decimal),
@@ -78,7 +86,7 @@ def _castable(src: pa.DataType, dst: pa.DataType) -> bool:
         return fam == "int" and _family(dst) == "float"
     if fam == "timestamp":
         # a zone-aware instant and a naive wall-clock time are different things
-        return (src.tz is None) == (dst.tz is None)  # type: ignore[attr-defined]
+        return (src.tz is None) == (dst.tz is None)
     return fam in ("int", "float", "string", "binary", "date", "decimal")
 
 
@@ -118,7 +126,7 @@ def time_values_us(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     if pa.types.is_date(t):
         days = pc.cast(column, pa.date32()).cast(pa.int32())
         return np.asarray(days.to_numpy(zero_copy_only=False), dtype=np.int64) * US_PER_DAY
-    us = column.cast(pa.timestamp("us", tz=t.tz), safe=False)  # type: ignore[attr-defined]
+    us = column.cast(pa.timestamp("us", tz=t.tz), safe=False)
     return np.asarray(us.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
@@ -162,7 +170,7 @@ def _bound(field: pa.Field, us: int, op: str) -> pc.Expression:
     if pa.types.is_date(t):
         value = pa.scalar(_ceil_div(us, US_PER_DAY), pa.int32()).cast(pa.date32()).cast(t)
     else:
-        unit = t.unit  # type: ignore[attr-defined]
+        unit = t.unit
         raw = us * 1000 if unit == "ns" else _ceil_div(us, {"s": 10**6, "ms": 1000, "us": 1}[unit])
         value = pa.scalar(raw, pa.int64()).cast(t)
     col = pc.field(field.name)

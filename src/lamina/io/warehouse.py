@@ -17,7 +17,7 @@ class Warehouse:
         if "://" in location:
             try:
                 self.fs, path = pafs.FileSystem.from_uri(location)
-            except (pafs.ArrowInvalid, ValueError, OSError) as exc:  # type: ignore[attr-defined]
+            except (pafs.ArrowInvalid, ValueError, OSError) as exc:
                 raise WarehouseError(f"cannot open warehouse {location!r}: {exc}") from None
             self.local = isinstance(self.fs, pafs.LocalFileSystem)
             self.root = path.rstrip("/")

@@ -130,8 +130,12 @@ class CatalogStore:
                     )
                 )
             except IntegrityError:
-                raise TableExistsError(f"table {name!r} already exists; pick another name") from None
-            return int(result.inserted_primary_key[0])
+                raise TableExistsError(
+                    f"table {name!r} already exists; pick another name"
+                ) from None
+            pk = result.inserted_primary_key
+            assert pk is not None
+            return int(pk[0])
 
         table_id = run(self.engine, txn, write=True)
         return TableRecord(table_id, name, schema, time_column, granularity, dict(properties))
@@ -172,7 +176,9 @@ class CatalogStore:
                 .where(tables.c.id == rec.id)
                 .values(properties=json.dumps(props, sort_keys=True))
             )
-            return TableRecord(rec.id, rec.name, rec.schema, rec.time_column, rec.granularity, props)
+            return TableRecord(
+                rec.id, rec.name, rec.schema, rec.time_column, rec.granularity, props
+            )
 
         return run(self.engine, txn, write=True)
 
@@ -241,7 +247,9 @@ class CatalogStore:
                     metadata=json.dumps(metadata, default=str),
                 )
             )
-            return int(result.inserted_primary_key[0]), self._uncleaned(conn, table_id)
+            pk = result.inserted_primary_key
+            assert pk is not None
+            return int(pk[0]), self._uncleaned(conn, table_id)
 
         return run(self.engine, txn, write=True)
 
@@ -349,8 +357,13 @@ class CatalogStore:
         )
 
     def _row_values(
-        self, table: TableRecord, f: NewSegment | None, chunk: Interval, version: int,
-        pid: int, ncore: int,
+        self,
+        table: TableRecord,
+        f: NewSegment | None,
+        chunk: Interval,
+        version: int,
+        pid: int,
+        ncore: int,
     ) -> dict[str, Any]:
         seg = Segment(table.name, chunk, version, pid, ncore)
         return {
@@ -387,9 +400,7 @@ class CatalogStore:
         tl = Timeline.build(self._segment(table.name, r) for r in live)
         for r in rows:
             tl.add(self._segment(table.name, r))
-        removed = [
-            r.pk for r in live if tl.is_overshadowed(self._segment(table.name, r))
-        ]
+        removed = [r.pk for r in live if tl.is_overshadowed(self._segment(table.name, r))]
         return rows, removed
 
     def _plan_append(
@@ -408,8 +419,10 @@ class CatalogStore:
             if not entries:
                 target[chunk] = (chunk, new_version)
                 used_new = True
-            elif len(entries) == 1 and entries[0].chunk_interval.contains(chunk) and (
-                entries[0].interval == chunk
+            elif (
+                len(entries) == 1
+                and entries[0].chunk_interval.contains(chunk)
+                and (entries[0].interval == chunk)
             ):
                 target[chunk] = (entries[0].chunk_interval, entries[0].version)
             else:
@@ -437,32 +450,36 @@ class CatalogStore:
         return rows, used_new
 
     def _segment(self, table_name: str, r: Any) -> Segment:
-        get = r.get if isinstance(r, dict) else r._mapping.get
-        loc = get("location")
+        m = r if isinstance(r, dict) else r._mapping
+        loc = m["location"]
         return Segment(
             table=table_name,
-            interval=Interval.of(get("start_us"), get("end_us")),
-            version=get("version"),
-            partition_id=get("partition_id"),
-            num_core_partitions=get("num_core_partitions"),
+            interval=Interval.of(m["start_us"], m["end_us"]),
+            version=m["version"],
+            partition_id=m["partition_id"],
+            num_core_partitions=m["num_core_partitions"],
             location=f"{self.root}/{loc}" if loc else None,
-            row_count=get("row_count"),
-            size_bytes=get("size_bytes"),
-            min_time=get("min_time"),
-            max_time=get("max_time"),
-            commit_id=get("commit_id"),
+            row_count=m["row_count"],
+            size_bytes=m["size_bytes"],
+            min_time=m["min_time"],
+            max_time=m["max_time"],
+            commit_id=m.get("commit_id"),
         )
 
     # -- reading ------------------------------------------------------------------
 
-    def snapshot(self, name: str, as_of: int | None = None, all_published: bool = False) -> Snapshot:
+    def snapshot(
+        self, name: str, as_of: int | None = None, all_published: bool = False
+    ) -> Snapshot:
         """Live segments of the latest snapshot, or of the one completed by ``as_of``."""
 
         def txn(conn: Connection) -> Snapshot:
             rec = self.get_table(name, conn)
             if as_of is None:
                 seq = int(
-                    conn.execute(select(tables.c.last_seq).where(tables.c.id == rec.id)).scalar_one()
+                    conn.execute(
+                        select(tables.c.last_seq).where(tables.c.id == rec.id)
+                    ).scalar_one()
                 )
                 commit_id = conn.execute(
                     select(commits.c.id).where(commits.c.table_id == rec.id, commits.c.seq == seq)
@@ -484,16 +501,34 @@ class CatalogStore:
             if not all_published:
                 cond.append(or_(segments.c.removed_seq.is_(None), segments.c.removed_seq > seq))
             cols = [
-                segments.c.start_us, segments.c.end_us, segments.c.version,
-                segments.c.partition_id, segments.c.num_core_partitions, segments.c.location,
-                segments.c.row_count, segments.c.size_bytes, segments.c.min_time,
-                segments.c.max_time, segments.c.commit_id,
+                segments.c.start_us,
+                segments.c.end_us,
+                segments.c.version,
+                segments.c.partition_id,
+                segments.c.num_core_partitions,
+                segments.c.location,
+                segments.c.row_count,
+                segments.c.size_bytes,
+                segments.c.min_time,
+                segments.c.max_time,
+                segments.c.commit_id,
             ]
             result = conn.execute(select(*cols).where(and_(*cond)))
             root, tname = self.root, rec.name
             segs = [
-                Segment(tname, Interval.of(s, e), v, p, n, f"{root}/{loc}" if loc else None,
-                        rc, sb, mn, mx, cid)
+                Segment(
+                    tname,
+                    Interval.of(s, e),
+                    v,
+                    p,
+                    n,
+                    f"{root}/{loc}" if loc else None,
+                    rc,
+                    sb,
+                    mn,
+                    mx,
+                    cid,
+                )
                 for s, e, v, p, n, loc, rc, sb, mn, mx, cid in result
             ]
             return Snapshot(rec, seq, commit_id, segs)
