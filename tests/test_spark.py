@@ -115,3 +115,42 @@ def test_create_table_from_spark_schema_no_time_column(
     assert t.count() == 4
     t.overwrite(df.limit(1))
     assert t.to_spark(spark).count() == 1
+
+
+@pytest.mark.parametrize("granularity", ["HOUR", "DAY", "WEEK", "MONTH", "QUARTER", "YEAR"])
+def test_spark_chunks_match_local_whatever_the_session_zone(
+    spark: Any, local_cat: lamina.Catalog, granularity: str
+) -> None:
+    """Spark and the local writer put every row in the same UTC chunk."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    times = [
+        dt.datetime(2024, 3, 31, 23, 30),
+        dt.datetime(2024, 4, 1, 0, 30),
+        dt.datetime(2023, 12, 31, 23, 59),
+        dt.datetime(2024, 1, 1, 4, 0),
+    ]
+    for tz in (None, "UTC"):
+        arrow = pa.table({"ts": pa.array(times, pa.timestamp("us", tz=tz)), "x": [1, 2, 3, 4]})
+        name = f"t_{granularity.lower()}_{'ltz' if tz else 'ntz'}"
+        local = local_cat.create_table(
+            name + "_l", schema=arrow.schema, time_column="ts", segment_granularity=granularity
+        )
+        local.append(arrow)
+        remote = local_cat.create_table(
+            name + "_s", schema=arrow.schema, time_column="ts", segment_granularity=granularity
+        )
+        old = spark.conf.get("spark.sql.session.timeZone")
+        spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+        try:
+            remote.append(local.to_spark(spark))
+        finally:
+            spark.conf.set("spark.sql.session.timeZone", old)
+
+        def chunks(t: lamina.Table) -> list[tuple[str, int]]:
+            return sorted((str(s.interval), s.row_count) for s in t.segments())
+
+        assert chunks(remote) == chunks(local)
+        assert sorted(remote.to_arrow()["x"].to_pylist()) == [1, 2, 3, 4]

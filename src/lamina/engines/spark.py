@@ -89,23 +89,18 @@ def arrow_to_spark_schema(schema: pa.Schema) -> Any:
 
 
 @contextlib.contextmanager
-def _utc(spark: SparkSession) -> Iterator[None]:
-    """Run with the session time zone at UTC and microsecond Parquet timestamps."""
-    keys = {
-        "spark.sql.session.timeZone": "UTC",
-        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
-    }
-    old: dict[str, str | None] = {k: spark.conf.get(k, None) for k in keys}
-    for k, v in keys.items():
-        spark.conf.set(k, v)
+def _micros_parquet(spark: SparkSession) -> Iterator[None]:
+    """Write Parquet timestamps as INT64 microseconds (readable by pyarrow and DuckDB)."""
+    key = "spark.sql.parquet.outputTimestampType"
+    old = spark.conf.get(key, None)
+    spark.conf.set(key, "TIMESTAMP_MICROS")
     try:
         yield
     finally:
-        for k, prev in old.items():
-            if prev is None:
-                spark.conf.unset(k)
-            else:
-                spark.conf.set(k, prev)
+        if old is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, old)
 
 
 def _conform(df: DataFrame, schema: pa.Schema) -> DataFrame:
@@ -139,25 +134,36 @@ def _conform(df: DataFrame, schema: pa.Schema) -> DataFrame:
 
 
 def _chunk_expr(column: str, field_type: pa.DataType, granularity: Granularity) -> Any:
-    """Spark expression: start of each row's chunk in µs (run under a UTC session)."""
+    """Spark expression: start (µs, UTC) of each row's chunk.
+
+    Built only from time-zone-independent functions, so the session time zone (and
+    how the user's own expressions use it) is left alone: zoned timestamps go through
+    ``unix_micros``, naive ones and dates through their own calendar fields.
+    """
     from pyspark.sql import functions as F
 
+    day_us, hour_us = 86_400_000_000, 3_600_000_000
     c = F.col(f"`{column}`")
     if pa.types.is_date(field_type):
-        ts = c.cast("timestamp")
-    elif field_type.tz is None:
-        ts = c.cast("timestamp")  # wall-clock read as UTC (session zone is UTC)
+        date, hour = c, F.lit(0)
+    elif field_type.tz is None:  # type: ignore[attr-defined]
+        date, hour = F.to_date(c), F.hour(c)  # wall-clock fields of a TIMESTAMP_NTZ
     else:
-        ts = c
+        micros = F.unix_micros(c)
+        days = F.floor(micros / day_us)
+        date = F.date_from_unix_date(days.cast("int"))
+        hour = F.floor((micros - days * day_us) / hour_us)
+    if granularity is Granularity.HOUR:
+        return F.unix_date(date).cast("long") * day_us + hour.cast("long") * hour_us
     unit = {
-        Granularity.HOUR: "HOUR",
-        Granularity.DAY: "DAY",
-        Granularity.WEEK: "WEEK",
-        Granularity.MONTH: "MONTH",
-        Granularity.QUARTER: "QUARTER",
-        Granularity.YEAR: "YEAR",
+        Granularity.DAY: None,
+        Granularity.WEEK: "week",
+        Granularity.MONTH: "month",
+        Granularity.QUARTER: "quarter",
+        Granularity.YEAR: "year",
     }[granularity]
-    return F.unix_micros(F.date_trunc(unit, ts))
+    start = date if unit is None else F.trunc(date, unit)
+    return F.unix_date(start).cast("long") * day_us
 
 
 def write_spark(
@@ -172,7 +178,7 @@ def write_spark(
         assert rec.time_column is not None
         expr = _chunk_expr(rec.time_column, rec.schema.field(rec.time_column).type, rec.granularity)
         data = data.withColumn(CHUNK_COLUMN, expr)
-    with WriteTransaction(table.catalog, rec, action, meta) as txn, _utc(spark):
+    with WriteTransaction(table.catalog, rec, action, meta) as txn, _micros_parquet(spark):
         txn.inflight()
         out = wh.path(txn.dir)
         writer = data.write.mode("errorifexists").option(
