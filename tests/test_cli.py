@@ -294,9 +294,10 @@ def test_timeline_limits_long_tables(wh: str, cat: lamina.Catalog) -> None:
 
 def test_errors_are_one_red_line(wh: str, events: lamina.Table) -> None:
     for command in ("segments", "timeline", "history"):
-        assert "no table named 'nope'" in fails(wh, command, "nope")
+        assert "no table named 'nope'; `lamina tables`" in fails(wh, command, "nope")
     assert "query failed" in fails(wh, "query", "SELECT * FROM nope")
     assert "no completed commit 99" in fails(wh, "timeline", "events", "--as-of", "99")
+    assert "`lamina history events`" in fails(wh, "segments", "events", "--as-of", "99")
     assert "START/END" in fails(wh, "timeline", "events", "--interval", "yesterday")
     assert "--create" in fails(wh, "ingest", "nope", __file__, "--format", "csv")
     assert "does not exist" in fails(wh, "ingest", "events", "/no/such/file.csv")
@@ -327,8 +328,8 @@ def test_ingest_with_spark(wh: str, tmp_path: Path, spark: Any) -> None:
         wh, "ingest", "events", str(fixed), "--mode", "overwrite",
         "--interval", "2024-01-01/2024-01-03",
     )  # fmt: skip
-    assert "commit 3 (overwrite) on events: 1 rows, 1 segments added, 2 replaced" in out
-    assert "1 chunks emptied" in out  # 2024-01-02 had rows, the new data has none
+    assert "commit 3 (overwrite) on events: 1 row, 1 segment added, 2 replaced" in out
+    assert "1 chunk emptied" in out  # 2024-01-02 had rows, the new data has none
 
     out = ok(wh, "query", "SELECT count(*) AS n, sum(k) AS s FROM events")
     assert out.splitlines()[1].split() == ["5", "53"]  # 7 + (10+11+12+13)

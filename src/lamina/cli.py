@@ -40,8 +40,9 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 import lamina
-from lamina.errors import LaminaError, SchemaError, TableNotFoundError
+from lamina.errors import LaminaError, SchemaError, SnapshotNotFoundError, TableNotFoundError
 from lamina.interval import ETERNITY, Granularity, Interval, from_us
+from lamina.meta.store import Snapshot
 from lamina.segment import Segment
 from lamina.timeline import Timeline
 
@@ -125,6 +126,11 @@ def _cells(*values: str | Text) -> list[Text]:
 
 def _count(n: int) -> str:
     return f"{n:,}"
+
+
+def _n(n: int, noun: str) -> str:
+    """``1 row``, ``2 rows``, ``1,000 segments``."""
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 def _size(n: int) -> str:
@@ -295,8 +301,6 @@ def _format_of_name(name: str) -> FileFormat | None:
         if lower.endswith(ext):
             lower = lower[: -len(ext)]
             break
-    if lower.endswith(".parquet") or ".parquet" in lower.rsplit("/", 1)[-1]:
-        return FileFormat.parquet  # Spark's part-00000-....snappy.parquet, c000.parquet
     return _EXTENSIONS.get(os.path.splitext(lower)[1])
 
 
@@ -348,7 +352,9 @@ def infer_schema(path: str, fmt: FileFormat | None = None) -> pa.Schema:
                 return pads.dataset(path, format="parquet").schema
             return pq.read_schema(path)
         if fmt is FileFormat.csv:
-            with pacsv.open_csv(path) as reader:
+            tsv = path.lower().endswith((".tsv", ".tsv.gz"))
+            parse = pacsv.ParseOptions(delimiter="\t" if tsv else ",")
+            with pacsv.open_csv(path, parse_options=parse) as reader:
                 return _normalize_inferred(reader.schema)
         if hasattr(pajson, "open_json"):  # pyarrow >= 19: only the first block
             with pajson.open_json(path) as reader:
@@ -377,22 +383,16 @@ class _Globals:
     warehouse: str | None = None
 
 
+_CATALOG_HELP = (
+    "Catalog URL (sqlite:///..., postgresql://...). "
+    "Default: $LAMINA_CATALOG, else lamina.db inside the warehouse."
+)
+_WAREHOUSE_HELP = "Warehouse path or URI. Default: $LAMINA_WAREHOUSE, else ./warehouse."
 CatalogOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--catalog",
-        help="Catalog URL (sqlite:///..., postgresql://...). "
-        "Default: $LAMINA_CATALOG, else lamina.db inside the warehouse.",
-        show_default=False,
-    ),
+    str | None, typer.Option("--catalog", help=_CATALOG_HELP, show_default=False)
 ]
 WarehouseOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--warehouse",
-        help="Warehouse path or URI. Default: $LAMINA_WAREHOUSE, else ./warehouse.",
-        show_default=False,
-    ),
+    str | None, typer.Option("--warehouse", help=_WAREHOUSE_HELP, show_default=False)
 ]
 
 
@@ -401,14 +401,14 @@ def main(
     ctx: typer.Context,
     catalog: Annotated[
         str | None,
-        typer.Option("--catalog", envvar="LAMINA_CATALOG", help="Catalog URL.", show_default=False),
+        typer.Option("--catalog", envvar="LAMINA_CATALOG", help=_CATALOG_HELP, show_default=False),
     ] = None,
     warehouse: Annotated[
         str | None,
         typer.Option(
             "--warehouse",
             envvar="LAMINA_WAREHOUSE",
-            help="Warehouse path or URI.",
+            help=_WAREHOUSE_HELP,
             show_default=False,
         ),
     ] = None,
@@ -428,6 +428,25 @@ def _connect(
         yield cat
     finally:
         cat.close()
+
+
+def _load(cat: lamina.Catalog, name: str) -> lamina.Table:
+    try:
+        return cat.load_table(name)
+    except TableNotFoundError:
+        raise TableNotFoundError(
+            f"no table named {name!r}; `lamina tables` lists the tables"
+        ) from None
+
+
+def _snapshot(t: lamina.Table, as_of: int | None, all_published: bool) -> Snapshot:
+    try:
+        return t.snapshot(as_of, all_published=all_published)
+    except SnapshotNotFoundError:
+        raise SnapshotNotFoundError(
+            f"table {t.name!r} has no completed commit {as_of}; `lamina history {t.name}` "
+            "lists the commits you can read"
+        ) from None
 
 
 # -- init / create-table / tables --------------------------------------------------------
@@ -520,7 +539,7 @@ def tables(ctx: typer.Context, catalog: CatalogOpt = None, warehouse: WarehouseO
         for heading in ("segments", "rows", "size"):
             out.add_column(heading, justify="right")
         for name in cat.list_tables():
-            t = cat.load_table(name)
+            t = _load(cat, name)
             segs = t.segments()
             out.add_row(
                 *_cells(
@@ -623,8 +642,8 @@ def segments(
 ) -> None:
     """List a table's visible segments (or, with --all, every published one)."""
     with _connect(ctx, catalog, warehouse) as cat:
-        t = cat.load_table(name)
-        snap = t.snapshot(as_of, all_published=all_)
+        t = _load(cat, name)
+        snap = _snapshot(t, as_of, all_published=all_)
         tl = Timeline.build(snap.segments)
         status: dict[tuple[Interval, int], _Status] = {}
         if all_:
@@ -667,11 +686,11 @@ def segments(
         con.print(out)
         live = [s for s in tl.visible() if s.location is not None]
         note = (
-            f"{_count(len(live))} visible segments, {_count(sum(s.row_count for s in live))} "
-            f"rows, {_size(sum(s.size_bytes for s in live))}"
+            f"{_n(len(live), 'visible segment')}, {_n(sum(s.row_count for s in live), 'row')}, "
+            f"{_size(sum(s.size_bytes for s in live))}"
         )
         if all_:
-            note = f"{_count(len(segs))} published segments; {note}"
+            note = f"{_n(len(segs), 'published segment')}; {note}"
         if snap.commit_id:
             note += f" · snapshot of commit {snap.commit_id}"
         con.print(Text(note, style="dim"))
@@ -679,7 +698,7 @@ def segments(
 
 _GLYPHS = {
     "visible": ("█", "green"),
-    "partial": ("▌", "yellow"),
+    "partial": ("▓", "yellow"),
     "overshadowed": ("░", "dim"),
     "incomplete": ("▒", "yellow"),
     "hidden": ("░", "dim"),
@@ -705,8 +724,8 @@ def timeline(
     """Draw the timeline: each chunk's versions, which is visible, what is overshadowed."""
     window = Interval.parse(interval) if interval is not None else None
     with _connect(ctx, catalog, warehouse) as cat:
-        t = cat.load_table(name)
-        snap = t.snapshot(as_of, all_published=True)
+        t = _load(cat, name)
+        snap = _snapshot(t, as_of, all_published=True)
         tl = Timeline.build(snap.segments)
         groups = [
             (iv, chunks)
@@ -719,7 +738,7 @@ def timeline(
         layered = sum(1 for _, chunks in groups if len(chunks) > 1)
         head = Text.assemble(
             (t.name, "bold"),
-            f" · {t.granularity.value} chunks · {_count(len(groups))} chunks",
+            f" · {t.granularity.value} chunks · {_n(len(groups), 'chunk')}",
             f" ({_count(layered)} with several versions)" if layered else "",
             f" · snapshot of commit {snap.commit_id}" if snap.commit_id else " · empty",
             f" · within {window}" if window else "",
@@ -741,11 +760,12 @@ def timeline(
                 if c.tombstone:
                     bar = Text("×", style="red" if st.kind == "visible" else "dim")
                     detail = "deleted (tombstone)" if st.kind == "visible" else st.detail
+                    detail_style = "red" if st.kind == "visible" else style
                     rows, parts = "", "tombstone"
                 else:
                     width = max(1, round(_BAR_WIDTH * c.rows / most)) if most and c.rows else 1
                     bar = Text(glyph * width, style=style)
-                    detail = st.detail
+                    detail, detail_style = st.detail, style
                     rows = _count(c.rows)
                     parts = _partitions([s.partition_id for s in c.segments])
                 row_style = "dim" if st.kind in ("overshadowed", "hidden") else None
@@ -756,7 +776,7 @@ def timeline(
                         bar,
                         rows,
                         parts,
-                        Text(detail, style=style if st.kind != "visible" else "green"),
+                        Text(detail, style=detail_style),
                     ),
                     style=row_style,
                 )
@@ -764,7 +784,7 @@ def timeline(
         if len(shown) < len(groups):
             con.print(
                 Text(
-                    f"... {_count(len(groups) - len(shown))} more chunks "
+                    f"... {_n(len(groups) - len(shown), 'more chunk')} "
                     "(--limit 0 shows all; --interval START/END narrows)",
                     style="dim",
                 )
@@ -773,7 +793,7 @@ def timeline(
             Text.assemble(
                 ("█", "green"),
                 " visible  ",
-                ("▌", "yellow"),
+                ("▓", "yellow"),
                 " partly visible  ",
                 ("░", "dim"),
                 " overshadowed  ",
@@ -795,7 +815,7 @@ def history(
 ) -> None:
     """List a table's commits, oldest first."""
     with _connect(ctx, catalog, warehouse) as cat:
-        commits = cat.load_table(name).history()
+        commits = _load(cat, name).history()
         out = RichTable(box=None, padding=(0, 2), header_style="bold")
         out.add_column("commit", justify="right")
         out.add_column("action")
@@ -930,7 +950,7 @@ def query(
             *(Text("null", style="dim") if r[n] is None else Text(_cell(r[n])) for n in names)
         )
     con.print(out)
-    note = f"{_count(total)} row{'s' if total != 1 else ''}"
+    note = _n(total, "row")
     if len(rows) < total:
         note = f"{_count(len(rows))} of {note} shown (--limit 0 prints all)"
     con.print(Text(note, style="dim"))
@@ -951,6 +971,7 @@ class _SparkProgress:
         self._tracker = spark.sparkContext.statusTracker()
         self._interval_s = interval_s
         self._stop = threading.Event()
+        self._lock = threading.Lock()
         self._stages: dict[int, tuple[int, int]] = {}  # id -> (completed, total) tasks
         self._done: set[int] = set()
         self._phase = "starting"
@@ -969,11 +990,16 @@ class _SparkProgress:
         self._thread = threading.Thread(target=self._run, name="lamina-progress", daemon=True)
 
     def phase(self, text: str) -> None:
-        self._phase = text
-        self._refresh()
+        with self._lock:
+            self._phase = text
+            self._refresh()
 
     def poll(self) -> None:
         """Read the status of every stage seen so far; update the bar."""
+        with self._lock:
+            self._poll()
+
+    def _poll(self) -> None:
         active = self._tracker.getActiveStageIds()
         for sid in active:
             self._stages.setdefault(sid, (0, 0))
@@ -1019,6 +1045,8 @@ class _SparkProgress:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        with contextlib.suppress(Exception):
+            self.poll()  # count the tasks that finished since the last poll
         self.progress.stop()
 
 
@@ -1171,6 +1199,8 @@ def ingest(
         table: lamina.Table | None
         try:
             table = cat.load_table(name)
+            if create:
+                _note_existing(table, time_column, granularity, properties)
         except TableNotFoundError:
             if not create:
                 raise TableNotFoundError(
@@ -1187,8 +1217,8 @@ def ingest(
         meta = {
             "via": "lamina ingest",
             "format": fmt.value,
-            "inputs": list(files[:20]),
-            "input_count": len(files),
+            "inputs": paths[:20],
+            "input_count": len(paths),
         }
         with _SparkProgress(spark, err) as progress, _spark_errors():
             progress.phase("reading")
@@ -1202,10 +1232,31 @@ def ingest(
                 commit = table.append(df, metadata=meta)
             else:
                 commit = table.overwrite(df, interval=interval, metadata=meta)
-            progress.poll()
-            tasks = progress.tasks
+        tasks = progress.tasks
         elapsed = time.monotonic() - started
         _print_commit(table, commit, created, elapsed, tasks)
+
+
+def _note_existing(
+    table: lamina.Table,
+    time_column: str | None,
+    granularity: Granularity | None,
+    properties: dict[str, str],
+) -> None:
+    """--create on an existing table writes into it as it is; say so if that differs."""
+    differs = (
+        (time_column is not None and time_column != table.time_column)
+        or (granularity is not None and granularity is not table.granularity)
+        or any(table.properties.get(k) != v for k, v in properties.items())
+    )
+    if differs:
+        _console(stderr=True).print(
+            Text(
+                f"note: table {table.name} exists (time column {table.time_column}, "
+                f"{table.granularity.value} chunks); --create options are not applied to it",
+                style="yellow",
+            )
+        )
 
 
 def _print_commit(
@@ -1219,19 +1270,19 @@ def _print_commit(
     if created:
         con.print(Text.assemble(("created table ", "green"), (table.name, "bold green")))
     parts = [
-        f"{_count(sum(s.row_count for s in data))} rows",
-        f"{_count(len(data))} segments added",
+        _n(sum(s.row_count for s in data), "row"),
+        _n(len(data), "segment") + " added",
     ]
     if removed:
         parts.append(f"{_count(removed)} replaced")
     if tombstones:
-        parts.append(f"{_count(tombstones)} chunks emptied")
+        parts.append(_n(tombstones, "chunk") + " emptied")
     con.print(
         Text.assemble(
             ("✓ ", "green"),
             (f"commit {commit.id}", "bold"),
             f" ({commit.action.lower()}) on {table.name}: " + ", ".join(parts),
-            (f" · {elapsed:.1f} s, {_count(tasks)} Spark tasks", "dim"),
+            (f" · {elapsed:.1f} s, {_n(tasks, 'Spark task')}", "dim"),
         )
     )
 

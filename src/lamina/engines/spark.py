@@ -146,7 +146,7 @@ def _chunk_expr(column: str, field_type: pa.DataType, granularity: Granularity) 
     c = F.col(f"`{column}`")
     if pa.types.is_date(field_type):
         date, hour = c, F.lit(0)
-    elif field_type.tz is None:  # type: ignore[attr-defined]
+    elif field_type.tz is None:
         date, hour = F.to_date(c), F.hour(c)  # wall-clock fields of a TIMESTAMP_NTZ
     else:
         micros = F.unix_micros(c)
