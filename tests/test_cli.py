@@ -222,8 +222,8 @@ def test_query_formats(wh: str, events: lamina.Table) -> None:
 
     data = json.loads(ok(wh, "query", "SELECT k, v FROM events ORDER BY k", "-f", "json"))
     assert [r["k"] for r in data] == [0, 1, 2, 100, 200, 201]
-    lines = ok(wh, "query", "SELECT k FROM events ORDER BY k", "-f", "jsonl", "-n", "2")
-    assert [json.loads(x) for x in lines.splitlines()] == [{"k": 0}, {"k": 1}]
+    jsonl = ok(wh, "query", "SELECT k FROM events ORDER BY k", "-f", "jsonl", "-n", "2")
+    assert [json.loads(x) for x in jsonl.splitlines()] == [{"k": 0}, {"k": 1}]
 
     out = ok(wh, "query", "SELECT k FROM events ORDER BY k", "--limit", "2")
     assert "2 of 6 rows shown" in out and "200" not in out
