@@ -45,6 +45,7 @@ def test_append_joins_chunks_and_hides_nothing(cat: lamina.Catalog) -> None:
         1,
     }
     assert c2.id > c1.id
+    assert c2.removed == ()
 
 
 def test_overwrite_interval_replaces_and_time_travel(cat: lamina.Catalog) -> None:
@@ -63,6 +64,7 @@ def test_overwrite_interval_replaces_and_time_travel(cat: lamina.Catalog) -> Non
     hist = t.history()
     assert [h.id for h in hist] == [c1.id, c2.id]
     assert hist[1].action == "OVERWRITE" and len(hist[1].removed) == 2
+    assert set(c2.removed) == set(hist[1].removed) and set(c2.added) == set(hist[1].added)
     # versions strictly increase and the overwrite's is higher than what it replaced
     v_new = {s.version for s in t.segments() if s.interval == Interval("2024-01-02", "2024-01-03")}
     v_old = {s.version for s in t.segments(as_of=c1.id)}

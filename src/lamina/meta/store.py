@@ -303,12 +303,12 @@ class CatalogStore:
                 )
             seq = int(trow.last_seq) + 1
             next_version = int(trow.next_version)
+            removed: list[tuple[int, str]] = []
             if plan.overwrite is not None:
-                rows, removed = self._plan_overwrite(conn, table, plan, next_version, seq)
+                rows, removed = self._plan_overwrite(conn, table, plan, next_version)
                 next_version += 1
             else:
                 rows, new_version_used = self._plan_append(conn, table, plan, next_version)
-                removed = []
                 next_version += int(new_version_used)
             now = now_us()
             for r in rows:
@@ -318,7 +318,7 @@ class CatalogStore:
             if removed:
                 conn.execute(
                     update(segments)
-                    .where(segments.c.pk.in_(removed))
+                    .where(segments.c.pk.in_([pk for pk, _ in removed]))
                     .values(removed_seq=seq, removed_commit=commit_id)
                 )
             conn.execute(
@@ -339,6 +339,7 @@ class CatalogStore:
                 completed_at=Commit.time(now),
                 table=table.name,
                 added=tuple(r["segment_id"] for r in rows),
+                removed=tuple(sid for _, sid in removed),
                 metadata=json.loads(crow.metadata),
             )
 
@@ -381,8 +382,10 @@ class CatalogStore:
         }
 
     def _plan_overwrite(
-        self, conn: Connection, table: TableRecord, plan: PublishPlan, version: int, seq: int
-    ) -> tuple[list[dict[str, Any]], list[int]]:
+        self, conn: Connection, table: TableRecord, plan: PublishPlan, version: int
+    ) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
+        """Rows of the new version (tombstones for empty chunks), and the (pk, id) of
+        live segments it hides everywhere."""
         assert plan.overwrite is not None
         by_chunk: dict[Interval, list[NewSegment]] = {c: [] for c in plan.overwrite}
         for f in plan.files:
@@ -400,8 +403,8 @@ class CatalogStore:
         tl = Timeline.build(self._segment(table.name, r) for r in live)
         for r in rows:
             tl.add(self._segment(table.name, r))
-        removed = [r.pk for r in live if tl.is_overshadowed(self._segment(table.name, r))]
-        return rows, removed
+        hidden = [r for r in live if tl.is_overshadowed(self._segment(table.name, r))]
+        return rows, [(int(r.pk), str(r.segment_id)) for r in hidden]
 
     def _plan_append(
         self, conn: Connection, table: TableRecord, plan: PublishPlan, new_version: int
