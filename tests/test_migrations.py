@@ -1,0 +1,44 @@
+"""The catalog schema is versioned; existing catalogs upgrade in place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Connection, inspect, text
+
+import lamina
+from lamina import errors
+from lamina.meta import schema
+from tests.helpers import SCHEMA, events
+
+
+def _add_note_column(conn: Connection) -> None:
+    conn.execute(text("ALTER TABLE lamina_commits ADD COLUMN note VARCHAR(64)"))
+
+
+def test_existing_catalog_upgrades_in_place(
+    catalog_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wh = str(tmp_path / "wh")
+    with lamina.connect(catalog=catalog_url, warehouse=wh) as cat:
+        cat.create_table("events", schema=SCHEMA, time_column="ts").append(events())
+    monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, _add_note_column])
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", len(schema.MIGRATIONS))
+    with lamina.connect(catalog=catalog_url, warehouse=wh) as cat:
+        with cat.engine.connect() as conn:
+            cols = {c["name"] for c in inspect(conn).get_columns("lamina_commits")}
+            version = conn.execute(text("SELECT version FROM lamina_schema")).scalar()
+        assert "note" in cols and version == 2
+        assert cat.load_table("events").count() == 300  # data survived the upgrade
+    # opening it again does not re-run the migration
+    with lamina.connect(catalog=catalog_url, warehouse=wh) as cat:
+        assert cat.list_tables() == ["events"]
+
+
+def test_catalog_newer_than_library_is_refused(catalog_url: str, tmp_path: Path) -> None:
+    wh = str(tmp_path / "wh")
+    with lamina.connect(catalog=catalog_url, warehouse=wh) as cat, cat.engine.begin() as conn:
+        conn.execute(text("UPDATE lamina_schema SET version = 99"))
+    with pytest.raises(errors.CatalogUnavailableError, match="upgrade lamina"):
+        lamina.connect(catalog=catalog_url, warehouse=wh)
