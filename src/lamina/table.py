@@ -130,13 +130,19 @@ class Table:
 
     # -- reading ------------------------------------------------------------------
 
-    def snapshot(self, as_of: int | None = None, all_published: bool = False) -> Snapshot:
-        return self.catalog.store.snapshot(self.name, as_of, all_published)
+    def snapshot(
+        self,
+        as_of: int | None = None,
+        all_published: bool = False,
+        interval: Interval | None = None,
+    ) -> Snapshot:
+        """The segments of one snapshot (only those overlapping ``interval`` if given)."""
+        return self.catalog.store.snapshot(self.name, as_of, all_published, interval)
 
     def scan(self, as_of: int | None = None, interval: Any = None) -> ScanPlan:
         """Plan a read: the files of one snapshot, pruned to ``interval``."""
         iv = None if interval is None else Interval.coerce(interval)
-        return plan_scan(self.snapshot(as_of), iv)
+        return plan_scan(self.snapshot(as_of, interval=iv), iv)
 
     def to_arrow(
         self, as_of: int | None = None, columns: list[str] | None = None, interval: Any = None

@@ -40,11 +40,10 @@ def run_sql(catalog: Catalog, query: str) -> pa.Table:
             if name is None:
                 continue
             table = catalog.load_table(name)
-            snapshot = table.snapshot()
             bound = None
             if table.time_column is not None:
                 bound = time_bound(con, query, name, table.time_column, table.schema)
-            register_view(con, name, plan_scan(snapshot, bound))
+            register_view(con, name, plan_scan(table.snapshot(interval=bound), bound))
         try:
             rel = con.sql(query)
             if rel is None:  # a statement without a result
@@ -110,7 +109,6 @@ def register_view(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan) -> 
 # -- time-bound extraction -----------------------------------------------------------
 
 _LOWER = {"COMPARE_GREATERTHANOREQUALTO", "COMPARE_GREATERTHAN"}
-_UPPER = {"COMPARE_LESSTHAN", "COMPARE_LESSTHANOREQUALTO"}
 _FLIP = {
     "COMPARE_GREATERTHANOREQUALTO": "COMPARE_LESSTHANOREQUALTO",
     "COMPARE_GREATERTHAN": "COMPARE_LESSTHAN",
@@ -198,7 +196,10 @@ def _has_column(e: Any) -> bool:
     return False
 
 
-def _constant_us(con: duckdb.DuckDBPyConnection, e: Any, query: bytes, cast: str) -> int | None:
+def _constant_us(
+    con: duckdb.DuckDBPyConnection, e: Any, query: bytes, cast: str
+) -> tuple[int, int] | None:
+    """Floor and ceiling in µs of a constant expression read as the column's type."""
     if not isinstance(e, dict) or e.get("class") not in ("CONSTANT", "CAST") or _has_column(e):
         return None
     at, length = e.get("query_location"), e.get("query_location_length")
@@ -212,11 +213,14 @@ def _constant_us(con: duckdb.DuckDBPyConnection, e: Any, query: bytes, cast: str
     text = query[at : at + length].decode()
     try:
         rows = con.execute(
-            f"SELECT epoch_us(CAST(CAST(({text}) AS {cast}) AS TIMESTAMP))"
+            f"SELECT epoch_ns(CAST(CAST(({text}) AS {cast}) AS TIMESTAMP_NS))"
         ).fetchall()
     except duckdb.Error:
         return None
-    return None if not rows or rows[0][0] is None else int(rows[0][0])
+    if not rows or rows[0][0] is None:
+        return None
+    ns = int(rows[0][0])
+    return ns // 1000, -(-ns // 1000)
 
 
 def _bounds(
@@ -227,13 +231,13 @@ def _bounds(
     query: bytes,
     cast: str,
 ) -> list[tuple[int, int]]:
+    """The interval one condition allows (exact where it can be, else a superset)."""
+    step = 86_400_000_000 if cast == "DATE" else 1  # the next value after v is v + step
     kind = c.get("type")
     if kind == "COMPARE_BETWEEN" and _is_column(c.get("input"), column, names):
         lo = _constant_us(con, c.get("lower"), query, cast)
         hi = _constant_us(con, c.get("upper"), query, cast)
-        if lo is not None and hi is not None:
-            return [(lo, hi + 1)]
-        return []
+        return [(lo[0], hi[0] + step)] if lo is not None and hi is not None else []
     if kind not in _FLIP:
         return []
     left, right = c.get("left"), c.get("right")
@@ -244,9 +248,11 @@ def _bounds(
     v = _constant_us(con, right, query, cast)
     if v is None:
         return []
+    floor, ceil = v
     if kind in _LOWER:
-        return [(v, MAX_US)]
-    if kind in _UPPER:
-        # +1 day covers date columns and sub-µs precision; pruning only needs a superset
-        return [(MIN_US, v + 1 + (86_400_000_000 if cast == "DATE" else 0))]
-    return [(v, v + 1 + (86_400_000_000 if cast == "DATE" else 0))]
+        return [(floor, MAX_US)]
+    if kind == "COMPARE_LESSTHAN":
+        return [(MIN_US, ceil)]
+    if kind == "COMPARE_LESSTHANOREQUALTO":
+        return [(MIN_US, floor + step)]
+    return [(floor, floor + step)]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lamina.errors import TimeColumnError
@@ -20,22 +21,45 @@ from lamina.meta.store import NewSegment
 
 @dataclass(frozen=True)
 class ChunkPart:
-    """Rows bound for one segment file of one chunk."""
+    """Rows bound for one segment file of one chunk: ``rows`` of ``source``.
+
+    Rows are gathered lazily (in the writing thread), so splitting costs one stable
+    counting sort of small chunk codes, not a copy of the table.
+    """
 
     chunk: Interval
-    data: pa.Table
-    min_time: int | None
-    max_time: int | None
+    source: pa.Table
+    rows: slice | np.ndarray  # a contiguous range, or row indices in arrival order
+    times: np.ndarray | None  # µs time of every source row (None: no time column)
+
+    @property
+    def num_rows(self) -> int:
+        if isinstance(self.rows, slice):
+            return int(self.rows.stop - self.rows.start)
+        return len(self.rows)
+
+    def data(self) -> pa.Table:
+        if isinstance(self.rows, slice):
+            return self.source.slice(self.rows.start, self.num_rows)
+        return self.source.take(pa.array(self.rows))
+
+    def time_range(self) -> tuple[int | None, int | None]:
+        if self.times is None or self.num_rows == 0:
+            return None, None
+        t = self.times[self.rows]
+        return int(t.min()), int(t.max())
 
 
 def split_by_chunk(
     data: pa.Table, time_column: str | None, granularity: Granularity, target_rows: int
 ) -> list[ChunkPart]:
-    """Sort rows by time and cut them into per-chunk parts of at most ``target_rows``."""
-    if data.num_rows == 0:
+    """Group rows by chunk (arrival order kept) and cut them into parts of at most
+    ``target_rows`` rows."""
+    n = data.num_rows
+    if n == 0:
         return []
     if time_column is None:
-        return [ChunkPart(ETERNITY, p, None, None) for p in _pieces(data, target_rows)]
+        return [ChunkPart(ETERNITY, data, r, None) for r in _pieces(slice(0, n), target_rows)]
     col = data.column(time_column)
     if col.null_count:
         raise TimeColumnError(
@@ -43,31 +67,38 @@ def split_by_chunk(
             "a time — fill or drop those rows"
         )
     t = time_values_us(col)
-    if len(t) > 1 and not bool(np.all(t[1:] >= t[:-1])):
-        order = np.argsort(t, kind="stable")
-        data = data.take(pa.array(order))
-        t = t[order]
-    starts = chunk_starts(t, granularity)
-    uniq, first = np.unique(starts, return_index=True)
-    bounds = [*first.tolist(), len(t)]
+    encoded = pc.dictionary_encode(pa.array(chunk_starts(t, granularity)))
+    starts = encoded.dictionary.to_numpy()
+    codes = encoded.indices.to_numpy()
+    counts = np.bincount(codes, minlength=len(starts))
+    if len(codes) < 2 or bool(np.all(codes[1:] >= codes[:-1])):
+        order = None  # already grouped (e.g. time-ordered input): zero-copy slices
+    else:
+        narrow = codes.astype(np.int16) if len(starts) < 2**15 else codes
+        order = np.argsort(narrow, kind="stable")  # radix sort for 16-bit codes
+    bounds = np.concatenate([[0], np.cumsum(counts)])
     parts = []
-    for i, start in enumerate(uniq.tolist()):
-        lo, hi = bounds[i], bounds[i + 1]
+    for code in np.argsort(starts):
+        lo, hi = int(bounds[code]), int(bounds[code + 1])
+        start = int(starts[code])
         chunk = Interval.of(start, granularity.next_start(start))
-        offset = lo
-        for piece in _pieces(data.slice(lo, hi - lo), target_rows):
-            n = piece.num_rows
-            parts.append(ChunkPart(chunk, piece, int(t[offset]), int(t[offset + n - 1])))
-            offset += n
+        for piece in _pieces(slice(lo, hi), target_rows):
+            rows: slice | np.ndarray = piece if order is None else order[piece]
+            parts.append(ChunkPart(chunk, data, rows, t))
     return parts
 
 
-def _pieces(data: pa.Table, target_rows: int) -> list[pa.Table]:
-    """Cut into near-equal slices of at most ``target_rows`` rows."""
-    n = data.num_rows
+def _pieces(rows: slice, target_rows: int) -> list[slice]:
+    """Cut a range into near-equal ranges of at most ``target_rows``."""
+    n = rows.stop - rows.start
     count = max(1, -(-n // max(1, target_rows)))
     size = -(-n // count)
-    return [data.slice(i, size) for i in range(0, n, size)]
+    return [slice(i, min(i + size, rows.stop)) for i in range(rows.start, rows.stop, size)]
+
+
+#: Small dictionary pages: low-cardinality columns stay dictionary-encoded, others
+#: fall back to plain encoding early instead of building large dictionaries per file.
+DICTIONARY_PAGE_LIMIT = 16 * 1024
 
 
 def write_parts(wh: Warehouse, commit_rel: str, parts: list[ChunkPart]) -> list[NewSegment]:
@@ -79,10 +110,12 @@ def write_parts(wh: Warehouse, commit_rel: str, parts: list[ChunkPart]) -> list[
         rel = f"{commit_rel}/__lamina_chunk={part.chunk.start}/part-{i:05d}-{tag}.parquet"
         path = wh.path(rel)
         wh.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-        pq.write_table(part.data, path, filesystem=wh.fs)
-        return NewSegment(
-            part.chunk, rel, part.data.num_rows, wh.size(path), part.min_time, part.max_time
+        table = part.data()
+        pq.write_table(
+            table, path, filesystem=wh.fs, dictionary_pagesize_limit=DICTIONARY_PAGE_LIMIT
         )
+        lo, hi = part.time_range()
+        return NewSegment(part.chunk, rel, table.num_rows, wh.size(path), lo, hi)
 
     if len(parts) <= 1:
         return [write(x) for x in enumerate(parts)]

@@ -472,9 +472,15 @@ class CatalogStore:
     # -- reading ------------------------------------------------------------------
 
     def snapshot(
-        self, name: str, as_of: int | None = None, all_published: bool = False
+        self,
+        name: str,
+        as_of: int | None = None,
+        all_published: bool = False,
+        interval: Interval | None = None,
     ) -> Snapshot:
-        """Live segments of the latest snapshot, or of the one completed by ``as_of``."""
+        """Live segments of the latest snapshot, or of the one completed by ``as_of``;
+        only those overlapping ``interval`` when given (visibility at an instant
+        depends only on the segments covering it)."""
 
         def txn(conn: Connection) -> Snapshot:
             rec = self.get_table(name, conn)
@@ -503,6 +509,8 @@ class CatalogStore:
             cond = [segments.c.table_id == rec.id, segments.c.added_seq <= seq]
             if not all_published:
                 cond.append(or_(segments.c.removed_seq.is_(None), segments.c.removed_seq > seq))
+            if interval is not None:
+                cond += [segments.c.start_us < interval.end, segments.c.end_us > interval.start]
             cols = [
                 segments.c.start_us,
                 segments.c.end_us,
@@ -518,22 +526,14 @@ class CatalogStore:
             ]
             result = conn.execute(select(*cols).where(and_(*cond)))
             root, tname = self.root, rec.name
-            segs = [
-                Segment(
-                    tname,
-                    Interval.of(s, e),
-                    v,
-                    p,
-                    n,
-                    f"{root}/{loc}" if loc else None,
-                    rc,
-                    sb,
-                    mn,
-                    mx,
-                    cid,
-                )
-                for s, e, v, p, n, loc, rc, sb, mn, mx, cid in result
-            ]
+            intervals: dict[tuple[int, int], Interval] = {}  # shared, not one per segment
+            segs = []
+            for s, e, v, p, n, loc, rc, sb, mn, mx, cid in result:
+                iv = intervals.get((s, e))
+                if iv is None:
+                    iv = intervals[(s, e)] = Interval.of(s, e)
+                location = f"{root}/{loc}" if loc else None
+                segs.append(Segment(tname, iv, v, p, n, location, rc, sb, mn, mx, cid))
             return Snapshot(rec, seq, commit_id, segs)
 
         return run(self.engine, txn, write=False)
