@@ -179,6 +179,15 @@ class Granularity(enum.StrEnum):
                 f"unknown segment granularity {value!r}; use one of {names}"
             ) from None
 
+    @property
+    def fixed_width(self) -> int | None:
+        """Chunk length in µs for HOUR, DAY and WEEK; None for calendar units and ALL."""
+        return {
+            Granularity.HOUR: US_PER_HOUR,
+            Granularity.DAY: US_PER_DAY,
+            Granularity.WEEK: US_PER_WEEK,
+        }.get(self)
+
     def floor(self, us: int) -> int:
         """Start of the chunk holding instant ``us``."""
         if self is Granularity.ALL:

@@ -67,9 +67,7 @@ def split_by_chunk(
             "a time — fill or drop those rows"
         )
     t = time_values_us(col)
-    encoded = pc.dictionary_encode(pa.array(chunk_starts(t, granularity)))
-    starts = encoded.dictionary.to_numpy()
-    codes = encoded.indices.to_numpy()
+    starts, codes = _chunk_codes(t, granularity)
     counts = np.bincount(codes, minlength=len(starts))
     if len(codes) < 2 or bool(np.all(codes[1:] >= codes[:-1])):
         order = None  # already grouped (e.g. time-ordered input): zero-copy slices
@@ -80,12 +78,27 @@ def split_by_chunk(
     parts = []
     for code in np.argsort(starts):
         lo, hi = int(bounds[code]), int(bounds[code + 1])
+        if lo == hi:
+            continue
         start = int(starts[code])
         chunk = Interval.of(start, granularity.next_start(start))
         for piece in _pieces(slice(lo, hi), target_rows):
             rows: slice | np.ndarray = piece if order is None else order[piece]
             parts.append(ChunkPart(chunk, data, rows, t))
     return parts
+
+
+def _chunk_codes(t: np.ndarray, granularity: Granularity) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct chunk starts and, per row, the index of its chunk's start."""
+    width = granularity.fixed_width
+    if width is not None:  # arithmetic, no hashing
+        first = granularity.floor(int(t.min()))
+        span = (granularity.floor(int(t.max())) - first) // width + 1
+        if span <= 4 * len(t) + 1024:  # dense enough for a code per possible chunk
+            codes = (t - first) // width
+            return first + np.arange(span, dtype=np.int64) * width, codes
+    encoded = pc.dictionary_encode(pa.array(chunk_starts(t, granularity)))
+    return encoded.dictionary.to_numpy(), encoded.indices.to_numpy()
 
 
 def _pieces(rows: slice, target_rows: int) -> list[slice]:

@@ -433,17 +433,27 @@ class CatalogStore:
                     f"cannot append into {chunk}: it is covered by several versions or "
                     "a chunk of another granularity; overwrite that interval instead"
                 )
-        next_pid: dict[tuple[Interval, int], int] = {}
-        for interval, version in set(target.values()):
-            top = conn.execute(
-                select(func.max(segments.c.partition_id)).where(
-                    segments.c.table_id == table.id,
-                    segments.c.start_us == interval.start,
-                    segments.c.end_us == interval.end,
-                    segments.c.version == version,
-                )
-            ).scalar()
-            next_pid[(interval, version)] = 0 if top is None else int(top) + 1
+        wanted = set(target.values())
+        next_pid = {key: 0 for key in wanted}
+        lo = min(iv.start for iv, _ in wanted)
+        hi = max(iv.end for iv, _ in wanted)
+        for s, e, v, top in conn.execute(  # one query for every target chunk
+            select(
+                segments.c.start_us,
+                segments.c.end_us,
+                segments.c.version,
+                func.max(segments.c.partition_id),
+            )
+            .where(
+                segments.c.table_id == table.id,
+                segments.c.start_us >= lo,
+                segments.c.end_us <= hi,
+            )
+            .group_by(segments.c.start_us, segments.c.end_us, segments.c.version)
+        ):
+            key = (Interval.of(s, e), v)
+            if key in next_pid:
+                next_pid[key] = int(top) + 1
         rows = []
         for f in plan.files:
             key = target[f.chunk]
