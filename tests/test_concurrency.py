@@ -92,13 +92,8 @@ _KILLED_WRITER = textwrap.dedent(
 )
 
 
-def test_writer_killed_mid_write(catalog_url: str, tmp_path: Path) -> None:
-    wh = str(tmp_path / "wh")
-    cat = lamina.connect(catalog=catalog_url, warehouse=wh, writer_wait_s=0.3)
-    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
-    t.append(events(days=2, per_day=10))
-    before = (t.count(), sorted(s.id for s in t.segments()))
-    flag = tmp_path / "flag"
+def _start_and_kill_writer(catalog_url: str, wh: str, t: lamina.Table, flag: Path) -> None:
+    """Start a writer in another process, check it holds the table, SIGKILL it mid-write."""
     child = subprocess.Popen(
         [sys.executable, "-c", _KILLED_WRITER, catalog_url, wh, str(flag)],
         cwd=ROOT,
@@ -118,6 +113,15 @@ def test_writer_killed_mid_write(catalog_url: str, tmp_path: Path) -> None:
     finally:
         if child.poll() is None:
             child.kill()
+
+
+def test_writer_killed_mid_write(catalog_url: str, tmp_path: Path) -> None:
+    wh = str(tmp_path / "wh")
+    cat = lamina.connect(catalog=catalog_url, warehouse=wh, writer_wait_s=0.3)
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    t.append(events(days=2, per_day=10))
+    before = (t.count(), sorted(s.id for s in t.segments()))
+    _start_and_kill_writer(catalog_url, wh, t, tmp_path / "flag")
     killed = [c for c in t.history() if c.state != "COMPLETED"]
     assert len(killed) == 1 and killed[0].state == "INFLIGHT"
     stray = Path(wh) / "events" / "data" / f"c{killed[0].id:010d}"
@@ -159,3 +163,17 @@ def test_failed_input_stream_aborts_and_cleans(cat: lamina.Catalog) -> None:
     aborted = [c for c in t.history() if c.state == "ABORTED"]
     assert len(aborted) == 1
     assert not (Path(cat.warehouse.root) / "events" / "data" / f"c{aborted[0].id:010d}").exists()
+
+
+def test_clean_failed_writes_without_another_write(catalog_url: str, tmp_path: Path) -> None:
+    wh = str(tmp_path / "wh")
+    cat = lamina.connect(catalog=catalog_url, warehouse=wh, writer_wait_s=0.3)
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    _start_and_kill_writer(catalog_url, wh, t, tmp_path / "flag")
+    stray = Path(wh) / "events" / "data"
+    assert any(stray.rglob("*.parquet"))
+    assert cat.clean_failed_writes() == 1
+    assert not any(stray.rglob("*.parquet"))
+    assert [c.state for c in t.history()] == ["ABORTED"]
+    assert cat.clean_failed_writes() == 0
+    assert t.count() == 0

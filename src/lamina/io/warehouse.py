@@ -76,10 +76,6 @@ class Warehouse:
         return [i for i in infos if i.type == pafs.FileType.File]
 
 
-def table_dir(table: str) -> str:
-    return table
-
-
 def commit_dir(table: str, commit_id: int) -> str:
     """Relative directory holding every file a commit writes."""
     return f"{table}/data/c{commit_id:010d}"

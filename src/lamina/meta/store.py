@@ -220,21 +220,13 @@ class CatalogStore:
         def txn(conn: Connection) -> tuple[int, list[int]]:
             self._lock_table(conn, table_id)
             now = now_us()
-            open_rows = conn.execute(
-                select(commits.c.id, commits.c.owner, commits.c.heartbeat_at).where(
-                    commits.c.table_id == table_id, commits.c.state.in_(OPEN_STATES)
+            live = self._abort_dead_writers(conn, table_id, stale_after_s, now)
+            if live:
+                row = live[0]
+                raise ConcurrentWriteError(
+                    f"commit {row.id} by {row.owner.rsplit(':', 1)[0]} is writing this "
+                    "table; wait for it to finish (or raise writer_wait_s)"
                 )
-            ).all()
-            for row in open_rows:
-                alive = _owner_alive(row.owner)
-                expired = row.heartbeat_at < now - int(stale_after_s * 1e6)
-                if alive is False or (alive is None and expired):
-                    self._abort(conn, row.id, now)
-                else:
-                    raise ConcurrentWriteError(
-                        f"commit {row.id} by {row.owner.rsplit(':', 1)[0]} is writing this "
-                        "table; wait for it to finish (or raise writer_wait_s)"
-                    )
             result = conn.execute(
                 insert(commits).values(
                     table_id=table_id,
@@ -252,6 +244,28 @@ class CatalogStore:
             return int(pk[0]), self._uncleaned(conn, table_id)
 
         return run(self.engine, txn, write=True)
+
+    def _abort_dead_writers(
+        self, conn: Connection, table_id: int, stale_after_s: float, now: int
+    ) -> list[Any]:
+        """Abort open commits whose writer is gone; return the open ones still alive.
+
+        Dead: the owner ran on this host and its pid no longer exists, or (any host)
+        its heartbeat is older than ``stale_after_s``.
+        """
+        alive_rows = []
+        for row in conn.execute(
+            select(commits.c.id, commits.c.owner, commits.c.heartbeat_at).where(
+                commits.c.table_id == table_id, commits.c.state.in_(OPEN_STATES)
+            )
+        ).all():
+            alive = _owner_alive(row.owner)
+            expired = row.heartbeat_at < now - int(stale_after_s * 1e6)
+            if alive is False or (alive is None and expired):
+                self._abort(conn, row.id, now)
+            else:
+                alive_rows.append(row)
+        return alive_rows
 
     def _abort(self, conn: Connection, commit_id: int, now: int) -> None:
         conn.execute(
@@ -588,16 +602,7 @@ class CatalogStore:
         """Abort stale open commits; return aborted commits whose files are not yet removed."""
 
         def txn(conn: Connection) -> list[int]:
-            now = now_us()
-            for row in conn.execute(
-                select(commits.c.id, commits.c.owner, commits.c.heartbeat_at).where(
-                    commits.c.table_id == table_id, commits.c.state.in_(OPEN_STATES)
-                )
-            ).all():
-                alive = _owner_alive(row.owner)
-                expired = row.heartbeat_at < now - int(stale_after_s * 1e6)
-                if alive is False or (alive is None and expired):
-                    self._abort(conn, row.id, now)
+            self._abort_dead_writers(conn, table_id, stale_after_s, now_us())
             return self._uncleaned(conn, table_id)
 
         return run(self.engine, txn, write=True)
