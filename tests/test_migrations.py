@@ -29,7 +29,7 @@ def test_existing_catalog_upgrades_in_place(
         with cat.engine.connect() as conn:
             cols = {c["name"] for c in inspect(conn).get_columns("lamina_commits")}
             version = conn.execute(text("SELECT version FROM lamina_schema")).scalar()
-        assert "note" in cols and version == 2
+        assert "note" in cols and version == len(schema.MIGRATIONS)
         assert cat.load_table("events").count() == 300  # data survived the upgrade
     # opening it again does not re-run the migration
     with lamina.connect(catalog=catalog_url, warehouse=wh) as cat:
@@ -42,3 +42,22 @@ def test_catalog_newer_than_library_is_refused(catalog_url: str, tmp_path: Path)
         conn.execute(text("UPDATE lamina_schema SET version = 99"))
     with pytest.raises(errors.CatalogUnavailableError, match="upgrade lamina"):
         lamina.connect(catalog=catalog_url, warehouse=wh)
+
+
+def test_v1_catalog_gains_lineage(catalog_url: str, tmp_path: Path) -> None:
+    """A catalog of schema version 1 (before lineage) upgrades to the current one."""
+    wh = str(tmp_path / "wh")
+    with lamina.connect(catalog=catalog_url, warehouse=wh) as cat:
+        cat.create_table("events", schema=SCHEMA, time_column="ts").append(events())
+        with cat.engine.begin() as conn:  # back to the v1 shape
+            conn.execute(text("DROP TABLE lamina_lineage"))
+            conn.execute(text("ALTER TABLE lamina_segments DROP COLUMN suffix"))
+            conn.execute(text("ALTER TABLE lamina_tables DROP COLUMN purged_seq"))
+            conn.execute(text("UPDATE lamina_schema SET version = 1"))
+    with lamina.connect(catalog=catalog_url, warehouse=wh) as cat:
+        with cat.engine.connect() as conn:
+            insp = inspect(conn)
+            assert insp.has_table("lamina_lineage")
+            assert "suffix" in {c["name"] for c in insp.get_columns("lamina_segments")}
+        t = cat.load_table("events")
+        assert t.count() == 300 and t.lineage() == []

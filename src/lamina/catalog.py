@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from lamina.errors import InvalidGranularityError, InvalidTableNameError, WarehouseError
-from lamina.interval import Granularity
+from lamina.interval import Granularity, to_us
 from lamina.io.arrow import check_time_column
 from lamina.io.warehouse import Warehouse, commit_dir
 from lamina.meta.db import create_catalog_engine
 from lamina.meta.schema import migrate
-from lamina.meta.store import CatalogStore
+from lamina.meta.store import CatalogStore, now_us
+from lamina.retention import check_properties, setting
 
 if TYPE_CHECKING:
     from lamina.table import Table
@@ -81,8 +85,14 @@ class Catalog:
         time_column: str | None = None,
         segment_granularity: str | Granularity | None = None,
         properties: dict[str, Any] | None = None,
+        ingestion_type: str = "APPEND",
+        consistent_push: bool = False,
     ) -> Table:
-        """Create a table. ``schema``: a pyarrow Schema or a Spark StructType."""
+        """Create a table. ``schema``: a pyarrow Schema or a Spark StructType.
+
+        ``ingestion_type`` (APPEND or REFRESH) and ``consistent_push`` are stored as
+        table properties and can be changed later with ``t.set_properties``.
+        """
         from lamina.table import Table
 
         check_table_name(name)
@@ -102,7 +112,15 @@ class Catalog:
                     "ALL granularity is for tables without a time column; pick HOUR, DAY, "
                     "WEEK, MONTH, QUARTER or YEAR"
                 )
-        props = {k: str(v) for k, v in (properties or {}).items()}
+        props = {
+            "ingestion_type": ingestion_type,
+            "consistent_push": str(bool(consistent_push)).lower(),
+            **{
+                k: str(v).lower() if isinstance(v, bool) else str(v)
+                for k, v in (properties or {}).items()
+            },
+        }
+        props = check_properties(props)
         record = self.store.create_table(name, arrow_schema, time_column, granularity, props)
         return Table(self, record)
 
@@ -135,6 +153,70 @@ class Catalog:
             self.warehouse.delete_dir(self.warehouse.path(commit_dir(table, cid)))
         self.store.mark_cleaned(commit_ids)
 
+    def _delete_files(self, rel_paths: Sequence[str]) -> None:
+        """Delete files (relative to the warehouse root); already missing is fine."""
+        for rel in rel_paths:
+            with contextlib.suppress(FileNotFoundError):
+                self.warehouse.fs.delete_file(self.warehouse.path(rel))
+
+    def run_retention(
+        self,
+        now: dt.datetime | None = None,
+        tables: Sequence[str] | None = None,
+        lineage_only: bool = False,
+    ) -> RetentionReport:
+        """Delete what lineage, overwrites and deletes left behind, and orphan files.
+
+        Per table: segments replaced by COMPLETED entries (and segments removed by
+        commits) once older than ``replaced_segments_retention``; segments written
+        under REVERTED entries, and under IN_PROGRESS ones older than
+        ``lineage_cleanup_retention``; files no catalog row names, older than
+        ``orphan_grace_period``. ``now`` lets a caller catch up or test.
+        """
+        at = now_us() if now is None else to_us(now)
+        never = 2**62
+        report = RetentionReport()
+        for name in tables if tables is not None else self.list_tables():
+            props = self.store.get_table(name).properties
+            garbage = self.store.retention(
+                name,
+                at,
+                never if lineage_only else setting(props, "replaced_segments_retention"),
+                never if lineage_only else setting(props, "lineage_cleanup_retention"),
+            )
+            self._delete_files(garbage)
+            report.segment_files += len(garbage)
+            if not lineage_only:
+                orphans = self.find_orphans(now=now, tables=[name], with_grace=True)
+                self._delete_files(orphans)
+                report.orphan_files += len(orphans)
+        return report
+
+    def find_orphans(
+        self,
+        now: dt.datetime | None = None,
+        tables: Sequence[str] | None = None,
+        with_grace: bool = False,
+    ) -> list[str]:
+        """Files under the tables' data directories that no catalog row names
+        (relative paths). ``with_grace``: only those older than ``orphan_grace_period``
+        — a writer that is still writing is never robbed."""
+        at = now_us() if now is None else to_us(now)
+        out: list[str] = []
+        root = self.warehouse.root
+        for name in tables if tables is not None else self.list_tables():
+            rec = self.store.get_table(name)
+            known = self.store.referenced_files(rec.id)
+            grace = setting(rec.properties, "orphan_grace_period") if with_grace else 0
+            for info in self.warehouse.list_files(self.warehouse.path(f"{name}/data")):
+                rel = info.path[len(root) + 1 :]
+                if rel in known:
+                    continue
+                mtime = info.mtime_ns // 1000 if info.mtime_ns is not None else 0
+                if at - mtime >= grace:
+                    out.append(rel)
+        return sorted(out)
+
     def clean_failed_writes(self) -> int:
         """Abort writes whose writer died, and delete every aborted write's files."""
         count = 0
@@ -156,6 +238,14 @@ class Catalog:
 
     def __repr__(self) -> str:
         return f"Catalog({self.engine.url.render_as_string()!r}, {self.warehouse.location!r})"
+
+
+@dataclass
+class RetentionReport:
+    """What one retention run deleted."""
+
+    segment_files: int = 0
+    orphan_files: int = 0
 
 
 def check_table_name(name: str) -> None:

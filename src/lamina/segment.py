@@ -34,15 +34,17 @@ class Segment:
     min_time: int | None = field(default=None, compare=False)
     max_time: int | None = field(default=None, compare=False)
     commit_id: int | None = field(default=None, compare=False)
+    suffix: str = field(default="", compare=False)
 
     @property
     def id(self) -> str:
-        """Readable unique name: ``table_start_end_vVERSION_pPARTITION``."""
+        """Readable unique name: ``table_start_end_vVERSION_pPARTITION[_suffix]``."""
         iv = self.interval
-        return (
+        name = (
             f"{self.table}_{_compact(iv.start)}_{_compact(iv.end)}"
             f"_v{self.version}_p{self.partition_id}"
         )
+        return f"{name}_{self.suffix}" if self.suffix else name
 
     @property
     def is_tombstone(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -12,6 +13,7 @@ from lamina.interval import ETERNITY, Granularity, Interval
 from lamina.io.arrow import conform, is_spark_dataframe, to_arrow_table
 from lamina.io.reader import read_arrow
 from lamina.io.writer import split_by_chunk, write_parts
+from lamina.lineage import LineageEntry
 from lamina.meta.store import NewSegment, PublishPlan, Snapshot, TableRecord
 from lamina.scan import ScanPlan, plan_scan
 from lamina.segment import Segment
@@ -58,14 +60,33 @@ class Table:
         return int(self._record.properties.get("target_rows_per_segment", DEFAULT_TARGET_ROWS))
 
     def set_properties(self, **props: Any) -> None:
-        self._record = self.catalog.store.set_properties(
-            self.name, {k: str(v) for k, v in props.items()}
-        )
+        """Change table properties in place (e.g. ``consistent_push=False``)."""
+        from lamina.retention import check_properties
+
+        values = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in props.items()}
+        self._record = self.catalog.store.set_properties(self.name, check_properties(values))
 
     # -- writing ------------------------------------------------------------------
 
+    @property
+    def ingestion_type(self) -> str:
+        """APPEND or REFRESH (informational; both write paths work on any table)."""
+        return self._record.properties.get("ingestion_type", "APPEND")
+
+    @property
+    def consistent_push(self) -> bool:
+        """Whether appends and refreshes go through a lineage entry (atomic, revertible)."""
+        return self._record.properties.get("consistent_push", "false") == "true"
+
     def append(self, data: Any, metadata: dict[str, Any] | None = None) -> Commit:
-        """Add rows. New segments join existing chunks at their current version."""
+        """Add rows. New segments join existing chunks at their current version.
+
+        On a ``consistent_push`` table the append runs under a lineage entry
+        (``segments_from=[]``), so it can be rolled back with :meth:`revert_replace`.
+        """
+        if self.consistent_push:
+            with self.push(metadata) as push:
+                return push.append(data)
         return self._write("APPEND", data, None, metadata)
 
     def overwrite(
@@ -76,57 +97,151 @@ class Table:
     ) -> Commit:
         """Replace every row in ``interval`` (default: the chunks the data touches)
         with ``data``, under a new, higher version, in one commit."""
+        return self._write("OVERWRITE", data, self._aligned(interval), metadata)
+
+    def refresh(
+        self,
+        data: Any,
+        interval: Interval | str | tuple[Any, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Commit:
+        """Replace all live segments (or those overlapping ``interval``) with ``data``.
+
+        With ``consistent_push`` the swap goes through a lineage entry: readers see the
+        old data until the new is complete, then only the new; a failure reverts the
+        entry on the spot, and :meth:`revert_replace` rolls a bad push back. Without
+        it, the swap is still one atomic commit, but not revertible.
+        """
+        iv = self._aligned(interval)
+        produce = self._producer(data, "REFRESH", iv)
+        meta = dict(metadata or {})
+        with WriteTransaction(self.catalog, self._record, "REFRESH", meta) as txn:
+            txn.inflight()
+            live = [s.id for s in self.snapshot(interval=iv).segments]
+            if not self.consistent_push:
+                files = produce(txn)
+                chunks = self._overwrite_chunks("REFRESH", [f.chunk for f in files], iv)
+                return txn.publish(PublishPlan(files, chunks, remove_ids=live))
+            entry = self.start_replace(live, [], force_cleanup=True)
+            try:
+                files = produce(txn)
+                chunks = self._overwrite_chunks("REFRESH", [f.chunk for f in files], iv)
+                plan = PublishPlan(files, chunks, lineage_entry=entry, suffix=f"c{txn.id}")
+                commit = txn.publish(plan)
+                self.end_replace(entry)
+                return commit
+            except BaseException:
+                self._revert_quietly(entry)
+                raise
+
+    def push(self, metadata: dict[str, Any] | None = None) -> ConsistentPush:
+        """A multi-batch append that becomes visible all at once (and can be reverted).
+
+        ``with t.push() as p: p.append(batch1); p.append(batch2)``
+        """
+        return ConsistentPush(self, dict(metadata or {}))
+
+    def _aligned(self, interval: Interval | str | tuple[Any, Any] | None) -> Interval | None:
         if interval is not None:
             iv = Interval.coerce(interval)
         elif self.time_column is None:
             iv = ETERNITY
         else:
-            iv = None
-        if iv is not None:
-            self.granularity.check_aligned(iv)
-        return self._write("OVERWRITE", data, iv, metadata)
+            return None
+        self.granularity.check_aligned(iv)
+        return iv
 
-    def _write(
-        self, action: str, data: Any, interval: Interval | None, metadata: dict[str, Any] | None
-    ) -> Commit:
-        meta = dict(metadata or {})
+    def _producer(
+        self, data: Any, action: str, interval: Interval | None
+    ) -> Callable[[WriteTransaction], list[NewSegment]]:
+        """Validate ``data`` now; return the step that writes its files under a commit."""
         if is_spark_dataframe(data):
-            from lamina.engines.spark import write_spark
+            from lamina.engines.spark import spark_producer
 
-            return write_spark(self, action, data, interval, meta)
+            return spark_producer(self, data)
         rec = self._record
         arrow = conform(to_arrow_table(data), rec.schema)
         parts = split_by_chunk(
             arrow, rec.time_column, rec.granularity, self.target_rows_per_segment
         )
-        overwrite = self._overwrite_chunks(action, [p.chunk for p in parts], interval)
-        with WriteTransaction(self.catalog, rec, action, meta) as txn:
+        self._overwrite_chunks(action, [p.chunk for p in parts], interval)  # fail before writing
+        wh = self.catalog.warehouse
+        return lambda txn: write_parts(wh, txn.dir, parts)
+
+    def _write(
+        self,
+        action: str,
+        data: Any,
+        interval: Interval | None,
+        metadata: dict[str, Any] | None,
+        lineage_entry: str | None = None,
+    ) -> Commit:
+        produce = self._producer(data, action, interval)
+        with WriteTransaction(self.catalog, self._record, action, dict(metadata or {})) as txn:
             txn.inflight()
-            files = write_parts(self.catalog.warehouse, txn.dir, parts)
-            return txn.publish(PublishPlan(files, overwrite))
+            files = produce(txn)
+            overwrite = self._overwrite_chunks(action, [f.chunk for f in files], interval)
+            plan = PublishPlan(files, overwrite, lineage_entry=lineage_entry)
+            if lineage_entry is not None:
+                plan.suffix = f"c{txn.id}"
+            return txn.publish(plan)
 
     def _overwrite_chunks(
         self, action: str, chunks: list[Interval], interval: Interval | None
     ) -> list[Interval] | None:
         """The chunks an overwrite replaces; checks rows stay inside ``interval``."""
-        if action != "OVERWRITE":
+        if action == "APPEND":
             return None
         if interval is None:
             return sorted(set(chunks))
         outside = [c for c in set(chunks) if not interval.contains(c)]
         if outside:
             raise DataOutsideIntervalError(
-                f"rows in {min(outside)} fall outside the overwrite interval {interval}; "
+                f"rows in {min(outside)} fall outside the {action.lower()} interval {interval}; "
                 "widen the interval or filter the data"
             )
         return self.granularity.chunks(interval) if interval != ETERNITY else [ETERNITY]
 
-    def publish_files(
-        self, action: str, files: list[NewSegment], txn: WriteTransaction, interval: Interval | None
-    ) -> Commit:
-        """Publish files an engine wrote under ``txn`` (used by the Spark writer)."""
-        overwrite = self._overwrite_chunks(action, [f.chunk for f in files], interval)
-        return txn.publish(PublishPlan(files, overwrite))
+    # -- lineage --------------------------------------------------------------------
+
+    def lineage(self) -> list[LineageEntry]:
+        """The table's lineage entries (oldest first)."""
+        return self.catalog.store.lineage(self.name)
+
+    def start_replace(
+        self, segments_from: list[str], segments_to: list[str], force_cleanup: bool = False
+    ) -> str:
+        """Open an IN_PROGRESS entry replacing ``segments_from`` by ``segments_to``.
+
+        Segments written under the entry (``t.push``, ``t.refresh``) join its
+        ``segments_to``; they stay invisible until :meth:`end_replace`.
+        """
+        entry, garbage = self.catalog.store.start_replace(
+            self.name, list(segments_from), list(segments_to), force_cleanup
+        )
+        self.catalog._delete_files(garbage)
+        return entry
+
+    def end_replace(self, entry_id: str) -> LineageEntry:
+        """Complete an entry: readers switch to its segments_to at once (idempotent)."""
+        return self.catalog.store.end_replace(self.name, entry_id)
+
+    def revert_replace(self, entry_id: str, force: bool = False) -> LineageEntry:
+        """Undo an entry: readers see its segments_from again. IN_PROGRESS needs force;
+        a COMPLETED one (a rollback) must be the newest link of its chain."""
+        return self.catalog.store.revert_replace(self.name, entry_id, force)
+
+    def delete_segments(self, segment_ids: list[str]) -> Commit:
+        """Remove live segments in one commit; refuses segments a lineage entry holds."""
+        return self.catalog.store.delete_segments(self.name, list(segment_ids))
+
+    def _revert_quietly(self, entry_id: str) -> None:
+        """Best effort after a failed push: revert now, delete what it wrote."""
+        try:
+            self.revert_replace(entry_id, force=True)
+            self.catalog.run_retention(tables=[self.name], lineage_only=True)
+        except Exception:  # noqa: BLE001 - the next push or retention cleans up
+            pass
 
     # -- reading ------------------------------------------------------------------
 
@@ -179,3 +294,28 @@ class Table:
 
     def __repr__(self) -> str:
         return f"Table({self.name!r}, time_column={self.time_column!r}, {self.granularity.value})"
+
+
+class ConsistentPush:
+    """Batches written under one lineage entry; visible together when the block ends."""
+
+    def __init__(self, table: Table, metadata: dict[str, Any]) -> None:
+        self.table = table
+        self.metadata = metadata
+        self.entry = ""
+        self.commits: list[Commit] = []
+
+    def __enter__(self) -> ConsistentPush:
+        self.entry = self.table.start_replace([], [])
+        return self
+
+    def append(self, data: Any) -> Commit:
+        commit = self.table._write("APPEND", data, None, self.metadata, lineage_entry=self.entry)
+        self.commits.append(commit)
+        return commit
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.table.end_replace(self.entry)
+        else:
+            self.table._revert_quietly(self.entry)

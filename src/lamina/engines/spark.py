@@ -12,25 +12,24 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lamina.commit import Commit
 from lamina.errors import SchemaError, TimeColumnError
 from lamina.interval import ETERNITY, Granularity, Interval, format_us, to_us
 from lamina.io.arrow import _castable
 from lamina.io.warehouse import Warehouse
 from lamina.meta.store import NewSegment
 from lamina.scan import ScanPlan
-from lamina.transaction import WriteTransaction
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from lamina.table import Table
+    from lamina.transaction import WriteTransaction
 
 CHUNK_COLUMN = "__lamina_chunk"
 
@@ -166,9 +165,8 @@ def _chunk_expr(column: str, field_type: pa.DataType, granularity: Granularity) 
     return F.unix_date(start).cast("long") * day_us
 
 
-def write_spark(
-    table: Table, action: str, df: DataFrame, interval: Interval | None, meta: dict[str, Any]
-) -> Commit:
+def spark_producer(table: Table, df: DataFrame) -> Callable[[WriteTransaction], list[NewSegment]]:
+    """Check ``df`` against the table now; return the step that writes it under a commit."""
     rec = table._record
     wh = table.catalog.warehouse
     spark = df.sparkSession
@@ -178,17 +176,18 @@ def write_spark(
         assert rec.time_column is not None
         expr = _chunk_expr(rec.time_column, rec.schema.field(rec.time_column).type, rec.granularity)
         data = data.withColumn(CHUNK_COLUMN, expr)
-    with WriteTransaction(table.catalog, rec, action, meta) as txn, _micros_parquet(spark):
-        txn.inflight()
-        out = wh.path(txn.dir)
+
+    def produce(txn: WriteTransaction) -> list[NewSegment]:
         writer = data.write.mode("errorifexists").option(
             "maxRecordsPerFile", table.target_rows_per_segment
         )
         if partitioned:
             writer = writer.partitionBy(CHUNK_COLUMN)
-        writer.parquet(wh.uri(out))
-        files = _collect_files(wh, txn.dir, rec.granularity, rec.time_column)
-        return table.publish_files(action, files, txn, interval)
+        with _micros_parquet(spark):
+            writer.parquet(wh.uri(wh.path(txn.dir)))
+        return _collect_files(wh, txn.dir, rec.granularity, rec.time_column)
+
+    return produce
 
 
 def _collect_files(

@@ -58,6 +58,7 @@ tables = Table(
     Column("created_at", BigInteger, nullable=False),
     Column("next_version", BigInteger, nullable=False, default=1),
     Column("last_seq", BigInteger, nullable=False, default=0),
+    Column("purged_seq", BigInteger, nullable=False, default=0),  # since v2
 )
 
 commits = Table(
@@ -98,6 +99,7 @@ segments = Table(
     Column("added_seq", BigInteger, nullable=False),
     Column("removed_seq", BigInteger),
     Column("removed_commit", BigInteger),
+    Column("suffix", String(64), default=""),  # since v2
     UniqueConstraint("table_id", "segment_id", name="uq_segments_id"),
     UniqueConstraint(
         "table_id", "start_us", "end_us", "version", "partition_id", name="uq_segments_identity"
@@ -108,13 +110,42 @@ segments = Table(
 )
 
 
+lineage = Table(
+    "lamina_lineage",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("table_id", BigInteger, ForeignKey("lamina_tables.id"), nullable=False),
+    Column("segments_from", Text, nullable=False),  # JSON list of segment ids
+    Column("segments_to", Text, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("timestamp", BigInteger, nullable=False),  # µs of the last transition
+    Column("started_seq", BigInteger, nullable=False),
+    Column("completed_seq", BigInteger),
+    Column("reverted_seq", BigInteger),
+    Index("ix_lineage_table", "table_id"),
+)
+
+
 def _v1_initial(conn: Connection) -> None:
     for t in (tables, commits, segments):
-        t.create(conn, checkfirst=True)
+        t.create(conn, checkfirst=True)  # current shape; later steps skip what exists
+
+
+def _add_column(conn: Connection, table: str, column: str, ddl: str) -> None:
+    """ALTER TABLE ... ADD COLUMN unless a fresh catalog already created it."""
+    if column not in {c["name"] for c in inspect(conn).get_columns(table)}:
+        conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {ddl}"))
+
+
+def _v2_lineage(conn: Connection) -> None:
+    """Segment lineage; segment name suffixes; the oldest snapshot still readable."""
+    lineage.create(conn, checkfirst=True)
+    _add_column(conn, "lamina_segments", "suffix", "VARCHAR(64) DEFAULT ''")
+    _add_column(conn, "lamina_tables", "purged_seq", "BIGINT NOT NULL DEFAULT 0")
 
 
 #: Ordered migrations; append only. Version N = the first N applied.
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1_initial]
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1_initial, _v2_lineage]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -24,9 +24,16 @@ from lamina.errors import (
     TableExistsError,
     TableNotFoundError,
 )
-from lamina.interval import Granularity, Interval
+from lamina.interval import Granularity, Interval, from_us
+from lamina.lineage import (
+    LineageEntry,
+    LineageEntryNotFoundError,
+    LineageError,
+    LineageState,
+    hidden_by,
+)
 from lamina.meta.db import is_sqlite, run
-from lamina.meta.schema import commits, segments, tables
+from lamina.meta.schema import commits, lineage, segments, tables
 from lamina.segment import Segment
 from lamina.timeline import Timeline
 
@@ -84,6 +91,9 @@ class PublishPlan:
 
     files: list[NewSegment] = field(default_factory=list)
     overwrite: list[Interval] | None = None  # chunks replaced (tombstoned when no file)
+    lineage_entry: str | None = None  # publish hidden, as segments_to of this entry
+    suffix: str = ""  # appended to the new segments' names
+    remove_ids: list[str] = field(default_factory=list)  # live segments removed atomically
 
 
 @dataclass(frozen=True)
@@ -317,16 +327,51 @@ class CatalogStore:
                 )
             seq = int(trow.last_seq) + 1
             next_version = int(trow.next_version)
+            entry = None
+            if plan.lineage_entry is not None:
+                entry = self._entry_row(conn, table.id, plan.lineage_entry, lock=True)
+                if entry.state != LineageState.IN_PROGRESS.value:
+                    raise LineageError(
+                        f"lineage entry {entry.id} is {entry.state}: the push under it was "
+                        "cleaned up (by a newer push or retention); nothing was published"
+                    )
+            hidden = self._hidden_now(conn, table.id)
             removed: list[tuple[int, str]] = []
             if plan.overwrite is not None:
-                rows, removed = self._plan_overwrite(conn, table, plan, next_version)
+                rows, removed = self._plan_overwrite(
+                    conn, table, plan, next_version, hidden, replace=entry is None
+                )
                 next_version += 1
             else:
-                rows, new_version_used = self._plan_append(conn, table, plan, next_version)
+                rows, new_version_used = self._plan_append(conn, table, plan, next_version, hidden)
                 next_version += int(new_version_used)
             now = now_us()
             for r in rows:
                 r.update(table_id=table.id, commit_id=commit_id, added_seq=seq)
+            if plan.remove_ids:
+                live = {
+                    r[0]: int(r[1])
+                    for r in conn.execute(
+                        select(segments.c.segment_id, segments.c.pk).where(
+                            segments.c.table_id == table.id,
+                            segments.c.segment_id.in_(plan.remove_ids),
+                            segments.c.removed_seq.is_(None),
+                        )
+                    )
+                }
+                gone = [i for i in plan.remove_ids if i not in live or i in hidden]
+                if gone:
+                    raise CommitError(
+                        f"segments {gone[:5]} were removed meanwhile; nothing was published, retry"
+                    )
+                removed += [(pk, sid) for sid, pk in live.items()]
+            if entry is not None:
+                to = [*json.loads(entry.segments_to), *(r["segment_id"] for r in rows)]
+                conn.execute(
+                    update(lineage)
+                    .where(lineage.c.id == entry.id)
+                    .values(segments_to=json.dumps(to))
+                )
             if rows:
                 conn.execute(insert(segments), rows)
             if removed:
@@ -379,10 +424,12 @@ class CatalogStore:
         version: int,
         pid: int,
         ncore: int,
+        suffix: str = "",
     ) -> dict[str, Any]:
-        seg = Segment(table.name, chunk, version, pid, ncore)
+        seg = Segment(table.name, chunk, version, pid, ncore, suffix=suffix)
         return {
             "segment_id": seg.id,
+            "suffix": suffix,
             "start_us": chunk.start,
             "end_us": chunk.end,
             "version": version,
@@ -396,38 +443,51 @@ class CatalogStore:
         }
 
     def _plan_overwrite(
-        self, conn: Connection, table: TableRecord, plan: PublishPlan, version: int
+        self,
+        conn: Connection,
+        table: TableRecord,
+        plan: PublishPlan,
+        version: int,
+        hidden: set[str],
+        replace: bool = True,
     ) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
-        """Rows of the new version (tombstones for empty chunks), and the (pk, id) of
-        live segments it hides everywhere."""
+        """Rows of the new version, and the (pk, id) of live segments it hides
+        everywhere. ``replace=False`` (under a lineage entry, which does the hiding):
+        no tombstones, nothing marked removed."""
         assert plan.overwrite is not None
         by_chunk: dict[Interval, list[NewSegment]] = {c: [] for c in plan.overwrite}
         for f in plan.files:
-            by_chunk[f.chunk].append(f)
+            by_chunk.setdefault(f.chunk, []).append(f)
         rows: list[dict[str, Any]] = []
+        sfx = plan.suffix
         for chunk, files in sorted(by_chunk.items()):
-            if not files:  # tombstone: nothing here any more
-                rows.append(self._row_values(table, None, chunk, version, 0, 1))
+            if not files and replace:  # tombstone: nothing here any more
+                rows.append(self._row_values(table, None, chunk, version, 0, 1, sfx))
             for pid, f in enumerate(files):
-                rows.append(self._row_values(table, f, chunk, version, pid, len(files)))
-        if not plan.overwrite:
+                rows.append(self._row_values(table, f, chunk, version, pid, len(files), sfx))
+        if not plan.overwrite or not replace:
             return rows, []
         span = Interval.of(min(c.start for c in plan.overwrite), max(c.end for c in plan.overwrite))
-        live = self._live_rows(conn, table.id, span)
+        live = [r for r in self._live_rows(conn, table.id, span) if r.segment_id not in hidden]
         tl = Timeline.build(self._segment(table.name, r) for r in live)
         for r in rows:
             tl.add(self._segment(table.name, r))
-        hidden = [r for r in live if tl.is_overshadowed(self._segment(table.name, r))]
-        return rows, [(int(r.pk), str(r.segment_id)) for r in hidden]
+        gone = [r for r in live if tl.is_overshadowed(self._segment(table.name, r))]
+        return rows, [(int(r.pk), str(r.segment_id)) for r in gone]
 
     def _plan_append(
-        self, conn: Connection, table: TableRecord, plan: PublishPlan, new_version: int
+        self,
+        conn: Connection,
+        table: TableRecord,
+        plan: PublishPlan,
+        new_version: int,
+        hidden: set[str],
     ) -> tuple[list[dict[str, Any]], bool]:
         if not plan.files:
             return [], False
         chunks = sorted({f.chunk for f in plan.files})
         span = Interval.of(chunks[0].start, max(c.end for c in chunks))
-        live = self._live_rows(conn, table.id, span)
+        live = [r for r in self._live_rows(conn, table.id, span) if r.segment_id not in hidden]
         tl = Timeline.build(self._segment(table.name, r) for r in live)
         target: dict[Interval, tuple[Interval, int]] = {}
         used_new = False
@@ -473,7 +533,7 @@ class CatalogStore:
             key = target[f.chunk]
             pid = next_pid[key]
             next_pid[key] = pid + 1
-            rows.append(self._row_values(table, f, key[0], key[1], pid, 0))
+            rows.append(self._row_values(table, f, key[0], key[1], pid, 0, plan.suffix))
         return rows, used_new
 
     def _segment(self, table_name: str, r: Any) -> Segment:
@@ -491,6 +551,7 @@ class CatalogStore:
             min_time=m["min_time"],
             max_time=m["max_time"],
             commit_id=m.get("commit_id"),
+            suffix=m.get("suffix") or "",
         )
 
     # -- reading ------------------------------------------------------------------
@@ -530,6 +591,16 @@ class CatalogStore:
                         "see t.history() for the commits you can read"
                     )
                 seq, commit_id = int(row.seq), as_of
+                purged = conn.execute(
+                    select(tables.c.purged_seq).where(tables.c.id == rec.id)
+                ).scalar_one()
+                if seq < purged:
+                    raise SnapshotNotFoundError(
+                        f"the snapshot of commit {as_of} of {name!r} is no longer readable: "
+                        "retention deleted segments it used; read a newer commit "
+                        "(see t.history())"
+                    )
+            hidden = set() if all_published else hidden_by(self._entries(conn, rec.id, seq))
             cond = [segments.c.table_id == rec.id, segments.c.added_seq <= seq]
             if not all_published:
                 cond.append(or_(segments.c.removed_seq.is_(None), segments.c.removed_seq > seq))
@@ -547,17 +618,21 @@ class CatalogStore:
                 segments.c.min_time,
                 segments.c.max_time,
                 segments.c.commit_id,
+                segments.c.suffix,
+                segments.c.segment_id,
             ]
             result = conn.execute(select(*cols).where(and_(*cond)))
             root, tname = self.root, rec.name
             intervals: dict[tuple[int, int], Interval] = {}  # shared, not one per segment
             segs = []
-            for s, e, v, p, n, loc, rc, sb, mn, mx, cid in result:
+            for s, e, v, p, n, loc, rc, sb, mn, mx, cid, sfx, sid in result:
+                if sid in hidden:
+                    continue
                 iv = intervals.get((s, e))
                 if iv is None:
                     iv = intervals[(s, e)] = Interval.of(s, e)
                 location = f"{root}/{loc}" if loc else None
-                segs.append(Segment(tname, iv, v, p, n, location, rc, sb, mn, mx, cid))
+                segs.append(Segment(tname, iv, v, p, n, location, rc, sb, mn, mx, cid, sfx or ""))
             return Snapshot(rec, seq, commit_id, segs)
 
         return run(self.engine, txn, write=False)
@@ -629,3 +704,349 @@ class CatalogStore:
             ),
             write=True,
         )
+
+    # -- lineage ----------------------------------------------------------------------
+
+    def _entry_row(self, conn: Connection, table_id: int, entry_id: str, lock: bool = False) -> Any:
+        stmt = select(lineage).where(lineage.c.id == entry_id, lineage.c.table_id == table_id)
+        if lock and not is_sqlite(self.engine):
+            stmt = stmt.with_for_update()
+        row = conn.execute(stmt).first()
+        if row is None:
+            raise LineageEntryNotFoundError(
+                f"no lineage entry {entry_id!r} in this table; list them with t.lineage()"
+            )
+        return row
+
+    @staticmethod
+    def _as_entry(row: Any, seq: int | None = None) -> LineageEntry | None:
+        """The entry as it stood at snapshot ``seq`` (None: now); None if not yet started."""
+        if seq is None:
+            state = row.state
+        elif row.started_seq > seq:
+            return None
+        elif row.reverted_seq is not None and row.reverted_seq <= seq:
+            state = LineageState.REVERTED.value
+        elif row.completed_seq is not None and row.completed_seq <= seq:
+            state = LineageState.COMPLETED.value
+        else:
+            state = LineageState.IN_PROGRESS.value
+        return LineageEntry(
+            id=row.id,
+            segments_from=tuple(json.loads(row.segments_from)),
+            segments_to=tuple(json.loads(row.segments_to)),
+            state=state,
+            timestamp=Commit.time(row.timestamp),  # type: ignore[arg-type]
+        )
+
+    def _entries(
+        self, conn: Connection, table_id: int, seq: int | None = None
+    ) -> list[LineageEntry]:
+        rows = conn.execute(
+            select(lineage).where(lineage.c.table_id == table_id).order_by(lineage.c.started_seq)
+        )
+        return [e for r in rows if (e := self._as_entry(r, seq)) is not None]
+
+    def _hidden_now(self, conn: Connection, table_id: int) -> set[str]:
+        return hidden_by(self._entries(conn, table_id))
+
+    def _view(self, conn: Connection, table_id: int) -> tuple[set[str], list[LineageEntry]]:
+        existing = {
+            r[0]
+            for r in conn.execute(
+                select(segments.c.segment_id).where(
+                    segments.c.table_id == table_id, segments.c.removed_seq.is_(None)
+                )
+            )
+        }
+        return existing, self._entries(conn, table_id)
+
+    def _bump(self, conn: Connection, trow: Any, action: str, meta: dict[str, Any]) -> int:
+        """Record a catalog-only change as a completed commit; returns its seq."""
+        seq = int(trow.last_seq) + 1
+        now = now_us()
+        conn.execute(
+            insert(commits).values(
+                table_id=trow.id,
+                action=action,
+                state=CommitState.COMPLETED.value,
+                seq=seq,
+                started_at=now,
+                completed_at=now,
+                heartbeat_at=now,
+                owner=owner_token(),
+                files_cleaned=0,
+                metadata=json.dumps(meta, default=str),
+            )
+        )
+        conn.execute(update(tables).where(tables.c.id == trow.id).values(last_seq=seq))
+        return seq
+
+    def _delete_segment_rows(self, conn: Connection, table_id: int, ids: set[str]) -> list[str]:
+        """Delete segment rows; return the relative locations of their files."""
+        if not ids:
+            return []
+        locs = [
+            r[0]
+            for r in conn.execute(
+                select(segments.c.location).where(
+                    segments.c.table_id == table_id, segments.c.segment_id.in_(ids)
+                )
+            )
+            if r[0]
+        ]
+        conn.execute(
+            delete(segments).where(segments.c.table_id == table_id, segments.c.segment_id.in_(ids))
+        )
+        return locs
+
+    def _purge_before(self, conn: Connection, table_id: int, seq: int) -> None:
+        """Snapshots older than ``seq`` used deleted segments: no longer readable."""
+        conn.execute(
+            update(tables)
+            .where(tables.c.id == table_id, tables.c.purged_seq < seq)
+            .values(purged_seq=seq)
+        )
+
+    def lineage(self, name: str) -> list[LineageEntry]:
+        def txn(conn: Connection) -> list[LineageEntry]:
+            return self._entries(conn, self.get_table(name, conn).id)
+
+        return run(self.engine, txn, write=False)
+
+    def start_replace(
+        self,
+        name: str,
+        segments_from: list[str],
+        segments_to: list[str],
+        force_cleanup: bool = False,
+    ) -> tuple[str, list[str]]:
+        """Open an IN_PROGRESS entry. Returns its id and files that are now garbage
+        (to-segments of entries cleaned up, the snapshot before the previous one)."""
+        from lamina.lineage import LineageView, check_start
+
+        def txn(conn: Connection) -> tuple[str, list[str]]:
+            rec = self.get_table(name, conn)
+            trow = self._lock_table(conn, rec.id)
+            existing, entries = self._view(conn, rec.id)
+            view = LineageView(existing, entries)
+            conflicts = check_start(view, segments_from, segments_to)
+            if conflicts and not force_cleanup:
+                raise LineageError(
+                    f"segments overlap IN_PROGRESS entries {[e.id for e in conflicts]}; end or "
+                    "revert them, or pass force_cleanup=True to revert them and delete what "
+                    "they wrote"
+                )
+            garbage: list[str] = []
+            seq = self._bump(
+                conn,
+                trow,
+                "START_REPLACE",
+                {"entry": None, "segments_from": segments_from, "segments_to": segments_to},
+            )
+            now = now_us()
+            for e in conflicts:  # force_cleanup: revert, delete what they wrote
+                conn.execute(
+                    update(lineage)
+                    .where(lineage.c.id == e.id)
+                    .values(state=LineageState.REVERTED.value, reverted_seq=seq, timestamp=now)
+                )
+                garbage += self._delete_segment_rows(conn, rec.id, set(e.segments_to))
+            # keep at most two snapshots: the one this push replaces and the new one;
+            # the snapshot before the previous one goes now (Pinot's proactive cleanup)
+            new_from = set(segments_from)
+            for e in entries:
+                if (
+                    e.state == LineageState.COMPLETED
+                    and set(e.segments_to) & new_from
+                    and e.segments_from
+                ):
+                    garbage += self._delete_segment_rows(conn, rec.id, set(e.segments_from))
+                    conn.execute(delete(lineage).where(lineage.c.id == e.id))
+                    self._purge_before(conn, rec.id, seq)
+            entry_id = uuid.uuid4().hex
+            conn.execute(
+                insert(lineage).values(
+                    id=entry_id,
+                    table_id=rec.id,
+                    segments_from=json.dumps(segments_from),
+                    segments_to=json.dumps(segments_to),
+                    state=LineageState.IN_PROGRESS.value,
+                    timestamp=now,
+                    started_seq=seq,
+                )
+            )
+            conn.execute(
+                update(commits)
+                .where(commits.c.table_id == rec.id, commits.c.seq == seq)
+                .values(
+                    metadata=json.dumps(
+                        {
+                            "entry": entry_id,
+                            "segments_from": segments_from,
+                            "segments_to": segments_to,
+                        }
+                    )
+                )
+            )
+            return entry_id, garbage
+
+        return run(self.engine, txn, write=True)
+
+    def end_replace(self, name: str, entry_id: str) -> LineageEntry:
+        from lamina.lineage import LineageView, check_end
+
+        def txn(conn: Connection) -> LineageEntry:
+            rec = self.get_table(name, conn)
+            trow = self._lock_table(conn, rec.id)
+            existing, entries = self._view(conn, rec.id)
+            view = LineageView(existing, entries)
+            entry = view.get(entry_id)
+            if check_end(view, entry):
+                seq = self._bump(conn, trow, "END_REPLACE", {"entry": entry_id})
+                conn.execute(
+                    update(lineage)
+                    .where(lineage.c.id == entry_id)
+                    .values(
+                        state=LineageState.COMPLETED.value, completed_seq=seq, timestamp=now_us()
+                    )
+                )
+            got = self._as_entry(self._entry_row(conn, rec.id, entry_id))
+            assert got is not None
+            return got
+
+        return run(self.engine, txn, write=True)
+
+    def revert_replace(self, name: str, entry_id: str, force: bool = False) -> LineageEntry:
+        from lamina.lineage import LineageView, check_revert
+
+        def txn(conn: Connection) -> LineageEntry:
+            rec = self.get_table(name, conn)
+            trow = self._lock_table(conn, rec.id)
+            existing, entries = self._view(conn, rec.id)
+            view = LineageView(existing, entries)
+            entry = view.get(entry_id)
+            if check_revert(view, entry, force):
+                seq = self._bump(conn, trow, "REVERT_REPLACE", {"entry": entry_id})
+                conn.execute(
+                    update(lineage)
+                    .where(lineage.c.id == entry_id)
+                    .values(state=LineageState.REVERTED.value, reverted_seq=seq, timestamp=now_us())
+                )
+            got = self._as_entry(self._entry_row(conn, rec.id, entry_id))
+            assert got is not None
+            return got
+
+        return run(self.engine, txn, write=True)
+
+    def delete_segments(self, name: str, ids: list[str]) -> Commit:
+        """Remove live segments in one commit (files go with retention)."""
+        from lamina.lineage import protected
+
+        def txn(conn: Connection) -> Commit:
+            rec = self.get_table(name, conn)
+            trow = self._lock_table(conn, rec.id)
+            existing, entries = self._view(conn, rec.id)
+            unknown = [i for i in ids if i not in existing]
+            if unknown:
+                raise LaminaError(
+                    f"cannot delete unknown or already deleted segments {unknown[:5]}; "
+                    "list them with t.segments(all=True)"
+                )
+            held = sorted(set(ids) & protected(entries))
+            if held:
+                raise LineageError(
+                    f"segments {held[:5]} are held by a lineage entry (IN_PROGRESS, or replaced "
+                    "by a COMPLETED one that can still be rolled back); end or revert it first"
+                )
+            seq = self._bump(conn, trow, "DELETE", {"segments": ids})
+            cid = conn.execute(
+                select(commits.c.id).where(commits.c.table_id == rec.id, commits.c.seq == seq)
+            ).scalar_one()
+            conn.execute(
+                update(segments)
+                .where(segments.c.table_id == rec.id, segments.c.segment_id.in_(ids))
+                .values(removed_seq=seq, removed_commit=cid)
+            )
+            when = from_us(now_us())
+            return Commit(
+                int(cid),
+                "DELETE",
+                CommitState.COMPLETED.value,
+                when,
+                when,
+                name,
+                removed=tuple(ids),
+            )
+
+        return run(self.engine, txn, write=True)
+
+    # -- retention ----------------------------------------------------------------
+
+    def retention(
+        self, name: str, now: int, replaced_after_us: int, lineage_after_us: int
+    ) -> list[str]:
+        """Delete segments that lineage or later commits made garbage; return their files.
+
+        * COMPLETED entries older than ``replaced_after_us``: their segments_from;
+        * REVERTED entries, and IN_PROGRESS ones older than ``lineage_after_us``: their
+          segments_to;
+        * segments removed by a commit (overwrite, delete) longer than
+          ``replaced_after_us`` ago.
+        An entry goes once its segments are gone; its commits stay in the history.
+        """
+
+        def txn(conn: Connection) -> list[str]:
+            rec = self.get_table(name, conn)
+            trow = self._lock_table(conn, rec.id)
+            garbage: list[str] = []
+            purge = 0
+            for row in conn.execute(select(lineage).where(lineage.c.table_id == rec.id)).all():
+                entry = self._as_entry(row)
+                assert entry is not None
+                age = now - int(row.timestamp)
+                if entry.state == LineageState.COMPLETED and age >= replaced_after_us:
+                    garbage += self._delete_segment_rows(conn, rec.id, set(entry.segments_from))
+                    purge = max(purge, int(row.completed_seq))
+                elif entry.state == LineageState.REVERTED or (
+                    entry.state == LineageState.IN_PROGRESS and age >= lineage_after_us
+                ):
+                    garbage += self._delete_segment_rows(conn, rec.id, set(entry.segments_to))
+                    if row.completed_seq is not None:  # was visible for a while
+                        purge = max(purge, int(row.reverted_seq))
+                else:
+                    continue
+                conn.execute(delete(lineage).where(lineage.c.id == row.id))
+            removed = conn.execute(
+                select(segments.c.segment_id, segments.c.removed_seq)
+                .join(commits, commits.c.id == segments.c.removed_commit)
+                .where(
+                    segments.c.table_id == rec.id,
+                    segments.c.removed_seq.is_not(None),
+                    commits.c.completed_at <= now - replaced_after_us,
+                )
+            ).all()
+            if removed:
+                garbage += self._delete_segment_rows(conn, rec.id, {r[0] for r in removed})
+                purge = max(purge, max(int(r[1]) for r in removed))
+            if purge:
+                self._purge_before(conn, rec.id, purge)
+            del trow
+            return garbage
+
+        return run(self.engine, txn, write=True)
+
+    def referenced_files(self, table_id: int) -> set[str]:
+        """Relative locations of every file a segment row names."""
+
+        def txn(conn: Connection) -> set[str]:
+            return {
+                r[0]
+                for r in conn.execute(
+                    select(segments.c.location).where(
+                        segments.c.table_id == table_id, segments.c.location.is_not(None)
+                    )
+                )
+            }
+
+        return run(self.engine, txn, write=False)

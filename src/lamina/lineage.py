@@ -1,0 +1,168 @@
+"""Segment lineage: atomic replacement of one set of segments by another.
+
+Pure rules, no I/O. An entry says "``segments_to`` replace ``segments_from``":
+
+* IN_PROGRESS — the replacement is being written: readers see ``segments_from``;
+* COMPLETED — readers see ``segments_to``, never ``segments_from``;
+* REVERTED — undone: readers see ``segments_from`` again, never ``segments_to``.
+
+The rules (Pinot's, plus the fixes of its known holes) are checked here against a
+:class:`LineageView` of the table; the catalog applies them inside one transaction.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from lamina.errors import LaminaError
+
+
+class LineageError(LaminaError):
+    """A lineage transition that the protocol does not allow."""
+
+
+class LineageEntryNotFoundError(LineageError):
+    """No lineage entry with that id in this table."""
+
+
+class LineageState(enum.StrEnum):
+    IN_PROGRESS = "IN_PROGRESS"
+    COMPLETED = "COMPLETED"
+    REVERTED = "REVERTED"
+
+
+@dataclass(frozen=True)
+class LineageEntry:
+    """One replacement of ``segments_from`` by ``segments_to``."""
+
+    id: str
+    segments_from: tuple[str, ...]
+    segments_to: tuple[str, ...]
+    state: str
+    timestamp: datetime
+
+    @property
+    def ids(self) -> set[str]:
+        return {*self.segments_from, *self.segments_to}
+
+
+def hidden_by(entries: Iterable[LineageEntry]) -> set[str]:
+    """Segment ids readers must not see: COMPLETED hides ``from``; the others hide ``to``."""
+    hidden: set[str] = set()
+    for e in entries:
+        hidden.update(e.segments_from if e.state == LineageState.COMPLETED else e.segments_to)
+    return hidden
+
+
+@dataclass(frozen=True)
+class LineageView:
+    """What the rules need to know of a table: its segments and lineage entries."""
+
+    existing: set[str]  # every segment id the table has (any state)
+    entries: Sequence[LineageEntry]
+
+    @property
+    def live(self) -> set[str]:
+        """Segments that exist and that lineage does not hide."""
+        return self.existing - hidden_by(self.entries)
+
+    def get(self, entry_id: str) -> LineageEntry:
+        for e in self.entries:
+            if e.id == entry_id:
+                return e
+        raise LineageEntryNotFoundError(
+            f"no lineage entry {entry_id!r} in this table; list them with t.lineage()"
+        )
+
+
+def check_start(
+    view: LineageView, segments_from: Sequence[str], segments_to: Sequence[str]
+) -> list[LineageEntry]:
+    """Validate a new entry; return the IN_PROGRESS entries it overlaps (the caller
+    rejects, or with force_cleanup reverts them)."""
+    if not segments_from and not segments_to:
+        raise LineageError("segments_from and segments_to are both empty; nothing to replace")
+    for name, ids in (("segments_from", segments_from), ("segments_to", segments_to)):
+        if len(set(ids)) != len(ids):
+            raise LineageError(f"{name} lists a segment twice")
+    both = set(segments_from) & set(segments_to)
+    if both:
+        raise LineageError(f"segments {sorted(both)} are in both segments_from and segments_to")
+    live = view.live
+    missing = [s for s in segments_from if s not in live]
+    if missing:
+        raise LineageError(
+            f"segments_from must all be live; not live: {missing[:5]}"
+            + (" ..." if len(missing) > 5 else "")
+            + " — list live segments with t.segments()"
+        )
+    taken = [s for s in segments_to if s in view.existing]
+    if taken:
+        raise LineageError(f"segments_to must be new segment names; already taken: {taken[:5]}")
+    wanted = {*segments_from, *segments_to}
+    return [e for e in view.entries if e.state == LineageState.IN_PROGRESS and e.ids & wanted]
+
+
+def check_end(view: LineageView, entry: LineageEntry) -> bool:
+    """Validate completing ``entry``; False when it is already COMPLETED (idempotent)."""
+    if entry.state == LineageState.COMPLETED:
+        return False
+    if entry.state == LineageState.REVERTED:
+        raise LineageError(
+            f"lineage entry {entry.id} was reverted and cannot be ended; start a new one"
+        )
+    unwritten = [s for s in entry.segments_to if s not in view.existing]
+    if unwritten:
+        raise LineageError(f"cannot end {entry.id}: segments_to never written: {unwritten[:5]}")
+    gone = [s for s in entry.segments_from if s not in view.existing]
+    if gone:
+        raise LineageError(f"cannot end {entry.id}: segments_from no longer exist: {gone[:5]}")
+    return True
+
+
+def check_revert(view: LineageView, entry: LineageEntry, force: bool) -> bool:
+    """Validate reverting ``entry``; False when it is already REVERTED (idempotent)."""
+    if entry.state == LineageState.REVERTED:
+        return False
+    if entry.state == LineageState.IN_PROGRESS:
+        if not force:
+            raise LineageError(
+                f"lineage entry {entry.id} is still IN_PROGRESS; pass force=True to revert "
+                "a push that may still be running"
+            )
+        return True
+    # COMPLETED: a rollback. Only the newest link of a chain, and only while the
+    # segments it replaced still exist to come back.
+    successors = [
+        e.id
+        for e in view.entries
+        if e.id != entry.id
+        and e.state != LineageState.REVERTED
+        and set(e.segments_from) & set(entry.segments_to)
+    ]
+    if successors:
+        raise LineageError(
+            f"cannot roll back {entry.id}: newer entries {successors} replaced its segments; "
+            "revert those first"
+        )
+    gone = [s for s in entry.segments_from if s not in view.existing]
+    if gone:
+        raise LineageError(
+            f"cannot roll back {entry.id}: the segments it replaced were already deleted by "
+            f"retention: {gone[:5]}"
+        )
+    return True
+
+
+def protected(entries: Iterable[LineageEntry]) -> set[str]:
+    """Segments a plain delete must not touch: IN_PROGRESS from/to, COMPLETED from."""
+    out: set[str] = set()
+    for e in entries:
+        if e.state == LineageState.IN_PROGRESS:
+            out |= e.ids
+        elif e.state == LineageState.COMPLETED:
+            out.update(e.segments_from)
+    return out
