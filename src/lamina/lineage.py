@@ -82,9 +82,8 @@ def check_start(
     view: LineageView, segments_from: Sequence[str], segments_to: Sequence[str]
 ) -> list[LineageEntry]:
     """Validate a new entry; return the IN_PROGRESS entries it overlaps (the caller
-    rejects, or with force_cleanup reverts them)."""
-    if not segments_from and not segments_to:
-        raise LineageError("segments_from and segments_to are both empty; nothing to replace")
+    rejects, or with force_cleanup reverts them). Both lists may be empty: segments
+    written under the entry later join its segments_to."""
     for name, ids in (("segments_from", segments_from), ("segments_to", segments_to)):
         if len(set(ids)) != len(ids):
             raise LineageError(f"{name} lists a segment twice")

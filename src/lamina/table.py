@@ -84,10 +84,15 @@ class Table:
         On a ``consistent_push`` table the append runs under a lineage entry
         (``segments_from=[]``), so it can be rolled back with :meth:`revert_replace`.
         """
-        if self.consistent_push:
-            with self.push(metadata) as push:
-                return push.append(data)
-        return self._write("APPEND", data, None, metadata)
+        if not self.consistent_push:
+            return self._write("APPEND", data, None, metadata)
+        produce = self._producer(data, "APPEND", None)  # validate before opening an entry
+        entry = self.start_replace([], [])
+        try:
+            return self._write("APPEND", produce, None, metadata, entry, complete=True)
+        except BaseException:
+            self._revert_quietly(entry)
+            raise
 
     def overwrite(
         self,
@@ -126,10 +131,10 @@ class Table:
             try:
                 files = produce(txn)
                 chunks = self._overwrite_chunks("REFRESH", [f.chunk for f in files], iv)
-                plan = PublishPlan(files, chunks, lineage_entry=entry, suffix=f"c{txn.id}")
-                commit = txn.publish(plan)
-                self.end_replace(entry)
-                return commit
+                plan = PublishPlan(
+                    files, chunks, lineage_entry=entry, suffix=f"c{txn.id}", complete_entry=True
+                )
+                return txn.publish(plan)  # publishes and ends the entry in one transaction
             except BaseException:
                 self._revert_quietly(entry)
                 raise
@@ -175,13 +180,17 @@ class Table:
         interval: Interval | None,
         metadata: dict[str, Any] | None,
         lineage_entry: str | None = None,
+        complete: bool = False,
     ) -> Commit:
-        produce = self._producer(data, action, interval)
+        """One commit writing ``data`` (or a producer from :meth:`_producer`)."""
+        produce = data if callable(data) else self._producer(data, action, interval)
         with WriteTransaction(self.catalog, self._record, action, dict(metadata or {})) as txn:
             txn.inflight()
             files = produce(txn)
             overwrite = self._overwrite_chunks(action, [f.chunk for f in files], interval)
-            plan = PublishPlan(files, overwrite, lineage_entry=lineage_entry)
+            plan = PublishPlan(
+                files, overwrite, lineage_entry=lineage_entry, complete_entry=complete
+            )
             if lineage_entry is not None:
                 plan.suffix = f"c{txn.id}"
             return txn.publish(plan)

@@ -94,6 +94,7 @@ class PublishPlan:
     lineage_entry: str | None = None  # publish hidden, as segments_to of this entry
     suffix: str = ""  # appended to the new segments' names
     remove_ids: list[str] = field(default_factory=list)  # live segments removed atomically
+    complete_entry: bool = False  # end the lineage entry in the same transaction
 
 
 @dataclass(frozen=True)
@@ -367,11 +368,21 @@ class CatalogStore:
                 removed += [(pk, sid) for sid, pk in live.items()]
             if entry is not None:
                 to = [*json.loads(entry.segments_to), *(r["segment_id"] for r in rows)]
-                conn.execute(
-                    update(lineage)
-                    .where(lineage.c.id == entry.id)
-                    .values(segments_to=json.dumps(to))
-                )
+                values: dict[str, Any] = {"segments_to": json.dumps(to)}
+                if plan.complete_entry:  # the push becomes visible with this very commit
+                    gone = [
+                        i
+                        for i in json.loads(entry.segments_from)
+                        if i in hidden or not self._exists(conn, table.id, i)
+                    ]
+                    if gone:
+                        raise LineageError(
+                            f"cannot end {entry.id}: segments_from no longer exist: {gone[:5]}"
+                        )
+                    values.update(
+                        state=LineageState.COMPLETED.value, completed_seq=seq, timestamp=now
+                    )
+                conn.execute(update(lineage).where(lineage.c.id == entry.id).values(**values))
             if rows:
                 conn.execute(insert(segments), rows)
             if removed:
@@ -706,6 +717,18 @@ class CatalogStore:
         )
 
     # -- lineage ----------------------------------------------------------------------
+
+    def _exists(self, conn: Connection, table_id: int, segment_id: str) -> bool:
+        return (
+            conn.execute(
+                select(segments.c.pk).where(
+                    segments.c.table_id == table_id,
+                    segments.c.segment_id == segment_id,
+                    segments.c.removed_seq.is_(None),
+                )
+            ).first()
+            is not None
+        )
 
     def _entry_row(self, conn: Connection, table_id: int, entry_id: str, lock: bool = False) -> Any:
         stmt = select(lineage).where(lineage.c.id == entry_id, lineage.c.table_id == table_id)
