@@ -105,53 +105,47 @@ def check_start(
     return [e for e in view.entries if e.state == LineageState.IN_PROGRESS and e.ids & wanted]
 
 
-def check_end(view: LineageView, entry: LineageEntry) -> bool:
-    """Validate completing ``entry``; False when it is already COMPLETED (idempotent)."""
-    if entry.state == LineageState.COMPLETED:
+def check_end(entry_id: str, state: str, unwritten: Sequence[str]) -> bool:
+    """Validate completing an entry; False when it is already COMPLETED (idempotent).
+
+    ``unwritten``: segments named in segments_to at start that were never written.
+    (segments_from cannot disappear while an entry is IN_PROGRESS: deletes refuse
+    them, overwrites and retention leave them alone.)
+    """
+    if state == LineageState.COMPLETED:
         return False
-    if entry.state == LineageState.REVERTED:
+    if state == LineageState.REVERTED:
         raise LineageError(
-            f"lineage entry {entry.id} was reverted and cannot be ended; start a new one"
+            f"lineage entry {entry_id} was reverted and cannot be ended; start a new one"
         )
-    unwritten = [s for s in entry.segments_to if s not in view.existing]
     if unwritten:
-        raise LineageError(f"cannot end {entry.id}: segments_to never written: {unwritten[:5]}")
-    gone = [s for s in entry.segments_from if s not in view.existing]
-    if gone:
-        raise LineageError(f"cannot end {entry.id}: segments_from no longer exist: {gone[:5]}")
+        raise LineageError(
+            f"cannot end {entry_id}: segments_to never written: {list(unwritten)[:5]}"
+        )
     return True
 
 
-def check_revert(view: LineageView, entry: LineageEntry, force: bool) -> bool:
-    """Validate reverting ``entry``; False when it is already REVERTED (idempotent)."""
-    if entry.state == LineageState.REVERTED:
+def check_revert(entry_id: str, state: str, force: bool, live_successors: Sequence[str]) -> bool:
+    """Validate reverting an entry; False when it is already REVERTED (idempotent).
+
+    ``live_successors``: entries (not reverted) that replaced this entry's
+    segments_to. A COMPLETED entry can be rolled back only as the newest link of its
+    chain; its segments_from still exist for as long as the entry does (retention
+    removes the entry together with them).
+    """
+    if state == LineageState.REVERTED:
         return False
-    if entry.state == LineageState.IN_PROGRESS:
+    if state == LineageState.IN_PROGRESS:
         if not force:
             raise LineageError(
-                f"lineage entry {entry.id} is still IN_PROGRESS; pass force=True to revert "
+                f"lineage entry {entry_id} is still IN_PROGRESS; pass force=True to revert "
                 "a push that may still be running"
             )
         return True
-    # COMPLETED: a rollback. Only the newest link of a chain, and only while the
-    # segments it replaced still exist to come back.
-    successors = [
-        e.id
-        for e in view.entries
-        if e.id != entry.id
-        and e.state != LineageState.REVERTED
-        and set(e.segments_from) & set(entry.segments_to)
-    ]
-    if successors:
+    if live_successors:
         raise LineageError(
-            f"cannot roll back {entry.id}: newer entries {successors} replaced its segments; "
-            "revert those first"
-        )
-    gone = [s for s in entry.segments_from if s not in view.existing]
-    if gone:
-        raise LineageError(
-            f"cannot roll back {entry.id}: the segments it replaced were already deleted by "
-            f"retention: {gone[:5]}"
+            f"cannot roll back {entry_id}: newer entries {list(live_successors)} replaced its "
+            "segments; revert those first"
         )
     return True
 

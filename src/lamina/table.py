@@ -231,14 +231,14 @@ class Table:
         self.catalog._delete_files(garbage)
         return entry
 
-    def end_replace(self, entry_id: str) -> LineageEntry:
+    def end_replace(self, entry_id: str) -> None:
         """Complete an entry: readers switch to its segments_to at once (idempotent)."""
-        return self.catalog.store.end_replace(self.name, entry_id)
+        self.catalog.store.end_replace(self.name, entry_id)
 
-    def revert_replace(self, entry_id: str, force: bool = False) -> LineageEntry:
+    def revert_replace(self, entry_id: str, force: bool = False) -> None:
         """Undo an entry: readers see its segments_from again. IN_PROGRESS needs force;
         a COMPLETED one (a rollback) must be the newest link of its chain."""
-        return self.catalog.store.revert_replace(self.name, entry_id, force)
+        self.catalog.store.revert_replace(self.name, entry_id, force)
 
     def delete_segments(self, segment_ids: list[str]) -> Commit:
         """Remove live segments in one commit; refuses segments a lineage entry holds."""

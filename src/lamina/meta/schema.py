@@ -115,14 +115,23 @@ lineage = Table(
     metadata,
     Column("id", String(64), primary_key=True),
     Column("table_id", BigInteger, ForeignKey("lamina_tables.id"), nullable=False),
-    Column("segments_from", Text, nullable=False),  # JSON list of segment ids
-    Column("segments_to", Text, nullable=False),
     Column("state", String(16), nullable=False),
     Column("timestamp", BigInteger, nullable=False),  # µs of the last transition
     Column("started_seq", BigInteger, nullable=False),
     Column("completed_seq", BigInteger),
     Column("reverted_seq", BigInteger),
+    Column("successors", Text, nullable=False, default="[]"),  # entries that replaced its to
     Index("ix_lineage_table", "table_id"),
+)
+
+# The id lists live apart from the entry row: a state change then rewrites a few
+# bytes, not lists of thousands of segment ids.
+lineage_ids = Table(
+    "lamina_lineage_ids",
+    metadata,
+    Column("entry_id", String(64), primary_key=True),
+    Column("role", String(8), primary_key=True),  # from | to | expected
+    Column("ids", Text, nullable=False),  # JSON list of segment ids
 )
 
 
@@ -140,6 +149,7 @@ def _add_column(conn: Connection, table: str, column: str, ddl: str) -> None:
 def _v2_lineage(conn: Connection) -> None:
     """Segment lineage; segment name suffixes; the oldest snapshot still readable."""
     lineage.create(conn, checkfirst=True)
+    lineage_ids.create(conn, checkfirst=True)
     _add_column(conn, "lamina_segments", "suffix", "VARCHAR(64) DEFAULT ''")
     _add_column(conn, "lamina_tables", "purged_seq", "BIGINT NOT NULL DEFAULT 0")
 

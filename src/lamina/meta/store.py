@@ -31,9 +31,10 @@ from lamina.lineage import (
     LineageError,
     LineageState,
     hidden_by,
+    protected,
 )
 from lamina.meta.db import is_sqlite, run
-from lamina.meta.schema import commits, lineage, segments, tables
+from lamina.meta.schema import commits, lineage, lineage_ids, segments, tables
 from lamina.segment import Segment
 from lamina.timeline import Timeline
 
@@ -42,15 +43,27 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
+_HOST = socket.gethostname()
+_PROCESS_TOKEN: dict[int, str] = {}
+
+
 def owner_token() -> str:
     """Who holds a commit: host, pid and a random part (pids get reused)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def process_token() -> str:
+    """The owner of catalog-only commits made by this process (computed once per pid)."""
+    pid = os.getpid()
+    if pid not in _PROCESS_TOKEN:
+        _PROCESS_TOKEN[pid] = owner_token()
+    return _PROCESS_TOKEN[pid]
 
 
 def _owner_alive(owner: str) -> bool | None:
     """True/False when the owner runs on this host, None when it cannot be told."""
     host, _, rest = owner.partition(":")
-    if host != socket.gethostname():
+    if host != _HOST:
         return None
     try:
         os.kill(int(rest.split(":")[0]), 0)
@@ -336,12 +349,15 @@ class CatalogStore:
                         f"lineage entry {entry.id} is {entry.state}: the push under it was "
                         "cleaned up (by a newer push or retention); nothing was published"
                     )
-            hidden = self._hidden_now(conn, table.id)
+            current = self._entries(conn, table.id)
+            hidden, held = hidden_by(current), protected(current)
             removed: list[tuple[int, str]] = []
             if plan.overwrite is not None:
                 rows, removed = self._plan_overwrite(
                     conn, table, plan, next_version, hidden, replace=entry is None
                 )
+                # what a lineage entry holds stays until the entry is settled
+                removed = [(pk, sid) for pk, sid in removed if sid not in held]
                 next_version += 1
             else:
                 rows, new_version_used = self._plan_append(conn, table, plan, next_version, hidden)
@@ -365,24 +381,27 @@ class CatalogStore:
                     raise CommitError(
                         f"segments {gone[:5]} were removed meanwhile; nothing was published, retry"
                     )
+                busy = sorted(set(plan.remove_ids) & held)
+                if busy:
+                    raise LineageError(
+                        f"segments {busy[:5]} are held by a lineage entry; end or revert it first"
+                    )
                 removed += [(pk, sid) for sid, pk in live.items()]
             if entry is not None:
-                to = [*json.loads(entry.segments_to), *(r["segment_id"] for r in rows)]
-                values: dict[str, Any] = {"segments_to": json.dumps(to)}
+                lists = self._lists(conn, [entry.id])
+                to = [*lists.get((entry.id, "to"), []), *(r["segment_id"] for r in rows)]
+                self._put_list(conn, entry.id, "to", to)
                 if plan.complete_entry:  # the push becomes visible with this very commit
                     gone = [
                         i
-                        for i in json.loads(entry.segments_from)
+                        for i in lists.get((entry.id, "from"), [])
                         if i in hidden or not self._exists(conn, table.id, i)
                     ]
                     if gone:
                         raise LineageError(
                             f"cannot end {entry.id}: segments_from no longer exist: {gone[:5]}"
                         )
-                    values.update(
-                        state=LineageState.COMPLETED.value, completed_seq=seq, timestamp=now
-                    )
-                conn.execute(update(lineage).where(lineage.c.id == entry.id).values(**values))
+                    self._set_state(conn, entry.id, LineageState.COMPLETED, completed_seq=seq)
             if rows:
                 conn.execute(insert(segments), rows)
             if removed:
@@ -718,6 +737,16 @@ class CatalogStore:
 
     # -- lineage ----------------------------------------------------------------------
 
+    def _lock_named(self, conn: Connection, name: str) -> Any:
+        """The table's row (id, last_seq), write-locked, without decoding its schema."""
+        stmt = select(tables.c.id, tables.c.last_seq).where(tables.c.name == name)
+        if not is_sqlite(self.engine):
+            stmt = stmt.with_for_update()
+        row = conn.execute(stmt).first()
+        if row is None:
+            raise TableNotFoundError(f"no table named {name!r}; list tables with cat.list_tables()")
+        return row
+
     def _exists(self, conn: Connection, table_id: int, segment_id: str) -> bool:
         return (
             conn.execute(
@@ -730,8 +759,12 @@ class CatalogStore:
             is not None
         )
 
-    def _entry_row(self, conn: Connection, table_id: int, entry_id: str, lock: bool = False) -> Any:
-        stmt = select(lineage).where(lineage.c.id == entry_id, lineage.c.table_id == table_id)
+    def _entry_row(
+        self, conn: Connection, table_id: int, entry_id: str, lock: bool = False, *cols: Any
+    ) -> Any:
+        """The entry's row (only ``cols`` if given: its id lists can be long)."""
+        what = cols or (lineage,)
+        stmt = select(*what).where(lineage.c.id == entry_id, lineage.c.table_id == table_id)
         if lock and not is_sqlite(self.engine):
             stmt = stmt.with_for_update()
         row = conn.execute(stmt).first()
@@ -742,7 +775,9 @@ class CatalogStore:
         return row
 
     @staticmethod
-    def _as_entry(row: Any, seq: int | None = None) -> LineageEntry | None:
+    def _as_entry(
+        row: Any, lists: dict[tuple[str, str], list[str]], seq: int | None = None
+    ) -> LineageEntry | None:
         """The entry as it stood at snapshot ``seq`` (None: now); None if not yet started."""
         if seq is None:
             state = row.state
@@ -756,22 +791,43 @@ class CatalogStore:
             state = LineageState.IN_PROGRESS.value
         return LineageEntry(
             id=row.id,
-            segments_from=tuple(json.loads(row.segments_from)),
-            segments_to=tuple(json.loads(row.segments_to)),
+            segments_from=tuple(lists.get((row.id, "from"), ())),
+            segments_to=tuple(lists.get((row.id, "to"), ())),
             state=state,
-            timestamp=Commit.time(row.timestamp),  # type: ignore[arg-type]
+            timestamp=from_us(row.timestamp),
         )
+
+    def _lists(self, conn: Connection, entry_ids: list[str]) -> dict[tuple[str, str], list[str]]:
+        if not entry_ids:
+            return {}
+        return {
+            (r.entry_id, r.role): json.loads(r.ids)
+            for r in conn.execute(select(lineage_ids).where(lineage_ids.c.entry_id.in_(entry_ids)))
+        }
+
+    def _put_list(self, conn: Connection, entry_id: str, role: str, ids: list[str]) -> None:
+        done = conn.execute(
+            update(lineage_ids)
+            .where(lineage_ids.c.entry_id == entry_id, lineage_ids.c.role == role)
+            .values(ids=json.dumps(ids))
+        ).rowcount
+        if not done:
+            conn.execute(
+                insert(lineage_ids).values(entry_id=entry_id, role=role, ids=json.dumps(ids))
+            )
+
+    def _drop_entry(self, conn: Connection, entry_id: str) -> None:
+        conn.execute(delete(lineage_ids).where(lineage_ids.c.entry_id == entry_id))
+        conn.execute(delete(lineage).where(lineage.c.id == entry_id))
 
     def _entries(
         self, conn: Connection, table_id: int, seq: int | None = None
     ) -> list[LineageEntry]:
         rows = conn.execute(
             select(lineage).where(lineage.c.table_id == table_id).order_by(lineage.c.started_seq)
-        )
-        return [e for r in rows if (e := self._as_entry(r, seq)) is not None]
-
-    def _hidden_now(self, conn: Connection, table_id: int) -> set[str]:
-        return hidden_by(self._entries(conn, table_id))
+        ).all()
+        lists = self._lists(conn, [r.id for r in rows])
+        return [e for r in rows if (e := self._as_entry(r, lists, seq)) is not None]
 
     def _view(self, conn: Connection, table_id: int) -> tuple[set[str], list[LineageEntry]]:
         existing = {
@@ -797,7 +853,7 @@ class CatalogStore:
                 started_at=now,
                 completed_at=now,
                 heartbeat_at=now,
-                owner=owner_token(),
+                owner=process_token(),
                 files_cleaned=0,
                 metadata=json.dumps(meta, default=str),
             )
@@ -869,15 +925,12 @@ class CatalogStore:
             )
             now = now_us()
             for e in conflicts:  # force_cleanup: revert, delete what they wrote
-                conn.execute(
-                    update(lineage)
-                    .where(lineage.c.id == e.id)
-                    .values(state=LineageState.REVERTED.value, reverted_seq=seq, timestamp=now)
-                )
+                self._set_state(conn, e.id, LineageState.REVERTED, reverted_seq=seq)
                 garbage += self._delete_segment_rows(conn, rec.id, set(e.segments_to))
             # keep at most two snapshots: the one this push replaces and the new one;
             # the snapshot before the previous one goes now (Pinot's proactive cleanup)
             new_from = set(segments_from)
+            dropped: set[str] = set()
             for e in entries:
                 if (
                     e.state == LineageState.COMPLETED
@@ -885,20 +938,37 @@ class CatalogStore:
                     and e.segments_from
                 ):
                     garbage += self._delete_segment_rows(conn, rec.id, set(e.segments_from))
-                    conn.execute(delete(lineage).where(lineage.c.id == e.id))
+                    self._drop_entry(conn, e.id)
                     self._purge_before(conn, rec.id, seq)
+                    dropped.add(e.id)
             entry_id = uuid.uuid4().hex
+            for e in entries:  # the chain: entries whose segments_to this one replaces
+                if (
+                    e.id not in dropped
+                    and e.state != LineageState.REVERTED
+                    and set(e.segments_to) & new_from
+                ):
+                    row = self._entry_row(conn, rec.id, e.id, False, lineage.c.successors)
+                    successors = [*json.loads(row.successors), entry_id]
+                    conn.execute(
+                        update(lineage)
+                        .where(lineage.c.id == e.id)
+                        .values(successors=json.dumps(successors))
+                    )
             conn.execute(
                 insert(lineage).values(
                     id=entry_id,
                     table_id=rec.id,
-                    segments_from=json.dumps(segments_from),
-                    segments_to=json.dumps(segments_to),
                     state=LineageState.IN_PROGRESS.value,
                     timestamp=now,
                     started_seq=seq,
+                    successors="[]",
                 )
             )
+            self._put_list(conn, entry_id, "from", list(segments_from))
+            self._put_list(conn, entry_id, "to", list(segments_to))
+            if segments_to:
+                self._put_list(conn, entry_id, "expected", list(segments_to))
             conn.execute(
                 update(commits)
                 .where(commits.c.table_id == rec.id, commits.c.seq == seq)
@@ -916,51 +986,75 @@ class CatalogStore:
 
         return run(self.engine, txn, write=True)
 
-    def end_replace(self, name: str, entry_id: str) -> LineageEntry:
-        from lamina.lineage import LineageView, check_end
+    def end_replace(self, name: str, entry_id: str) -> None:
+        """COMPLETED: one transaction of a few row reads and writes, whatever the
+        number of segments or the size of the data."""
+        from lamina.lineage import check_end
 
-        def txn(conn: Connection) -> LineageEntry:
-            rec = self.get_table(name, conn)
-            trow = self._lock_table(conn, rec.id)
-            existing, entries = self._view(conn, rec.id)
-            view = LineageView(existing, entries)
-            entry = view.get(entry_id)
-            if check_end(view, entry):
+        def txn(conn: Connection) -> None:
+            trow = self._lock_named(conn, name)
+            row = self._entry_row(conn, trow.id, entry_id, True, lineage.c.state)
+            raw = conn.execute(
+                select(lineage_ids.c.ids).where(
+                    lineage_ids.c.entry_id == entry_id, lineage_ids.c.role == "expected"
+                )
+            ).scalar()
+            expected = json.loads(raw) if raw else []
+            unwritten = sorted(set(expected) - self._existing(conn, trow.id, expected))
+            if check_end(entry_id, row.state, unwritten):
                 seq = self._bump(conn, trow, "END_REPLACE", {"entry": entry_id})
-                conn.execute(
-                    update(lineage)
-                    .where(lineage.c.id == entry_id)
-                    .values(
-                        state=LineageState.COMPLETED.value, completed_seq=seq, timestamp=now_us()
+                self._set_state(conn, entry_id, LineageState.COMPLETED, completed_seq=seq)
+
+        return run(self.engine, txn, write=True)
+
+    def revert_replace(self, name: str, entry_id: str, force: bool = False) -> None:
+        from lamina.lineage import check_revert
+
+        def txn(conn: Connection) -> None:
+            trow = self._lock_named(conn, name)
+            row = self._entry_row(
+                conn, trow.id, entry_id, True, lineage.c.state, lineage.c.successors
+            )
+            successors = json.loads(row.successors)
+            live = []
+            if successors:
+                live = [
+                    r[0]
+                    for r in conn.execute(
+                        select(lineage.c.id).where(
+                            lineage.c.id.in_(successors),
+                            lineage.c.state != LineageState.REVERTED.value,
+                        )
+                    )
+                ]
+            if check_revert(entry_id, row.state, force, live):
+                seq = self._bump(conn, trow, "REVERT_REPLACE", {"entry": entry_id})
+                self._set_state(conn, entry_id, LineageState.REVERTED, reverted_seq=seq)
+
+        return run(self.engine, txn, write=True)
+
+    def _set_state(self, conn: Connection, entry_id: str, state: LineageState, **seqs: int) -> None:
+        conn.execute(
+            update(lineage)
+            .where(lineage.c.id == entry_id)
+            .values(state=state.value, timestamp=now_us(), **seqs)
+        )
+
+    def _existing(self, conn: Connection, table_id: int, ids: list[str]) -> set[str]:
+        """Which of ``ids`` name segments that exist (not removed)."""
+        found: set[str] = set()
+        for i in range(0, len(ids), 5000):
+            found.update(
+                r[0]
+                for r in conn.execute(
+                    select(segments.c.segment_id).where(
+                        segments.c.table_id == table_id,
+                        segments.c.removed_seq.is_(None),
+                        segments.c.segment_id.in_(ids[i : i + 5000]),
                     )
                 )
-            got = self._as_entry(self._entry_row(conn, rec.id, entry_id))
-            assert got is not None
-            return got
-
-        return run(self.engine, txn, write=True)
-
-    def revert_replace(self, name: str, entry_id: str, force: bool = False) -> LineageEntry:
-        from lamina.lineage import LineageView, check_revert
-
-        def txn(conn: Connection) -> LineageEntry:
-            rec = self.get_table(name, conn)
-            trow = self._lock_table(conn, rec.id)
-            existing, entries = self._view(conn, rec.id)
-            view = LineageView(existing, entries)
-            entry = view.get(entry_id)
-            if check_revert(view, entry, force):
-                seq = self._bump(conn, trow, "REVERT_REPLACE", {"entry": entry_id})
-                conn.execute(
-                    update(lineage)
-                    .where(lineage.c.id == entry_id)
-                    .values(state=LineageState.REVERTED.value, reverted_seq=seq, timestamp=now_us())
-                )
-            got = self._as_entry(self._entry_row(conn, rec.id, entry_id))
-            assert got is not None
-            return got
-
-        return run(self.engine, txn, write=True)
+            )
+        return found
 
     def delete_segments(self, name: str, ids: list[str]) -> Commit:
         """Remove live segments in one commit (files go with retention)."""
@@ -1024,9 +1118,8 @@ class CatalogStore:
             trow = self._lock_table(conn, rec.id)
             garbage: list[str] = []
             purge = 0
-            for row in conn.execute(select(lineage).where(lineage.c.table_id == rec.id)).all():
-                entry = self._as_entry(row)
-                assert entry is not None
+            for entry in self._entries(conn, rec.id):
+                row = self._entry_row(conn, rec.id, entry.id)
                 age = now - int(row.timestamp)
                 if entry.state == LineageState.COMPLETED and age >= replaced_after_us:
                     garbage += self._delete_segment_rows(conn, rec.id, set(entry.segments_from))
@@ -1039,7 +1132,7 @@ class CatalogStore:
                         purge = max(purge, int(row.reverted_seq))
                 else:
                     continue
-                conn.execute(delete(lineage).where(lineage.c.id == row.id))
+                self._drop_entry(conn, entry.id)
             removed = conn.execute(
                 select(segments.c.segment_id, segments.c.removed_seq)
                 .join(commits, commits.c.id == segments.c.removed_commit)
