@@ -41,7 +41,8 @@ from rich.text import Text
 
 import lamina
 from lamina.errors import LaminaError, SchemaError, SnapshotNotFoundError, TableNotFoundError
-from lamina.interval import ETERNITY, Granularity, Interval, from_us
+from lamina.interval import ETERNITY, MAX_US, MIN_US, Granularity, Interval, from_us, to_us
+from lamina.lineage import LineageEntry, LineageEntryNotFoundError, LineageError, LineageState
 from lamina.meta.store import Snapshot
 from lamina.segment import Segment
 from lamina.timeline import Timeline
@@ -1284,6 +1285,322 @@ def _print_commit(
             f" ({commit.action.lower()}) on {table.name}: " + ", ".join(parts),
             (f" · {elapsed:.1f} s, {_n(tasks, 'Spark task')}", "dim"),
         )
+    )
+
+
+# -- segment lineage: push, lineage, revert; maintenance; REST server ------------------------
+
+
+def _find_entry(t: lamina.Table, entry_id: str) -> LineageEntry:
+    for e in t.lineage():
+        if e.id == entry_id:
+            return e
+    raise LineageEntryNotFoundError(
+        f"no lineage entry {entry_id!r} in table {t.name}; `lamina lineage {t.name}` lists them"
+    )
+
+
+def _entry_of_push(t: lamina.Table, commit: lamina.Commit) -> LineageEntry | None:
+    """The lineage entry a consistent refresh published under (None without one)."""
+    entries = t.lineage()
+    added = set(commit.added)
+    if added:
+        return next((e for e in reversed(entries) if added & set(e.segments_to)), None)
+    # nothing written: the entry the refresh opened right after its commit began
+    by_id = {e.id: e for e in entries}
+    for c in t.history():
+        if c.id > commit.id and c.action == "START_REPLACE":
+            e = by_id.get(str(c.metadata.get("entry")))
+            if e is not None and not e.segments_to:
+                return e
+    return None
+
+
+_STATE_STYLES = {
+    LineageState.COMPLETED.value: "green",
+    LineageState.REVERTED.value: "red",
+    LineageState.IN_PROGRESS.value: "yellow",
+}
+
+
+@_command("lineage")
+def lineage(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Table name.")],
+    show_segments: Annotated[
+        bool, typer.Option("--segments", "-s", help="Also list each entry's segment ids.")
+    ] = False,
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """List a table's segment lineage entries (consistent pushes), oldest first."""
+    with _connect(ctx, catalog, warehouse) as cat:
+        t = _load(cat, name)
+        entries = t.lineage()
+        con = _console()
+        if not entries:
+            con.print(Text(f"table {t.name} has no lineage entries", style="dim"))
+            return
+        out = RichTable(box=None, padding=(0, 2), header_style="bold")
+        out.add_column("entry")
+        out.add_column("state")
+        out.add_column("updated (UTC)")
+        out.add_column("-segments", justify="right")
+        out.add_column("+segments", justify="right")
+        for e in entries:
+            out.add_row(
+                *_cells(
+                    e.id,
+                    Text(e.state, style=_STATE_STYLES.get(e.state, "")),
+                    _time(e.timestamp),
+                    _count(len(e.segments_from)),
+                    _count(len(e.segments_to)),
+                )
+            )
+        con.print(out)
+        if show_segments:
+            for e in entries:
+                con.print(Text(e.id, style="bold"))
+                for sid in e.segments_from:
+                    con.print(Text(f"  - {sid}", style="red"))
+                for sid in e.segments_to:
+                    con.print(Text(f"  + {sid}", style="green"))
+        states = {s: sum(e.state == s for e in entries) for s in _STATE_STYLES}
+        con.print(
+            Text(
+                f"{_count(len(entries))} {'entry' if len(entries) == 1 else 'entries'}: "
+                + ", ".join(f"{n} {s.lower().replace('_', ' ')}" for s, n in states.items() if n),
+                style="dim",
+            )
+        )
+
+
+@_command("revert")
+def revert(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Table name.")],
+    entry_id: Annotated[str, typer.Argument(help="Lineage entry id (`lamina lineage TABLE`).")],
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Also revert an entry still IN_PROGRESS (a running push)."),
+    ] = False,
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Roll back a push: readers see the segments its lineage entry replaced again."""
+    with _connect(ctx, catalog, warehouse) as cat:
+        t = _load(cat, name)
+        entry = _find_entry(t, entry_id)
+        con = _console()
+        if entry.state == LineageState.REVERTED:
+            con.print(Text(f"lineage entry {entry_id} on {t.name} is already reverted", "dim"))
+            return
+        if entry.state == LineageState.IN_PROGRESS and not force:
+            raise LineageError(
+                f"lineage entry {entry_id} is still IN_PROGRESS (a push may still be running); "
+                "pass --force to revert it anyway"
+            )
+        t.revert_replace(entry_id, force=force)
+        what = (
+            f"{_n(len(entry.segments_from), 'segment')} visible again, "
+            f"{_n(len(entry.segments_to), 'segment')} hidden"
+            if entry.state == LineageState.COMPLETED
+            else f"its {_n(len(entry.segments_to), 'segment')} will never be visible"
+        )
+        con.print(
+            Text.assemble(
+                ("✓ ", "green"),
+                ("reverted ", "bold"),
+                f"lineage entry {entry_id} on {t.name} (was {entry.state.lower()}): {what}",
+            )
+        )
+
+
+@_command("push")
+def push(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Table name.")],
+    files: Annotated[
+        list[str], typer.Argument(help="Input files or folders (local paths or URIs).")
+    ],
+    fmt: Annotated[
+        FileFormat | None,
+        typer.Option("--format", "-f", help="Input format. Default: from the extension."),
+    ] = None,
+    interval: Annotated[
+        str | None,
+        typer.Option(
+            "--interval",
+            "-i",
+            help="Replace only START/END (aligned to chunks); default: all the table's data.",
+        ),
+    ] = None,
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Replace a table's data with files (Spark) in one consistent, revertible push.
+
+    Readers see the old data until the push completes, then only the new. On a table
+    with consistent_push=true the push is a lineage entry that `lamina revert` rolls back.
+    """
+    window = Interval.parse(interval) if interval is not None else None
+    paths = _check_inputs(files)
+    fmt = fmt or format_of(paths)
+    err = _console(stderr=True)
+    started = time.monotonic()
+    with _connect(ctx, catalog, warehouse) as cat:
+        t = _load(cat, name)
+        if window is not None:
+            t.granularity.check_aligned(window)
+        if not t.consistent_push:
+            err.print(
+                Text(
+                    f"note: table {t.name} has consistent_push=false: the push is one atomic "
+                    "commit but cannot be reverted; create tables with -p consistent_push=true",
+                    style="yellow",
+                )
+            )
+        from lamina.engines.spark import get_spark
+
+        with err.status("starting Spark", spinner="dots"), _spark_errors():
+            spark = get_spark()
+            _quiet_spark(spark)
+        meta = {
+            "via": "lamina push",
+            "format": fmt.value,
+            "inputs": paths[:20],
+            "input_count": len(paths),
+        }
+        try:
+            with _SparkProgress(spark, err) as progress, _spark_errors():
+                progress.phase("reading")
+                df = read_spark_files(spark, fmt, paths, t.schema)
+                progress.phase("pushing")
+                commit = t.refresh(df, interval=window, metadata=meta)
+        except LaminaError as exc:
+            raise CliError(
+                f"push failed, nothing was published (readers still see the previous data): {exc}"
+            ) from None
+        tasks = progress.tasks
+        elapsed = time.monotonic() - started
+        _print_commit(t, commit, False, elapsed, tasks)
+        entry = _entry_of_push(t, commit) if t.consistent_push else None
+        if entry is not None:
+            _console().print(
+                Text.assemble(
+                    "  lineage entry ",
+                    (entry.id, "bold"),
+                    f" ({entry.state.lower()}): replaced "
+                    f"{_n(len(entry.segments_from), 'segment')}; undo with ",
+                    (f"lamina revert {t.name} {entry.id}", "bold"),
+                )
+            )
+
+
+def _parse_now(text: str) -> dt.datetime:
+    us = to_us(text)  # InvalidIntervalError explains the format
+    if not MIN_US < us < MAX_US:
+        raise CliError(f"--now must be a point in time, not {text!r}")
+    try:
+        return from_us(us)
+    except OverflowError:
+        raise CliError(f"--now {text!r} is out of range") from None
+
+
+@_command("retention")
+def retention(
+    ctx: typer.Context,
+    table: Annotated[
+        list[str] | None,
+        typer.Option("--table", "-t", help="Only this table (repeatable). Default: all."),
+    ] = None,
+    now: Annotated[
+        str | None,
+        typer.Option(
+            "--now",
+            help="Act as if it were this time (ISO-8601, naive = UTC), e.g. to catch up.",
+            show_default=False,
+        ),
+    ] = None,
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Delete what pushes, rollbacks, overwrites and deletes left behind, and orphan files
+    (each after its retention period: table properties replaced_segments_retention,
+    lineage_cleanup_retention, orphan_grace_period)."""
+    at = _parse_now(now) if now is not None else None
+    with _connect(ctx, catalog, warehouse) as cat:
+        names = [_load(cat, n).name for n in table] if table else None
+        report = cat.run_retention(now=at, tables=names)
+        _console().print(
+            Text.assemble(
+                ("✓ ", "green"),
+                f"retention on {_n(len(names), 'table') if names else 'all tables'}: deleted "
+                f"{_n(report.segment_files, 'segment file')} and "
+                f"{_n(report.orphan_files, 'orphan file')}",
+            )
+        )
+
+
+@_command("orphans")
+def orphans(
+    ctx: typer.Context,
+    table: Annotated[
+        list[str] | None,
+        typer.Option("--table", "-t", help="Only this table (repeatable). Default: all."),
+    ] = None,
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """List files in the tables' data folders that no catalog row names (relative to the
+    warehouse root; one per line). `lamina retention` deletes those past the grace period."""
+    with _connect(ctx, catalog, warehouse) as cat:
+        names = [_load(cat, n).name for n in table] if table else None
+        found = cat.find_orphans(tables=names)
+        out = _console()
+        for rel in found:
+            out.print(Text(rel), soft_wrap=True)
+        _console(stderr=True).print(Text(_n(len(found), "orphan file"), style="dim"))
+
+
+_LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+@_command("serve")
+def serve(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", help="Port to listen on.", min=0, max=65535)
+    ] = 8080,
+    log_level: Annotated[
+        str, typer.Option("--log-level", help="uvicorn log level (info, warning...).")
+    ] = "info",
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Serve the REST API (tables, segments, lineage; start/end/revertReplaceSegments).
+
+    POST calls need `Authorization: Bearer $LAMINA_API_TOKEN` when that variable is set.
+    OpenAPI at /openapi.json, docs at /docs.
+    """
+    from lamina import server
+
+    if not os.environ.get(server.TOKEN_ENV) and host not in _LOOPBACK:
+        _console(stderr=True).print(
+            Text(
+                f"warning: listening on {host} without ${server.TOKEN_ENV}: anyone who can "
+                "reach it can replace and revert segments",
+                style="yellow",
+            )
+        )
+    glob = ctx.find_object(_Globals) or _Globals()
+    server.serve(
+        host,
+        port,
+        catalog=catalog or glob.catalog,
+        warehouse=warehouse or glob.warehouse,
+        log_level=log_level,
     )
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from lamina.commit import Commit
-from lamina.errors import DataOutsideIntervalError
+from lamina.errors import DataOutsideIntervalError, SnapshotNotFoundError
 from lamina.interval import ETERNITY, Granularity, Interval
 from lamina.io.arrow import conform, is_spark_dataframe, to_arrow_table
 from lamina.io.reader import read_arrow
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from lamina.catalog import Catalog
 
 DEFAULT_TARGET_ROWS = 1_000_000
+READ_ATTEMPTS = 5  # a latest read re-plans when files vanished under it
 
 
 class Table:
@@ -271,8 +272,18 @@ class Table:
     def to_arrow(
         self, as_of: int | None = None, columns: list[str] | None = None, interval: Any = None
     ) -> pa.Table:
-        """Rows of the latest (or ``as_of``) snapshot, optionally only some columns/times."""
-        return read_arrow(self.scan(as_of, interval), self.catalog.warehouse, columns)
+        """Rows of the latest (or ``as_of``) snapshot, optionally only some columns/times.
+
+        A latest read whose files a concurrent push or retention removed is planned
+        again on the newer snapshot (never a mix: each attempt reads one snapshot).
+        """
+        for attempt in range(READ_ATTEMPTS):
+            try:
+                return read_arrow(self.scan(as_of, interval), self.catalog.warehouse, columns)
+            except SnapshotNotFoundError:
+                if as_of is not None or attempt == READ_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
 
     def to_pandas(
         self, as_of: int | None = None, columns: list[str] | None = None, interval: Any = None

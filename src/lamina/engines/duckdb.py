@@ -26,35 +26,49 @@ class SqlError(LaminaError):
     """DuckDB rejected the query."""
 
 
-def run_sql(catalog: Catalog, query: str) -> pa.Table:
-    con = duckdb.connect()
+def run_sql(catalog: Catalog, query: str, attempts: int = 5) -> pa.Table:
+    """Run ``query`` over the latest snapshots. If a push or retention removed a file
+    under the query, plan again on the newer snapshots and rerun (each run reads
+    one consistent snapshot per table)."""
+    for attempt in range(attempts):
+        con = duckdb.connect()
+        try:
+            return _run_once(con, catalog, query)
+        except duckdb.IOException as exc:
+            if attempt == attempts - 1:
+                raise SqlError(f"query failed: {exc}") from None
+        finally:
+            con.close()
+    raise AssertionError("unreachable")
+
+
+def _run_once(con: duckdb.DuckDBPyConnection, catalog: Catalog, query: str) -> pa.Table:
+    con.execute("SET TimeZone='UTC'")
     try:
-        con.execute("SET TimeZone='UTC'")
-        try:
-            named = duckdb.get_table_names(query)
-        except duckdb.Error as exc:
-            raise SqlError(f"cannot parse the query: {exc}") from None
-        known = {n.lower(): n for n in catalog.list_tables()}
-        for ref in sorted(named):
-            name = known.get(ref.lower())
-            if name is None:
-                continue
-            table = catalog.load_table(name)
-            bound = None
-            if table.time_column is not None:
-                bound = time_bound(con, query, name, table.time_column, table.schema)
-            register_view(con, name, plan_scan(table.snapshot(interval=bound), bound))
-        try:
-            rel = con.sql(query)
-            if rel is None:  # a statement without a result
-                return pa.table({})
-            fetch = getattr(rel, "to_arrow_table", None) or rel.arrow
-            result: pa.Table = fetch()
-            return result
-        except duckdb.Error as exc:
-            raise SqlError(f"query failed: {exc}") from None
-    finally:
-        con.close()
+        named = duckdb.get_table_names(query)
+    except duckdb.Error as exc:
+        raise SqlError(f"cannot parse the query: {exc}") from None
+    known = {n.lower(): n for n in catalog.list_tables()}
+    for ref in sorted(named):
+        name = known.get(ref.lower())
+        if name is None:
+            continue
+        table = catalog.load_table(name)
+        bound = None
+        if table.time_column is not None:
+            bound = time_bound(con, query, name, table.time_column, table.schema)
+        register_view(con, name, plan_scan(table.snapshot(interval=bound), bound))
+    try:
+        rel = con.sql(query)
+        if rel is None:  # a statement without a result
+            return pa.table({})
+        fetch = getattr(rel, "to_arrow_table", None) or rel.arrow
+        result: pa.Table = fetch()
+        return result
+    except duckdb.IOException:
+        raise
+    except duckdb.Error as exc:
+        raise SqlError(f"query failed: {exc}") from None
 
 
 def _quote(name: str) -> str:

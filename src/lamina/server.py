@@ -1,0 +1,389 @@
+"""A REST controller over a catalog: list tables, segments and lineage; drive segment
+lineage (Pinot's ``startReplaceSegments`` / ``endReplaceSegments`` /
+``revertReplaceSegments``) over HTTP.
+
+A thin adapter: every handler calls one :class:`lamina.Table` method and maps lamina's
+errors to status codes — unknown table or lineage entry 404, a lineage state conflict
+409, any other refused input 400, malformed requests 422 — with ``{"detail": message}``.
+
+Mutating calls (POST) need ``Authorization: Bearer <token>`` when a token is configured
+(``create_app(token=...)``, else ``$LAMINA_API_TOKEN``): no credentials 401, a wrong
+token 403. Reads are open. Handlers are plain functions, so FastAPI runs them on its
+thread pool; they share the catalog (its SQLAlchemy engine is thread-safe).
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import re
+from collections.abc import Callable, Coroutine
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Security, status
+from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+import lamina
+from lamina.errors import (
+    CatalogUnavailableError,
+    ConcurrentWriteError,
+    LaminaError,
+    TableNotFoundError,
+)
+from lamina.lineage import LineageEntry, LineageEntryNotFoundError, LineageError, LineageState
+from lamina.segment import Segment
+
+TOKEN_ENV = "LAMINA_API_TOKEN"
+_TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_MAX_SEGMENTS = 100_000  # per list in a request body
+
+SegmentId = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+EntryId = Annotated[
+    str,
+    Query(
+        alias="segmentLineageEntryId",
+        min_length=1,
+        max_length=128,
+        description="Id returned by startReplaceSegments.",
+    ),
+]
+
+
+# -- models ------------------------------------------------------------------------------
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="forbid")
+
+
+class TableInfo(_Model):
+    name: str
+    time_column: str | None = Field(alias="timeColumn")
+    granularity: str
+    properties: dict[str, str]
+
+
+class SegmentInfo(_Model):
+    id: str
+    interval: str = Field(description="START/END, ISO-8601 UTC, half-open.")
+    version: int
+    partition: int
+    rows: int
+    bytes: int
+    tombstone: bool = Field(description="Holds no rows; hides what lies below it.")
+    commit_id: int | None = Field(alias="commitId")
+
+
+class LineageEntryInfo(_Model):
+    id: str
+    segments_from: list[str] = Field(alias="segmentsFrom")
+    segments_to: list[str] = Field(alias="segmentsTo")
+    state: str = Field(description="IN_PROGRESS, COMPLETED or REVERTED.")
+    timestamp: datetime
+
+
+class StartReplaceRequest(_Model):
+    segments_from: list[SegmentId] = Field(
+        default_factory=list,
+        alias="segmentsFrom",
+        max_length=_MAX_SEGMENTS,
+        description="Live segments the replacement hides once it ends.",
+    )
+    segments_to: list[SegmentId] = Field(
+        default_factory=list,
+        alias="segmentsTo",
+        max_length=_MAX_SEGMENTS,
+        description="New segment names; segments written under the entry join them.",
+    )
+
+
+class StartReplaceResponse(_Model):
+    segment_lineage_entry_id: str = Field(alias="segmentLineageEntryId")
+
+
+class ReplaceResult(_Model):
+    segment_lineage_entry_id: str = Field(alias="segmentLineageEntryId")
+    state: str = Field(description="The entry's state after the call.")
+
+
+class ErrorResponse(BaseModel):
+    detail: str
+
+
+def _segment(s: Segment) -> SegmentInfo:
+    return SegmentInfo(
+        id=s.id,
+        interval=str(s.interval),
+        version=s.version,
+        partition=s.partition_id,
+        rows=s.row_count,
+        bytes=s.size_bytes,
+        tombstone=s.location is None,
+        commitId=s.commit_id,
+    )
+
+
+def _entry(e: LineageEntry) -> LineageEntryInfo:
+    return LineageEntryInfo(
+        id=e.id,
+        segmentsFrom=list(e.segments_from),
+        segmentsTo=list(e.segments_to),
+        state=str(e.state),
+        timestamp=e.timestamp,
+    )
+
+
+# -- authentication --------------------------------------------------------------------------
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    description=f"Required on POST calls when the server has a token (${TOKEN_ENV}).",
+)
+
+
+def _unauthorized(detail: str) -> HTTPException:
+    return HTTPException(
+        status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"}
+    )
+
+
+def check_token(expected: str | None, authorization: str | None) -> None:
+    """Raise 401 without Bearer credentials, 403 with the wrong ones (no-op without a
+    configured token). Constant-time comparison of the raw bytes."""
+    if not expected:
+        return
+    if not authorization:
+        raise _unauthorized("this call needs an Authorization: Bearer <token> header")
+    scheme, _, credentials = authorization.strip().partition(" ")
+    credentials = credentials.strip()
+    if scheme.lower() != "bearer" or not credentials:
+        raise _unauthorized("the Authorization header must be 'Bearer <token>'")
+    # Starlette decodes header bytes as latin-1: re-encode to compare what was sent
+    try:
+        given = credentials.encode("latin-1")
+    except UnicodeEncodeError:
+        given = credentials.encode("utf-8")
+    if not hmac.compare_digest(given, expected.encode("utf-8")):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "the token is not valid")
+
+
+class _AuthenticatedRoute(APIRoute):
+    """Checks the token before FastAPI reads the body, so an unauthenticated caller
+    gets 401/403, never a validation error about a request it may not make."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def checked(request: Request) -> Response:
+            check_token(request.app.state.token, request.headers.get("authorization"))
+            return await handler(request)
+
+        return checked
+
+
+def _documented_bearer(
+    _: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
+) -> None:
+    """Only puts the Bearer scheme in the OpenAPI document; _AuthenticatedRoute checks."""
+
+
+# -- dependencies ----------------------------------------------------------------------------
+
+
+def _catalog(request: Request) -> lamina.Catalog:
+    cat: lamina.Catalog = request.app.state.catalog
+    return cat
+
+
+def _table(table: str, cat: Annotated[lamina.Catalog, Depends(_catalog)]) -> lamina.Table:
+    """The table of the path; 404 for names no table can have (no traversal, no lookup)."""
+    if not _TABLE_NAME.fullmatch(table):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, "no table by that name")
+    return cat.load_table(table)  # TableNotFoundError -> 404
+
+
+TableDep = Annotated[lamina.Table, Depends(_table)]
+
+_ERRORS: dict[int | str, dict[str, object]] = {
+    400: {"model": ErrorResponse, "description": "Refused by lamina (bad input)."},
+    404: {"model": ErrorResponse, "description": "Unknown table or lineage entry."},
+    409: {"model": ErrorResponse, "description": "Not allowed in the entry's current state."},
+}
+_AUTH_ERRORS: dict[int | str, dict[str, object]] = {
+    401: {"model": ErrorResponse, "description": "No Bearer token."},
+    403: {"model": ErrorResponse, "description": "Wrong token."},
+}
+
+
+# -- routes ----------------------------------------------------------------------------------
+
+reads = APIRouter(tags=["tables"])
+writes = APIRouter(
+    tags=["segment lineage"],
+    route_class=_AuthenticatedRoute,
+    dependencies=[Depends(_documented_bearer)],
+    responses={**_ERRORS, **_AUTH_ERRORS},
+)
+
+
+@reads.get("/tables", response_model=list[TableInfo])
+def list_tables(cat: Annotated[lamina.Catalog, Depends(_catalog)]) -> list[TableInfo]:
+    """Every table of the catalog."""
+    out = []
+    for name in cat.list_tables():
+        try:
+            t = cat.load_table(name)
+        except TableNotFoundError:  # dropped meanwhile
+            continue
+        out.append(
+            TableInfo(
+                name=t.name,
+                timeColumn=t.time_column,
+                granularity=t.granularity.value,
+                properties=t.properties,
+            )
+        )
+    return out
+
+
+@reads.get(
+    "/tables/{table}/segments",
+    response_model=list[SegmentInfo],
+    responses={404: _ERRORS[404]},
+)
+def list_segments(
+    t: TableDep,
+    all_: Annotated[
+        bool, Query(alias="all", description="Every published segment, not only visible ones.")
+    ] = False,
+) -> list[SegmentInfo]:
+    """The visible data segments of the latest snapshot (``all=true``: every published
+    one, tombstones and overshadowed versions included)."""
+    return [_segment(s) for s in t.segments(all=all_)]
+
+
+@reads.get(
+    "/tables/{table}/lineage",
+    response_model=list[LineageEntryInfo],
+    responses={404: _ERRORS[404]},
+)
+def list_lineage(t: TableDep) -> list[LineageEntryInfo]:
+    """The table's segment lineage entries, oldest first."""
+    return [_entry(e) for e in t.lineage()]
+
+
+@writes.post("/tables/{table}/startReplaceSegments", response_model=StartReplaceResponse)
+def start_replace_segments(
+    t: TableDep,
+    body: StartReplaceRequest,
+    force_cleanup: Annotated[
+        bool,
+        Query(
+            alias="forceCleanup",
+            description="Revert IN_PROGRESS entries on the same segments (and delete what "
+            "they wrote) instead of refusing.",
+        ),
+    ] = False,
+) -> StartReplaceResponse:
+    """Open an IN_PROGRESS entry: ``segmentsTo`` will replace ``segmentsFrom``."""
+    entry_id = t.start_replace(body.segments_from, body.segments_to, force_cleanup=force_cleanup)
+    return StartReplaceResponse(segmentLineageEntryId=entry_id)
+
+
+def _result(t: lamina.Table, entry_id: str, expected: LineageState) -> ReplaceResult:
+    """The entry's state after a successful call (retention may have removed it since)."""
+    state = next((e.state for e in t.lineage() if e.id == entry_id), expected.value)
+    return ReplaceResult(segmentLineageEntryId=entry_id, state=str(state))
+
+
+@writes.post("/tables/{table}/endReplaceSegments", response_model=ReplaceResult)
+def end_replace_segments(t: TableDep, entry_id: EntryId) -> ReplaceResult:
+    """Complete an entry: readers switch to its segmentsTo at once (idempotent)."""
+    t.end_replace(entry_id)
+    return _result(t, entry_id, LineageState.COMPLETED)
+
+
+@writes.post("/tables/{table}/revertReplaceSegments", response_model=ReplaceResult)
+def revert_replace_segments(
+    t: TableDep,
+    entry_id: EntryId,
+    force_revert: Annotated[
+        bool,
+        Query(alias="forceRevert", description="Also revert an entry still IN_PROGRESS."),
+    ] = False,
+) -> ReplaceResult:
+    """Undo an entry: readers see its segmentsFrom again (a COMPLETED entry must be the
+    newest link of its chain; idempotent)."""
+    t.revert_replace(entry_id, force=force_revert)
+    return _result(t, entry_id, LineageState.REVERTED)
+
+
+# -- app ------------------------------------------------------------------------------------
+
+
+def _status_of(exc: LaminaError) -> int:
+    if isinstance(exc, TableNotFoundError | LineageEntryNotFoundError):
+        return status.HTTP_404_NOT_FOUND
+    if isinstance(exc, LineageError | ConcurrentWriteError):
+        return status.HTTP_409_CONFLICT
+    if isinstance(exc, CatalogUnavailableError):
+        return status.HTTP_503_SERVICE_UNAVAILABLE
+    return status.HTTP_400_BAD_REQUEST
+
+
+def _message(request: Request, exc: LaminaError) -> str:
+    """The error's message, pointing at the API rather than the Python calls."""
+    table = request.path_params.get("table", "")
+    if isinstance(exc, TableNotFoundError):
+        return f"no table named {table!r}; GET /tables lists them"
+    if isinstance(exc, LineageEntryNotFoundError):
+        entry = request.query_params.get("segmentLineageEntryId", "")
+        return (
+            f"no lineage entry {entry!r} in table {table}; GET /tables/{table}/lineage lists them"
+        )
+    return " ".join(str(exc).split())
+
+
+async def _lamina_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, LaminaError)
+    return JSONResponse({"detail": _message(request, exc)}, status_code=_status_of(exc))
+
+
+def create_app(catalog: lamina.Catalog, token: str | None = None) -> FastAPI:
+    """The REST app over ``catalog``. ``token`` (default ``$LAMINA_API_TOKEN``; empty:
+    none) guards the POST calls."""
+    if token is None:
+        token = os.environ.get(TOKEN_ENV)
+    app = FastAPI(
+        title="lamina",
+        version=lamina.__version__,
+        description="Tables, segments and segment lineage of a lamina catalog.",
+    )
+    app.state.catalog = catalog
+    app.state.token = token or None
+    app.add_exception_handler(LaminaError, _lamina_error)
+    app.include_router(reads)
+    app.include_router(writes)
+    return app
+
+
+def serve(
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    catalog: str | None = None,
+    warehouse: str | None = None,
+    token: str | None = None,
+    log_level: str = "info",
+) -> None:
+    """Connect to the catalog and serve the REST API with uvicorn until interrupted."""
+    import uvicorn
+
+    cat = lamina.connect(catalog=catalog, warehouse=warehouse)
+    try:
+        uvicorn.run(create_app(cat, token), host=host, port=port, log_level=log_level)
+    finally:
+        cat.close()
