@@ -199,6 +199,7 @@ def _collect_files(
     for info in wh.list_files(base):
         name = info.base_name
         if not name.endswith(".parquet") or name.startswith((".", "_")):
+            wh.fs.delete_file(info.path)  # _SUCCESS, .crc: the commit dir holds segments only
             continue
         rel = info.path[len(wh.root) + 1 :]
         if granularity is Granularity.ALL:

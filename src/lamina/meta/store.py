@@ -816,6 +816,20 @@ class CatalogStore:
                 insert(lineage_ids).values(entry_id=entry_id, role=role, ids=json.dumps(ids))
             )
 
+    def _drop_dangling(
+        self, conn: Connection, entries: list[LineageEntry], gone: set[str]
+    ) -> set[str]:
+        """Drop COMPLETED entries that lost segments: their from (a rollback could not
+        bring them back) or their to (the data they published no longer exists)."""
+        dropped = set()
+        for e in entries:
+            if e.state == LineageState.COMPLETED and (
+                gone & set(e.segments_from) or gone & set(e.segments_to)
+            ):
+                self._drop_entry(conn, e.id)
+                dropped.add(e.id)
+        return dropped
+
     def _drop_entry(self, conn: Connection, entry_id: str) -> None:
         conn.execute(delete(lineage_ids).where(lineage_ids.c.entry_id == entry_id))
         conn.execute(delete(lineage).where(lineage.c.id == entry_id))
@@ -937,10 +951,10 @@ class CatalogStore:
                     and set(e.segments_to) & new_from
                     and e.segments_from
                 ):
-                    garbage += self._delete_segment_rows(conn, rec.id, set(e.segments_from))
-                    self._drop_entry(conn, e.id)
+                    gone = set(e.segments_from)
+                    garbage += self._delete_segment_rows(conn, rec.id, gone)
                     self._purge_before(conn, rec.id, seq)
-                    dropped.add(e.id)
+                    dropped |= self._drop_dangling(conn, entries, gone)
             entry_id = uuid.uuid4().hex
             for e in entries:  # the chain: entries whose segments_to this one replaces
                 if (
@@ -1118,21 +1132,27 @@ class CatalogStore:
             trow = self._lock_table(conn, rec.id)
             garbage: list[str] = []
             purge = 0
-            for entry in self._entries(conn, rec.id):
+            entries = self._entries(conn, rec.id)
+            dropped: set[str] = set()
+            for entry in entries:
+                if entry.id in dropped:
+                    continue
                 row = self._entry_row(conn, rec.id, entry.id)
                 age = now - int(row.timestamp)
                 if entry.state == LineageState.COMPLETED and age >= replaced_after_us:
-                    garbage += self._delete_segment_rows(conn, rec.id, set(entry.segments_from))
+                    gone = set(entry.segments_from)
                     purge = max(purge, int(row.completed_seq))
                 elif entry.state == LineageState.REVERTED or (
                     entry.state == LineageState.IN_PROGRESS and age >= lineage_after_us
                 ):
-                    garbage += self._delete_segment_rows(conn, rec.id, set(entry.segments_to))
+                    gone = set(entry.segments_to)
                     if row.completed_seq is not None:  # was visible for a while
                         purge = max(purge, int(row.reverted_seq))
                 else:
                     continue
+                garbage += self._delete_segment_rows(conn, rec.id, gone)
                 self._drop_entry(conn, entry.id)
+                dropped |= {entry.id} | self._drop_dangling(conn, entries, gone)
             removed = conn.execute(
                 select(segments.c.segment_id, segments.c.removed_seq)
                 .join(commits, commits.c.id == segments.c.removed_commit)
