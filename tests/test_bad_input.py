@@ -115,6 +115,8 @@ def test_invalid_granularity_and_name(cat: lamina.Catalog) -> None:
         cat.create_table("t", schema=SCHEMA, segment_granularity="DAY")
     with pytest.raises(errors.InvalidTableNameError):
         cat.create_table("../etc", schema=SCHEMA)
+    with pytest.raises(errors.InvalidTableNameError):
+        cat.create_table("events\n", schema=SCHEMA)
     assert cat.list_tables() == []
 
 

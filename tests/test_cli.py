@@ -343,3 +343,111 @@ def test_ingest_with_spark(wh: str, tmp_path: Path, spark: Any) -> None:
     message = fails(wh, "ingest", "events", str(bad))
     assert "Spark failed" in message and "abc" in message
     assert "ABORTED" in ok(wh, "history", "events")
+
+
+# -- segment lineage: lineage, revert, push; retention, orphans ------------------------------------
+
+
+@pytest.fixture
+def pushed(wh: str, cat: lamina.Catalog) -> lamina.Table:
+    """A consistent_push table: days 0-2 appended (3 rows each), then refreshed to 2 rows."""
+    t = cat.create_table("events", parse_schema(SCHEMA), "ts", "DAY", consistent_push=True)
+    t.append(_rows([0, 1, 2], 3))  # entry 1: from [] to three segments
+    t.refresh(_rows([0, 1], 1, k0=50))  # entry 2: replaces them
+    return t
+
+
+def test_lineage_and_revert(wh: str, pushed: lamina.Table) -> None:
+    first, second = pushed.lineage()
+    assert pushed.count() == 2
+    out = ok(wh, "lineage", "events")
+    assert first.id in out and second.id in out and "COMPLETED" in out
+    assert "2 entries: 2 completed" in out
+    row = next(line.split() for line in out.splitlines() if line.split()[:1] == [second.id])
+    assert row[-2:] == ["3", "2"]  # -segments, +segments
+    detail = ok(wh, "lineage", "events", "--segments")
+    assert f"  - {second.segments_from[0]}" in detail and f"  + {second.segments_to[0]}" in detail
+
+    message = fails(wh, "revert", "events", first.id)  # not the newest link
+    assert "revert those first" in message
+    out = ok(wh, "revert", "events", second.id)
+    assert f"reverted lineage entry {second.id} on events (was completed)" in out
+    assert "3 segments visible again, 2 segments hidden" in out
+    assert pushed.count() == 9
+    assert "REVERTED" in ok(wh, "lineage", "events")
+    assert "already reverted" in ok(wh, "revert", "events", second.id)
+
+    assert "`lamina lineage events` lists them" in fails(wh, "revert", "events", "nope")
+    assert "no table named 'nope'" in fails(wh, "revert", "nope", second.id)
+    running = pushed.start_replace([], [])
+    assert "pass --force" in fails(wh, "revert", "events", running)
+    out = ok(wh, "revert", "events", running, "--force")
+    assert "(was in_progress)" in out and "0 segments will never be visible" in out
+
+    other = pushed.catalog.create_table("plain", parse_schema(SCHEMA), "ts")
+    assert "has no lineage entries" in ok(wh, "lineage", other.name)
+
+
+def test_retention_and_orphans(wh: str, pushed: lamina.Table) -> None:
+    reverted = pushed.lineage()[-1]
+    pushed.revert_replace(reverted.id)
+    stray = Path(wh) / "events" / "data" / "stray.parquet"
+    stray.write_bytes(b"not a segment")
+    assert "no orphan" not in ok(wh, "orphans")
+    result = run(wh, "orphans")
+    assert result.stdout.splitlines() == ["events/data/stray.parquet"]
+    assert "1 orphan file" in result.stderr
+
+    out = ok(wh, "retention")  # now: the reverted push's files go, the stray is too young
+    assert "deleted 2 segment files and 0 orphan files" in out
+    assert stray.exists() and pushed.count() == 9
+    assert reverted.id not in ok(wh, "lineage", "events")
+
+    out = ok(wh, "retention", "--now", "2100-01-01T00:00:00Z", "--table", "events")
+    assert "retention on 1 table: deleted 0 segment files and 1 orphan file" in out
+    assert not stray.exists() and pushed.count() == 9
+    assert run(wh, "orphans").stdout == ""
+
+    assert "cannot read 'yesterday'" in fails(wh, "retention", "--now", "yesterday")
+    assert "point in time" in fails(wh, "retention", "--now", "+inf")
+    assert "no table named 'nope'" in fails(wh, "retention", "--table", "nope")
+    assert "no table named 'nope'" in fails(wh, "orphans", "--table", "nope")
+
+
+def test_serve_warns_without_token_off_loopback(wh: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lamina import server
+
+    calls: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(server, "serve", lambda *a, **kw: calls.append((a, kw)))
+    monkeypatch.delenv("LAMINA_API_TOKEN", raising=False)
+    result = run(wh, "serve", "--host", "0.0.0.0", "--port", "9999")
+    assert result.exit_code == 0, result.output
+    assert "without $LAMINA_API_TOKEN" in result.stderr
+    assert calls == [(("0.0.0.0", 9999), {"catalog": None, "warehouse": wh, "log_level": "info"})]
+    result = run(wh, "serve")
+    assert result.exit_code == 0 and "warning" not in result.stderr
+    assert calls[-1][0] == ("127.0.0.1", 8080)
+
+
+@pytest.mark.spark
+def test_push_with_spark(wh: str, tmp_path: Path, pushed: lamina.Table, spark: Any) -> None:
+    pushed.revert_replace(pushed.lineage()[-1].id)  # back to days 0-2, 3 rows each
+    assert pushed.count() == 9
+    csv = tmp_path / "day0.csv"
+    csv.write_text("ts,k,v\n2024-01-01 01:00:00,70,1.0\n2024-01-01 02:00:00,71,2.0\n")
+    out = ok(wh, "push", "events", str(csv), "--interval", "2024-01-01/2024-01-02")
+    entry = pushed.lineage()[-1]
+    assert "(refresh) on events: 2 rows, 1 segment added" in out
+    assert f"lineage entry {entry.id} (completed): replaced 1 segment" in out
+    assert f"lamina revert events {entry.id}" in out
+    assert pushed.count() == 8 and entry.state == "COMPLETED"
+    assert "1 segment visible again" in ok(wh, "revert", "events", entry.id)
+    assert pushed.count() == 9
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text("ts,k,v\n2024-01-02 00:00:00,abc,1.0\n")
+    message = fails(wh, "push", "events", str(bad))
+    assert "push failed, nothing was published" in message and "abc" in message
+    assert pushed.count() == 9
+    assert all(e.state != "IN_PROGRESS" for e in pushed.lineage())
+    assert "aligned" in fails(wh, "push", "events", str(csv), "-i", "2024-01-01/2024-01-01T12:00")

@@ -249,7 +249,7 @@ class RetentionReport:
 
 
 def check_table_name(name: str) -> None:
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise InvalidTableNameError(
             f"invalid table name {name!r}: use 1-128 letters, digits or underscores, "
             "not starting with a digit"

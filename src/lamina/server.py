@@ -41,7 +41,7 @@ TOKEN_ENV = "LAMINA_API_TOKEN"
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _MAX_SEGMENTS = 100_000  # per list in a request body
 
-SegmentId = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+SegmentId = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 EntryId = Annotated[
     str,
     Query(

@@ -410,10 +410,18 @@ class CatalogStore:
                     .where(segments.c.pk.in_([pk for pk, _ in removed]))
                     .values(removed_seq=seq, removed_commit=commit_id)
                 )
+            meta = json.loads(crow.metadata)
+            if entry is not None:
+                meta["lineage_entry"] = entry.id
             conn.execute(
                 update(commits)
                 .where(commits.c.id == commit_id)
-                .values(state=CommitState.COMPLETED.value, seq=seq, completed_at=now)
+                .values(
+                    state=CommitState.COMPLETED.value,
+                    seq=seq,
+                    completed_at=now,
+                    metadata=json.dumps(meta, default=str),
+                )
             )
             conn.execute(
                 update(tables)
@@ -429,7 +437,7 @@ class CatalogStore:
                 table=table.name,
                 added=tuple(r["segment_id"] for r in rows),
                 removed=tuple(sid for _, sid in removed),
-                metadata=json.loads(crow.metadata),
+                metadata=meta,
             )
 
         return run(self.engine, txn, write=True)
