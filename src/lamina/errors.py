@@ -68,3 +68,10 @@ class SnapshotNotFoundError(LaminaError):
 
 class UnsupportedInputError(LaminaError, TypeError):
     """The object given as data is not something lamina can read."""
+
+
+class SegmentNotFoundError(LaminaError, KeyError):
+    """A segment id that the table does not have (or no longer has)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""

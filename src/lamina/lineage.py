@@ -86,7 +86,7 @@ def check_start(
     written under the entry later join its segments_to."""
     for name, ids in (("segments_from", segments_from), ("segments_to", segments_to)):
         if len(set(ids)) != len(ids):
-            raise LineageError(f"{name} lists a segment twice")
+            raise LineageError(f"{name} lists a segment twice; list each segment id once")
     both = set(segments_from) & set(segments_to)
     if both:
         raise LineageError(f"segments {sorted(both)} are in both segments_from and segments_to")

@@ -336,6 +336,10 @@ class ConsistentPush:
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is None:
-            self.table.end_replace(self.entry)
+            try:
+                self.table.end_replace(self.entry)
+            except BaseException:
+                self.table._revert_quietly(self.entry)
+                raise
         else:
             self.table._revert_quietly(self.entry)

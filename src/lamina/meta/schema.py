@@ -121,6 +121,8 @@ lineage = Table(
     Column("completed_seq", BigInteger),
     Column("reverted_seq", BigInteger),
     Column("successors", Text, nullable=False, default="[]"),  # entries that replaced its to
+    Column("to_count", BigInteger, nullable=False, default=0),  # segments written under it
+    Column("own_versions", Text, nullable=False, default="[]"),  # versions only it uses
     Index("ix_lineage_table", "table_id"),
 )
 

@@ -20,6 +20,7 @@ from lamina.errors import (
     CommitError,
     ConcurrentWriteError,
     LaminaError,
+    SegmentNotFoundError,
     SnapshotNotFoundError,
     TableExistsError,
     TableNotFoundError,
@@ -350,7 +351,9 @@ class CatalogStore:
                         "cleaned up (by a newer push or retention); nothing was published"
                     )
             current = self._entries(conn, table.id)
-            hidden, held = hidden_by(current), protected(current)
+            # a push's own earlier batches count as visible when planning its next one
+            others = [e for e in current if entry is None or e.id != entry.id]
+            hidden, held = hidden_by(others), protected(current)
             removed: list[tuple[int, str]] = []
             if plan.overwrite is not None:
                 rows, removed = self._plan_overwrite(
@@ -391,6 +394,14 @@ class CatalogStore:
                 lists = self._lists(conn, [entry.id])
                 to = [*lists.get((entry.id, "to"), []), *(r["segment_id"] for r in rows)]
                 self._put_list(conn, entry.id, "to", to)
+                own = json.loads(entry.own_versions)
+                if plan.overwrite is not None and rows:  # a fresh version, this entry's alone
+                    own.append(next_version - 1)
+                conn.execute(
+                    update(lineage)
+                    .where(lineage.c.id == entry.id)
+                    .values(to_count=entry.to_count + len(rows), own_versions=json.dumps(own))
+                )
                 if plan.complete_entry:  # the push becomes visible with this very commit
                     gone = [
                         i
@@ -961,7 +972,8 @@ class CatalogStore:
                 ):
                     gone = set(e.segments_from)
                     garbage += self._delete_segment_rows(conn, rec.id, gone)
-                    self._purge_before(conn, rec.id, seq)
+                    completed = self._entry_row(conn, rec.id, e.id, False, lineage.c.completed_seq)
+                    self._purge_before(conn, rec.id, int(completed.completed_seq))
                     dropped |= self._drop_dangling(conn, entries, gone)
             entry_id = uuid.uuid4().hex
             for e in entries:  # the chain: entries whose segments_to this one replaces
@@ -985,6 +997,8 @@ class CatalogStore:
                     timestamp=now,
                     started_seq=seq,
                     successors="[]",
+                    to_count=0,
+                    own_versions="[]",
                 )
             )
             self._put_list(conn, entry_id, "from", list(segments_from))
@@ -1024,6 +1038,7 @@ class CatalogStore:
             expected = json.loads(raw) if raw else []
             unwritten = sorted(set(expected) - self._existing(conn, trow.id, expected))
             if check_end(entry_id, row.state, unwritten):
+                self._check_not_overshadowed(conn, trow.id, entry_id)
                 seq = self._bump(conn, trow, "END_REPLACE", {"entry": entry_id})
                 self._set_state(conn, entry_id, LineageState.COMPLETED, completed_seq=seq)
 
@@ -1035,7 +1050,14 @@ class CatalogStore:
         def txn(conn: Connection) -> None:
             trow = self._lock_named(conn, name)
             row = self._entry_row(
-                conn, trow.id, entry_id, True, lineage.c.state, lineage.c.successors
+                conn,
+                trow.id,
+                entry_id,
+                True,
+                lineage.c.state,
+                lineage.c.successors,
+                lineage.c.to_count,
+                lineage.c.own_versions,
             )
             successors = json.loads(row.successors)
             live = []
@@ -1049,11 +1071,76 @@ class CatalogStore:
                         )
                     )
                 ]
+            own = json.loads(row.own_versions)
+            if row.state == LineageState.COMPLETED.value and own and not live:
+                # its chunks must still hold exactly what it wrote: later appends joined
+                # them (a rollback would hide old rows) or later writes removed them
+                # (a rollback would bring back a mix)
+                n = conn.execute(
+                    select(func.count())
+                    .select_from(segments)
+                    .where(
+                        segments.c.table_id == trow.id,
+                        segments.c.removed_seq.is_(None),
+                        segments.c.version.in_(own),
+                    )
+                ).scalar_one()
+                if n != row.to_count:
+                    raise LineageError(
+                        f"cannot roll back {entry_id}: later writes changed the chunks it "
+                        "published (appends joined them, or overwrites/refreshes replaced "
+                        "them); a rollback would hide rows or mix two snapshots"
+                    )
             if check_revert(entry_id, row.state, force, live):
                 seq = self._bump(conn, trow, "REVERT_REPLACE", {"entry": entry_id})
                 self._set_state(conn, entry_id, LineageState.REVERTED, reverted_seq=seq)
 
         return run(self.engine, txn, write=True)
+
+    def _check_not_overshadowed(self, conn: Connection, table_id: int, entry_id: str) -> None:
+        """Refuse to complete an entry whose segments newer versions would hide (written
+        meanwhile by an overwrite or refresh of the same chunks): it would publish
+        rows nobody can see."""
+        ids = self._lists(conn, [entry_id]).get((entry_id, "to"), [])
+        if not ids:
+            return
+        mine = [
+            r
+            for i in range(0, len(ids), 5000)
+            for r in conn.execute(
+                select(segments).where(
+                    segments.c.table_id == table_id, segments.c.segment_id.in_(ids[i : i + 5000])
+                )
+            )
+        ]
+        if not mine:
+            return
+        span = Interval.of(min(r.start_us for r in mine), max(r.end_us for r in mine))
+        newer = conn.execute(
+            select(func.count())
+            .select_from(segments)
+            .where(
+                segments.c.table_id == table_id,
+                segments.c.removed_seq.is_(None),
+                segments.c.version > min(r.version for r in mine),
+                segments.c.start_us < span.end,
+                segments.c.end_us > span.start,
+            )
+        ).scalar_one()
+        if not newer:  # the common case: nothing newer anywhere near
+            return
+        hidden = hidden_by(e for e in self._entries(conn, table_id) if e.id != entry_id)
+        visible = [r for r in self._live_rows(conn, table_id, span) if r.segment_id not in hidden]
+        tl = Timeline.build(self._segment("t", r) for r in visible)
+        for r in mine:
+            seg = self._segment("t", r)
+            tl.add(seg)
+            if any(e.version > seg.version for e in tl.lookup(seg.interval)):
+                raise LineageError(
+                    f"cannot end {entry_id}: segment {r.segment_id} would be hidden by a newer "
+                    "version of its chunk written meanwhile (an overwrite or refresh); revert "
+                    "this entry and push again"
+                )
 
     def _set_state(self, conn: Connection, entry_id: str, state: LineageState, **seqs: int) -> None:
         conn.execute(
@@ -1088,7 +1175,7 @@ class CatalogStore:
             existing, entries = self._view(conn, rec.id)
             unknown = [i for i in ids if i not in existing]
             if unknown:
-                raise LaminaError(
+                raise SegmentNotFoundError(
                     f"cannot delete unknown or already deleted segments {unknown[:5]}; "
                     "list them with t.segments(all=True)"
                 )
@@ -1149,12 +1236,13 @@ class CatalogStore:
                 age = now - int(row.timestamp)
                 if entry.state == LineageState.COMPLETED and age >= replaced_after_us:
                     gone = set(entry.segments_from)
-                    purge = max(purge, int(row.completed_seq))
+                    if gone:  # snapshots before the swap read them
+                        purge = max(purge, int(row.completed_seq))
                 elif entry.state == LineageState.REVERTED or (
                     entry.state == LineageState.IN_PROGRESS and age >= lineage_after_us
                 ):
                     gone = set(entry.segments_to)
-                    if row.completed_seq is not None:  # was visible for a while
+                    if gone and row.completed_seq is not None:  # was visible for a while
                         purge = max(purge, int(row.reverted_seq))
                 else:
                     continue
