@@ -1,7 +1,7 @@
 """Run every lamina benchmark, print a summary of every figure against its target.
 
-    .venv/bin/python bench/run_all.py            # full sizes (~15 min on 2 cores)
-    .venv/bin/python bench/run_all.py --quick    # small sizes, a smoke run (~3 min)
+    .venv/bin/python bench/run_all.py            # full sizes (~20 min on 2 cores)
+    .venv/bin/python bench/run_all.py --quick    # small sizes, a smoke run (~6 min)
     .venv/bin/python bench/run_all.py --only sql,catalog
 
 Each benchmark runs in its own subprocess (a clean heap for memory figures, one JVM
@@ -41,6 +41,8 @@ BENCHMARKS = {
     "catalog": "bench_catalog.py",
     "planning": "bench_planning.py",
     "timeline": "bench_timeline.py",
+    "lineage": "bench_lineage.py",
+    "readers": "bench_readers.py",
 }
 
 

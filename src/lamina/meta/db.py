@@ -9,6 +9,7 @@ and deadlocks. Nothing relies on an in-process lock.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Callable
@@ -48,7 +49,10 @@ def create_catalog_engine(url: str) -> Engine:
         _configure_sqlite(engine)
     elif backend == "postgresql":
         engine = create_engine(
-            url, pool_pre_ping=True, connect_args={"connect_timeout": 5}, pool_size=4
+            url,
+            pool_pre_ping=os.environ.get("LAMINA_PG_PRE_PING", "1") != "0",
+            connect_args={"connect_timeout": 5},
+            pool_size=4,
         )
     else:
         raise CatalogUnavailableError(

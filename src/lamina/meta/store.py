@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from sqlalchemy import Connection, Engine, and_, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, Engine, and_, delete, func, insert, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from lamina.commit import OPEN_STATES, Commit, CommitState
@@ -756,15 +756,78 @@ class CatalogStore:
 
     # -- lineage ----------------------------------------------------------------------
 
-    def _lock_named(self, conn: Connection, name: str) -> Any:
-        """The table's row (id, last_seq), write-locked, without decoding its schema."""
-        stmt = select(tables.c.id, tables.c.last_seq).where(tables.c.name == name)
+    def _lock_with_entry(self, conn: Connection, name: str, entry_id: str) -> Any:
+        """Lock the table's row and read one lineage entry, in one round trip."""
+        joined = tables.outerjoin(
+            lineage, and_(lineage.c.table_id == tables.c.id, lineage.c.id == entry_id)
+        ).outerjoin(
+            lineage_ids,
+            and_(lineage_ids.c.entry_id == lineage.c.id, lineage_ids.c.role == "expected"),
+        )
+        stmt = (
+            select(
+                tables.c.id,
+                tables.c.last_seq,
+                lineage.c.id.label("entry"),
+                lineage.c.state,
+                lineage.c.to_count,
+                lineage.c.successors,
+                lineage.c.own_versions,
+                lineage_ids.c.ids.label("expected"),
+            )
+            .select_from(joined)
+            .where(tables.c.name == name)
+        )
         if not is_sqlite(self.engine):
-            stmt = stmt.with_for_update()
+            stmt = stmt.with_for_update(of=tables)
         row = conn.execute(stmt).first()
         if row is None:
             raise TableNotFoundError(f"no table named {name!r}; list tables with cat.list_tables()")
+        if row.entry is None:
+            raise LineageEntryNotFoundError(
+                f"no lineage entry {entry_id!r} in this table; list them with t.lineage()"
+            )
         return row
+
+    def _transition(
+        self, conn: Connection, trow: Any, action: str, entry_id: str, state: LineageState
+    ) -> None:
+        """Record the transition as a commit and move the entry to ``state``: on
+        PostgreSQL one statement (data-modifying CTE), elsewhere three."""
+        column = "completed_seq" if state == LineageState.COMPLETED else "reverted_seq"
+        if is_sqlite(self.engine):
+            seq = self._bump(conn, trow, action, {"entry": entry_id})
+            self._set_state(conn, entry_id, state, **{column: seq})
+            return
+        now = now_us()
+        conn.execute(
+            text(
+                f"""
+                WITH t AS (
+                    UPDATE lamina_tables SET last_seq = last_seq + 1 WHERE id = :tid
+                    RETURNING last_seq
+                ), c AS (
+                    INSERT INTO lamina_commits (table_id, action, state, seq, started_at,
+                        completed_at, heartbeat_at, owner, files_cleaned, metadata)
+                    SELECT :tid, :action, 'COMPLETED', t.last_seq, :now, :now, :now, :owner,
+                        0, :meta FROM t
+                    RETURNING seq
+                )
+                UPDATE lamina_lineage SET state = :state, timestamp = :now,
+                    {column} = (SELECT seq FROM c)
+                WHERE id = :eid
+                """
+            ),
+            {
+                "tid": trow.id,
+                "action": action,
+                "now": now,
+                "owner": process_token(),
+                "meta": json.dumps({"entry": entry_id}),
+                "state": state.value,
+                "eid": entry_id,
+            },
+        )
 
     def _exists(self, conn: Connection, table_id: int, segment_id: str) -> bool:
         return (
@@ -1028,19 +1091,13 @@ class CatalogStore:
         from lamina.lineage import check_end
 
         def txn(conn: Connection) -> None:
-            trow = self._lock_named(conn, name)
-            row = self._entry_row(conn, trow.id, entry_id, True, lineage.c.state)
-            raw = conn.execute(
-                select(lineage_ids.c.ids).where(
-                    lineage_ids.c.entry_id == entry_id, lineage_ids.c.role == "expected"
-                )
-            ).scalar()
-            expected = json.loads(raw) if raw else []
-            unwritten = sorted(set(expected) - self._existing(conn, trow.id, expected))
+            row = self._lock_with_entry(conn, name, entry_id)
+            expected = json.loads(row.expected) if row.expected else []
+            unwritten = sorted(set(expected) - self._existing(conn, row.id, expected))
             if check_end(entry_id, row.state, unwritten):
-                self._check_not_overshadowed(conn, trow.id, entry_id)
-                seq = self._bump(conn, trow, "END_REPLACE", {"entry": entry_id})
-                self._set_state(conn, entry_id, LineageState.COMPLETED, completed_seq=seq)
+                if row.to_count or expected:
+                    self._check_not_overshadowed(conn, row.id, entry_id)
+                self._transition(conn, row, "END_REPLACE", entry_id, LineageState.COMPLETED)
 
         return run(self.engine, txn, write=True)
 
@@ -1048,17 +1105,7 @@ class CatalogStore:
         from lamina.lineage import check_revert
 
         def txn(conn: Connection) -> None:
-            trow = self._lock_named(conn, name)
-            row = self._entry_row(
-                conn,
-                trow.id,
-                entry_id,
-                True,
-                lineage.c.state,
-                lineage.c.successors,
-                lineage.c.to_count,
-                lineage.c.own_versions,
-            )
+            row = trow = self._lock_with_entry(conn, name, entry_id)
             successors = json.loads(row.successors)
             live = []
             if successors:
@@ -1092,8 +1139,7 @@ class CatalogStore:
                         "them); a rollback would hide rows or mix two snapshots"
                     )
             if check_revert(entry_id, row.state, force, live):
-                seq = self._bump(conn, trow, "REVERT_REPLACE", {"entry": entry_id})
-                self._set_state(conn, entry_id, LineageState.REVERTED, reverted_seq=seq)
+                self._transition(conn, row, "REVERT_REPLACE", entry_id, LineageState.REVERTED)
 
         return run(self.engine, txn, write=True)
 
