@@ -123,12 +123,12 @@ class Table:
         meta = dict(metadata or {})
         with WriteTransaction(self.catalog, self._record, "REFRESH", meta) as txn:
             txn.inflight()
-            live = [s.id for s in self.snapshot(interval=iv).segments]
             if not self.consistent_push:
+                live = [s.id for s in self.snapshot(interval=iv).segments]
                 files = produce(txn)
                 chunks = self._overwrite_chunks("REFRESH", [f.chunk for f in files], iv)
                 return txn.publish(PublishPlan(files, chunks, remove_ids=live))
-            entry = self.start_replace(live, [], force_cleanup=True)
+            entry = self.start_replace([], [], force_cleanup=True, replace_live=iv or ETERNITY)
             try:
                 files = produce(txn)
                 chunks = self._overwrite_chunks("REFRESH", [f.chunk for f in files], iv)
@@ -219,15 +219,22 @@ class Table:
         return self.catalog.store.lineage(self.name)
 
     def start_replace(
-        self, segments_from: list[str], segments_to: list[str], force_cleanup: bool = False
+        self,
+        segments_from: list[str],
+        segments_to: list[str],
+        force_cleanup: bool = False,
+        *,
+        replace_live: Interval | None = None,
     ) -> str:
         """Open an IN_PROGRESS entry replacing ``segments_from`` by ``segments_to``.
 
         Segments written under the entry (``t.push``, ``t.refresh``) join its
         ``segments_to``; they stay invisible until :meth:`end_replace`.
+        ``replace_live``: instead of ``segments_from``, every live segment overlapping
+        this interval, read in the same transaction.
         """
         entry, garbage = self.catalog.store.start_replace(
-            self.name, list(segments_from), list(segments_to), force_cleanup
+            self.name, list(segments_from), list(segments_to), force_cleanup, replace_live
         )
         self.catalog._delete_files(garbage)
         return entry

@@ -1066,16 +1066,29 @@ class CatalogStore:
         segments_from: list[str],
         segments_to: list[str],
         force_cleanup: bool = False,
+        replace_live: Interval | None = None,
     ) -> tuple[str, list[str]]:
         """Open an IN_PROGRESS entry. Returns its id and files that are now garbage
-        (to-segments of entries cleaned up, the snapshot before the previous one)."""
+        (to-segments of entries cleaned up, the snapshot before the previous one).
+
+        ``replace_live``: segments_from = every live segment overlapping it, read in
+        this same transaction (what a refresh replaces).
+        """
         from lamina.lineage import LineageView, check_start
 
         def txn(conn: Connection) -> tuple[str, list[str]]:
+            nonlocal segments_from
             rec = self.get_table(name, conn)
             trow = self._lock_table(conn, rec.id)
             existing, entries = self._view(conn, rec.id)
             view = LineageView(existing, entries)
+            if replace_live is not None:
+                hidden = hidden_by(entries)
+                segments_from = [
+                    r.segment_id
+                    for r in self._live_rows(conn, rec.id, replace_live)
+                    if r.segment_id not in hidden
+                ]
             conflicts = check_start(view, segments_from, segments_to)
             if conflicts and not force_cleanup:
                 raise LineageError(
