@@ -30,7 +30,9 @@ READ_ATTEMPTS = 5  # a latest read re-plans when files vanished under it
 
 
 class Table:
-    """Handle on one table. Cheap to create; every call reads the catalog afresh."""
+    """Handle on one table. Cheap to create; reads and writes go to the catalog each
+    time, while schema and properties are as loaded (``cat.load_table`` again to see
+    another process's ``set_properties``)."""
 
     def __init__(self, catalog: Catalog, record: TableRecord) -> None:
         self.catalog = catalog
