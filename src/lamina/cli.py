@@ -1209,18 +1209,9 @@ def ingest(
                     "--create --time-column COLUMN"
                 ) from None
             table = None
-        from lamina.engines.spark import get_spark
-
-        with err.status("starting Spark", spinner="dots"), _spark_errors():
-            spark = get_spark()
-            _quiet_spark(spark)
+        spark = _start_spark(err)
         created = False
-        meta = {
-            "via": "lamina ingest",
-            "format": fmt.value,
-            "inputs": paths[:20],
-            "input_count": len(paths),
-        }
+        meta = _input_meta("lamina ingest", fmt, paths)
         with _SparkProgress(spark, err) as progress, _spark_errors():
             progress.phase("reading")
             df = read_spark_files(spark, fmt, paths, None if table is None else table.schema)
@@ -1302,18 +1293,23 @@ def _find_entry(t: lamina.Table, entry_id: str) -> LineageEntry:
 
 def _entry_of_push(t: lamina.Table, commit: lamina.Commit) -> LineageEntry | None:
     """The lineage entry a consistent refresh published under (None without one)."""
-    entries = t.lineage()
-    added = set(commit.added)
-    if added:
-        return next((e for e in reversed(entries) if added & set(e.segments_to)), None)
-    # nothing written: the entry the refresh opened right after its commit began
-    by_id = {e.id: e for e in entries}
-    for c in t.history():
-        if c.id > commit.id and c.action == "START_REPLACE":
-            e = by_id.get(str(c.metadata.get("entry")))
-            if e is not None and not e.segments_to:
-                return e
-    return None
+    eid = commit.metadata.get("lineage_entry")
+    return next((e for e in t.lineage() if e.id == eid), None)
+
+
+def _start_spark(err: Console) -> Any:
+    """The shared Spark session, started behind a spinner, with its logs quieted."""
+    from lamina.engines.spark import get_spark
+
+    with err.status("starting Spark", spinner="dots"), _spark_errors():
+        spark = get_spark()
+        _quiet_spark(spark)
+    return spark
+
+
+def _input_meta(via: str, fmt: FileFormat, paths: list[str]) -> dict[str, Any]:
+    """Commit metadata recording where the rows came from."""
+    return {"via": via, "format": fmt.value, "inputs": paths[:20], "input_count": len(paths)}
 
 
 _STATE_STYLES = {
@@ -1460,17 +1456,8 @@ def push(
                     style="yellow",
                 )
             )
-        from lamina.engines.spark import get_spark
-
-        with err.status("starting Spark", spinner="dots"), _spark_errors():
-            spark = get_spark()
-            _quiet_spark(spark)
-        meta = {
-            "via": "lamina push",
-            "format": fmt.value,
-            "inputs": paths[:20],
-            "input_count": len(paths),
-        }
+        spark = _start_spark(err)
+        meta = _input_meta("lamina push", fmt, paths)
         try:
             with _SparkProgress(spark, err) as progress, _spark_errors():
                 progress.phase("reading")
