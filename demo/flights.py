@@ -196,11 +196,12 @@ def consistent_push_demo(cat: lamina.Catalog, spark: Any, flights: lamina.Table)
     )
     show("readers see push 1 again", cat.sql(summary))
 
+    warnings.filterwarnings("ignore", message="Cannot infer the eval type")
+
     @F.udf("long")
     def broken(n: int) -> int:
         raise ValueError("upstream feed truncated")
 
-    warnings.filterwarnings("ignore", message="Cannot infer the eval type")
     spark.sparkContext.setLogLevel("OFF")  # the failure below is on purpose
     try:
         stats.refresh(daily(flights).withColumn("flights", broken("flights")))
