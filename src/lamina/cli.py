@@ -395,6 +395,13 @@ CatalogOpt = Annotated[
 WarehouseOpt = Annotated[
     str | None, typer.Option("--warehouse", help=_WAREHOUSE_HELP, show_default=False)
 ]
+FilesArg = Annotated[
+    list[str], typer.Argument(help="Input files or folders (local paths or URIs).")
+]
+FormatOpt = Annotated[
+    FileFormat | None,
+    typer.Option("--format", "-f", help="Input format. Default: from the extension."),
+]
 
 
 @app.callback()
@@ -1145,13 +1152,8 @@ def _check_inputs(files: Sequence[str]) -> list[str]:
 def ingest(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Table name.")],
-    files: Annotated[
-        list[str], typer.Argument(help="Input files or folders (local paths or URIs).")
-    ],
-    fmt: Annotated[
-        FileFormat | None,
-        typer.Option("--format", "-f", help="Input format. Default: from the extension."),
-    ] = None,
+    files: FilesArg,
+    fmt: FormatOpt = None,
     mode: Annotated[WriteMode, typer.Option("--mode", "-m", help="How to write.")] = (
         WriteMode.append
     ),
@@ -1416,13 +1418,8 @@ def revert(
 def push(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Table name.")],
-    files: Annotated[
-        list[str], typer.Argument(help="Input files or folders (local paths or URIs).")
-    ],
-    fmt: Annotated[
-        FileFormat | None,
-        typer.Option("--format", "-f", help="Input format. Default: from the extension."),
-    ] = None,
+    files: FilesArg,
+    fmt: FormatOpt = None,
     interval: Annotated[
         str | None,
         typer.Option(
