@@ -41,10 +41,10 @@ def populate(cat: lamina.Catalog, chunks: int, parts: int) -> int:
     """Insert ``chunks * parts`` live segments and one completed commit; returns rows."""
     from sqlalchemy import insert, update
 
+    from lamina.core.segment import Segment
     from lamina.meta.db import run
     from lamina.meta.schema import commits, segments, tables
     from lamina.meta.store import now_us, owner_token
-    from lamina.segment import Segment
 
     rec = cat.store.get_table(TABLE)
     tag = uuid.uuid4().hex[:8]
@@ -136,8 +136,8 @@ def _reset_peak() -> bool:
 
 def breakdown(t: lamina.Table) -> tuple[int, float, float, float]:
     """Segments, and seconds of snapshot / Timeline.build / lookup of one plan."""
-    from lamina.interval import ETERNITY
-    from lamina.timeline import Timeline
+    from lamina.core.interval import ETERNITY
+    from lamina.core.timeline import Timeline
 
     snap_s, snap = timed(t.snapshot)
     build_s, tl = timed(lambda: Timeline.build(snap.segments))

@@ -31,8 +31,8 @@ from _common import cli, figure, median, print_figures, result, scratch_dir, tim
 from bench_local_append import make_table  # noqa: E402
 
 import lamina  # noqa: E402
+from lamina.core.scan import plan_scan  # noqa: E402
 from lamina.engines.duckdb import register_view, time_bound  # noqa: E402
-from lamina.scan import plan_scan  # noqa: E402
 
 QUERIES = {
     "group-by, whole table": (

@@ -24,9 +24,9 @@ import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
-from lamina.interval import US_PER_DAY, US_PER_HOUR, Interval, to_us
-from lamina.segment import Segment
-from lamina.timeline import Timeline
+from lamina.core.interval import US_PER_DAY, US_PER_HOUR, Interval, to_us
+from lamina.core.segment import Segment
+from lamina.core.timeline import Timeline
 
 PARTITIONS = 10
 START = to_us("2010-01-01")

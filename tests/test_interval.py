@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lamina.errors import InvalidGranularityError, InvalidIntervalError, LaminaError
-from lamina.interval import (
+from lamina.core.interval import (
     ETERNITY,
     MAX_US,
     MIN_US,
@@ -21,6 +20,7 @@ from lamina.interval import (
     from_us,
     to_us,
 )
+from lamina.errors import InvalidGranularityError, InvalidIntervalError, LaminaError
 
 UTC = dt.UTC
 

@@ -21,8 +21,8 @@ import pytest
 
 import lamina
 from lamina import errors
-from lamina.lineage import LineageEntryNotFoundError, LineageError, LineageState
-from lamina.retention import PropertyError
+from lamina.core.lineage import LineageState
+from lamina.errors import LineageEntryNotFoundError, LineageError, PropertyError
 from tests.helpers import SCHEMA, events
 
 IN_PROGRESS = LineageState.IN_PROGRESS

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import lamina
-from lamina.lineage import LineageEntry, LineageState
+from lamina.core.lineage import LineageEntry, LineageState
 from tests.helpers import SCHEMA, events
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,8 +7,8 @@ import pyarrow as pa
 import pytest
 
 import lamina
+from lamina.core.interval import Interval
 from lamina.engines.duckdb import time_bound
-from lamina.interval import Interval
 from tests.helpers import SCHEMA, events
 
 

@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 
 import lamina
 from lamina import Interval
-from lamina.interval import ETERNITY
+from lamina.core.interval import ETERNITY
 from tests.helpers import SCHEMA, events
 
 
@@ -154,8 +154,8 @@ def test_partial_overshadow_reads_only_visible_rows(cat: lamina.Catalog) -> None
     """A MONTH-chunk overwrite over DAY data hides the days it covers, not others."""
     t = cat.create_table("events", schema=SCHEMA, time_column="ts")
     t.append(events(days=3, per_day=10, start="2024-01-30"))  # Jan 30, 31, Feb 1
+    from lamina.core.model import PublishPlan
     from lamina.io.writer import split_by_chunk, write_parts
-    from lamina.meta.store import PublishPlan
     from lamina.transaction import WriteTransaction
 
     rec = t._record
@@ -165,6 +165,6 @@ def test_partial_overshadow_reads_only_visible_rows(cat: lamina.Catalog) -> None
     with WriteTransaction(cat, rec, "OVERWRITE", {}) as txn:
         txn.inflight()
         files = write_parts(cat.warehouse, txn.dir, parts)
-        txn.publish(PublishPlan(files, [Interval("2024-01-01", "2024-02-01")]))
+        txn.publish(PublishPlan(tuple(files), (Interval("2024-01-01", "2024-02-01"),)))
     assert t.count() == 4 + 10  # January replaced by 4 rows; Feb 1 stays
     assert cat.sql("select count(*) n from events").to_pydict() == {"n": [14]}

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from lamina.core.interval import MAX_US, MIN_US, Interval
+from lamina.core.segment import Segment
+from lamina.core.timeline import Timeline, TimelineEntry
 from lamina.errors import TimelineError
-from lamina.interval import MAX_US, MIN_US, Interval
-from lamina.segment import Segment
-from lamina.timeline import Timeline, TimelineEntry
 
 # ---------------------------------------------------------------------------------------
 # helpers

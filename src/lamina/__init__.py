@@ -1,10 +1,10 @@
 """lamina: time-partitioned analytical tables of immutable Parquet segments."""
 
 from lamina.catalog import Catalog, connect
-from lamina.commit import Commit, CommitState
+from lamina.core.interval import Granularity, Interval
+from lamina.core.model import Commit, CommitState
+from lamina.core.segment import Segment
 from lamina.errors import LaminaError
-from lamina.interval import Granularity, Interval
-from lamina.segment import Segment
 from lamina.table import Table
 
 __all__ = [

@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from lamina.core.interval import Granularity, to_us
+from lamina.core.properties import check_properties, setting
 from lamina.errors import InvalidGranularityError, InvalidTableNameError, WarehouseError
-from lamina.interval import Granularity, to_us
 from lamina.io.arrow import check_time_column
 from lamina.io.warehouse import Warehouse, commit_dir
 from lamina.meta.db import create_catalog_engine
 from lamina.meta.schema import migrate
 from lamina.meta.store import CatalogStore, now_us
-from lamina.retention import check_properties, setting
 
 if TYPE_CHECKING:
     from lamina.table import Table

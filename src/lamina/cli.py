@@ -40,12 +40,19 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 import lamina
-from lamina.errors import LaminaError, SchemaError, SnapshotNotFoundError, TableNotFoundError
-from lamina.interval import ETERNITY, MAX_US, MIN_US, Granularity, Interval, from_us, to_us
-from lamina.lineage import LineageEntry, LineageEntryNotFoundError, LineageError, LineageState
-from lamina.meta.store import Snapshot
-from lamina.segment import Segment
-from lamina.timeline import Timeline
+from lamina.core.interval import ETERNITY, MAX_US, MIN_US, Granularity, Interval, from_us, to_us
+from lamina.core.lineage import LineageEntry, LineageState
+from lamina.core.model import Snapshot
+from lamina.core.segment import Segment
+from lamina.core.timeline import Timeline
+from lamina.errors import (
+    LaminaError,
+    LineageEntryNotFoundError,
+    LineageError,
+    SchemaError,
+    SnapshotNotFoundError,
+    TableNotFoundError,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

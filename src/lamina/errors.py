@@ -75,3 +75,19 @@ class SegmentNotFoundError(LaminaError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class PropertyError(LaminaError, ValueError):
+    """A table property has a value lamina cannot use."""
+
+
+class LineageError(LaminaError):
+    """A lineage transition that the protocol does not allow."""
+
+
+class LineageEntryNotFoundError(LineageError):
+    """No lineage entry with that id in this table."""
+
+
+class SqlError(LaminaError):
+    """DuckDB rejected the query."""

@@ -28,14 +28,16 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 import lamina
+from lamina.core.lineage import LineageEntry, LineageState
+from lamina.core.segment import Segment
 from lamina.errors import (
     CatalogUnavailableError,
     ConcurrentWriteError,
     LaminaError,
+    LineageEntryNotFoundError,
+    LineageError,
     TableNotFoundError,
 )
-from lamina.lineage import LineageEntry, LineageEntryNotFoundError, LineageError, LineageState
-from lamina.segment import Segment
 
 TOKEN_ENV = "LAMINA_API_TOKEN"
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")

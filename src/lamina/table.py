@@ -7,17 +7,16 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from lamina.commit import Commit
+from lamina.core.interval import ETERNITY, Granularity, Interval
+from lamina.core.lineage import LineageEntry
+from lamina.core.model import Commit, NewSegment, PublishPlan, Snapshot, TableRecord
+from lamina.core.scan import ScanPlan, plan_scan
+from lamina.core.segment import Segment
+from lamina.core.timeline import Timeline
 from lamina.errors import DataOutsideIntervalError, SnapshotNotFoundError
-from lamina.interval import ETERNITY, Granularity, Interval
 from lamina.io.arrow import conform, is_spark_dataframe, to_arrow_table
 from lamina.io.reader import read_arrow
 from lamina.io.writer import split_by_chunk, write_parts
-from lamina.lineage import LineageEntry
-from lamina.meta.store import NewSegment, PublishPlan, Snapshot, TableRecord
-from lamina.scan import ScanPlan, plan_scan
-from lamina.segment import Segment
-from lamina.timeline import Timeline
 from lamina.transaction import WriteTransaction
 
 if TYPE_CHECKING:
@@ -64,7 +63,7 @@ class Table:
 
     def set_properties(self, **props: Any) -> None:
         """Change table properties in place (e.g. ``consistent_push=False``)."""
-        from lamina.retention import check_properties
+        from lamina.core.properties import check_properties
 
         values = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in props.items()}
         self._record = self.catalog.store.set_properties(self.name, check_properties(values))
@@ -129,13 +128,17 @@ class Table:
                 live = [s.id for s in self.snapshot(interval=iv).segments]
                 files = produce(txn)
                 chunks = self._overwrite_chunks("REFRESH", [f.chunk for f in files], iv)
-                return txn.publish(PublishPlan(files, chunks, remove_ids=live))
+                return txn.publish(PublishPlan(tuple(files), chunks, remove_ids=tuple(live)))
             entry = self.start_replace([], [], force_cleanup=True, replace_live=iv or ETERNITY)
             try:
                 files = produce(txn)
                 chunks = self._overwrite_chunks("REFRESH", [f.chunk for f in files], iv)
                 plan = PublishPlan(
-                    files, chunks, lineage_entry=entry, suffix=f"c{txn.id}", complete_entry=True
+                    tuple(files),
+                    chunks,
+                    lineage_entry=entry,
+                    suffix=f"c{txn.id}",
+                    complete_entry=True,
                 )
                 return txn.publish(plan)  # publishes and ends the entry in one transaction
             except BaseException:
@@ -192,27 +195,29 @@ class Table:
             files = produce(txn)
             overwrite = self._overwrite_chunks(action, [f.chunk for f in files], interval)
             plan = PublishPlan(
-                files, overwrite, lineage_entry=lineage_entry, complete_entry=complete
+                tuple(files),
+                overwrite,
+                lineage_entry=lineage_entry,
+                suffix="" if lineage_entry is None else f"c{txn.id}",
+                complete_entry=complete,
             )
-            if lineage_entry is not None:
-                plan.suffix = f"c{txn.id}"
             return txn.publish(plan)
 
     def _overwrite_chunks(
         self, action: str, chunks: list[Interval], interval: Interval | None
-    ) -> list[Interval] | None:
+    ) -> tuple[Interval, ...] | None:
         """The chunks an overwrite replaces; checks rows stay inside ``interval``."""
         if action == "APPEND":
             return None
         if interval is None:
-            return sorted(set(chunks))
+            return tuple(sorted(set(chunks)))
         outside = [c for c in set(chunks) if not interval.contains(c)]
         if outside:
             raise DataOutsideIntervalError(
                 f"rows in {min(outside)} fall outside the {action.lower()} interval {interval}; "
                 "widen the interval or filter the data"
             )
-        return self.granularity.chunks(interval) if interval != ETERNITY else [ETERNITY]
+        return tuple(self.granularity.chunks(interval)) if interval != ETERNITY else (ETERNITY,)
 
     # -- lineage --------------------------------------------------------------------
 

@@ -7,10 +7,10 @@ import time
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from lamina.commit import Commit
+from lamina.core.model import Commit, PublishPlan, TableRecord
 from lamina.errors import ConcurrentWriteError
 from lamina.io.warehouse import commit_dir
-from lamina.meta.store import PublishPlan, TableRecord, owner_token
+from lamina.meta.store import owner_token
 
 if TYPE_CHECKING:
     from lamina.catalog import Catalog

@@ -14,16 +14,12 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pyarrow as pa
 
-from lamina.errors import LaminaError
-from lamina.interval import MAX_US, MIN_US, Interval, format_us
-from lamina.scan import ScanPlan, plan_scan
+from lamina.core.interval import MAX_US, MIN_US, Interval, format_us
+from lamina.core.scan import ScanPlan, plan_scan
+from lamina.errors import SqlError
 
 if TYPE_CHECKING:
     from lamina.catalog import Catalog
-
-
-class SqlError(LaminaError):
-    """DuckDB rejected the query."""
 
 
 def run_sql(catalog: Catalog, query: str, attempts: int = 5) -> pa.Table:

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lamina.core.interval import ETERNITY, Granularity, Interval, format_us, to_us
+from lamina.core.model import NewSegment
+from lamina.core.scan import ScanPlan
 from lamina.errors import SchemaError, TimeColumnError
-from lamina.interval import ETERNITY, Granularity, Interval, format_us, to_us
 from lamina.io.arrow import _castable
 from lamina.io.warehouse import Warehouse
-from lamina.meta.store import NewSegment
-from lamina.scan import ScanPlan
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lamina.core.interval import US_PER_DAY, Granularity, Interval
 from lamina.errors import SchemaError, TimeColumnError, UnsupportedInputError
-from lamina.interval import US_PER_DAY, Granularity, Interval
 
 
 def is_spark_dataframe(data: Any) -> bool:

@@ -7,11 +7,11 @@ from collections import defaultdict
 import pyarrow as pa
 import pyarrow.dataset as ds
 
+from lamina.core.interval import Interval
+from lamina.core.scan import ScanPlan
 from lamina.errors import SchemaError, SnapshotNotFoundError
-from lamina.interval import Interval
 from lamina.io.arrow import time_filter
 from lamina.io.warehouse import Warehouse
-from lamina.scan import ScanPlan
 
 
 def read_arrow(plan: ScanPlan, wh: Warehouse, columns: list[str] | None = None) -> pa.Table:

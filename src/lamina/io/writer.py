@@ -12,11 +12,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from lamina.core.interval import ETERNITY, Granularity, Interval
+from lamina.core.model import NewSegment
 from lamina.errors import TimeColumnError
-from lamina.interval import ETERNITY, Granularity, Interval
 from lamina.io.arrow import chunk_starts, time_values_us
 from lamina.io.warehouse import Warehouse
-from lamina.meta.store import NewSegment
 
 
 @dataclass(frozen=True)

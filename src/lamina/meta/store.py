@@ -8,7 +8,6 @@ import socket
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -27,29 +26,32 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from lamina.commit import OPEN_STATES, Commit, CommitState
+from lamina.core.interval import Granularity, Interval, from_us
+from lamina.core.lineage import LineageEntry, LineageState, hidden_by, protected
+from lamina.core.model import (
+    OPEN_STATES,
+    Commit,
+    CommitState,
+    NewSegment,
+    PublishPlan,
+    Snapshot,
+    TableRecord,
+)
+from lamina.core.segment import Segment
+from lamina.core.timeline import Timeline
 from lamina.errors import (
     CommitError,
     ConcurrentWriteError,
     LaminaError,
+    LineageEntryNotFoundError,
+    LineageError,
     SegmentNotFoundError,
     SnapshotNotFoundError,
     TableExistsError,
     TableNotFoundError,
 )
-from lamina.interval import Granularity, Interval, from_us
-from lamina.lineage import (
-    LineageEntry,
-    LineageEntryNotFoundError,
-    LineageError,
-    LineageState,
-    hidden_by,
-    protected,
-)
 from lamina.meta.db import is_sqlite, run
 from lamina.meta.schema import commits, lineage, lineage_ids, segments, tables
-from lamina.segment import Segment
-from lamina.timeline import Timeline
 
 
 def now_us() -> int:
@@ -85,52 +87,6 @@ def _owner_alive(owner: str) -> bool | None:
     except (PermissionError, ValueError):
         return None
     return True
-
-
-@dataclass(frozen=True)
-class TableRecord:
-    """A table's catalog row."""
-
-    id: int
-    name: str
-    schema: pa.Schema
-    time_column: str | None
-    granularity: Granularity
-    properties: dict[str, str]
-
-
-@dataclass(frozen=True)
-class NewSegment:
-    """A written file to publish into ``chunk``; identity is assigned at publish time."""
-
-    chunk: Interval
-    location: str  # relative to the warehouse root
-    row_count: int
-    size_bytes: int
-    min_time: int | None
-    max_time: int | None
-
-
-@dataclass
-class PublishPlan:
-    """What a commit publishes: new files, and for an overwrite the chunks it replaces."""
-
-    files: list[NewSegment] = field(default_factory=list)
-    overwrite: list[Interval] | None = None  # chunks replaced (tombstoned when no file)
-    lineage_entry: str | None = None  # publish hidden, as segments_to of this entry
-    suffix: str = ""  # appended to the new segments' names
-    remove_ids: list[str] = field(default_factory=list)  # live segments removed atomically
-    complete_entry: bool = False  # end the lineage entry in the same transaction
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """A table's live segments as of one completed commit (``seq`` 0 = empty table)."""
-
-    table: TableRecord
-    seq: int
-    commit_id: int | None
-    segments: list[Segment]
 
 
 class CatalogStore:
@@ -1074,7 +1030,7 @@ class CatalogStore:
         ``replace_live``: segments_from = every live segment overlapping it, read in
         this same transaction (what a refresh replaces).
         """
-        from lamina.lineage import LineageView, check_start
+        from lamina.core.lineage import LineageView, check_start
 
         def txn(conn: Connection) -> tuple[str, list[str]]:
             nonlocal segments_from
@@ -1172,7 +1128,7 @@ class CatalogStore:
     def end_replace(self, name: str, entry_id: str) -> None:
         """COMPLETED: one transaction of a few row reads and writes, whatever the
         number of segments or the size of the data."""
-        from lamina.lineage import check_end
+        from lamina.core.lineage import check_end
 
         if self._fast_transition(name, entry_id, ("IN_PROGRESS",), LineageState.COMPLETED):
             return
@@ -1189,7 +1145,7 @@ class CatalogStore:
         return run(self.engine, txn, write=True)
 
     def revert_replace(self, name: str, entry_id: str, force: bool = False) -> None:
-        from lamina.lineage import check_revert
+        from lamina.core.lineage import check_revert
 
         states = ("COMPLETED", "IN_PROGRESS") if force else ("COMPLETED",)
         if self._fast_transition(name, entry_id, states, LineageState.REVERTED):
@@ -1304,7 +1260,7 @@ class CatalogStore:
 
     def delete_segments(self, name: str, ids: list[str]) -> Commit:
         """Remove live segments in one commit (files go with retention)."""
-        from lamina.lineage import protected
+        from lamina.core.lineage import protected
 
         def txn(conn: Connection) -> Commit:
             rec = self.get_table(name, conn)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lamina.interval import ETERNITY, Interval
-from lamina.meta.store import Snapshot, TableRecord
-from lamina.segment import Segment
-from lamina.timeline import Timeline
+from lamina.core.interval import ETERNITY, Interval
+from lamina.core.model import Snapshot, TableRecord
+from lamina.core.segment import Segment
+from lamina.core.timeline import Timeline
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from lamina.interval import Interval, format_us
+from lamina.core.interval import Interval, format_us
 
 
 def _compact(us: int) -> str:

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 from sortedcontainers import SortedDict, SortedList
 
+from lamina.core.interval import MAX_US, MIN_US, Interval
+from lamina.core.segment import Segment
 from lamina.errors import TimelineError
-from lamina.interval import MAX_US, MIN_US, Interval
-from lamina.segment import Segment
 
 __all__ = ["Timeline", "TimelineEntry"]
 

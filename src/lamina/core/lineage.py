@@ -17,15 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from lamina.errors import LaminaError
-
-
-class LineageError(LaminaError):
-    """A lineage transition that the protocol does not allow."""
-
-
-class LineageEntryNotFoundError(LineageError):
-    """No lineage entry with that id in this table."""
+from lamina.errors import LineageEntryNotFoundError, LineageError
 
 
 class LineageState(enum.StrEnum):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from lamina.errors import LaminaError
+from lamina.errors import PropertyError
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
@@ -14,10 +14,6 @@ DEFAULTS = {
     "lineage_cleanup_retention": "24h",
     "orphan_grace_period": "1h",
 }
-
-
-class PropertyError(LaminaError, ValueError):
-    """A table property has a value lamina cannot use."""
 
 
 def duration_us(text: str, name: str = "duration") -> int:

@@ -1,0 +1,1 @@
+"""Pure domain code: no SQL, no files, no engines."""

@@ -1,0 +1,107 @@
+"""The catalog's data, as plain immutable values shared by every layer.
+
+Nothing here reads a database or a file: the catalog modules (``lamina.meta``) build
+these from rows, the pure rules (``lamina.core``) decide on them, and engines and the
+table facade consume them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from lamina.core.interval import Granularity, Interval, from_us
+from lamina.core.segment import Segment
+
+
+class CommitState(enum.StrEnum):
+    """REQUESTED -> INFLIGHT -> COMPLETED, or ABORTED from either open state."""
+
+    REQUESTED = "REQUESTED"
+    INFLIGHT = "INFLIGHT"
+    COMPLETED = "COMPLETED"
+    ABORTED = "ABORTED"
+
+
+OPEN_STATES = (CommitState.REQUESTED.value, CommitState.INFLIGHT.value)
+
+
+class CommitAction(enum.StrEnum):
+    """What a commit did: a write of files, or a catalog-only change."""
+
+    APPEND = "APPEND"
+    OVERWRITE = "OVERWRITE"
+    REFRESH = "REFRESH"
+    DELETE = "DELETE"
+    START_REPLACE = "START_REPLACE"
+    END_REPLACE = "END_REPLACE"
+    REVERT_REPLACE = "REVERT_REPLACE"
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One recorded write. ``id`` grows strictly; readers can go back to any completed one."""
+
+    id: int
+    action: str
+    state: str
+    started_at: dt.datetime
+    completed_at: dt.datetime | None
+    table: str = ""
+    added: tuple[str, ...] = field(default=(), repr=False)
+    removed: tuple[str, ...] = field(default=(), repr=False)
+    metadata: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @staticmethod
+    def time(us: int | None) -> dt.datetime | None:
+        return None if us is None else from_us(us)
+
+
+@dataclass(frozen=True)
+class TableRecord:
+    """A table's catalog row."""
+
+    id: int
+    name: str
+    schema: pa.Schema
+    time_column: str | None
+    granularity: Granularity
+    properties: dict[str, str] = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class NewSegment:
+    """A written file to publish into ``chunk``; identity is assigned at publish time."""
+
+    chunk: Interval
+    location: str  # relative to the warehouse root
+    row_count: int
+    size_bytes: int
+    min_time: int | None
+    max_time: int | None
+
+
+@dataclass(frozen=True)
+class PublishPlan:
+    """What a commit publishes: new files, and for an overwrite the chunks it replaces."""
+
+    files: tuple[NewSegment, ...] = ()
+    overwrite: tuple[Interval, ...] | None = None  # chunks replaced (tombstoned when no file)
+    lineage_entry: str | None = None  # publish hidden, as segments_to of this entry
+    suffix: str = ""  # appended to the new segments' names
+    remove_ids: tuple[str, ...] = ()  # live segments removed atomically
+    complete_entry: bool = False  # end the lineage entry in the same transaction
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A table's live segments as of one completed commit (``seq`` 0 = empty table)."""
+
+    table: TableRecord
+    seq: int
+    commit_id: int | None
+    segments: list[Segment]
