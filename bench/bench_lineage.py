@@ -88,9 +88,8 @@ def build_table(cat: Any, name: str, segments: int, rows_per_segment: int) -> tu
     return t, info
 
 
-def cycle(t: Any, ids: list[str], verify: bool = False) -> dict[str, float]:
+def cycle(cat: Any, t: Any, ids: list[str], verify: bool = False) -> dict[str, float]:
     """start (untimed) + end (timed) + revert (timed) + drop the reverted entry."""
-    cat = t.catalog
 
     def state(entry: str) -> str:
         return next(e.state for e in t.lineage() if e.id == entry)
@@ -128,14 +127,14 @@ def lineage_latency(
         ids = {r: [s.id for s in tables[r].snapshot().segments] for r in rows}
         for r in rows:  # warm-up (connections, statement caches), checked, not counted
             for k in range(2):
-                cycle(tables[r], ids[r], verify=k == 0)
+                cycle(cat, tables[r], ids[r], verify=k == 0)
         times: dict[int, dict[str, list[float]]] = {
             r: {"start": [], "end": [], "revert": []} for r in rows
         }
         for i in range(ops):
             order = rows if i % 2 == 0 else rows[::-1]
             for r in order:
-                for k, v in cycle(tables[r], ids[r]).items():
+                for k, v in cycle(cat, tables[r], ids[r]).items():
                     times[r][k].append(v * 1000)
         assert len(tables[rows[0]].lineage()) == 1  # only the build's entry is left
         return {"times_ms": times, "tables": info}

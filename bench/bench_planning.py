@@ -42,11 +42,12 @@ def populate(cat: lamina.Catalog, chunks: int, parts: int) -> int:
     from sqlalchemy import insert, update
 
     from lamina.core.segment import Segment
+    from lamina.meta.commits import owner_token
     from lamina.meta.db import run
     from lamina.meta.schema import commits, segments, tables
-    from lamina.meta.store import now_us, owner_token
+    from lamina.meta.tables import get_table, now_us
 
-    rec = cat.store.get_table(TABLE)
+    rec = get_table(cat.context.db, TABLE)
     tag = uuid.uuid4().hex[:8]
 
     def rows(commit_id: int) -> Any:

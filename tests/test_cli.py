@@ -357,7 +357,7 @@ def pushed(wh: str, cat: lamina.Catalog) -> lamina.Table:
     return t
 
 
-def test_lineage_and_revert(wh: str, pushed: lamina.Table) -> None:
+def test_lineage_and_revert(wh: str, pushed: lamina.Table, cat: lamina.Catalog) -> None:
     first, second = pushed.lineage()
     assert pushed.count() == 2
     out = ok(wh, "lineage", "events")
@@ -384,7 +384,7 @@ def test_lineage_and_revert(wh: str, pushed: lamina.Table) -> None:
     out = ok(wh, "revert", "events", running, "--force")
     assert "(was in_progress)" in out and "0 segments will never be visible" in out
 
-    other = pushed.catalog.create_table("plain", parse_schema(SCHEMA), "ts")
+    other = cat.create_table("plain", parse_schema(SCHEMA), "ts")
     assert "has no lineage entries" in ok(wh, "lineage", other.name)
 
 

@@ -53,6 +53,15 @@ def arrow_vals(t: lamina.Table, as_of: int | None = None) -> dict[float, int]:
     return dict(Counter(t.to_arrow(as_of=as_of, columns=["v"]).column("v").to_pylist()))
 
 
+_CURRENT: dict[str, lamina.Catalog] = {}
+
+
+@pytest.fixture(autouse=True)
+def _current_catalog(cat: lamina.Catalog) -> None:
+    """The test's catalog, for :func:`sees` (tables do not hold their catalog)."""
+    _CURRENT["cat"] = cat
+
+
 def sql_vals(cat: lamina.Catalog, name: str) -> dict[float, int]:
     rows = cat.sql(f"select v, count(*) as n from {name} group by v").to_pylist()
     return {r["v"]: r["n"] for r in rows}
@@ -61,7 +70,7 @@ def sql_vals(cat: lamina.Catalog, name: str) -> dict[float, int]:
 def sees(t: lamina.Table, expected: dict[float, int]) -> None:
     """Arrow, DuckDB and the segment list all show exactly ``expected`` (v -> rows)."""
     assert arrow_vals(t) == expected
-    assert sql_vals(t.catalog, t.name) == expected
+    assert sql_vals(_CURRENT["cat"], t.name) == expected
     assert sum(s.row_count for s in t.segments()) == sum(expected.values())
     assert t.count() == sum(expected.values())
 

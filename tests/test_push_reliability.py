@@ -73,21 +73,21 @@ _PUSHER = textwrap.dedent(
 
         writer.pq.write_table = write_table
     elif step in ("before_publish", "inside_publish", "after_publish"):
-        from lamina.meta import store
+        from lamina.meta import publish as publish_module
 
-        real_publish = store.CatalogStore.publish
+        real_publish = publish_module.publish
         publishing = []
 
-        def publish(self, *args, **kwargs):
+        def publish(*args, **kwargs):
             if step == "before_publish":  # every file written, the catalog untouched
                 stop_here()
             publishing.append(True)
-            commit = real_publish(self, *args, **kwargs)
+            commit = real_publish(*args, **kwargs)
             if step == "after_publish":  # published and ended, not yet returned
                 stop_here()
             return commit
 
-        store.CatalogStore.publish = publish
+        publish_module.publish = publish
     elif step == "push_batch":  # a multi-batch push: first batch published, hidden
         from lamina import table
 

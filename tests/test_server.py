@@ -219,7 +219,9 @@ def test_concurrent_requests_share_the_catalog(table: lamina.Table, client: Test
 # -- refused calls leave the catalog as it was ---------------------------------------------------
 
 
-def test_unknown_table_and_entry_are_404(table: lamina.Table, client: TestClient) -> None:
+def test_unknown_table_and_entry_are_404(
+    table: lamina.Table, client: TestClient, cat: lamina.Catalog
+) -> None:
     before = state(table)
     for path in ("/tables/nope/segments", "/tables/nope/lineage"):
         r = client.get(path)
@@ -231,7 +233,7 @@ def test_unknown_table_and_entry_are_404(table: lamina.Table, client: TestClient
         assert r.status_code == 404
         assert "no lineage entry '0123456789abcdef' in table ev" in r.json()["detail"]
     # an entry of another table is not found through this one
-    other = table.catalog.create_table("other", SCHEMA, "ts")
+    other = cat.create_table("other", SCHEMA, "ts")
     entry = other.start_replace([], [])
     assert end(client, "ev", entry).status_code == 404
     assert other.lineage()[0].state == "IN_PROGRESS"

@@ -156,13 +156,13 @@ def test_partial_overshadow_reads_only_visible_rows(cat: lamina.Catalog) -> None
     t.append(events(days=3, per_day=10, start="2024-01-30"))  # Jan 30, 31, Feb 1
     from lamina.core.model import PublishPlan
     from lamina.io.writer import split_by_chunk, write_parts
-    from lamina.transaction import WriteTransaction
+    from lamina.write import WriteTransaction
 
     rec = t._record
     parts = split_by_chunk(
         events(days=1, per_day=4, start="2024-01-05"), "ts", lamina.Granularity.MONTH, 1000
     )
-    with WriteTransaction(cat, rec, "OVERWRITE", {}) as txn:
+    with WriteTransaction(cat.context, rec, "OVERWRITE", {}) as txn:
         txn.inflight()
         files = write_parts(cat.warehouse, txn.dir, parts)
         txn.publish(PublishPlan(tuple(files), (Interval("2024-01-01", "2024-02-01"),)))

@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from lamina.core.interval import Granularity, to_us
-from lamina.core.properties import check_properties, setting
+from lamina.context import CatalogContext
+from lamina.core.interval import Granularity
+from lamina.core.properties import check_properties
 from lamina.errors import InvalidGranularityError, InvalidTableNameError, WarehouseError
 from lamina.io.arrow import check_time_column
-from lamina.io.warehouse import Warehouse, commit_dir
-from lamina.meta.db import create_catalog_engine
+from lamina.io.warehouse import Warehouse
+from lamina.maintenance import retention
+from lamina.maintenance.retention import RetentionReport
+from lamina.meta import tables as table_rows
+from lamina.meta.db import Db, create_catalog_engine
 from lamina.meta.schema import migrate
-from lamina.meta.store import CatalogStore, now_us
 
 if TYPE_CHECKING:
     from lamina.table import Table
@@ -74,7 +75,13 @@ class Catalog:
         self.stale_after_s = stale_after_s
         self.engine = create_catalog_engine(url)
         migrate(self.engine)
-        self.store = CatalogStore(self.engine, warehouse.root)
+        self.context = CatalogContext(
+            Db(self.engine, warehouse.root),
+            warehouse,
+            writer_wait_s=writer_wait_s,
+            heartbeat_s=heartbeat_s,
+            stale_after_s=stale_after_s,
+        )
 
     # -- tables -------------------------------------------------------------------
 
@@ -121,20 +128,22 @@ class Catalog:
             },
         }
         props = check_properties(props)
-        record = self.store.create_table(name, arrow_schema, time_column, granularity, props)
-        return Table(self, record)
+        record = table_rows.create_table(
+            self.context.db, name, arrow_schema, time_column, granularity, props
+        )
+        return Table(self.context, record)
 
     def load_table(self, name: str) -> Table:
         from lamina.table import Table
 
-        return Table(self, self.store.get_table(name))
+        return Table(self.context, table_rows.get_table(self.context.db, name))
 
     def list_tables(self) -> list[str]:
-        return self.store.list_tables()
+        return table_rows.list_tables(self.context.db)
 
     def drop_table(self, name: str) -> None:
         """Remove a table from the catalog, then its files."""
-        record = self.store.drop_table(name)
+        record = table_rows.drop_table(self.context.db, name)
         self.warehouse.delete_dir(self.warehouse.path(record.name))
 
     # -- SQL ----------------------------------------------------------------------
@@ -146,18 +155,6 @@ class Catalog:
         return run_sql(self, query)
 
     # -- maintenance ----------------------------------------------------------------
-
-    def _clean_commits(self, table: str, commit_ids: Sequence[int]) -> None:
-        """Delete the files of aborted commits, then record that they are gone."""
-        for cid in commit_ids:
-            self.warehouse.delete_dir(self.warehouse.path(commit_dir(table, cid)))
-        self.store.mark_cleaned(commit_ids)
-
-    def _delete_files(self, rel_paths: Sequence[str]) -> None:
-        """Delete files (relative to the warehouse root); already missing is fine."""
-        for rel in rel_paths:
-            with contextlib.suppress(FileNotFoundError):
-                self.warehouse.fs.delete_file(self.warehouse.path(rel))
 
     def run_retention(
         self,
@@ -173,24 +170,8 @@ class Catalog:
         ``lineage_cleanup_retention``; files no catalog row names, older than
         ``orphan_grace_period``. ``now`` lets a caller catch up or test.
         """
-        at = now_us() if now is None else to_us(now)
-        never = 2**62
-        report = RetentionReport()
-        for name in tables if tables is not None else self.list_tables():
-            props = self.store.get_table(name).properties
-            garbage = self.store.retention(
-                name,
-                at,
-                never if lineage_only else setting(props, "replaced_segments_retention"),
-                never if lineage_only else setting(props, "lineage_cleanup_retention"),
-            )
-            self._delete_files(garbage)
-            report.segment_files += len(garbage)
-            if not lineage_only:
-                orphans = self.find_orphans(now=now, tables=[name], with_grace=True)
-                self._delete_files(orphans)
-                report.orphan_files += len(orphans)
-        return report
+        names = tables if tables is not None else self.list_tables()
+        return retention.run_retention(self.context, names, now, lineage_only)
 
     def find_orphans(
         self,
@@ -201,31 +182,12 @@ class Catalog:
         """Files under the tables' data directories that no catalog row names
         (relative paths). ``with_grace``: only those older than ``orphan_grace_period``
         — a writer that is still writing is never robbed."""
-        at = now_us() if now is None else to_us(now)
-        out: list[str] = []
-        root = self.warehouse.root
-        for name in tables if tables is not None else self.list_tables():
-            rec = self.store.get_table(name)
-            known = self.store.referenced_files(rec.id)
-            grace = setting(rec.properties, "orphan_grace_period") if with_grace else 0
-            for info in self.warehouse.list_files(self.warehouse.path(f"{name}/data")):
-                rel = info.path[len(root) + 1 :]
-                if rel in known:
-                    continue
-                mtime = info.mtime_ns // 1000 if info.mtime_ns is not None else 0
-                if at - mtime >= grace:
-                    out.append(rel)
-        return sorted(out)
+        names = tables if tables is not None else self.list_tables()
+        return retention.find_orphans(self.context, names, now, with_grace)
 
     def clean_failed_writes(self) -> int:
         """Abort writes whose writer died, and delete every aborted write's files."""
-        count = 0
-        for name in self.list_tables():
-            rec = self.store.get_table(name)
-            failed = self.store.failed_commits(rec.id, self.stale_after_s)
-            self._clean_commits(name, failed)
-            count += len(failed)
-        return count
+        return retention.clean_failed_writes(self.context, self.list_tables())
 
     def close(self) -> None:
         self.engine.dispose()
@@ -238,14 +200,6 @@ class Catalog:
 
     def __repr__(self) -> str:
         return f"Catalog({self.engine.url.render_as_string()!r}, {self.warehouse.location!r})"
-
-
-@dataclass
-class RetentionReport:
-    """What one retention run deleted."""
-
-    segment_files: int = 0
-    orphan_files: int = 0
 
 
 def check_table_name(name: str) -> None:

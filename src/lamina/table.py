@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from lamina.context import CatalogContext
 from lamina.core.interval import ETERNITY, Granularity, Interval
 from lamina.core.lineage import LineageEntry
-from lamina.core.model import Commit, NewSegment, PublishPlan, Snapshot, TableRecord
+from lamina.core.model import Commit, CommitAction, NewSegment, PublishPlan, Snapshot, TableRecord
 from lamina.core.scan import ScanPlan, plan_scan
 from lamina.core.segment import Segment
 from lamina.core.timeline import Timeline
@@ -17,12 +18,12 @@ from lamina.errors import DataOutsideIntervalError, SnapshotNotFoundError
 from lamina.io.arrow import conform, is_spark_dataframe, to_arrow_table
 from lamina.io.reader import read_arrow
 from lamina.io.writer import split_by_chunk, write_parts
-from lamina.transaction import WriteTransaction
+from lamina.maintenance.retention import run_retention
+from lamina.meta import commits, lineage, publish, snapshots, tables
+from lamina.write import WriteTransaction
 
 if TYPE_CHECKING:
     import pandas as pd
-
-    from lamina.catalog import Catalog
 
 DEFAULT_TARGET_ROWS = 1_000_000
 READ_ATTEMPTS = 5  # a latest read re-plans when files vanished under it
@@ -33,8 +34,8 @@ class Table:
     time, while schema and properties are as loaded (``cat.load_table`` again to see
     another process's ``set_properties``)."""
 
-    def __init__(self, catalog: Catalog, record: TableRecord) -> None:
-        self.catalog = catalog
+    def __init__(self, ctx: CatalogContext, record: TableRecord) -> None:
+        self._ctx = ctx
         self._record = record
 
     @property
@@ -66,7 +67,7 @@ class Table:
         from lamina.core.properties import check_properties
 
         values = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in props.items()}
-        self._record = self.catalog.store.set_properties(self.name, check_properties(values))
+        self._record = tables.set_properties(self._ctx.db, self.name, check_properties(values))
 
     # -- writing ------------------------------------------------------------------
 
@@ -87,11 +88,13 @@ class Table:
         (``segments_from=[]``), so it can be rolled back with :meth:`revert_replace`.
         """
         if not self.consistent_push:
-            return self._write("APPEND", data, None, metadata)
-        produce = self._producer(data, "APPEND", None)  # validate before opening an entry
+            return self._write(CommitAction.APPEND, data, None, metadata)
+        produce = self._producer(
+            data, CommitAction.APPEND, None
+        )  # validate before opening an entry
         entry = self.start_replace([], [])
         try:
-            return self._write("APPEND", produce, None, metadata, entry, complete=True)
+            return self._write(CommitAction.APPEND, produce, None, metadata, entry, complete=True)
         except BaseException:
             self._revert_quietly(entry)
             raise
@@ -104,7 +107,7 @@ class Table:
     ) -> Commit:
         """Replace every row in ``interval`` (default: the chunks the data touches)
         with ``data``, under a new, higher version, in one commit."""
-        return self._write("OVERWRITE", data, self._aligned(interval), metadata)
+        return self._write(CommitAction.OVERWRITE, data, self._aligned(interval), metadata)
 
     def refresh(
         self,
@@ -120,19 +123,19 @@ class Table:
         it, the swap is still one atomic commit, but not revertible.
         """
         iv = self._aligned(interval)
-        produce = self._producer(data, "REFRESH", iv)
+        produce = self._producer(data, CommitAction.REFRESH, iv)
         meta = dict(metadata or {})
-        with WriteTransaction(self.catalog, self._record, "REFRESH", meta) as txn:
+        with WriteTransaction(self._ctx, self._record, CommitAction.REFRESH, meta) as txn:
             txn.inflight()
             if not self.consistent_push:
                 live = [s.id for s in self.snapshot(interval=iv).segments]
-                files = produce(txn)
-                chunks = self._overwrite_chunks("REFRESH", [f.chunk for f in files], iv)
+                files = produce(txn.dir)
+                chunks = self._overwrite_chunks(CommitAction.REFRESH, [f.chunk for f in files], iv)
                 return txn.publish(PublishPlan(tuple(files), chunks, remove_ids=tuple(live)))
             entry = self.start_replace([], [], force_cleanup=True, replace_live=iv or ETERNITY)
             try:
-                files = produce(txn)
-                chunks = self._overwrite_chunks("REFRESH", [f.chunk for f in files], iv)
+                files = produce(txn.dir)
+                chunks = self._overwrite_chunks(CommitAction.REFRESH, [f.chunk for f in files], iv)
                 plan = PublishPlan(
                     tuple(files),
                     chunks,
@@ -164,20 +167,22 @@ class Table:
 
     def _producer(
         self, data: Any, action: str, interval: Interval | None
-    ) -> Callable[[WriteTransaction], list[NewSegment]]:
+    ) -> Callable[[str], list[NewSegment]]:
         """Validate ``data`` now; return the step that writes its files under a commit."""
         if is_spark_dataframe(data):
             from lamina.engines.spark import spark_producer
 
-            return spark_producer(self, data)
+            return spark_producer(
+                self._record, self._ctx.warehouse, self.target_rows_per_segment, data
+            )
         rec = self._record
         arrow = conform(to_arrow_table(data), rec.schema)
         parts = split_by_chunk(
             arrow, rec.time_column, rec.granularity, self.target_rows_per_segment
         )
         self._overwrite_chunks(action, [p.chunk for p in parts], interval)  # fail before writing
-        wh = self.catalog.warehouse
-        return lambda txn: write_parts(wh, txn.dir, parts)
+        wh = self._ctx.warehouse
+        return lambda commit_rel: write_parts(wh, commit_rel, parts)
 
     def _write(
         self,
@@ -190,9 +195,9 @@ class Table:
     ) -> Commit:
         """One commit writing ``data`` (or a producer from :meth:`_producer`)."""
         produce = data if callable(data) else self._producer(data, action, interval)
-        with WriteTransaction(self.catalog, self._record, action, dict(metadata or {})) as txn:
+        with WriteTransaction(self._ctx, self._record, action, dict(metadata or {})) as txn:
             txn.inflight()
-            files = produce(txn)
+            files = produce(txn.dir)
             overwrite = self._overwrite_chunks(action, [f.chunk for f in files], interval)
             plan = PublishPlan(
                 tuple(files),
@@ -207,7 +212,7 @@ class Table:
         self, action: str, chunks: list[Interval], interval: Interval | None
     ) -> tuple[Interval, ...] | None:
         """The chunks an overwrite replaces; checks rows stay inside ``interval``."""
-        if action == "APPEND":
+        if action == CommitAction.APPEND:
             return None
         if interval is None:
             return tuple(sorted(set(chunks)))
@@ -223,7 +228,7 @@ class Table:
 
     def lineage(self) -> list[LineageEntry]:
         """The table's lineage entries (oldest first)."""
-        return self.catalog.store.lineage(self.name)
+        return lineage.list_entries(self._ctx.db, self.name)
 
     def start_replace(
         self,
@@ -240,30 +245,35 @@ class Table:
         ``replace_live``: instead of ``segments_from``, every live segment overlapping
         this interval, read in the same transaction.
         """
-        entry, garbage = self.catalog.store.start_replace(
-            self.name, list(segments_from), list(segments_to), force_cleanup, replace_live
+        entry, garbage = lineage.start_replace(
+            self._ctx.db,
+            self.name,
+            list(segments_from),
+            list(segments_to),
+            force_cleanup,
+            replace_live,
         )
-        self.catalog._delete_files(garbage)
+        self._ctx.delete_files(garbage)
         return entry
 
     def end_replace(self, entry_id: str) -> None:
         """Complete an entry: readers switch to its segments_to at once (idempotent)."""
-        self.catalog.store.end_replace(self.name, entry_id)
+        lineage.end_replace(self._ctx.db, self.name, entry_id)
 
     def revert_replace(self, entry_id: str, force: bool = False) -> None:
         """Undo an entry: readers see its segments_from again. IN_PROGRESS needs force;
         a COMPLETED one (a rollback) must be the newest link of its chain."""
-        self.catalog.store.revert_replace(self.name, entry_id, force)
+        lineage.revert_replace(self._ctx.db, self.name, entry_id, force)
 
     def delete_segments(self, segment_ids: list[str]) -> Commit:
         """Remove live segments in one commit; refuses segments a lineage entry holds."""
-        return self.catalog.store.delete_segments(self.name, list(segment_ids))
+        return publish.delete_segments(self._ctx.db, self.name, list(segment_ids))
 
     def _revert_quietly(self, entry_id: str) -> None:
         """Best effort after a failed push: revert now, delete what it wrote."""
         try:
             self.revert_replace(entry_id, force=True)
-            self.catalog.run_retention(tables=[self.name], lineage_only=True)
+            run_retention(self._ctx, [self.name], lineage_only=True)
         except Exception:  # noqa: BLE001 - the next push or retention cleans up
             pass
 
@@ -276,7 +286,9 @@ class Table:
         interval: Interval | None = None,
     ) -> Snapshot:
         """The segments of one snapshot (only those overlapping ``interval`` if given)."""
-        return self.catalog.store.snapshot(self.name, as_of, all_published, interval)
+        return snapshots.snapshot(
+            self._ctx.db, self.name, as_of, all_published=all_published, interval=interval
+        )
 
     def scan(self, as_of: int | None = None, interval: Any = None) -> ScanPlan:
         """Plan a read: the files of one snapshot, pruned to ``interval``."""
@@ -293,7 +305,7 @@ class Table:
         """
         for attempt in range(READ_ATTEMPTS):
             try:
-                return read_arrow(self.scan(as_of, interval), self.catalog.warehouse, columns)
+                return read_arrow(self.scan(as_of, interval), self._ctx.warehouse, columns)
             except SnapshotNotFoundError:
                 if as_of is not None or attempt == READ_ATTEMPTS - 1:
                     raise
@@ -308,7 +320,7 @@ class Table:
         """A Spark DataFrame over exactly the snapshot's visible files."""
         from lamina.engines.spark import read_spark
 
-        return read_spark(self, spark, self.scan(as_of, interval))
+        return read_spark(spark, self.scan(as_of, interval), self._ctx.warehouse)
 
     def segments(self, all: bool = False, as_of: int | None = None) -> list[Segment]:
         """Visible data segments of the snapshot; ``all=True``: every published one."""
@@ -321,7 +333,7 @@ class Table:
         return Timeline.build(self.snapshot(as_of, all_published=all_published).segments)
 
     def history(self) -> list[Commit]:
-        return self.catalog.store.history(self.name)
+        return commits.history(self._ctx.db, self.name)
 
     def count(self, as_of: int | None = None) -> int:
         return self.to_arrow(as_of, columns=[]).num_rows
@@ -344,7 +356,9 @@ class ConsistentPush:
         return self
 
     def append(self, data: Any) -> Commit:
-        commit = self.table._write("APPEND", data, None, self.metadata, lineage_entry=self.entry)
+        commit = self.table._write(
+            CommitAction.APPEND, data, None, self.metadata, lineage_entry=self.entry
+        )
         self.commits.append(commit)
         return commit
 

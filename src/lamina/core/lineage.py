@@ -151,3 +151,16 @@ def protected(entries: Iterable[LineageEntry]) -> set[str]:
         elif e.state == LineageState.COMPLETED:
             out.update(e.segments_from)
     return out
+
+
+def check_rollback_intact(entry_id: str, live_own: int, written: int) -> None:
+    """A COMPLETED entry that owns versions can be rolled back only while its chunks
+    hold exactly what it wrote (``live_own`` live segments of its own versions, of
+    ``written``): later appends joined them (a rollback would hide their rows) or
+    later writes removed them (a rollback would bring back a mix)."""
+    if live_own != written:
+        raise LineageError(
+            f"cannot roll back {entry_id}: later writes changed the chunks it "
+            "published (appends joined them, or overwrites/refreshes replaced "
+            "them); a rollback would hide rows or mix two snapshots"
+        )

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lamina.core.interval import ETERNITY, Granularity, Interval, format_us, to_us
-from lamina.core.model import NewSegment
+from lamina.core.model import NewSegment, TableRecord
 from lamina.core.scan import ScanPlan
 from lamina.errors import SchemaError, TimeColumnError
 from lamina.io.arrow import _castable
@@ -28,8 +28,6 @@ from lamina.io.warehouse import Warehouse
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from lamina.table import Table
-    from lamina.transaction import WriteTransaction
 
 CHUNK_COLUMN = "__lamina_chunk"
 
@@ -165,10 +163,11 @@ def _chunk_expr(column: str, field_type: pa.DataType, granularity: Granularity) 
     return F.unix_date(start).cast("long") * day_us
 
 
-def spark_producer(table: Table, df: DataFrame) -> Callable[[WriteTransaction], list[NewSegment]]:
-    """Check ``df`` against the table now; return the step that writes it under a commit."""
-    rec = table._record
-    wh = table.catalog.warehouse
+def spark_producer(
+    rec: TableRecord, wh: Warehouse, target_rows: int, df: DataFrame
+) -> Callable[[str], list[NewSegment]]:
+    """Check ``df`` against the table now; return the step that writes it into a
+    commit's directory (relative to the warehouse)."""
     spark = df.sparkSession
     data = _conform(df, rec.schema)
     partitioned = rec.time_column is not None
@@ -177,15 +176,13 @@ def spark_producer(table: Table, df: DataFrame) -> Callable[[WriteTransaction], 
         expr = _chunk_expr(rec.time_column, rec.schema.field(rec.time_column).type, rec.granularity)
         data = data.withColumn(CHUNK_COLUMN, expr)
 
-    def produce(txn: WriteTransaction) -> list[NewSegment]:
-        writer = data.write.mode("errorifexists").option(
-            "maxRecordsPerFile", table.target_rows_per_segment
-        )
+    def produce(commit_rel: str) -> list[NewSegment]:
+        writer = data.write.mode("errorifexists").option("maxRecordsPerFile", target_rows)
         if partitioned:
             writer = writer.partitionBy(CHUNK_COLUMN)
         with _micros_parquet(spark):
-            writer.parquet(wh.uri(wh.path(txn.dir)))
-        return _collect_files(wh, txn.dir, rec.granularity, rec.time_column)
+            writer.parquet(wh.uri(wh.path(commit_rel)))
+        return _collect_files(wh, commit_rel, rec.granularity, rec.time_column)
 
     return produce
 
@@ -238,12 +235,11 @@ def _time_stats(meta: pq.FileMetaData, column: str | None) -> tuple[int | None, 
     return lo, hi
 
 
-def read_spark(table: Table, spark: SparkSession, plan: ScanPlan) -> DataFrame:
+def read_spark(spark: SparkSession, plan: ScanPlan, wh: Warehouse) -> DataFrame:
     """A DataFrame over exactly the plan's files (native Parquet reader)."""
     from pyspark.sql import functions as F
 
     rec = plan.table
-    wh = table.catalog.warehouse
     schema = arrow_to_spark_schema(rec.schema)
     names = [f"`{n}`" for n in rec.schema.names]
     frames = []

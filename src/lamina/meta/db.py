@@ -113,3 +113,21 @@ def run(engine: Engine, fn: Callable[[Connection], T], *, write: bool, attempts:
                 ) from exc
             raise
     raise AssertionError("unreachable")
+
+
+class Db:
+    """One catalog database: its engine and the warehouse root that locations are
+    relative to. Every public function of the ``lamina.meta`` modules takes one."""
+
+    def __init__(self, engine: Engine, root: str) -> None:
+        self.engine = engine
+        self.root = root.rstrip("/")
+        self.sqlite = is_sqlite(engine)
+
+    def read(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn`` in one read transaction."""
+        return run(self.engine, fn, write=False)
+
+    def write(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn`` in one write transaction (retried whole on contention)."""
+        return run(self.engine, fn, write=True)

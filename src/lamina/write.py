@@ -1,19 +1,19 @@
-"""One write to one table: begin -> write files -> publish, or abort and clean up."""
+"""The write protocol of one commit: begin -> write files -> publish, or abort and
+clean up."""
 
 from __future__ import annotations
 
 import threading
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from lamina.context import CatalogContext
 from lamina.core.model import Commit, PublishPlan, TableRecord
 from lamina.errors import ConcurrentWriteError
 from lamina.io.warehouse import commit_dir
-from lamina.meta.store import owner_token
-
-if TYPE_CHECKING:
-    from lamina.catalog import Catalog
+from lamina.meta import commits
+from lamina.meta import publish as publishing
 
 
 class WriteTransaction:
@@ -25,9 +25,9 @@ class WriteTransaction:
     """
 
     def __init__(
-        self, catalog: Catalog, table: TableRecord, action: str, metadata: dict[str, Any]
+        self, ctx: CatalogContext, table: TableRecord, action: str, metadata: dict[str, Any]
     ) -> None:
-        self.catalog = catalog
+        self.ctx = ctx
         self.table = table
         self.action = action
         self.metadata = metadata
@@ -42,13 +42,20 @@ class WriteTransaction:
         return commit_dir(self.table.name, self.id)
 
     def __enter__(self) -> WriteTransaction:
-        cat = self.catalog
-        deadline = time.monotonic() + cat.writer_wait_s
+        """Open the commit (waiting up to ``writer_wait_s`` for the writer slot).
+        Raises ConcurrentWriteError when the slot stays taken."""
+        ctx = self.ctx
+        deadline = time.monotonic() + ctx.writer_wait_s
         delay = 0.01
         while True:
             try:
-                self.id, stale = cat.store.begin_commit(
-                    self.table.id, self.action, owner_token(), self.metadata, cat.stale_after_s
+                self.id, stale = commits.begin_commit(
+                    ctx.db,
+                    self.table.id,
+                    self.action,
+                    commits.owner_token(),
+                    self.metadata,
+                    ctx.stale_after_s,
                 )
                 break
             except ConcurrentWriteError:
@@ -57,24 +64,26 @@ class WriteTransaction:
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
         if stale:
-            cat._clean_commits(self.table.name, stale)
+            ctx.clean_commits(self.table.name, stale)
         self._beat = threading.Thread(target=self._heartbeat, daemon=True, name="lamina-hb")
         self._beat.start()
         return self
 
     def _heartbeat(self) -> None:
-        while not self._stop.wait(self.catalog.heartbeat_s):
+        while not self._stop.wait(self.ctx.heartbeat_s):
             try:
-                if not self.catalog.store.heartbeat(self.id):
+                if not commits.heartbeat(self.ctx.db, self.id):
                     return
             except Exception:  # noqa: BLE001 - a missed beat is retried next period
                 continue
 
     def inflight(self) -> None:
-        self.catalog.store.mark_inflight(self.id)
+        """REQUESTED -> INFLIGHT, before the first file is written."""
+        commits.mark_inflight(self.ctx.db, self.id)
 
     def publish(self, plan: PublishPlan) -> Commit:
-        self.commit = self.catalog.store.publish(self.table, self.id, plan)
+        """Publish the plan in one catalog transaction (see meta.publish.publish)."""
+        self.commit = publishing.publish(self.ctx.db, self.table, self.id, plan)
         return self.commit
 
     def __exit__(
@@ -86,7 +95,7 @@ class WriteTransaction:
         self._stop.set()
         if self.commit is None and self.id >= 0:
             try:
-                self.catalog.store.abort(self.id)
-                self.catalog._clean_commits(self.table.name, [self.id])
+                commits.abort(self.ctx.db, self.id)
+                self.ctx.clean_commits(self.table.name, [self.id])
             except Exception:  # noqa: BLE001 - the original error matters more
                 pass  # left for lazy cleanup by the next writer

@@ -1,0 +1,34 @@
+"""What a table handle and a write need of their catalog, as plain values."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lamina.io.warehouse import Warehouse, commit_dir
+from lamina.meta import commits
+from lamina.meta.db import Db
+
+
+@dataclass(frozen=True)
+class CatalogContext:
+    """The catalog database, the warehouse, and the writers' timing settings."""
+
+    db: Db
+    warehouse: Warehouse
+    writer_wait_s: float = 30.0
+    heartbeat_s: float = 5.0
+    stale_after_s: float = 60.0
+
+    def delete_files(self, rel_paths: Sequence[str]) -> None:
+        """Delete files (relative to the warehouse root); already missing is fine."""
+        for rel in rel_paths:
+            with contextlib.suppress(FileNotFoundError):
+                self.warehouse.fs.delete_file(self.warehouse.path(rel))
+
+    def clean_commits(self, table: str, commit_ids: Sequence[int]) -> None:
+        """Delete the files of aborted commits, then record that they are gone."""
+        for cid in commit_ids:
+            self.warehouse.delete_dir(self.warehouse.path(commit_dir(table, cid)))
+        commits.mark_cleaned(self.db, commit_ids)

@@ -1,0 +1,130 @@
+"""Publish planning: which identities new files get, and what an overwrite hides.
+
+Pure: the catalog reads the live segments a plan needs, calls these functions inside
+its transaction and writes what they return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from lamina.core.interval import Interval
+from lamina.core.model import NewSegment
+from lamina.core.segment import Segment
+from lamina.core.timeline import Timeline
+from lamina.errors import LaminaError
+
+#: A chunk of one version: where appended files land.
+Target = tuple[Interval, int]
+
+
+def _segment(
+    table: str, f: NewSegment | None, target: Target, pid: int, ncore: int, sfx: str
+) -> Segment:
+    chunk, version = target
+    if f is None:  # tombstone: no rows, hides what lies below
+        return Segment(table, chunk, version, pid, ncore, suffix=sfx)
+    return Segment(
+        table,
+        chunk,
+        version,
+        pid,
+        ncore,
+        f.location,
+        f.row_count,
+        f.size_bytes,
+        f.min_time,
+        f.max_time,
+        suffix=sfx,
+    )
+
+
+def overwrite_segments(
+    table: str,
+    files: Sequence[NewSegment],
+    chunks: Iterable[Interval],
+    version: int,
+    suffix: str = "",
+    tombstones: bool = True,
+) -> list[Segment]:
+    """The new version's segments: partitions ``0..n-1`` of each chunk, complete at
+    ``n``; a tombstone for each of ``chunks`` that got no file (``tombstones``)."""
+    by_chunk: dict[Interval, list[NewSegment]] = {c: [] for c in chunks}
+    for f in files:
+        by_chunk.setdefault(f.chunk, []).append(f)
+    out: list[Segment] = []
+    for chunk, group in sorted(by_chunk.items()):
+        if not group and tombstones:
+            out.append(_segment(table, None, (chunk, version), 0, 1, suffix))
+        for pid, f in enumerate(group):
+            out.append(_segment(table, f, (chunk, version), pid, len(group), suffix))
+    return out
+
+
+def overshadowed(live: Iterable[Segment], new: Iterable[Segment]) -> list[Segment]:
+    """The ``live`` segments that ``new`` hides everywhere once published."""
+    live = list(live)
+    timeline = Timeline.build(live)
+    for seg in new:
+        timeline.add(seg)
+    return [s for s in live if timeline.is_overshadowed(s)]
+
+
+def append_targets(
+    chunks: Iterable[Interval], live: Iterable[Segment], new_version: int
+) -> tuple[dict[Interval, Target], bool]:
+    """Where appended rows of each chunk go: the chunk's visible version, or
+    ``new_version`` for an empty chunk (second value: whether it was used).
+
+    Raises LaminaError when a chunk is covered by several versions or by a chunk of
+    another granularity (an append there would be ambiguous).
+    """
+    timeline = Timeline.build(live)
+    targets: dict[Interval, Target] = {}
+    used_new = False
+    for chunk in sorted(set(chunks)):
+        entries = timeline.lookup(chunk)
+        if not entries:
+            targets[chunk] = (chunk, new_version)
+            used_new = True
+        elif (
+            len(entries) == 1
+            and entries[0].chunk_interval.contains(chunk)
+            and entries[0].interval == chunk
+        ):
+            targets[chunk] = (entries[0].chunk_interval, entries[0].version)
+        else:
+            raise LaminaError(
+                f"cannot append into {chunk}: it is covered by several versions or "
+                "a chunk of another granularity; overwrite that interval instead"
+            )
+    return targets, used_new
+
+
+def append_segments(
+    table: str,
+    files: Sequence[NewSegment],
+    targets: Mapping[Interval, Target],
+    next_pid: Mapping[Target, int],
+    suffix: str = "",
+) -> list[Segment]:
+    """Appended files as segments: partition ids after ``next_pid`` of their target,
+    in file order; no core partitions (any set of them is complete)."""
+    pids = dict(next_pid)
+    out = []
+    for f in files:
+        target = targets[f.chunk]
+        pid = pids.get(target, 0)
+        pids[target] = pid + 1
+        out.append(_segment(table, f, target, pid, 0, suffix))
+    return out
+
+
+def hidden_by_newer(visible: Iterable[Segment], mine: Iterable[Segment]) -> Segment | None:
+    """The first of ``mine`` that a higher version among ``visible`` would hide."""
+    timeline = Timeline.build(visible)
+    for seg in mine:
+        timeline.add(seg)
+        if any(e.version > seg.version for e in timeline.lookup(seg.interval)):
+            return seg
+    return None

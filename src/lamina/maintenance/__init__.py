@@ -1,0 +1,1 @@
+"""Maintenance: retention, orphan files, failed writes (and, later, compaction)."""

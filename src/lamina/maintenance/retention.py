@@ -1,0 +1,88 @@
+"""Retention of replaced segments, orphan files and failed writes."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from lamina.context import CatalogContext
+from lamina.core.interval import to_us
+from lamina.core.properties import setting
+from lamina.meta import commits, tables
+from lamina.meta import retention as rows
+from lamina.meta.tables import now_us
+
+
+@dataclass
+class RetentionReport:
+    """What one retention run deleted."""
+
+    segment_files: int = 0
+    orphan_files: int = 0
+
+
+def run_retention(
+    ctx: CatalogContext,
+    names: Sequence[str],
+    now: dt.datetime | None = None,
+    lineage_only: bool = False,
+) -> RetentionReport:
+    """Delete what lineage, overwrites and deletes left behind, and orphan files, in
+    the tables ``names`` (see ``Catalog.run_retention``). Raises TableNotFoundError."""
+    at = now_us() if now is None else to_us(now)
+    never = 2**62
+    report = RetentionReport()
+    for name in names:
+        props = tables.get_table(ctx.db, name).properties
+        garbage = rows.retention(
+            ctx.db,
+            name,
+            at,
+            never if lineage_only else setting(props, "replaced_segments_retention"),
+            never if lineage_only else setting(props, "lineage_cleanup_retention"),
+        )
+        ctx.delete_files(garbage)
+        report.segment_files += len(garbage)
+        if not lineage_only:
+            orphans = find_orphans(ctx, [name], now=now, with_grace=True)
+            ctx.delete_files(orphans)
+            report.orphan_files += len(orphans)
+    return report
+
+
+def find_orphans(
+    ctx: CatalogContext,
+    names: Sequence[str],
+    now: dt.datetime | None = None,
+    with_grace: bool = False,
+) -> list[str]:
+    """Files under the tables' data directories that no catalog row names (relative
+    paths). ``with_grace``: only those older than ``orphan_grace_period`` — a writer
+    that is still writing is never robbed. Raises TableNotFoundError."""
+    at = now_us() if now is None else to_us(now)
+    out: list[str] = []
+    wh = ctx.warehouse
+    for name in names:
+        rec = tables.get_table(ctx.db, name)
+        known = rows.referenced_files(ctx.db, name)
+        grace = setting(rec.properties, "orphan_grace_period") if with_grace else 0
+        for info in wh.list_files(wh.path(f"{name}/data")):
+            rel = info.path[len(wh.root) + 1 :]
+            if rel in known:
+                continue
+            mtime = info.mtime_ns // 1000 if info.mtime_ns is not None else 0
+            if at - mtime >= grace:
+                out.append(rel)
+    return sorted(out)
+
+
+def clean_failed_writes(ctx: CatalogContext, names: Sequence[str]) -> int:
+    """Abort writes whose writer died, and delete every aborted write's files."""
+    count = 0
+    for name in names:
+        rec = tables.get_table(ctx.db, name)
+        failed = commits.failed_commits(ctx.db, rec.id, ctx.stale_after_s)
+        ctx.clean_commits(name, failed)
+        count += len(failed)
+    return count

@@ -1,0 +1,365 @@
+"""Lineage entry rows and their transitions: start, end, revert.
+
+The rules live in :mod:`lamina.core.lineage`; these functions read the rows the
+rules need and apply the outcome, each in one transaction. Every transition is
+recorded as a commit through :func:`lamina.meta.commits.record_commit`.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import Connection, and_, delete, func, insert, select, update
+
+from lamina.core.interval import Interval
+from lamina.core.lineage import (
+    LineageEntry,
+    LineageState,
+    LineageView,
+    check_end,
+    check_revert,
+    check_rollback_intact,
+    check_start,
+    hidden_by,
+)
+from lamina.core.model import CommitAction
+from lamina.core.planner import hidden_by_newer
+from lamina.errors import LineageEntryNotFoundError, LineageError, TableNotFoundError
+from lamina.meta.commits import record_commit
+from lamina.meta.db import Db
+from lamina.meta.rows import entry_of, segment_of
+from lamina.meta.schema import lineage, lineage_ids, segments, tables
+from lamina.meta.segments import (
+    delete_rows,
+    existing,
+    live_ids,
+    live_rows,
+    purge_before,
+    rows_by_id,
+)
+from lamina.meta.tables import lock_table_named, now_us, read_table
+
+# -- entry rows ---------------------------------------------------------------------
+
+
+def lists(conn: Connection, entry_ids: list[str]) -> dict[tuple[str, str], list[str]]:
+    """The id lists of the entries: (entry id, role) -> segment ids."""
+    if not entry_ids:
+        return {}
+    return {
+        (r.entry_id, r.role): json.loads(r.ids)
+        for r in conn.execute(select(lineage_ids).where(lineage_ids.c.entry_id.in_(entry_ids)))
+    }
+
+
+def put_list(conn: Connection, entry_id: str, role: str, ids: list[str]) -> None:
+    """Set one id list of an entry."""
+    done = conn.execute(
+        update(lineage_ids)
+        .where(lineage_ids.c.entry_id == entry_id, lineage_ids.c.role == role)
+        .values(ids=json.dumps(ids))
+    ).rowcount
+    if not done:
+        conn.execute(insert(lineage_ids).values(entry_id=entry_id, role=role, ids=json.dumps(ids)))
+
+
+def entries(conn: Connection, table_id: int, seq: int | None = None) -> list[LineageEntry]:
+    """The table's entries as they stood at snapshot ``seq`` (None: now), oldest first."""
+    rows = conn.execute(
+        select(lineage).where(lineage.c.table_id == table_id).order_by(lineage.c.started_seq)
+    ).all()
+    got = lists(conn, [r.id for r in rows])
+    return [e for r in rows if (e := entry_of(r, got, seq)) is not None]
+
+
+def entry_row(db: Db, conn: Connection, table_id: int, entry_id: str, *cols: Any) -> Any:
+    """The entry's row, locked (only ``cols`` if given). Raises LineageEntryNotFoundError."""
+    stmt = select(*(cols or (lineage,))).where(
+        lineage.c.id == entry_id, lineage.c.table_id == table_id
+    )
+    if not db.sqlite:
+        stmt = stmt.with_for_update()
+    row = conn.execute(stmt).first()
+    if row is None:
+        raise LineageEntryNotFoundError(
+            f"no lineage entry {entry_id!r} in this table; list them with t.lineage()"
+        )
+    return row
+
+
+def set_state(conn: Connection, entry_id: str, state: LineageState, **seqs: int) -> None:
+    """Move an entry to ``state``, stamping the seq of the transition."""
+    conn.execute(
+        update(lineage)
+        .where(lineage.c.id == entry_id)
+        .values(state=state.value, timestamp=now_us(), **seqs)
+    )
+
+
+def drop_entry(conn: Connection, entry_id: str) -> None:
+    """Delete an entry and its id lists (its commits stay in the history)."""
+    conn.execute(delete(lineage_ids).where(lineage_ids.c.entry_id == entry_id))
+    conn.execute(delete(lineage).where(lineage.c.id == entry_id))
+
+
+def drop_dangling(
+    conn: Connection, all_entries: Iterable[LineageEntry], gone: set[str]
+) -> set[str]:
+    """Drop COMPLETED entries that lost segments: their from (a rollback could not
+    bring them back) or their to (the data they published no longer exists)."""
+    dropped = set()
+    for e in all_entries:
+        if e.state == LineageState.COMPLETED and (
+            gone & set(e.segments_from) or gone & set(e.segments_to)
+        ):
+            drop_entry(conn, e.id)
+            dropped.add(e.id)
+    return dropped
+
+
+def add_written(
+    conn: Connection, entry: Any, new_ids: list[str], fresh_version: int | None
+) -> dict[tuple[str, str], list[str]]:
+    """Segments a commit wrote under ``entry`` join its segments_to; a fresh version
+    becomes one only it uses. Returns the entry's id lists as they were."""
+    got = lists(conn, [entry.id])
+    put_list(conn, entry.id, "to", [*got.get((entry.id, "to"), []), *new_ids])
+    own = json.loads(entry.own_versions)
+    if fresh_version is not None:
+        own.append(fresh_version)
+    conn.execute(
+        update(lineage)
+        .where(lineage.c.id == entry.id)
+        .values(to_count=entry.to_count + len(new_ids), own_versions=json.dumps(own))
+    )
+    return got
+
+
+# -- transitions --------------------------------------------------------------------
+
+
+def list_entries(db: Db, name: str) -> list[LineageEntry]:
+    """The table's lineage entries (oldest first). Raises TableNotFoundError."""
+    return db.read(lambda conn: entries(conn, read_table(conn, name).id))
+
+
+def start_replace(
+    db: Db,
+    name: str,
+    segments_from: list[str],
+    segments_to: list[str],
+    force_cleanup: bool = False,
+    replace_live: Interval | None = None,
+) -> tuple[str, list[str]]:
+    """Open an IN_PROGRESS entry. Returns its id and files that are now garbage
+    (to-segments of entries cleaned up, the snapshot before the previous one).
+
+    ``replace_live``: segments_from = every live segment overlapping it, read in
+    this same transaction (what a refresh replaces). Raises LineageError.
+    """
+
+    def txn(conn: Connection) -> tuple[str, list[str]]:
+        trow = lock_table_named(db, conn, name)
+        table_id = int(trow.id)
+        current = entries(conn, table_id)
+        view = LineageView(live_ids(conn, table_id), current)
+        from_ids = segments_from
+        if replace_live is not None:
+            hidden = hidden_by(current)
+            from_ids = [
+                r.segment_id
+                for r in live_rows(conn, table_id, replace_live)
+                if r.segment_id not in hidden
+            ]
+        conflicts = check_start(view, from_ids, segments_to)
+        if conflicts and not force_cleanup:
+            raise LineageError(
+                f"segments overlap IN_PROGRESS entries {[e.id for e in conflicts]}; end or "
+                "revert them, or pass force_cleanup=True to revert them and delete what "
+                "they wrote"
+            )
+        entry_id = uuid.uuid4().hex
+        meta = {"entry": entry_id, "segments_from": from_ids, "segments_to": segments_to}
+        seq = record_commit(conn, trow, CommitAction.START_REPLACE, meta).seq
+        garbage: list[str] = []
+        for e in conflicts:  # force_cleanup: revert, delete what they wrote
+            set_state(conn, e.id, LineageState.REVERTED, reverted_seq=seq)
+            garbage += delete_rows(conn, table_id, set(e.segments_to))
+        # keep at most two snapshots: the one this push replaces and the new one;
+        # the snapshot before the previous one goes now (Pinot's proactive cleanup)
+        new_from = set(from_ids)
+        dropped: set[str] = set()
+        for e in current:
+            if (
+                e.state == LineageState.COMPLETED
+                and set(e.segments_to) & new_from
+                and e.segments_from
+            ):
+                gone = set(e.segments_from)
+                garbage += delete_rows(conn, table_id, gone)
+                done = entry_row(db, conn, table_id, e.id, lineage.c.completed_seq)
+                purge_before(conn, table_id, int(done.completed_seq))
+                dropped |= drop_dangling(conn, current, gone)
+        for e in current:  # the chain: entries whose segments_to this one replaces
+            if (
+                e.id not in dropped
+                and e.state != LineageState.REVERTED
+                and set(e.segments_to) & new_from
+            ):
+                row = entry_row(db, conn, table_id, e.id, lineage.c.successors)
+                conn.execute(
+                    update(lineage)
+                    .where(lineage.c.id == e.id)
+                    .values(successors=json.dumps([*json.loads(row.successors), entry_id]))
+                )
+        conn.execute(
+            insert(lineage).values(
+                id=entry_id,
+                table_id=table_id,
+                state=LineageState.IN_PROGRESS.value,
+                timestamp=now_us(),
+                started_seq=seq,
+                successors="[]",
+                to_count=0,
+                own_versions="[]",
+            )
+        )
+        put_list(conn, entry_id, "from", list(from_ids))
+        put_list(conn, entry_id, "to", list(segments_to))
+        if segments_to:
+            put_list(conn, entry_id, "expected", list(segments_to))
+        return entry_id, garbage
+
+    return db.write(txn)
+
+
+def _lock_with_entry(db: Db, conn: Connection, name: str, entry_id: str) -> Any:
+    """Lock the table's row and read one lineage entry, in one round trip.
+    Raises TableNotFoundError, LineageEntryNotFoundError."""
+    joined = tables.outerjoin(
+        lineage, and_(lineage.c.table_id == tables.c.id, lineage.c.id == entry_id)
+    ).outerjoin(
+        lineage_ids,
+        and_(lineage_ids.c.entry_id == lineage.c.id, lineage_ids.c.role == "expected"),
+    )
+    stmt = (
+        select(
+            tables.c.id,
+            tables.c.last_seq,
+            lineage.c.id.label("entry"),
+            lineage.c.state,
+            lineage.c.to_count,
+            lineage.c.successors,
+            lineage.c.own_versions,
+            lineage_ids.c.ids.label("expected"),
+        )
+        .select_from(joined)
+        .where(tables.c.name == name)
+    )
+    if not db.sqlite:
+        stmt = stmt.with_for_update(of=tables)
+    row = conn.execute(stmt).first()
+    if row is None:
+        raise TableNotFoundError(f"no table named {name!r}; list tables with cat.list_tables()")
+    if row.entry is None:
+        raise LineageEntryNotFoundError(
+            f"no lineage entry {entry_id!r} in this table; list them with t.lineage()"
+        )
+    return row
+
+
+def end_replace(db: Db, name: str, entry_id: str) -> None:
+    """COMPLETED (idempotent): a few row reads and writes, whatever the number of
+    segments. Raises LineageError, LineageEntryNotFoundError."""
+
+    def txn(conn: Connection) -> None:
+        row = _lock_with_entry(db, conn, name, entry_id)
+        expected = json.loads(row.expected) if row.expected else []
+        unwritten = sorted(set(expected) - existing(conn, row.id, expected))
+        if not check_end(entry_id, row.state, unwritten):
+            return
+        if row.to_count or expected:
+            _check_not_overshadowed(conn, row.id, entry_id)
+        seq = record_commit(conn, row, CommitAction.END_REPLACE, {"entry": entry_id}).seq
+        set_state(conn, entry_id, LineageState.COMPLETED, completed_seq=seq)
+
+    db.write(txn)
+
+
+def revert_replace(db: Db, name: str, entry_id: str, force: bool = False) -> None:
+    """REVERTED (idempotent); an IN_PROGRESS entry needs ``force``.
+    Raises LineageError, LineageEntryNotFoundError."""
+
+    def txn(conn: Connection) -> None:
+        row = _lock_with_entry(db, conn, name, entry_id)
+        successors = json.loads(row.successors)
+        live = []
+        if successors:
+            live = [
+                r[0]
+                for r in conn.execute(
+                    select(lineage.c.id).where(
+                        lineage.c.id.in_(successors),
+                        lineage.c.state != LineageState.REVERTED.value,
+                    )
+                )
+            ]
+        own = json.loads(row.own_versions)
+        if row.state == LineageState.COMPLETED.value and own and not live:
+            n = conn.execute(
+                select(func.count())
+                .select_from(segments)
+                .where(
+                    segments.c.table_id == row.id,
+                    segments.c.removed_seq.is_(None),
+                    segments.c.version.in_(own),
+                )
+            ).scalar_one()
+            check_rollback_intact(entry_id, int(n), int(row.to_count))
+        if not check_revert(entry_id, row.state, force, live):
+            return
+        seq = record_commit(conn, row, CommitAction.REVERT_REPLACE, {"entry": entry_id}).seq
+        set_state(conn, entry_id, LineageState.REVERTED, reverted_seq=seq)
+
+    db.write(txn)
+
+
+def _check_not_overshadowed(conn: Connection, table_id: int, entry_id: str) -> None:
+    """Refuse to complete an entry whose segments newer versions would hide (written
+    meanwhile by an overwrite or refresh of the same chunks): it would publish rows
+    nobody can see."""
+    ids = lists(conn, [entry_id]).get((entry_id, "to"), [])
+    mine = rows_by_id(conn, table_id, ids) if ids else []
+    if not mine:
+        return
+    span = Interval.of(min(r.start_us for r in mine), max(r.end_us for r in mine))
+    newer = conn.execute(
+        select(func.count())
+        .select_from(segments)
+        .where(
+            segments.c.table_id == table_id,
+            segments.c.removed_seq.is_(None),
+            segments.c.version > min(r.version for r in mine),
+            segments.c.start_us < span.end,
+            segments.c.end_us > span.start,
+        )
+    ).scalar_one()
+    if not newer:  # the common case: nothing newer anywhere near
+        return
+    hidden = hidden_by(e for e in entries(conn, table_id) if e.id != entry_id)
+    visible = [
+        segment_of(r._mapping, "t")
+        for r in live_rows(conn, table_id, span)
+        if r.segment_id not in hidden
+    ]
+    seg = hidden_by_newer(visible, [segment_of(r._mapping, "t") for r in mine])
+    if seg is not None:
+        sid = next(r.segment_id for r in mine if segment_of(r._mapping, "t") == seg)
+        raise LineageError(
+            f"cannot end {entry_id}: segment {sid} would be hidden by a newer "
+            "version of its chunk written meanwhile (an overwrite or refresh); revert "
+            "this entry and push again"
+        )

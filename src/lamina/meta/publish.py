@@ -1,0 +1,207 @@
+"""Publishing a commit's files, and removing segments: one transaction each.
+
+The transaction locks the table, reads what the pure planner needs (live segments in
+the span, lineage entries, free partition ids), applies its plan and records the
+commit through :func:`lamina.meta.commits.record_commit`.
+"""
+
+from __future__ import annotations
+
+import json
+
+from sqlalchemy import Connection, insert, select
+
+from lamina.core.interval import Interval, from_us
+from lamina.core.lineage import LineageState, hidden_by, protected
+from lamina.core.model import Commit, CommitAction, CommitState, PublishPlan, TableRecord
+from lamina.core.planner import (
+    append_segments,
+    append_targets,
+    overshadowed,
+    overwrite_segments,
+)
+from lamina.core.segment import Segment
+from lamina.errors import CommitError, LineageError, SegmentNotFoundError
+from lamina.meta import lineage as entries_rows
+from lamina.meta.commits import record_commit
+from lamina.meta.db import Db
+from lamina.meta.rows import segment_values
+from lamina.meta.schema import commits, segments
+from lamina.meta.segments import (
+    existing,
+    live_ids,
+    live_segments,
+    mark_removed,
+    next_partition_ids,
+)
+from lamina.meta.tables import lock_table, lock_table_named
+
+
+def _span(chunks: list[Interval]) -> Interval:
+    return Interval.of(min(c.start for c in chunks), max(c.end for c in chunks))
+
+
+def publish(db: Db, table: TableRecord, commit_id: int, plan: PublishPlan) -> Commit:
+    """Assign identities to the new files and make them visible, atomically.
+
+    Raises CommitError (the commit was aborted meanwhile, or segments it removes are
+    gone), LineageError (its lineage entry was cleaned up, or it removes held segments),
+    LaminaError (an append into a chunk of several versions).
+    """
+
+    def txn(conn: Connection) -> Commit:
+        trow = lock_table(db, conn, table.id)
+        crow = conn.execute(select(commits).where(commits.c.id == commit_id)).first()
+        if crow is None or crow.state != CommitState.INFLIGHT.value:
+            state = crow.state if crow is not None else "missing"
+            raise CommitError(
+                f"commit {commit_id} cannot be published: it is {state} (another writer "
+                "took over after its heartbeat expired?); nothing was published, retry"
+            )
+        version = int(trow.next_version)
+        entry = None
+        if plan.lineage_entry is not None:
+            entry = entries_rows.entry_row(db, conn, table.id, plan.lineage_entry)
+            if entry.state != LineageState.IN_PROGRESS.value:
+                raise LineageError(
+                    f"lineage entry {entry.id} is {entry.state}: the push under it was "
+                    "cleaned up (by a newer push or retention); nothing was published"
+                )
+        current = entries_rows.entries(conn, table.id)
+        # a push's own earlier batches count as visible when planning its next one
+        hidden = hidden_by(e for e in current if entry is None or e.id != entry.id)
+        held = protected(current)
+        removed: set[str] = set()
+        fresh: int | None = None
+        if plan.overwrite is not None:
+            new = overwrite_segments(
+                table.name, plan.files, plan.overwrite, version, plan.suffix, entry is None
+            )
+            fresh = version
+            if plan.overwrite and entry is None:  # under an entry, the entry hides
+                live = live_segments(
+                    conn, table.id, table.name, _span(list(plan.overwrite)), hidden
+                )
+                gone = overshadowed([s for s, _ in live], new)
+                # what a lineage entry holds stays until the entry is settled
+                removed = {s.id for s in gone} - held
+        elif plan.files:
+            chunks = sorted({f.chunk for f in plan.files})
+            live = live_segments(conn, table.id, table.name, _span(chunks), hidden)
+            targets, used_new = append_targets(chunks, [s for s, _ in live], version)
+            fresh = version if used_new else None
+            next_pid = next_partition_ids(conn, table.id, targets.values())
+            new = append_segments(table.name, plan.files, targets, next_pid, plan.suffix)
+        else:
+            new = []
+        if plan.remove_ids:
+            removed |= _check_removable(conn, table.id, plan.remove_ids, hidden, held)
+        meta = json.loads(crow.metadata)
+        if entry is not None:
+            meta["lineage_entry"] = entry.id
+        done = record_commit(
+            conn,
+            trow,
+            crow.action,
+            meta,
+            commit_id=commit_id,
+            next_version=version + 1 if fresh is not None else None,
+        )
+        if entry is not None:
+            own = fresh if plan.overwrite is not None and new else None
+            got = entries_rows.add_written(conn, entry, [s.id for s in new], own)
+            if plan.complete_entry:  # the push becomes visible with this very commit
+                _complete(conn, table.id, entry.id, got, hidden, done.seq)
+        if new:
+            conn.execute(insert(segments), [_row(s, commit_id, done.seq, table.id) for s in new])
+        if removed:
+            mark_removed(conn, table.id, removed, done.seq, commit_id)
+        return Commit(
+            id=commit_id,
+            action=crow.action,
+            state=CommitState.COMPLETED.value,
+            started_at=from_us(crow.started_at),
+            completed_at=from_us(done.at_us),
+            table=table.name,
+            added=tuple(s.id for s in new),
+            removed=tuple(sorted(removed)),
+            metadata=meta,
+        )
+
+    return db.write(txn)
+
+
+def _row(seg: Segment, commit_id: int, seq: int, table_id: int) -> dict[str, object]:
+    return {**segment_values(seg), "table_id": table_id, "commit_id": commit_id, "added_seq": seq}
+
+
+def _check_removable(
+    conn: Connection, table_id: int, ids: tuple[str, ...], hidden: set[str], held: set[str]
+) -> set[str]:
+    """The segments a commit removes, all still live and held by no lineage entry.
+    Raises CommitError, LineageError."""
+    live = existing(conn, table_id, list(ids))
+    gone = [i for i in ids if i not in live or i in hidden]
+    if gone:
+        raise CommitError(
+            f"segments {gone[:5]} were removed meanwhile; nothing was published, retry"
+        )
+    busy = sorted(set(ids) & held)
+    if busy:
+        raise LineageError(
+            f"segments {busy[:5]} are held by a lineage entry; end or revert it first"
+        )
+    return set(ids)
+
+
+def _complete(
+    conn: Connection,
+    table_id: int,
+    entry_id: str,
+    got: dict[tuple[str, str], list[str]],
+    hidden: set[str],
+    seq: int,
+) -> None:
+    """End the entry in the commit that publishes its last batch. Raises LineageError."""
+    wanted = got.get((entry_id, "from"), [])
+    live = existing(conn, table_id, wanted)
+    gone = [i for i in wanted if i in hidden or i not in live]
+    if gone:
+        raise LineageError(f"cannot end {entry_id}: segments_from no longer exist: {gone[:5]}")
+    entries_rows.set_state(conn, entry_id, LineageState.COMPLETED, completed_seq=seq)
+
+
+def delete_segments(db: Db, name: str, ids: list[str]) -> Commit:
+    """Remove live segments in one commit (files go with retention).
+    Raises SegmentNotFoundError, LineageError."""
+
+    def txn(conn: Connection) -> Commit:
+        trow = lock_table_named(db, conn, name)
+        table_id = int(trow.id)
+        live = live_ids(conn, table_id)
+        unknown = [i for i in ids if i not in live]
+        if unknown:
+            raise SegmentNotFoundError(
+                f"cannot delete unknown or already deleted segments {unknown[:5]}; "
+                "list them with t.segments(all=True)"
+            )
+        held = sorted(set(ids) & protected(entries_rows.entries(conn, table_id)))
+        if held:
+            raise LineageError(
+                f"segments {held[:5]} are held by a lineage entry (IN_PROGRESS, or replaced "
+                "by a COMPLETED one that can still be rolled back); end or revert it first"
+            )
+        done = record_commit(conn, trow, CommitAction.DELETE, {"segments": ids})
+        mark_removed(conn, table_id, ids, done.seq, done.id)
+        when = from_us(done.at_us)
+        return Commit(
+            done.id,
+            CommitAction.DELETE,
+            CommitState.COMPLETED,
+            when,
+            when,
+            name,
+            removed=tuple(ids),
+        )
+
+    return db.write(txn)

@@ -1,0 +1,78 @@
+"""Retention: delete the segment rows that lineage and later commits made garbage."""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, select
+
+from lamina.core.lineage import LineageState
+from lamina.meta import lineage as entries_rows
+from lamina.meta.db import Db
+from lamina.meta.schema import commits, segments
+from lamina.meta.segments import delete_rows, purge_before, referenced_locations
+from lamina.meta.tables import lock_table_named, read_table
+
+
+def retention(
+    db: Db, name: str, now: int, replaced_after_us: int, lineage_after_us: int
+) -> list[str]:
+    """Delete segments that lineage or later commits made garbage; return their files.
+
+    * COMPLETED entries older than ``replaced_after_us``: their segments_from;
+    * REVERTED entries, and IN_PROGRESS ones older than ``lineage_after_us``: their
+      segments_to;
+    * segments removed by a commit (overwrite, delete) longer than
+      ``replaced_after_us`` ago.
+    An entry goes once its segments are gone; its commits stay in the history.
+    Raises TableNotFoundError.
+    """
+
+    def txn(conn: Connection) -> list[str]:
+        trow = lock_table_named(db, conn, name)
+        table_id = int(trow.id)
+        garbage: list[str] = []
+        purge = 0
+        current = entries_rows.entries(conn, table_id)
+        dropped: set[str] = set()
+        for entry in current:
+            if entry.id in dropped:
+                continue
+            row = entries_rows.entry_row(db, conn, table_id, entry.id)
+            age = now - int(row.timestamp)
+            if entry.state == LineageState.COMPLETED and age >= replaced_after_us:
+                gone = set(entry.segments_from)
+                if gone:  # snapshots before the swap read them
+                    purge = max(purge, int(row.completed_seq))
+            elif entry.state == LineageState.REVERTED or (
+                entry.state == LineageState.IN_PROGRESS and age >= lineage_after_us
+            ):
+                gone = set(entry.segments_to)
+                if gone and row.completed_seq is not None:  # was visible for a while
+                    purge = max(purge, int(row.reverted_seq))
+            else:
+                continue
+            garbage += delete_rows(conn, table_id, gone)
+            entries_rows.drop_entry(conn, entry.id)
+            dropped |= {entry.id} | entries_rows.drop_dangling(conn, current, gone)
+        removed = conn.execute(
+            select(segments.c.segment_id, segments.c.removed_seq)
+            .join(commits, commits.c.id == segments.c.removed_commit)
+            .where(
+                segments.c.table_id == table_id,
+                segments.c.removed_seq.is_not(None),
+                commits.c.completed_at <= now - replaced_after_us,
+            )
+        ).all()
+        if removed:
+            garbage += delete_rows(conn, table_id, {r[0] for r in removed})
+            purge = max(purge, max(int(r[1]) for r in removed))
+        if purge:
+            purge_before(conn, table_id, purge)
+        return garbage
+
+    return db.write(txn)
+
+
+def referenced_files(db: Db, name: str) -> set[str]:
+    """Relative locations of every file a segment row of the table names.
+    Raises TableNotFoundError."""
+    return db.read(lambda conn: referenced_locations(conn, read_table(conn, name).id))

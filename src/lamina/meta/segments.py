@@ -1,0 +1,161 @@
+"""Segment rows: the live ones in a span, existence checks, partition ids, deletion."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from typing import Any
+
+from sqlalchemy import Connection, delete, func, select, update
+
+from lamina.core.interval import Interval
+from lamina.core.planner import Target
+from lamina.core.segment import Segment
+from lamina.meta.rows import segment_of
+from lamina.meta.schema import segments, tables
+
+_BATCH = 5000  # ids per IN (...) list
+
+
+def live_rows(conn: Connection, table_id: int, span: Interval) -> list[Any]:
+    """Rows of the segments not removed that overlap ``span``."""
+    return list(
+        conn.execute(
+            select(segments).where(
+                segments.c.table_id == table_id,
+                segments.c.removed_seq.is_(None),
+                segments.c.start_us < span.end,
+                segments.c.end_us > span.start,
+            )
+        )
+    )
+
+
+def live_segments(
+    conn: Connection, table_id: int, table: str, span: Interval, hidden: Collection[str]
+) -> list[tuple[Segment, int]]:
+    """(segment, pk) of the live segments overlapping ``span`` that lineage does not
+    hide (locations as stored, relative)."""
+    return [
+        (segment_of(r._mapping, table), int(r.pk))
+        for r in live_rows(conn, table_id, span)
+        if r.segment_id not in hidden
+    ]
+
+
+def rows_by_id(conn: Connection, table_id: int, ids: list[str]) -> list[Any]:
+    """Rows of the named segments (removed or not)."""
+    return [
+        r
+        for i in range(0, len(ids), _BATCH)
+        for r in conn.execute(
+            select(segments).where(
+                segments.c.table_id == table_id, segments.c.segment_id.in_(ids[i : i + _BATCH])
+            )
+        )
+    ]
+
+
+def existing(conn: Connection, table_id: int, ids: list[str]) -> set[str]:
+    """Which of ``ids`` name segments that exist (not removed)."""
+    found: set[str] = set()
+    for i in range(0, len(ids), _BATCH):
+        found.update(
+            r[0]
+            for r in conn.execute(
+                select(segments.c.segment_id).where(
+                    segments.c.table_id == table_id,
+                    segments.c.removed_seq.is_(None),
+                    segments.c.segment_id.in_(ids[i : i + _BATCH]),
+                )
+            )
+        )
+    return found
+
+
+def live_ids(conn: Connection, table_id: int) -> set[str]:
+    """Ids of every segment not removed."""
+    return {
+        r[0]
+        for r in conn.execute(
+            select(segments.c.segment_id).where(
+                segments.c.table_id == table_id, segments.c.removed_seq.is_(None)
+            )
+        )
+    }
+
+
+def next_partition_ids(
+    conn: Connection, table_id: int, targets: Iterable[Target]
+) -> dict[Target, int]:
+    """The first free partition id of each (chunk, version), in one query."""
+    wanted = set(targets)
+    out = {key: 0 for key in wanted}
+    if not wanted:
+        return out
+    lo = min(iv.start for iv, _ in wanted)
+    hi = max(iv.end for iv, _ in wanted)
+    for s, e, v, top in conn.execute(
+        select(
+            segments.c.start_us,
+            segments.c.end_us,
+            segments.c.version,
+            func.max(segments.c.partition_id),
+        )
+        .where(segments.c.table_id == table_id, segments.c.start_us >= lo, segments.c.end_us <= hi)
+        .group_by(segments.c.start_us, segments.c.end_us, segments.c.version)
+    ):
+        key = (Interval.of(s, e), v)
+        if key in out:
+            out[key] = int(top) + 1
+    return out
+
+
+def mark_removed(
+    conn: Connection, table_id: int, ids: Collection[str], seq: int, commit_id: int
+) -> None:
+    """Record that a commit removed these segments at snapshot ``seq``."""
+    id_list = list(ids)
+    for i in range(0, len(id_list), _BATCH):
+        conn.execute(
+            update(segments)
+            .where(
+                segments.c.table_id == table_id,
+                segments.c.segment_id.in_(id_list[i : i + _BATCH]),
+            )
+            .values(removed_seq=seq, removed_commit=commit_id)
+        )
+
+
+def delete_rows(conn: Connection, table_id: int, ids: Collection[str]) -> list[str]:
+    """Delete segment rows; return the relative locations of their files."""
+    if not ids:
+        return []
+    id_list = list(ids)
+    locs: list[str] = []
+    for i in range(0, len(id_list), _BATCH):
+        batch = id_list[i : i + _BATCH]
+        cond = (segments.c.table_id == table_id, segments.c.segment_id.in_(batch))
+        locs += [r[0] for r in conn.execute(select(segments.c.location).where(*cond)) if r[0]]
+        conn.execute(delete(segments).where(*cond))
+    return locs
+
+
+def purge_before(conn: Connection, table_id: int, seq: int) -> None:
+    """Snapshots older than ``seq`` used deleted segments: no longer readable."""
+    conn.execute(
+        update(tables)
+        .where(tables.c.id == table_id, tables.c.purged_seq < seq)
+        .values(purged_seq=seq)
+    )
+
+
+def referenced_locations(conn: Connection, table_id: int) -> set[str]:
+    """Relative locations of every file a segment row names."""
+    return {
+        r[0]
+        for r in conn.execute(
+            select(segments.c.location).where(
+                segments.c.table_id == table_id, segments.c.location.is_not(None)
+            )
+        )
+    }

@@ -1,0 +1,102 @@
+"""Reading one snapshot of a table: its seq, then its visible segment rows."""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection, and_, or_, select
+
+from lamina.core.interval import Interval
+from lamina.core.lineage import hidden_by
+from lamina.core.model import Snapshot
+from lamina.core.segment import Segment
+from lamina.errors import SnapshotNotFoundError
+from lamina.meta.db import Db
+from lamina.meta.lineage import entries
+from lamina.meta.schema import commits, segments, tables
+from lamina.meta.tables import read_table
+
+_COLUMNS = (
+    segments.c.start_us,
+    segments.c.end_us,
+    segments.c.version,
+    segments.c.partition_id,
+    segments.c.num_core_partitions,
+    segments.c.location,
+    segments.c.row_count,
+    segments.c.size_bytes,
+    segments.c.min_time,
+    segments.c.max_time,
+    segments.c.commit_id,
+    segments.c.suffix,
+    segments.c.segment_id,
+)
+
+
+def _resolve(
+    conn: Connection, table_id: int, name: str, as_of: int | None
+) -> tuple[int, int | None]:
+    """(seq, commit id) of the latest snapshot, or of the one ``as_of`` completed.
+    Raises SnapshotNotFoundError."""
+    if as_of is None:
+        seq = int(
+            conn.execute(select(tables.c.last_seq).where(tables.c.id == table_id)).scalar_one()
+        )
+        commit_id = conn.execute(
+            select(commits.c.id).where(commits.c.table_id == table_id, commits.c.seq == seq)
+        ).scalar()
+        return seq, commit_id
+    row = conn.execute(
+        select(commits.c.seq, commits.c.state).where(
+            commits.c.id == as_of, commits.c.table_id == table_id
+        )
+    ).first()
+    if row is None or row.seq is None:
+        state = "no such commit" if row is None else row.state
+        raise SnapshotNotFoundError(
+            f"table {name!r} has no completed commit {as_of} ({state}); "
+            "see t.history() for the commits you can read"
+        )
+    purged = conn.execute(select(tables.c.purged_seq).where(tables.c.id == table_id)).scalar_one()
+    if int(row.seq) < purged:
+        raise SnapshotNotFoundError(
+            f"the snapshot of commit {as_of} of {name!r} is no longer readable: "
+            "retention deleted segments it used; read a newer commit (see t.history())"
+        )
+    return int(row.seq), as_of
+
+
+def snapshot(
+    db: Db,
+    name: str,
+    as_of: int | None = None,
+    *,
+    all_published: bool = False,
+    interval: Interval | None = None,
+) -> Snapshot:
+    """Live segments of the latest snapshot, or of the one completed by ``as_of``;
+    only those overlapping ``interval`` when given (visibility at an instant depends
+    only on the segments covering it). Raises TableNotFoundError, SnapshotNotFoundError."""
+
+    def txn(conn: Connection) -> Snapshot:
+        rec = read_table(conn, name)
+        seq, commit_id = _resolve(conn, rec.id, name, as_of)
+        hidden = set() if all_published else hidden_by(entries(conn, rec.id, seq))
+        cond = [segments.c.table_id == rec.id, segments.c.added_seq <= seq]
+        if not all_published:
+            cond.append(or_(segments.c.removed_seq.is_(None), segments.c.removed_seq > seq))
+        if interval is not None:
+            cond += [segments.c.start_us < interval.end, segments.c.end_us > interval.start]
+        result = conn.execute(select(*_COLUMNS).where(and_(*cond)))
+        root, tname = db.root, rec.name
+        intervals: dict[tuple[int, int], Interval] = {}  # shared, not one per segment
+        segs = []
+        for s, e, v, p, n, loc, rc, sb, mn, mx, cid, sfx, sid in result:
+            if sid in hidden:
+                continue
+            iv = intervals.get((s, e))
+            if iv is None:
+                iv = intervals[(s, e)] = Interval.of(s, e)
+            location = f"{root}/{loc}" if loc else None
+            segs.append(Segment(tname, iv, v, p, n, location, rc, sb, mn, mx, cid, sfx or ""))
+        return Snapshot(rec, seq, commit_id, segs)
+
+    return db.read(txn)

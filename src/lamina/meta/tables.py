@@ -1,0 +1,134 @@
+"""Table rows: create, read, list, change properties, drop, lock."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pyarrow as pa
+from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from lamina.core.interval import Granularity
+from lamina.core.model import TableRecord
+from lamina.errors import TableExistsError, TableNotFoundError
+from lamina.meta.db import Db
+from lamina.meta.rows import table_record
+from lamina.meta.schema import commits, lineage, lineage_ids, segments, tables
+
+
+def now_us() -> int:
+    """The wall clock in µs (for timestamps only: order comes from counters)."""
+    return time.time_ns() // 1000
+
+
+def create_table(
+    db: Db,
+    name: str,
+    schema: pa.Schema,
+    time_column: str | None,
+    granularity: Granularity,
+    properties: dict[str, str],
+) -> TableRecord:
+    """Insert a table row. Raises TableExistsError."""
+
+    def txn(conn: Connection) -> int:
+        if conn.execute(select(tables.c.id).where(tables.c.name == name)).first():
+            raise TableExistsError(f"table {name!r} already exists; pick another name")
+        try:
+            result = conn.execute(
+                insert(tables).values(
+                    name=name,
+                    schema_ipc=schema.serialize().to_pybytes(),
+                    time_column=time_column,
+                    granularity=granularity.value,
+                    properties=json.dumps(properties, sort_keys=True),
+                    created_at=now_us(),
+                    next_version=1,
+                    last_seq=0,
+                )
+            )
+        except IntegrityError:
+            raise TableExistsError(f"table {name!r} already exists; pick another name") from None
+        pk = result.inserted_primary_key
+        assert pk is not None
+        return int(pk[0])
+
+    table_id = db.write(txn)
+    return TableRecord(table_id, name, schema, time_column, granularity, dict(properties))
+
+
+def read_table(conn: Connection, name: str) -> TableRecord:
+    """The table named ``name``, inside a transaction. Raises TableNotFoundError."""
+    row = conn.execute(select(tables).where(tables.c.name == name)).first()
+    if row is None:
+        raise TableNotFoundError(f"no table named {name!r}; list tables with cat.list_tables()")
+    return table_record(row)
+
+
+def get_table(db: Db, name: str) -> TableRecord:
+    """The table named ``name``. Raises TableNotFoundError."""
+    return db.read(lambda conn: read_table(conn, name))
+
+
+def list_tables(db: Db) -> list[str]:
+    return db.read(
+        lambda conn: [r[0] for r in conn.execute(select(tables.c.name).order_by(tables.c.name))]
+    )
+
+
+def set_properties(db: Db, name: str, updates: dict[str, str]) -> TableRecord:
+    """Merge ``updates`` into the table's properties. Raises TableNotFoundError."""
+
+    def txn(conn: Connection) -> TableRecord:
+        rec = read_table(conn, name)
+        props = {**rec.properties, **updates}
+        conn.execute(
+            update(tables)
+            .where(tables.c.id == rec.id)
+            .values(properties=json.dumps(props, sort_keys=True))
+        )
+        return TableRecord(rec.id, rec.name, rec.schema, rec.time_column, rec.granularity, props)
+
+    return db.write(txn)
+
+
+def drop_table(db: Db, name: str) -> TableRecord:
+    """Delete the table's rows (segments, lineage, commits). Raises TableNotFoundError."""
+
+    def txn(conn: Connection) -> TableRecord:
+        rec = read_table(conn, name)
+        entries = select(lineage.c.id).where(lineage.c.table_id == rec.id)
+        conn.execute(delete(lineage_ids).where(lineage_ids.c.entry_id.in_(entries)))
+        conn.execute(delete(lineage).where(lineage.c.table_id == rec.id))
+        conn.execute(delete(segments).where(segments.c.table_id == rec.id))
+        conn.execute(delete(commits).where(commits.c.table_id == rec.id))
+        conn.execute(delete(tables).where(tables.c.id == rec.id))
+        return rec
+
+    return db.write(txn)
+
+
+def lock_table(db: Db, conn: Connection, table_id: int) -> Any:
+    """The table's row, locked against other writers of the table until the
+    transaction ends (SQLite: the IMMEDIATE write lock is already held).
+    Raises TableNotFoundError."""
+    stmt = select(tables).where(tables.c.id == table_id)
+    if not db.sqlite:
+        stmt = stmt.with_for_update()
+    row = conn.execute(stmt).first()
+    if row is None:
+        raise TableNotFoundError(f"table id {table_id} was dropped meanwhile")
+    return row
+
+
+def lock_table_named(db: Db, conn: Connection, name: str) -> Any:
+    """Like :func:`lock_table`, by name. Raises TableNotFoundError."""
+    stmt = select(tables).where(tables.c.name == name)
+    if not db.sqlite:
+        stmt = stmt.with_for_update()
+    row = conn.execute(stmt).first()
+    if row is None:
+        raise TableNotFoundError(f"no table named {name!r}; list tables with cat.list_tables()")
+    return row
