@@ -28,11 +28,11 @@ from lamina.meta.db import Db
 from lamina.meta.rows import segment_values
 from lamina.meta.schema import commits, segments
 from lamina.meta.segments import (
+    chunk_versions,
     existing,
     live_ids,
     live_segments,
     mark_removed,
-    next_partition_ids,
 )
 from lamina.meta.tables import lock_table, lock_table_named
 
@@ -87,10 +87,9 @@ def publish(db: Db, table: TableRecord, commit_id: int, plan: PublishPlan) -> Co
                 removed = {s.id for s in gone} - held
         elif plan.files:
             chunks = sorted({f.chunk for f in plan.files})
-            live = live_segments(conn, table.id, table.name, _span(chunks), hidden)
-            targets, used_new = append_targets(chunks, [s for s, _ in live], version)
+            reps, next_pid = chunk_versions(conn, table.id, table.name, _span(chunks), hidden)
+            targets, used_new = append_targets(chunks, reps, version)
             fresh = version if used_new else None
-            next_pid = next_partition_ids(conn, table.id, targets.values())
             new = append_segments(table.name, plan.files, targets, next_pid, plan.suffix)
         else:
             new = []

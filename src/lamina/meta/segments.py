@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, select, update
+from sqlalchemy import ColumnElement, Connection, and_, case, delete, func, select, update
 
 from lamina.core.interval import Interval
 from lamina.core.planner import Target
@@ -84,30 +84,46 @@ def live_ids(conn: Connection, table_id: int) -> set[str]:
     }
 
 
-def next_partition_ids(
-    conn: Connection, table_id: int, targets: Iterable[Target]
-) -> dict[Target, int]:
-    """The first free partition id of each (chunk, version), in one query."""
-    wanted = set(targets)
-    out = {key: 0 for key in wanted}
-    if not wanted:
-        return out
-    lo = min(iv.start for iv, _ in wanted)
-    hi = max(iv.end for iv, _ in wanted)
-    for s, e, v, top in conn.execute(
+def chunk_versions(
+    conn: Connection, table_id: int, table: str, span: Interval, hidden: Collection[str]
+) -> tuple[list[Segment], dict[Target, int]]:
+    """For each (chunk, version) overlapping ``span``, in one aggregate query: a
+    stand-in segment when its live partitions (not hidden by lineage) are complete,
+    and the first partition id no row of it ever took.
+
+    The stand-ins give the same visibility as the segments themselves (an appended
+    partition never takes a core partition's id), at a cost independent of how many
+    partitions a chunk holds.
+    """
+    live: ColumnElement[bool] = segments.c.removed_seq.is_(None)
+    if hidden:
+        live = and_(live, segments.c.segment_id.not_in(list(hidden)))
+    core = and_(live, segments.c.partition_id < segments.c.num_core_partitions)
+    stmt = (
         select(
             segments.c.start_us,
             segments.c.end_us,
             segments.c.version,
             func.max(segments.c.partition_id),
+            func.sum(case((live, 1), else_=0)),
+            func.max(case((live, segments.c.num_core_partitions), else_=0)),
+            func.sum(case((core, 1), else_=0)),
         )
-        .where(segments.c.table_id == table_id, segments.c.start_us >= lo, segments.c.end_us <= hi)
+        .where(
+            segments.c.table_id == table_id,
+            segments.c.start_us < span.end,
+            segments.c.end_us > span.start,
+        )
         .group_by(segments.c.start_us, segments.c.end_us, segments.c.version)
-    ):
-        key = (Interval.of(s, e), v)
-        if key in out:
-            out[key] = int(top) + 1
-    return out
+    )
+    reps: list[Segment] = []
+    next_pid: dict[Target, int] = {}
+    for s, e, v, top, n_live, n_core, core_present in conn.execute(stmt):
+        iv = Interval.of(s, e)
+        next_pid[(iv, v)] = int(top) + 1
+        if n_live and int(core_present or 0) >= int(n_core or 0):
+            reps.append(Segment(table, iv, v, 0, 0, "", 0))
+    return reps, next_pid
 
 
 def mark_removed(
