@@ -218,35 +218,63 @@ def _castable(src: pa.DataType, dst: pa.DataType) -> bool:
     return fam in ("int", "float", "string", "binary", "date", "time", "duration", "decimal")
 
 
-def _stored_dictionary_values(t: pa.DataType) -> pa.DataType:
-    """``t`` with the values of every dictionary in it converted to their storage type
-    (pyarrow cannot decode a dictionary of views directly)."""
-    if pa.types.is_dictionary(t):
-        return pa.dictionary(t.index_type, storage_type(t.value_type, ""), t.ordered)
-    if _is_list_like(t):
-        f = t.value_field
-        return _with_value_field(t, f.with_type(_stored_dictionary_values(f.type)))
-    if pa.types.is_map(t):
-        key, item = t.key_field, t.item_field
-        return pa.map_(
-            key.with_type(_stored_dictionary_values(key.type)),
-            item.with_type(_stored_dictionary_values(item.type)),
-            keys_sorted=t.keys_sorted,
-        )
-    if pa.types.is_struct(t):
-        return pa.struct([f.with_type(_stored_dictionary_values(f.type)) for f in t])
-    return t
+def _mask(arr: pa.Array) -> pa.Array | None:
+    return arr.is_null() if arr.null_count else None
+
+
+def _own_values(arr: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """Offsets from 0 and the child values of a (possibly sliced) list or map array."""
+    offsets = arr.offsets
+    first, last = offsets[0].as_py(), offsets[-1].as_py()
+    return pc.subtract(offsets, first), arr.values.slice(first, last - first)
+
+
+def _list_from_view(arr: pa.Array, t: pa.DataType) -> pa.Array:
+    """A list view as a list (pyarrow's own cast builds invalid offsets)."""
+    child = _to_storage(arr.values)
+    sizes = np.where(arr.is_valid().to_numpy(zero_copy_only=False), arr.sizes.to_numpy(), 0)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    index = np.arange(offsets[-1]) + np.repeat(arr.offsets.to_numpy() - offsets[:-1], sizes)
+    large = pa.types.is_large_list(t)
+    cls = pa.LargeListArray if large else pa.ListArray
+    bounds = pa.array(offsets, pa.int64() if large else pa.int32())
+    return cls.from_arrays(bounds, child.take(pa.array(index)), type=t, mask=_mask(arr))
+
+
+def _to_storage(arr: pa.Array) -> pa.Array:
+    """``arr`` as its :func:`storage_type`, value for value. Built by hand for nested
+    types: pyarrow can neither take from views nor cast list views correctly."""
+    t = storage_type(arr.type, "")
+    if t == arr.type:
+        return arr
+    src = arr.type
+    if pa.types.is_run_end_encoded(src):
+        return _to_storage(pc.run_end_decode(arr))
+    if pa.types.is_dictionary(src):
+        return _to_storage(arr.dictionary).take(arr.indices)
+    if pa.types.is_list_view(src) or pa.types.is_large_list_view(src):
+        return _list_from_view(arr, t)
+    if pa.types.is_fixed_size_list(src):
+        size = src.list_size
+        child = _to_storage(arr.values.slice(arr.offset * size, len(arr) * size))
+        return pa.FixedSizeListArray.from_arrays(child, type=t, mask=_mask(arr))
+    if pa.types.is_list(src) or pa.types.is_large_list(src):
+        cls = pa.LargeListArray if pa.types.is_large_list(src) else pa.ListArray
+        offsets, values = _own_values(arr)
+        return cls.from_arrays(offsets, _to_storage(values), type=t, mask=_mask(arr))
+    if pa.types.is_map(src):
+        offsets, entries = _own_values(arr)
+        keys, items = (_to_storage(entries.field(i)) for i in (0, 1))
+        return pa.MapArray.from_arrays(offsets, keys, items, type=t, mask=_mask(arr))
+    if pa.types.is_struct(src):
+        children = [_to_storage(arr.field(i)) for i in range(src.num_fields)]
+        return pa.StructArray.from_arrays(children, fields=list(t), mask=_mask(arr))
+    return arr.cast(t, safe=True)  # views, float16, date64
 
 
 def _cast_chunk(arr: pa.Array, t: pa.DataType) -> pa.Array:
-    if pa.types.is_run_end_encoded(arr.type):
-        arr = pc.run_end_decode(arr)
-    if arr.type == t:
-        return arr
-    staged = _stored_dictionary_values(arr.type)
-    if staged != arr.type:
-        arr = arr.cast(staged, safe=True)
-    return arr.cast(t, safe=True)
+    arr = _to_storage(arr)
+    return arr if arr.type == t else arr.cast(t, safe=True)
 
 
 def _cast_column(column: pa.ChunkedArray, field: pa.Field) -> pa.ChunkedArray:
