@@ -14,7 +14,7 @@ from lamina.context import CatalogContext
 from lamina.core.interval import Granularity
 from lamina.core.properties import check_properties
 from lamina.errors import InvalidGranularityError, InvalidTableNameError, WarehouseError
-from lamina.io.arrow import check_time_column
+from lamina.io.arrow import check_time_column, table_schema
 from lamina.io.warehouse import Warehouse
 from lamina.maintenance import retention
 from lamina.maintenance.retention import RetentionReport
@@ -97,13 +97,18 @@ class Catalog:
     ) -> Table:
         """Create a table. ``schema``: a pyarrow Schema or a Spark StructType.
 
+        Column types are stored in their Parquet-compatible form (views as large
+        types, dictionaries as their values...; see Column types in docs/concepts.md).
+        Raises UnsupportedTypeError for a column type lamina cannot store, SchemaError
+        for another schema object, TimeColumnError, InvalidGranularityError.
+
         ``ingestion_type`` (APPEND or REFRESH) and ``consistent_push`` are stored as
         table properties and can be changed later with ``t.set_properties``.
         """
         from lamina.table import Table
 
         check_table_name(name)
-        arrow_schema = _arrow_schema(schema)
+        arrow_schema = table_schema(_arrow_schema(schema))
         check_time_column(arrow_schema, time_column)
         if time_column is None:
             granularity = Granularity.ALL

@@ -34,6 +34,10 @@ class SchemaError(LaminaError):
     """A schema is invalid, or data does not match the table's schema."""
 
 
+class UnsupportedTypeError(SchemaError):
+    """A column's type has no Parquet representation lamina can store (union, interval...)."""
+
+
 class TimeColumnError(LaminaError):
     """The time column is missing, of an unsupported type, or holds nulls."""
 

@@ -22,7 +22,7 @@ from lamina.core.interval import ETERNITY, Granularity, Interval, format_us, to_
 from lamina.core.model import NewSegment, TableRecord
 from lamina.core.scan import ScanPlan
 from lamina.errors import SchemaError, TimeColumnError
-from lamina.io.arrow import _castable
+from lamina.io.arrow import castable, storage_schema
 from lamina.io.warehouse import Warehouse
 
 if TYPE_CHECKING:
@@ -63,22 +63,24 @@ def spark_to_arrow_schema(schema: Any) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
+def _spark_arrow_type(t: pa.DataType) -> pa.DataType:
+    """A stored type as Spark reads it: µs timestamps, decimal128 (Spark has neither
+    other units nor 256-bit decimals; nested types are mapped by pyspark)."""
+    if pa.types.is_timestamp(t) and t.unit != "us":
+        return pa.timestamp("us", tz=t.tz)
+    if pa.types.is_decimal(t) and t.precision <= 38:
+        return pa.decimal128(t.precision, t.scale)
+    return t
+
+
 def arrow_to_spark_schema(schema: pa.Schema) -> Any:
-    """The Spark struct for a table schema (views, large and small strings all -> string)."""
+    """The Spark struct for a table schema, taken in its stored form (views -> large
+    types -> Spark string/binary/array, dictionaries -> values; see ``storage_schema``).
+    Raises SchemaError when a column has no Spark equivalent."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    fields = []
-    for f in schema:
-        t = f.type
-        if pa.types.is_string_view(t) or pa.types.is_large_string(t):
-            t = pa.string()
-        elif pa.types.is_binary_view(t) or pa.types.is_large_binary(t):
-            t = pa.binary()
-        elif pa.types.is_timestamp(t) and t.unit != "us":
-            t = pa.timestamp("us", tz=t.tz)
-        elif pa.types.is_date64(t):
-            t = pa.date32()
-        fields.append(pa.field(f.name, t, f.nullable))
+    stored = storage_schema(schema)
+    fields = [pa.field(f.name, _spark_arrow_type(f.type), f.nullable) for f in stored]
     try:
         return from_arrow_schema(pa.schema(fields), prefer_timestamp_ntz=True)
     except (TypeError, ValueError) as exc:
@@ -117,7 +119,7 @@ def _conform(df: DataFrame, schema: pa.Schema) -> DataFrame:
     bad = [
         f"{f.name}: {src.field(f.name).type} -> {f.type}"
         for f in schema
-        if not _castable(src.field(f.name).type, f.type)
+        if not castable(src.field(f.name).type, f.type)
     ]
     if bad:
         raise SchemaError(f"column types do not match the table schema: {', '.join(bad)}")

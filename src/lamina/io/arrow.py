@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from lamina.core.interval import US_PER_DAY, Granularity, Interval
-from lamina.errors import SchemaError, TimeColumnError, UnsupportedInputError
+from lamina.errors import (
+    SchemaError,
+    TimeColumnError,
+    UnsupportedInputError,
+    UnsupportedTypeError,
+)
 
 
 def is_spark_dataframe(data: Any) -> bool:
@@ -18,7 +25,9 @@ def is_spark_dataframe(data: Any) -> bool:
 
 def to_arrow_table(data: Any) -> pa.Table:
     """Read a pyarrow Table/RecordBatch/RecordBatchReader, pandas DataFrame or any
-    object exporting ``__arrow_c_stream__`` into one Arrow table."""
+    object exporting ``__arrow_c_stream__`` (Polars, DuckDB, DataFusion...) into one Arrow
+    table. Raises UnsupportedInputError for other objects, UnsupportedTypeError when the
+    stream's schema cannot be imported."""
     if isinstance(data, pa.Table):
         return data
     if isinstance(data, pa.RecordBatch):
@@ -28,7 +37,14 @@ def to_arrow_table(data: Any) -> pa.Table:
     if type(data).__module__.startswith("pandas") and type(data).__name__ == "DataFrame":
         return pa.Table.from_pandas(data, preserve_index=False)
     if hasattr(data, "__arrow_c_stream__"):
-        return pa.RecordBatchReader.from_stream(data).read_all()
+        try:
+            reader = pa.RecordBatchReader.from_stream(data)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise UnsupportedTypeError(
+                f"cannot import the {type(data).__name__}'s Arrow stream ({exc}); a column has "
+                "a type Arrow does not define (e.g. Polars Int128): cast it, e.g. to a decimal"
+            ) from None
+        return reader.read_all()
     raise UnsupportedInputError(
         f"cannot write a {type(data).__name__}; pass a pyarrow Table or RecordBatchReader, "
         "a pandas or Spark DataFrame, or an object with __arrow_c_stream__"
@@ -51,47 +67,232 @@ def check_time_column(schema: pa.Schema, time_column: str | None) -> None:
         )
 
 
+_HINTS = {
+    "union": "cast it to one of its member types, or split it into one column per member",
+    "interval": "cast it to a duration, or split months, days and nanoseconds into columns",
+}
+
+
+def _unsupported(column: str, t: pa.DataType, kind: str | None) -> UnsupportedTypeError:
+    hint = _HINTS.get(kind or "", "cast it to a supported type (see Column types in the docs)")
+    return UnsupportedTypeError(
+        f"column {column!r} has type {t}, which lamina cannot store in Parquet; {hint}"
+    )
+
+
+def _with_value_field(t: pa.DataType, value: pa.Field) -> pa.DataType:
+    """A list-like type of the same kind as ``t`` around a new value field."""
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(value, t.list_size)
+    if pa.types.is_large_list(t):
+        return pa.large_list(value)
+    if pa.types.is_list_view(t):
+        return pa.list_view(value)
+    if pa.types.is_large_list_view(t):
+        return pa.large_list_view(value)
+    return pa.list_(value)
+
+
+def _is_list_like(t: pa.DataType) -> bool:
+    return (
+        pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+        or pa.types.is_fixed_size_list(t)
+        or pa.types.is_list_view(t)
+        or pa.types.is_large_list_view(t)
+    )
+
+
+def _storage_field(f: pa.Field, column: str) -> pa.Field:
+    t = storage_type(f.type, column)
+    return pa.field(f.name, t, f.nullable, f.metadata if t == f.type else None)
+
+
+def storage_type(t: pa.DataType, column: str) -> pa.DataType:
+    """The type lamina stores for input type ``t`` of ``column`` (docs: Column types).
+
+    Views become their large non-view types, list views lists, dictionaries and
+    run-end encodings their value type, float16 float32, date64 date32 — recursively.
+    Raises UnsupportedTypeError for types Parquet cannot hold (unions, intervals).
+    """
+    if pa.types.is_string_view(t):
+        return pa.large_string()
+    if pa.types.is_binary_view(t):
+        return pa.large_binary()
+    if pa.types.is_dictionary(t) or pa.types.is_run_end_encoded(t):
+        return storage_type(t.value_type, column)
+    if pa.types.is_float16(t):
+        return pa.float32()
+    if pa.types.is_date64(t):
+        return pa.date32()
+    if _is_list_like(t):
+        value = _storage_field(t.value_field, column)
+        if pa.types.is_list_view(t):
+            return pa.list_(value)
+        if pa.types.is_large_list_view(t):
+            return pa.large_list(value)
+        return _with_value_field(t, value)
+    if pa.types.is_map(t):
+        key, item = _storage_field(t.key_field, column), _storage_field(t.item_field, column)
+        return pa.map_(key, item, keys_sorted=t.keys_sorted)
+    if pa.types.is_struct(t):
+        return pa.struct([_storage_field(f, column) for f in t])
+    if pa.types.is_union(t):
+        raise _unsupported(column, t, "union")
+    if pa.types.is_interval(t):
+        raise _unsupported(column, t, "interval")
+    if isinstance(t, pa.BaseExtensionType) and storage_type(t.storage_type, column) != (
+        t.storage_type
+    ):
+        raise _unsupported(column, t, None)
+    return t
+
+
+def storage_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with every column's :func:`storage_type`; raises UnsupportedTypeError."""
+    fields = [_storage_field(f, f.name) for f in schema]
+    return pa.schema(fields, metadata=schema.metadata)
+
+
+def table_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema a new table stores: :func:`storage_schema`, checked against the
+    Parquet writer. Raises UnsupportedTypeError naming the first column it cannot write."""
+    stored = storage_schema(schema)
+    for f in stored:
+        try:
+            pq.write_table(pa.schema([f]).empty_table(), io.BytesIO())
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+            raise _unsupported(f.name, f.type, None) from None
+    return stored
+
+
+_FAMILIES = [
+    ("int", pa.types.is_integer),
+    ("float", pa.types.is_floating),
+    ("string", lambda x: pa.types.is_string(x) or pa.types.is_large_string(x)),
+    ("string", pa.types.is_string_view),
+    ("binary", lambda x: pa.types.is_binary(x) or pa.types.is_large_binary(x)),
+    ("binary", pa.types.is_binary_view),
+    ("timestamp", pa.types.is_timestamp),
+    ("date", pa.types.is_date),
+    ("time", pa.types.is_time),
+    ("duration", pa.types.is_duration),
+    ("decimal", pa.types.is_decimal),
+    ("bool", pa.types.is_boolean),
+    ("list", _is_list_like),
+    ("struct", pa.types.is_struct),
+    ("map", pa.types.is_map),
+]
+
+
 def _family(t: pa.DataType) -> str:
-    checks = [
-        ("int", pa.types.is_integer),
-        ("float", pa.types.is_floating),
-        (
-            "string",
-            lambda x: (
-                pa.types.is_string(x) or pa.types.is_large_string(x) or pa.types.is_string_view(x)
-            ),
-        ),
-        (
-            "binary",
-            lambda x: (
-                pa.types.is_binary(x) or pa.types.is_large_binary(x) or pa.types.is_binary_view(x)
-            ),
-        ),
-        ("timestamp", pa.types.is_timestamp),
-        ("date", pa.types.is_date),
-        ("decimal", pa.types.is_decimal),
-        ("bool", pa.types.is_boolean),
-    ]
-    for name, test in checks:
-        if test(t):
-            return name
-    return str(t)
+    return next((name for name, test in _FAMILIES if test(t)), str(t))
 
 
-def _castable(src: pa.DataType, dst: pa.DataType) -> bool:
+def castable(src: pa.DataType, dst: pa.DataType) -> bool:
+    """Whether values of ``src`` may go into a ``dst`` column (a safe cast still checks
+    the values). Nested types: by member; dictionaries and run-end encodings: by value."""
     if src == dst or pa.types.is_null(src):
         return True
+    if pa.types.is_dictionary(src) or pa.types.is_run_end_encoded(src):
+        return castable(src.value_type, dst)
+    if pa.types.is_dictionary(dst):
+        return castable(src, dst.value_type)
     fam = _family(src)
     if fam != _family(dst):
         return fam == "int" and _family(dst) == "float"
     if fam == "timestamp":
         # a zone-aware instant and a naive wall-clock time are different things
         return (src.tz is None) == (dst.tz is None)
-    return fam in ("int", "float", "string", "binary", "date", "decimal")
+    if fam == "list":
+        fixed = pa.types.is_fixed_size_list(dst)
+        if fixed and not (pa.types.is_fixed_size_list(src) and src.list_size == dst.list_size):
+            return False
+        return castable(src.value_type, dst.value_type)
+    if fam == "map":
+        return castable(src.key_type, dst.key_type) and castable(src.item_type, dst.item_type)
+    if fam == "struct":
+        return [f.name for f in src] == [f.name for f in dst] and all(
+            castable(a.type, b.type) for a, b in zip(src, dst, strict=True)
+        )
+    return fam in ("int", "float", "string", "binary", "date", "time", "duration", "decimal")
+
+
+def _mask(arr: pa.Array) -> pa.Array | None:
+    return arr.is_null() if arr.null_count else None
+
+
+def _own_values(arr: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """Offsets from 0 and the child values of a (possibly sliced) list or map array."""
+    offsets = arr.offsets
+    first, last = offsets[0].as_py(), offsets[-1].as_py()
+    return pc.subtract(offsets, first), arr.values.slice(first, last - first)
+
+
+def _list_from_view(arr: pa.Array, t: pa.DataType) -> pa.Array:
+    """A list view as a list (pyarrow's own cast builds invalid offsets)."""
+    child = _to_storage(arr.values)
+    sizes = np.where(arr.is_valid().to_numpy(zero_copy_only=False), arr.sizes.to_numpy(), 0)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    index = np.arange(offsets[-1]) + np.repeat(arr.offsets.to_numpy() - offsets[:-1], sizes)
+    large = pa.types.is_large_list(t)
+    cls = pa.LargeListArray if large else pa.ListArray
+    bounds = pa.array(offsets, pa.int64() if large else pa.int32())
+    return cls.from_arrays(bounds, child.take(pa.array(index)), type=t, mask=_mask(arr))
+
+
+def _to_storage(arr: pa.Array) -> pa.Array:
+    """``arr`` as its :func:`storage_type`, value for value. Built by hand for nested
+    types: pyarrow can neither take from views nor cast list views correctly."""
+    t = storage_type(arr.type, "")
+    if t == arr.type:
+        return arr
+    src = arr.type
+    if pa.types.is_run_end_encoded(src):
+        return _to_storage(pc.run_end_decode(arr))
+    if pa.types.is_dictionary(src):
+        return _to_storage(arr.dictionary).take(arr.indices)
+    if pa.types.is_list_view(src) or pa.types.is_large_list_view(src):
+        return _list_from_view(arr, t)
+    if pa.types.is_fixed_size_list(src):
+        size = src.list_size
+        child = _to_storage(arr.values.slice(arr.offset * size, len(arr) * size))
+        return pa.FixedSizeListArray.from_arrays(child, type=t, mask=_mask(arr))
+    if pa.types.is_list(src) or pa.types.is_large_list(src):
+        cls = pa.LargeListArray if pa.types.is_large_list(src) else pa.ListArray
+        offsets, values = _own_values(arr)
+        return cls.from_arrays(offsets, _to_storage(values), type=t, mask=_mask(arr))
+    if pa.types.is_map(src):
+        offsets, entries = _own_values(arr)
+        keys, items = (_to_storage(entries.field(i)) for i in (0, 1))
+        return pa.MapArray.from_arrays(offsets, keys, items, type=t, mask=_mask(arr))
+    if pa.types.is_struct(src):
+        children = [_to_storage(arr.field(i)) for i in range(src.num_fields)]
+        return pa.StructArray.from_arrays(children, fields=list(t), mask=_mask(arr))
+    return arr.cast(t, safe=True)  # views, float16, date64
+
+
+def _cast_chunk(arr: pa.Array, t: pa.DataType) -> pa.Array:
+    arr = _to_storage(arr)
+    return arr if arr.type == t else arr.cast(t, safe=True)
+
+
+def _cast_column(column: pa.ChunkedArray, field: pa.Field) -> pa.ChunkedArray:
+    try:
+        chunks = [_cast_chunk(c, field.type) for c in column.chunks]
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise SchemaError(
+            f"column {field.name!r} cannot be cast from {column.type} to {field.type} "
+            f"without loss: {exc}; fix or cast the values"
+        ) from None
+    return pa.chunked_array(chunks, type=field.type)
 
 
 def conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
-    """Reorder and safely cast ``data`` to ``schema``; SchemaError if it does not fit."""
+    """Reorder and safely cast ``data`` to the storage form of ``schema``
+    (:func:`storage_schema`). Raises UnsupportedTypeError for a column type lamina
+    cannot store, SchemaError for missing/unknown columns or a lossy cast."""
+    schema = storage_schema(schema)  # tables created before normalization may hold views
     missing = [n for n in schema.names if n not in data.column_names]
     extra = [n for n in data.column_names if n not in schema.names]
     if missing or extra:
@@ -105,19 +306,22 @@ def conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
             f"the table has columns {schema.names}"
         )
     data = data.select(schema.names)
+    for f in data.schema:
+        storage_type(f.type, f.name)  # name the column whose type cannot be stored
     bad = [
         f"{f.name}: {data.schema.field(f.name).type} -> {f.type}"
         for f in schema
-        if not _castable(data.schema.field(f.name).type, f.type)
+        if not castable(data.schema.field(f.name).type, f.type)
     ]
     if bad:
-        raise SchemaError(f"column types do not match the table schema: {', '.join(bad)}")
+        raise SchemaError(
+            f"column types do not match the table schema: {', '.join(bad)}; "
+            "cast those columns to the table's types"
+        )
     if data.schema.remove_metadata() == schema.remove_metadata():
         return data
-    try:
-        return data.cast(schema, safe=True)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise SchemaError(f"data cannot be cast to the table schema without loss: {exc}") from None
+    columns = [_cast_column(data.column(f.name), f) for f in schema]
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def time_values_us(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
