@@ -177,3 +177,38 @@ def test_clean_failed_writes_without_another_write(catalog_url: str, tmp_path: P
     assert [c.state for c in t.history()] == ["ABORTED"]
     assert cat.clean_failed_writes() == 0
     assert t.count() == 0
+
+
+def test_open_writes_heartbeat_until_they_end(catalog_url: str, tmp_path: Path) -> None:
+    """Every open write of a process is beaten (one shared thread); a finished one
+    no longer is."""
+    from sqlalchemy import select
+
+    from lamina.meta.schema import commits
+    from lamina.write import WriteTransaction
+
+    cat = lamina.connect(catalog=catalog_url, warehouse=str(tmp_path / "wh"), heartbeat_s=0.05)
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    other = cat.create_table("other", schema=SCHEMA, time_column="ts")
+    db = cat.context.db
+
+    def beat(commit_id: int) -> int:
+        return int(
+            db.read(
+                lambda c: c.execute(
+                    select(commits.c.heartbeat_at).where(commits.c.id == commit_id)
+                ).scalar_one()
+            )
+        )
+
+    with (
+        WriteTransaction(cat.context, t._record, "APPEND", {}) as a,
+        WriteTransaction(cat.context, other._record, "APPEND", {}) as b,
+    ):
+        first = (beat(a.id), beat(b.id))
+        time.sleep(0.5)
+        assert beat(a.id) > first[0] and beat(b.id) > first[1]
+    ended = (beat(a.id), beat(b.id))
+    time.sleep(0.3)
+    assert (beat(a.id), beat(b.id)) == ended
+    cat.close()

@@ -3,6 +3,7 @@ clean up."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from types import TracebackType
@@ -14,6 +15,59 @@ from lamina.errors import ConcurrentWriteError
 from lamina.io.warehouse import commit_dir
 from lamina.meta import commits
 from lamina.meta import publish as publishing
+from lamina.meta.db import Db
+
+
+class _Heartbeats:
+    """One daemon thread per process beats every open commit of the process (a
+    thread per commit cost more than a small commit's catalog work)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: dict[int, tuple[Db, float, float]] = {}  # id -> (db, period, next)
+        self._wake = threading.Event()
+        self._pid = -1
+
+    def add(self, db: Db, commit_id: int, period_s: float) -> None:
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child inherits no thread
+                self._pid = os.getpid()
+                self._open.clear()
+                threading.Thread(target=self._run, daemon=True, name="lamina-hb").start()
+            self._open[commit_id] = (db, period_s, time.monotonic() + period_s)
+        self._wake.set()
+
+    def remove(self, commit_id: int) -> None:
+        with self._lock:
+            self._open.pop(commit_id, None)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                due = [(cid, db, p) for cid, (db, p, at) in self._open.items()]
+                soonest = min((at for _, _, at in self._open.values()), default=None)
+            now = time.monotonic()
+            for cid, db, period in due:
+                with self._lock:
+                    entry = self._open.get(cid)
+                if entry is None or entry[2] > now:
+                    continue
+                try:
+                    alive = commits.heartbeat(db, cid)
+                except Exception:  # noqa: BLE001 - a missed beat is retried next period
+                    alive = True
+                with self._lock:
+                    if cid in self._open:
+                        if alive:
+                            self._open[cid] = (db, period, now + period)
+                        else:
+                            del self._open[cid]
+            wait = 1.0 if soonest is None else max(0.0, min(1.0, soonest - time.monotonic()))
+            self._wake.wait(wait)
+            self._wake.clear()
+
+
+_HEARTBEATS = _Heartbeats()
 
 
 class WriteTransaction:
@@ -33,8 +87,6 @@ class WriteTransaction:
         self.metadata = metadata
         self.id = -1
         self.commit: Commit | None = None
-        self._stop = threading.Event()
-        self._beat: threading.Thread | None = None
 
     @property
     def dir(self) -> str:
@@ -65,17 +117,8 @@ class WriteTransaction:
                 delay = min(delay * 2, 0.5)
         if stale:
             ctx.clean_commits(self.table.name, stale)
-        self._beat = threading.Thread(target=self._heartbeat, daemon=True, name="lamina-hb")
-        self._beat.start()
+        _HEARTBEATS.add(ctx.db, self.id, ctx.heartbeat_s)
         return self
-
-    def _heartbeat(self) -> None:
-        while not self._stop.wait(self.ctx.heartbeat_s):
-            try:
-                if not commits.heartbeat(self.ctx.db, self.id):
-                    return
-            except Exception:  # noqa: BLE001 - a missed beat is retried next period
-                continue
 
     def inflight(self) -> None:
         """REQUESTED -> INFLIGHT, before the first file is written."""
@@ -92,7 +135,7 @@ class WriteTransaction:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._stop.set()
+        _HEARTBEATS.remove(self.id)
         if self.commit is None and self.id >= 0:
             try:
                 commits.abort(self.ctx.db, self.id)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, and_, insert, or_, select, update
 
 from lamina.core.model import OPEN_STATES, Commit, CommitState
 from lamina.errors import CommitError, ConcurrentWriteError
@@ -137,7 +137,7 @@ def begin_commit(
     def txn(conn: Connection) -> tuple[int, list[int]]:
         lock_table(db, conn, table_id)
         now = now_us()
-        live = abort_dead_writers(conn, table_id, stale_after_s, now)
+        live, stale = _settle_writers(conn, table_id, stale_after_s, now)
         if live:
             row = live[0]
             raise ConcurrentWriteError(
@@ -158,32 +158,39 @@ def begin_commit(
         )
         pk = result.inserted_primary_key
         assert pk is not None
-        return int(pk[0]), uncleaned(conn, table_id)
+        return int(pk[0]), stale
 
     return db.write(txn)
 
 
-def abort_dead_writers(
+def _settle_writers(
     conn: Connection, table_id: int, stale_after_s: float, now: int
-) -> list[Any]:
-    """Abort open commits whose writer is gone; return the open ones still alive.
+) -> tuple[list[Any], list[int]]:
+    """Abort open commits whose writer is gone. Returns the open commits still alive,
+    and the aborted commits whose files are not removed yet (one query for both).
 
     Dead: the owner ran on this host and its pid no longer exists, or (any host)
     its heartbeat is older than ``stale_after_s``.
     """
-    alive_rows = []
+    alive_rows: list[Any] = []
+    stale: list[int] = []
+    aborted = and_(commits.c.state == CommitState.ABORTED.value, commits.c.files_cleaned == 0)
     for row in conn.execute(
-        select(commits.c.id, commits.c.owner, commits.c.heartbeat_at).where(
-            commits.c.table_id == table_id, commits.c.state.in_(OPEN_STATES)
+        select(commits.c.id, commits.c.owner, commits.c.heartbeat_at, commits.c.state).where(
+            commits.c.table_id == table_id, or_(commits.c.state.in_(OPEN_STATES), aborted)
         )
     ).all():
+        if row.state == CommitState.ABORTED.value:
+            stale.append(int(row.id))
+            continue
         alive = owner_alive(row.owner)
         expired = row.heartbeat_at < now - int(stale_after_s * 1e6)
         if alive is False or (alive is None and expired):
             _abort(conn, row.id, now)
+            stale.append(int(row.id))
         else:
             alive_rows.append(row)
-    return alive_rows
+    return alive_rows, sorted(stale)
 
 
 def _abort(conn: Connection, commit_id: int, now: int) -> None:
@@ -206,7 +213,7 @@ def mark_inflight(db: Db, commit_id: int) -> None:
         if n != 1:
             raise CommitError(f"commit {commit_id} was aborted before it started writing")
 
-    db.write(txn)
+    db.write(txn, single=True)
 
 
 def heartbeat(db: Db, commit_id: int) -> bool:
@@ -221,36 +228,21 @@ def heartbeat(db: Db, commit_id: int) -> bool:
             ).rowcount
         )
 
-    return db.write(txn)
+    return db.write(txn, single=True)
 
 
 def abort(db: Db, commit_id: int) -> None:
     """Set an open commit ABORTED (a completed one stays as it is)."""
-    db.write(lambda conn: _abort(conn, commit_id, now_us()))
+    db.write(lambda conn: _abort(conn, commit_id, now_us()), single=True)
 
 
 def failed_commits(db: Db, table_id: int, stale_after_s: float) -> list[int]:
     """Abort stale open commits; return aborted commits whose files are not yet removed."""
 
     def txn(conn: Connection) -> list[int]:
-        abort_dead_writers(conn, table_id, stale_after_s, now_us())
-        return uncleaned(conn, table_id)
+        return _settle_writers(conn, table_id, stale_after_s, now_us())[1]
 
     return db.write(txn)
-
-
-def uncleaned(conn: Connection, table_id: int) -> list[int]:
-    """Aborted commits of the table whose files may still be on disk."""
-    return [
-        int(r[0])
-        for r in conn.execute(
-            select(commits.c.id).where(
-                commits.c.table_id == table_id,
-                commits.c.state == CommitState.ABORTED.value,
-                commits.c.files_cleaned == 0,
-            )
-        )
-    ]
 
 
 def mark_cleaned(db: Db, commit_ids: Sequence[int]) -> None:

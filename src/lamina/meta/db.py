@@ -91,12 +91,25 @@ def _retryable(exc: DBAPIError) -> bool:
     return "database is locked" in text or "database is busy" in text
 
 
-def run(engine: Engine, fn: Callable[[Connection], T], *, write: bool, attempts: int = 30) -> T:
-    """Run ``fn`` in one transaction; retry it whole on lock contention."""
+def run(
+    engine: Engine,
+    fn: Callable[[Connection], T],
+    *,
+    write: bool,
+    attempts: int = 30,
+    single: bool = False,
+) -> T:
+    """Run ``fn`` in one transaction; retry it whole on lock contention.
+
+    ``single``: ``fn`` runs one statement, which PostgreSQL then runs in autocommit
+    mode (no BEGIN/COMMIT round trips; one statement is atomic by itself).
+    """
     delay = 0.005
     for attempt in range(attempts):
         try:
             with engine.connect() as conn:
+                if single and not is_sqlite(engine):
+                    return fn(conn.execution_options(isolation_level="AUTOCOMMIT"))
                 if write:
                     conn = conn.execution_options(lamina_write=True)
                 with conn.begin():
@@ -128,6 +141,7 @@ class Db:
         """Run ``fn`` in one read transaction."""
         return run(self.engine, fn, write=False)
 
-    def write(self, fn: Callable[[Connection], T]) -> T:
-        """Run ``fn`` in one write transaction (retried whole on contention)."""
-        return run(self.engine, fn, write=True)
+    def write(self, fn: Callable[[Connection], T], *, single: bool = False) -> T:
+        """Run ``fn`` in one write transaction (retried whole on contention);
+        ``single``: ``fn`` is one statement (autocommitted on PostgreSQL)."""
+        return run(self.engine, fn, write=True, single=single)

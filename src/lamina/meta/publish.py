@@ -8,8 +8,9 @@ commit through :func:`lamina.meta.commits.record_commit`.
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from sqlalchemy import Connection, insert, select
+from sqlalchemy import Connection, and_, exists, insert, select
 
 from lamina.core.interval import Interval, from_us
 from lamina.core.lineage import LineageState, hidden_by, protected
@@ -21,12 +22,12 @@ from lamina.core.planner import (
     overwrite_segments,
 )
 from lamina.core.segment import Segment
-from lamina.errors import CommitError, LineageError, SegmentNotFoundError
+from lamina.errors import CommitError, LineageError, SegmentNotFoundError, TableNotFoundError
 from lamina.meta import lineage as entries_rows
 from lamina.meta.commits import record_commit
 from lamina.meta.db import Db
 from lamina.meta.rows import segment_values
-from lamina.meta.schema import commits, segments
+from lamina.meta.schema import commits, lineage, segments, tables
 from lamina.meta.segments import (
     chunk_versions,
     existing,
@@ -34,7 +35,36 @@ from lamina.meta.segments import (
     live_segments,
     mark_removed,
 )
-from lamina.meta.tables import lock_table, lock_table_named
+from lamina.meta.tables import lock_table_named
+
+
+def _lock_with_commit(db: Db, conn: Connection, table_id: int, commit_id: int) -> Any:
+    """Lock the table's row; read it with the commit's row and whether the table has
+    lineage entries, in one round trip. Raises TableNotFoundError."""
+    joined = tables.outerjoin(
+        commits, and_(commits.c.id == commit_id, commits.c.table_id == tables.c.id)
+    )
+    has_lineage = exists().where(lineage.c.table_id == tables.c.id)
+    stmt = (
+        select(
+            tables.c.id,
+            tables.c.last_seq,
+            tables.c.next_version,
+            commits.c.action,
+            commits.c.state.label("commit_state"),
+            commits.c.metadata.label("commit_metadata"),
+            commits.c.started_at,
+            has_lineage.label("has_lineage"),
+        )
+        .select_from(joined)
+        .where(tables.c.id == table_id)
+    )
+    if not db.sqlite:
+        stmt = stmt.with_for_update(of=tables)
+    row = conn.execute(stmt).first()
+    if row is None:
+        raise TableNotFoundError(f"table id {table_id} was dropped meanwhile")
+    return row
 
 
 def _span(chunks: list[Interval]) -> Interval:
@@ -50,10 +80,9 @@ def publish(db: Db, table: TableRecord, commit_id: int, plan: PublishPlan) -> Co
     """
 
     def txn(conn: Connection) -> Commit:
-        trow = lock_table(db, conn, table.id)
-        crow = conn.execute(select(commits).where(commits.c.id == commit_id)).first()
-        if crow is None or crow.state != CommitState.INFLIGHT.value:
-            state = crow.state if crow is not None else "missing"
+        trow = _lock_with_commit(db, conn, table.id, commit_id)
+        if trow.commit_state != CommitState.INFLIGHT.value:
+            state = trow.commit_state or "missing"
             raise CommitError(
                 f"commit {commit_id} cannot be published: it is {state} (another writer "
                 "took over after its heartbeat expired?); nothing was published, retry"
@@ -67,7 +96,7 @@ def publish(db: Db, table: TableRecord, commit_id: int, plan: PublishPlan) -> Co
                     f"lineage entry {entry.id} is {entry.state}: the push under it was "
                     "cleaned up (by a newer push or retention); nothing was published"
                 )
-        current = entries_rows.entries(conn, table.id)
+        current = entries_rows.entries(conn, table.id) if trow.has_lineage else []
         # a push's own earlier batches count as visible when planning its next one
         hidden = hidden_by(e for e in current if entry is None or e.id != entry.id)
         held = protected(current)
@@ -95,13 +124,13 @@ def publish(db: Db, table: TableRecord, commit_id: int, plan: PublishPlan) -> Co
             new = []
         if plan.remove_ids:
             removed |= _check_removable(conn, table.id, plan.remove_ids, hidden, held)
-        meta = json.loads(crow.metadata)
+        meta = json.loads(trow.commit_metadata)
         if entry is not None:
             meta["lineage_entry"] = entry.id
         done = record_commit(
             conn,
             trow,
-            crow.action,
+            trow.action,
             meta,
             commit_id=commit_id,
             next_version=version + 1 if fresh is not None else None,
@@ -117,9 +146,9 @@ def publish(db: Db, table: TableRecord, commit_id: int, plan: PublishPlan) -> Co
             mark_removed(conn, table.id, removed, done.seq, commit_id)
         return Commit(
             id=commit_id,
-            action=crow.action,
+            action=trow.action,
             state=CommitState.COMPLETED.value,
-            started_at=from_us(crow.started_at),
+            started_at=from_us(trow.started_at),
             completed_at=from_us(done.at_us),
             table=table.name,
             added=tuple(s.id for s in new),
