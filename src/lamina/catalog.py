@@ -6,6 +6,7 @@ import contextlib
 import datetime as dt
 import os
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ from lamina.meta.schema import migrate
 from lamina.meta.store import CatalogStore, now_us
 
 if TYPE_CHECKING:
+    from lamina.engines.duckdb import SqlEngine
     from lamina.table import Table
 
 DEFAULT_WAREHOUSE = "./warehouse"
@@ -75,6 +77,8 @@ class Catalog:
         self.engine = create_catalog_engine(url)
         migrate(self.engine)
         self.store = CatalogStore(self.engine, warehouse.root)
+        self._sql: SqlEngine | None = None
+        self._sql_lock = threading.Lock()
 
     # -- tables -------------------------------------------------------------------
 
@@ -140,10 +144,21 @@ class Catalog:
     # -- SQL ----------------------------------------------------------------------
 
     def sql(self, query: str) -> pa.Table:
-        """Run DuckDB SQL over the current snapshots of the tables the query names."""
-        from lamina.engines.duckdb import run_sql
+        """Run DuckDB SQL over the current snapshots of the tables the query names.
 
-        return run_sql(self, query)
+        Raises SqlError when the query cannot be parsed or fails.
+        """
+        with self._sql_lock:
+            if self._sql is None:
+                from lamina.core.scan import plan_scan
+                from lamina.engines.duckdb import SqlEngine
+                from lamina.meta.seqs import latest_seqs
+
+                self._sql = SqlEngine(
+                    lambda names: latest_seqs(self.engine, names),
+                    lambda name: plan_scan(self.store.snapshot(name)),
+                )
+        return self._sql.sql(query)
 
     # -- maintenance ----------------------------------------------------------------
 
@@ -228,6 +243,8 @@ class Catalog:
         return count
 
     def close(self) -> None:
+        if self._sql is not None:
+            self._sql.close()
         self.engine.dispose()
 
     def __enter__(self) -> Catalog:
