@@ -12,6 +12,7 @@ one, so a one-day query opens only that day's segments.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
@@ -158,10 +159,16 @@ class SqlEngine:
     def _narrow(con: duckdb.DuckDBPyConnection, query: str, name: str, plan: ScanPlan) -> ScanPlan:
         """``plan`` pruned to the times ``query`` can read (``plan`` itself if none)."""
         column = plan.table.time_column
-        if column is None or column.lower() not in query.lower():  # cannot be bounded
+        if column is None or not _mentions(query, column):  # cannot be bounded
             return plan
         bound = time_bound(con, query, name, column, plan.table.schema)
         return plan if bound is None else prune_plan(plan, bound)
+
+
+def _mentions(query: str, column: str) -> bool:
+    """Whether ``column`` occurs in ``query`` as a whole identifier (any case)."""
+    pattern = rf"(?<![A-Za-z0-9_$]){re.escape(column)}(?![A-Za-z0-9_$])"
+    return re.search(pattern, query, re.IGNORECASE) is not None
 
 
 def _execute(con: duckdb.DuckDBPyConnection, query: str) -> pa.Table:
