@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ from lamina.meta.db import Db, create_catalog_engine
 from lamina.meta.schema import migrate
 
 if TYPE_CHECKING:
+    from lamina.engines.duckdb import SqlEngine
     from lamina.table import Table
 
 DEFAULT_WAREHOUSE = "./warehouse"
@@ -82,6 +84,8 @@ class Catalog:
             heartbeat_s=heartbeat_s,
             stale_after_s=stale_after_s,
         )
+        self._sql: SqlEngine | None = None
+        self._sql_lock = threading.Lock()
 
     # -- tables -------------------------------------------------------------------
 
@@ -154,10 +158,22 @@ class Catalog:
     # -- SQL ----------------------------------------------------------------------
 
     def sql(self, query: str) -> pa.Table:
-        """Run DuckDB SQL over the current snapshots of the tables the query names."""
-        from lamina.engines.duckdb import run_sql
+        """Run DuckDB SQL over the current snapshots of the tables the query names.
 
-        return run_sql(self, query)
+        Raises SqlError when the query cannot be parsed or fails.
+        """
+        with self._sql_lock:
+            if self._sql is None:
+                from lamina.core.scan import plan_scan
+                from lamina.engines.duckdb import SqlEngine
+                from lamina.meta.snapshots import snapshot
+
+                db = self.context.db
+                self._sql = SqlEngine(
+                    lambda names: table_rows.latest_seqs(db, names),
+                    lambda name: plan_scan(snapshot(db, name)),
+                )
+        return self._sql.sql(query)
 
     # -- maintenance ----------------------------------------------------------------
 
@@ -195,6 +211,8 @@ class Catalog:
         return retention.clean_failed_writes(self.context, self.list_tables())
 
     def close(self) -> None:
+        if self._sql is not None:
+            self._sql.close()
         self.engine.dispose()
 
     def __enter__(self) -> Catalog:

@@ -336,7 +336,11 @@ class Table:
         return commits.history(self._ctx.db, self.name)
 
     def count(self, as_of: int | None = None) -> int:
-        return self.to_arrow(as_of, columns=[]).num_rows
+        plan = self.scan(as_of)  # no row range to apply: the catalog's row counts answer
+        if all(t.keep is None for t in plan.tasks):
+            return plan.row_count
+        tc = plan.table.time_column  # one column: concat_tables drops zero-column rows
+        return self.to_arrow(as_of, columns=[tc] if tc else []).num_rows
 
     def __repr__(self) -> str:
         return f"Table({self.name!r}, time_column={self.time_column!r}, {self.granularity.value})"

@@ -1,59 +1,177 @@
 """DuckDB SQL over table snapshots.
 
-Each table a query names becomes a view over exactly its snapshot's visible Parquet
-files (DuckDB's native reader). When the query is a plain SELECT over one table with
-top-level ``AND`` conditions bounding the time column, the bound prunes the file list
-at plan time, so a one-day query opens only that day's segments.
+Each table a query names is a view over exactly its snapshot's visible Parquet files
+(DuckDB's native reader). :class:`SqlEngine` keeps one long-lived DuckDB connection
+and one view per table in it, replaced only when the table's snapshot changed; each
+query runs on its own cursor. When the query is a plain SELECT over one table with
+top-level ``AND`` conditions bounding the time column, the bound prunes the cached
+plan in memory and a TEMP view (private to the query's cursor) shadows the shared
+one, so a one-day query opens only that day's segments.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+import re
+import threading
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any
 
 import duckdb
 import pyarrow as pa
 
 from lamina.core.interval import MAX_US, MIN_US, Interval, format_us
-from lamina.core.scan import ScanPlan, plan_scan
+from lamina.core.scan import ScanPlan, prune_plan
 from lamina.errors import SqlError
 
-if TYPE_CHECKING:
-    from lamina.catalog import Catalog
+Versions = Callable[[Sequence[str]], Mapping[str, Hashable]]
+Planner = Callable[[str], ScanPlan]
 
 
-def run_sql(catalog: Catalog, query: str, attempts: int = 5) -> pa.Table:
-    """Run ``query`` over the latest snapshots. If a push or retention removed a file
-    under the query, plan again on the newer snapshots and rerun (each run reads
-    one consistent snapshot per table)."""
-    for attempt in range(attempts):
-        con = duckdb.connect()
+class SqlEngine:
+    """DuckDB SQL over the latest snapshots of a catalog's tables; safe from threads.
+
+    ``versions(names)``: ``{catalog name: version}`` of the existing tables among
+    ``names`` (matched regardless of case); a table's view is rebuilt when its version
+    changes. ``plan(name)``: the scan plan of a table's latest snapshot.
+    """
+
+    def __init__(self, versions: Versions, plan: Planner, attempts: int = 5) -> None:
+        self._versions = versions
+        self._planner = plan
+        self._attempts = attempts
+        self._lock = threading.Lock()  # the connection, the cache, DDL on shared views
+        self._con: duckdb.DuckDBPyConnection | None = None
+        # parsing on a database without views (a connection holding views resolves them)
+        self._parser: duckdb.DuckDBPyConnection | None = None
+        self._cache: dict[str, tuple[Hashable, ScanPlan]] = {}  # name -> version, plan
+
+    def sql(self, query: str) -> pa.Table:
+        """Run ``query`` over the latest snapshots. If a push or retention removed a file
+        under the query, plan again on the newer snapshots and rerun (each run reads
+        one consistent snapshot per table). Statements other than SELECT run on a
+        fresh connection of their own (nothing they create outlives the call).
+
+        Raises SqlError when the query cannot be parsed or fails, and
+        CatalogUnavailableError when the catalog cannot be read.
+        """
+        for attempt in range(self._attempts):
+            try:
+                return self._run_once(query, stale=attempt > 0)
+            except duckdb.IOException as exc:
+                if attempt == self._attempts - 1:
+                    raise SqlError(f"query failed: {exc}") from None
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        """Close the shared connection (a later query opens a new one)."""
+        with self._lock:
+            cons = [c for c in (self._con, self._parser) if c is not None]
+            self._con = self._parser = None
+            self._cache.clear()
+        for con in cons:
+            con.close()
+
+    # -- one attempt ------------------------------------------------------------------
+
+    def _cursors(self) -> tuple[duckdb.DuckDBPyConnection, duckdb.DuckDBPyConnection]:
+        """A new cursor on the shared connection, and one on the parser's."""
+        with self._lock:
+            if self._con is None or self._parser is None:
+                con = duckdb.connect()
+                con.execute("SET GLOBAL TimeZone='UTC'")
+                self._con, self._parser = con, duckdb.connect()
+            return self._con.cursor(), self._parser.cursor()
+
+    def _run_once(self, query: str, stale: bool) -> pa.Table:
+        cur, parser = self._cursors()
         try:
-            return _run_once(con, catalog, query)
-        except duckdb.IOException as exc:
-            if attempt == attempts - 1:
-                raise SqlError(f"query failed: {exc}") from None
+            try:
+                named = parser.get_table_names(query)
+                kinds = {s.type for s in parser.extract_statements(query)}
+            except duckdb.Error as exc:
+                raise SqlError(f"cannot parse the query: {exc}") from None
+            finally:
+                parser.close()
+            if kinds == {duckdb.StatementType.SELECT}:
+                return self._select(cur, query, named, stale)
+        finally:
+            cur.close()
+        con = duckdb.connect()  # DDL, DML, SET, ...: a throwaway connection
+        try:
+            con.execute("SET TimeZone='UTC'")
+            for name, plan in self._plans(named, stale).items():
+                register_view(con, name, self._narrow(con, query, name, plan))
+            return _execute(con, query)
         finally:
             con.close()
-    raise AssertionError("unreachable")
+
+    def _select(
+        self, cur: duckdb.DuckDBPyConnection, query: str, named: set[str], stale: bool
+    ) -> pa.Table:
+        for name, plan in self._plans(named, stale).items():
+            narrowed = self._narrow(cur, query, name, plan)
+            if narrowed is not plan or not plan.tasks:  # else the shared view answers
+                sql = view_sql(cur, name, narrowed)
+                cur.execute(f"CREATE TEMP VIEW {_quote(name)} AS {sql}")
+        return _execute(cur, query)
+
+    def _plans(self, named: set[str], stale: bool) -> dict[str, ScanPlan]:
+        """Latest plans of the catalog tables among ``named``, by catalog name; their
+        shared views are current. ``stale``: plan again whatever the versions say."""
+        versions = self._versions(sorted(named)) if named else {}
+        known = {n.lower(): n for n in versions}  # as many names as DuckDB tells apart
+        for ref in named:
+            if ref.lower() not in known:
+                self._forget(ref)
+        return {n: self._current(n, versions[n], stale) for n in sorted(set(known.values()))}
+
+    def _current(self, name: str, version: Hashable, stale: bool) -> ScanPlan:
+        with self._lock:
+            hit = self._cache.get(name)
+        if hit is not None and hit[0] == version and not stale:
+            return hit[1]
+        plan = self._planner(name)  # at least as new as ``version``
+        with self._lock:
+            hit = self._cache.get(name)
+            same = hit is not None and (hit[1].table.id, hit[1].seq) == (plan.table.id, plan.seq)
+            if hit is not None and hit[1].table.id == plan.table.id and hit[1].seq > plan.seq:
+                return hit[1]  # another thread installed a newer snapshot meanwhile
+            if self._con is None:  # closed meanwhile: plan only
+                return plan
+            if plan.tasks and (stale or not same):
+                sql = view_sql(self._con, name, plan)
+                self._con.execute(f"CREATE OR REPLACE VIEW {_quote(name)} AS {sql}")
+            # an empty plan keeps the old view (a query binding it now stays valid):
+            # every query answers it with a view of its own, as registered Arrow is private
+            self._cache[name] = (version, plan)
+        return plan
+
+    def _forget(self, ref: str) -> None:
+        """A dropped table's shared view must not answer for it."""
+        with self._lock:
+            for name in [n for n in self._cache if n.lower() == ref.lower()]:
+                del self._cache[name]
+                if self._con is not None:
+                    self._con.execute(f"DROP VIEW IF EXISTS {_quote(name)}")
+
+    @staticmethod
+    def _narrow(con: duckdb.DuckDBPyConnection, query: str, name: str, plan: ScanPlan) -> ScanPlan:
+        """``plan`` pruned to the times ``query`` can read (``plan`` itself if none)."""
+        column = plan.table.time_column
+        if column is None or not _mentions(query, column):  # cannot be bounded
+            return plan
+        bound = time_bound(con, query, name, column, plan.table.schema)
+        return plan if bound is None else prune_plan(plan, bound)
 
 
-def _run_once(con: duckdb.DuckDBPyConnection, catalog: Catalog, query: str) -> pa.Table:
-    con.execute("SET TimeZone='UTC'")
-    try:
-        named = duckdb.get_table_names(query)
-    except duckdb.Error as exc:
-        raise SqlError(f"cannot parse the query: {exc}") from None
-    known = {n.lower(): n for n in catalog.list_tables()}
-    for ref in sorted(named):
-        name = known.get(ref.lower())
-        if name is None:
-            continue
-        table = catalog.load_table(name)
-        bound = None
-        if table.time_column is not None:
-            bound = time_bound(con, query, name, table.time_column, table.schema)
-        register_view(con, name, plan_scan(table.snapshot(interval=bound), bound))
+def _mentions(query: str, column: str) -> bool:
+    """Whether ``column`` occurs in ``query`` as a whole identifier (any case)."""
+    pattern = rf"(?<![A-Za-z0-9_$]){re.escape(column)}(?![A-Za-z0-9_$])"
+    return re.search(pattern, query, re.IGNORECASE) is not None
+
+
+def _execute(con: duckdb.DuckDBPyConnection, query: str) -> pa.Table:
     try:
         rel = con.sql(query)
         if rel is None:  # a statement without a result
@@ -105,7 +223,7 @@ def view_sql(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan) -> str:
             f"SELECT * FROM read_parquet({_files(paths)}, hive_partitioning=false) "
             f"WHERE {lo} AND {hi}"
         )
-    if not branches:
+    if not branches:  # a registered Arrow table is private to ``con``
         empty = f"__lamina_empty_{name}"
         con.register(empty, schema.empty_table())
         return f"SELECT * FROM {_quote(empty)}"

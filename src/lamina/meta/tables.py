@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from lamina.core.interval import Granularity
@@ -132,3 +133,20 @@ def lock_table_named(db: Db, conn: Connection, name: str) -> Any:
     if row is None:
         raise TableNotFoundError(f"no table named {name!r}; list tables with cat.list_tables()")
     return row
+
+
+def latest_seqs(db: Db, names: Iterable[str]) -> dict[str, tuple[int, int]]:
+    """``{name: (table id, last seq)}`` of the tables among ``names`` (matched without
+    regard to case, as SQL identifiers are); missing names are left out. One query.
+
+    Raises CatalogUnavailableError when the catalog database cannot be reached.
+    """
+    wanted = sorted({n.lower() for n in names})
+    if not wanted:
+        return {}
+    stmt = (
+        select(tables.c.name, tables.c.id, tables.c.last_seq)
+        .where(func.lower(tables.c.name).in_(wanted))
+        .order_by(tables.c.name)
+    )
+    return db.read(lambda conn: {r[0]: (int(r[1]), int(r[2])) for r in conn.execute(stmt)})

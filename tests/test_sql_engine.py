@@ -1,0 +1,286 @@
+"""SqlEngine: one DuckDB connection per catalog, views cached per snapshot, pruned
+plans private to a query, re-planning when files vanish; prune_plan; count()."""
+
+from __future__ import annotations
+
+import datetime as dt
+import glob
+import os
+import random
+import threading
+
+import pyarrow as pa
+import pytest
+
+import lamina
+from lamina.core.interval import Granularity, Interval
+from lamina.core.model import PublishPlan, Snapshot, TableRecord
+from lamina.core.scan import ScanPlan, plan_scan, prune_plan
+from lamina.core.segment import Segment
+from lamina.engines.duckdb import SqlEngine
+from lamina.errors import SnapshotNotFoundError, SqlError
+from lamina.io.writer import split_by_chunk, write_parts
+from lamina.meta.snapshots import snapshot
+from lamina.meta.tables import latest_seqs
+from lamina.write import WriteTransaction
+from tests.helpers import SCHEMA, events
+
+DAY = 86_400_000_000
+
+
+def counting_engine(cat: lamina.Catalog) -> tuple[SqlEngine, list[str]]:
+    """An engine wired like Catalog.sql's, recording every plan it asks for."""
+    planned: list[str] = []
+
+    def plan(name: str) -> ScanPlan:
+        planned.append(name)
+        return plan_scan(snapshot(cat.context.db, name))
+
+    return SqlEngine(lambda names: latest_seqs(cat.context.db, names), plan), planned
+
+
+def n(result: pa.Table) -> int:
+    return int(result.column(0)[0].as_py())
+
+
+def one_day(day: int) -> str:
+    lo = dt.date(2024, 1, day)
+    return f"select count(*) from events where ts >= '{lo}' and ts < '{lo + dt.timedelta(1)}'"
+
+
+@pytest.fixture
+def cat10(local_cat: lamina.Catalog) -> lamina.Catalog:
+    t = local_cat.create_table("events", schema=SCHEMA, time_column="ts")
+    t.append(events(days=10, per_day=30))
+    return local_cat
+
+
+# -- prune_plan ----------------------------------------------------------------------
+
+
+def _random_snapshot(rng: random.Random, timeless: bool = False) -> Snapshot:
+    table = TableRecord(1, "t", SCHEMA, None if timeless else "ts", Granularity.DAY, properties={})
+    segs = []
+    for i in range(rng.randint(0, 12)):
+        if timeless:
+            start, end = -(2**62), 2**62
+        else:
+            width = rng.choice([1, 1, 2, 4, 8])
+            start = rng.randint(0, 12 - width)
+            start, end = start * DAY, (start + width) * DAY
+        lo = rng.randint(start, end - 1)
+        hi = rng.randint(lo, end - 1)
+        location = None if rng.random() < 0.1 else f"/f{i}.parquet"
+        segs.append(Segment("t", Interval.of(start, end), i + 1, 0, 1, location, 10, 1, lo, hi))
+    return Snapshot(table, 7, 3, segs)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_pruning_the_full_plan_equals_planning_with_the_interval(seed: int) -> None:
+    rng = random.Random(seed)
+    snap = _random_snapshot(rng, timeless=seed % 10 == 9)
+    full = plan_scan(snap)
+    for _ in range(5):
+        a = rng.randint(-1, 13) * DAY + rng.choice([0, 1, DAY // 2])
+        iv = Interval.of(a, a + rng.choice([1, DAY // 3, DAY, 3 * DAY, 20 * DAY]))
+        # as the catalog plans with an interval: only the segments overlapping it
+        near = [s for s in snap.segments if s.interval.overlaps(iv)]
+        planned = plan_scan(Snapshot(snap.table, snap.seq, snap.commit_id, near), iv)
+        assert prune_plan(full, iv) == planned
+        assert prune_plan(full, iv) == plan_scan(snap, iv)
+
+
+def test_pruning_a_catalog_plan_with_partial_overshadowing(local_cat: lamina.Catalog) -> None:
+    t = month_under_days(local_cat)
+    full = t.scan()
+    assert any(task.keep is not None for task in full.tasks)  # the case under test
+    for iv in ["2024-01-04/2024-01-07", "2024-01-05/2024-01-06", "2024-01-20T06:00/2024-02-02"]:
+        assert prune_plan(full, Interval.parse(iv)) == t.scan(interval=iv)
+
+
+# -- the engine -------------------------------------------------------------------------
+
+
+def test_views_are_rebuilt_only_when_the_snapshot_changes(cat10: lamina.Catalog) -> None:
+    engine, planned = counting_engine(cat10)
+    try:
+        assert n(engine.sql("select count(*) from events")) == 300
+        assert n(engine.sql("select count(*) from events")) == 300
+        assert n(engine.sql(one_day(3))) == 30  # pruned from the cached plan
+        assert planned == ["events"]
+        cat10.load_table("events").append(events(days=1, per_day=5, start="2024-01-03"))
+        assert n(engine.sql(one_day(3))) == 35
+        assert n(engine.sql("select count(*) from events")) == 305
+        assert planned == ["events", "events"]
+    finally:
+        engine.close()
+
+
+def test_one_day_query_reads_only_that_days_file(cat10: lamina.Catalog) -> None:
+    """Pruned from the cached plan: the other days' files are never opened."""
+    assert n(cat10.sql("select count(*) from events")) == 300  # caches the full plan
+    t = cat10.load_table("events")
+    for seg in t.segments():
+        if seg.interval != Interval.parse("2024-01-04/2024-01-05"):
+            assert seg.location is not None
+            os.remove(seg.location)
+    assert n(cat10.sql(one_day(4))) == 30
+    with pytest.raises(SqlError):
+        cat10.sql("select count(*) from events")
+
+
+def test_pruned_views_are_private_to_their_query(cat10: lamina.Catalog) -> None:
+    """Threads running differently pruned queries at once never see each other's view."""
+    expected = {d: 30 for d in range(1, 11)}
+    errors: list[BaseException] = []
+
+    def worker(k: int) -> None:
+        try:
+            for i in range(40):
+                day = (k * 3 + i) % 10 + 1
+                if i % 4 == 3:
+                    assert n(cat10.sql("select count(*) from events")) == 300
+                else:
+                    assert n(cat10.sql(one_day(day))) == expected[day]
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    assert n(cat10.sql("select count(*) from events")) == 300  # nothing leaked
+
+
+def test_files_removed_under_a_cached_plan_are_planned_again(cat10: lamina.Catalog) -> None:
+    t = cat10.load_table("events")
+    t.set_properties(replaced_segments_retention="0s")
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=5)
+    calls = 0
+
+    def plan_then_replace(name: str) -> ScanPlan:
+        """Plans, then (first time only) an overwrite and retention delete its files."""
+        nonlocal calls
+        calls += 1
+        plan = plan_scan(snapshot(cat10.context.db, name))
+        if calls == 1:
+            t.overwrite(events(days=10, per_day=2))
+            cat10.run_retention(now=later)
+        return plan
+
+    engine = SqlEngine(lambda names: latest_seqs(cat10.context.db, names), plan_then_replace)
+    try:
+        assert n(engine.sql("select count(*) from events")) == 20
+        assert calls == 2
+    finally:
+        engine.close()
+
+
+def test_a_dropped_table_is_not_answered_from_the_cache(cat10: lamina.Catalog) -> None:
+    assert n(cat10.sql("select count(*) from events")) == 300
+    cat10.drop_table("events")
+    with pytest.raises(SqlError, match="events"):
+        cat10.sql("select count(*) from events")
+    t = cat10.create_table("events", schema=SCHEMA, time_column="ts")
+    t.append(events(days=1, per_day=7))
+    assert n(cat10.sql("select count(*) from events")) == 7
+
+
+def test_an_emptied_table_reads_empty(cat10: lamina.Catalog) -> None:
+    t = cat10.load_table("events")
+    assert n(cat10.sql("select count(*) from events")) == 300
+    t.delete_segments([s.id for s in t.segments()])
+    assert n(cat10.sql("select count(*) from events")) == 0
+    assert cat10.sql("select * from events").schema.names == SCHEMA.names
+    assert n(cat10.sql(one_day(2))) == 0
+
+
+def test_statements_other_than_select_leave_nothing_behind(cat10: lamina.Catalog) -> None:
+    cat10.sql("create table scratch as select 1 as x")
+    cat10.sql("create or replace view events as select 42 as x")
+    with pytest.raises(SqlError, match="scratch"):
+        cat10.sql("select * from scratch")
+    assert n(cat10.sql("select count(*) from events")) == 300
+    assert cat10.sql("create table s2 as select count(*) from events").num_rows in (0, 1)
+
+
+def test_parse_errors_and_failures_are_sql_errors(cat10: lamina.Catalog) -> None:
+    with pytest.raises(SqlError, match="parse"):
+        cat10.sql("selec * from events")
+    with pytest.raises(SqlError, match="query failed"):
+        cat10.sql("select nope from events")
+
+
+def test_close_then_query_again(cat10: lamina.Catalog) -> None:
+    assert n(cat10.sql("select count(*) from events")) == 300
+    cat10.close()
+    assert n(cat10.sql(one_day(1))) == 30  # a new connection, lazily
+
+
+def test_latest_seqs_matches_names_regardless_of_case(cat10: lamina.Catalog) -> None:
+    t = cat10.load_table("events")
+    got = latest_seqs(cat10.context.db, ["EVENTS", "missing"])
+    assert list(got) == ["events"]
+    assert got["events"][1] == t.snapshot().seq
+    t.append(events(days=1, per_day=1))
+    assert latest_seqs(cat10.context.db, ["events"])["events"][1] == got["events"][1] + 1
+    assert latest_seqs(cat10.context.db, []) == {}
+
+
+# -- count ----------------------------------------------------------------------------
+
+
+def month_under_days(cat: lamina.Catalog) -> lamina.Table:
+    """A DAY table whose January is one MONTH segment, one day of it overwritten:
+    the month segment is read with row ranges (partial overshadowing)."""
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    parts = split_by_chunk(
+        events(days=31, per_day=10, start="2024-01-01"), "ts", Granularity.MONTH, 10_000
+    )
+    with WriteTransaction(cat.context, t._record, "APPEND", {}) as txn:
+        txn.inflight()
+        txn.publish(PublishPlan(tuple(write_parts(cat.warehouse, txn.dir, parts)), None))
+    t.overwrite(events(days=1, per_day=3, start="2024-01-05", seed=1))
+    t.append(events(days=2, per_day=4, start="2024-02-01"))
+    return t
+
+
+def delete_data_files(cat: lamina.Catalog, t: lamina.Table) -> int:
+    files = glob.glob(os.path.join(cat.warehouse.path(t.name), "**", "*.parquet"), recursive=True)
+    for f in files:
+        os.remove(f)
+    return len(files)
+
+
+@pytest.mark.parametrize("partial", [False, True])
+def test_count_equals_rows_read(local_cat: lamina.Catalog, partial: bool) -> None:
+    if partial:
+        t = month_under_days(local_cat)
+        expected = 310 - 10 + 3 + 8
+    else:
+        t = local_cat.create_table("events", schema=SCHEMA, time_column="ts")
+        t.append(events(days=3, per_day=20))
+        t.overwrite(events(days=1, per_day=5, start="2024-01-02"))
+        expected = 20 + 5 + 20
+    assert any(task.keep is not None for task in t.scan().tasks) == partial
+    assert t.count() == len(t.to_arrow()) == expected
+
+
+def test_count_without_row_ranges_reads_no_file(local_cat: lamina.Catalog) -> None:
+    t = local_cat.create_table("events", schema=SCHEMA, time_column="ts")
+    t.append(events(days=3, per_day=20))
+    before = t.count()
+    assert delete_data_files(local_cat, t) == 3
+    assert t.count() == before == 60
+    with pytest.raises(SnapshotNotFoundError):
+        t.to_arrow()
+
+
+def test_count_with_row_ranges_reads_the_files(local_cat: lamina.Catalog) -> None:
+    t = month_under_days(local_cat)
+    assert t.count() == 311
+    assert delete_data_files(local_cat, t) > 0
+    with pytest.raises(SnapshotNotFoundError):
+        t.count()
