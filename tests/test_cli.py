@@ -14,7 +14,9 @@ import pytest
 from typer.testing import CliRunner, Result
 
 import lamina
-from lamina.cli import app, format_of, parse_schema, parse_type
+from lamina.cli import app
+from lamina.core.schema_text import parse_schema, parse_type
+from lamina.engines.files import format_of
 from lamina.errors import LaminaError, SchemaError
 
 UTC = dt.UTC
