@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from lamina.core.interval import US_PER_DAY, Granularity, Interval
 from lamina.errors import SchemaError, TimeColumnError, UnsupportedInputError
+
+if TYPE_CHECKING:  # pyarrow.compute is imported where it is used: the CLI starts faster
+    import pyarrow.compute as pc
 
 
 def is_spark_dataframe(data: Any) -> bool:
@@ -122,6 +124,8 @@ def conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
 
 def time_values_us(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """Microseconds since epoch (UTC; naive timestamps read as UTC) as int64 numpy."""
+    import pyarrow.compute as pc
+
     t = column.type
     if pa.types.is_date(t):
         days = pc.cast(column, pa.date32()).cast(pa.int32())
@@ -149,6 +153,8 @@ def chunk_starts(values_us: np.ndarray, granularity: Granularity) -> np.ndarray:
         step = width.end - width.start
         offset = width.start % step
         return values_us - (values_us - offset) % step
+    import pyarrow.compute as pc
+
     ts = pa.array(values_us, type=pa.int64()).cast(pa.timestamp("us"))
     floored = pc.floor_temporal(ts, unit=_FLOOR_UNITS[granularity])
     return np.asarray(floored.cast(pa.int64()).to_numpy(), dtype=np.int64)
@@ -173,5 +179,7 @@ def _bound(field: pa.Field, us: int, op: str) -> pc.Expression:
         unit = t.unit
         raw = us * 1000 if unit == "ns" else _ceil_div(us, {"s": 10**6, "ms": 1000, "us": 1}[unit])
         value = pa.scalar(raw, pa.int64()).cast(t)
+    import pyarrow.compute as pc
+
     col = pc.field(field.name)
     return col >= value if op == ">=" else col < value

@@ -9,8 +9,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from lamina.core.interval import ETERNITY, Granularity, Interval
 from lamina.core.model import NewSegment
@@ -97,6 +95,8 @@ def _chunk_codes(t: np.ndarray, granularity: Granularity) -> tuple[np.ndarray, n
         if span <= 4 * len(t) + 1024:  # dense enough for a code per possible chunk
             codes = (t - first) // width
             return first + np.arange(span, dtype=np.int64) * width, codes
+    import pyarrow.compute as pc  # here, not at the top: the CLI starts faster
+
     encoded = pc.dictionary_encode(pa.array(chunk_starts(t, granularity)))
     return encoded.dictionary.to_numpy(), encoded.indices.to_numpy()
 
@@ -116,6 +116,8 @@ DICTIONARY_PAGE_LIMIT = 16 * 1024
 
 def write_parts(wh: Warehouse, commit_rel: str, parts: list[ChunkPart]) -> list[NewSegment]:
     """Write each part as one Parquet file under the commit's directory (in parallel)."""
+    import pyarrow.parquet as pq  # here, not at the top: the CLI starts faster
+
     tag = uuid.uuid4().hex[:8]
 
     def write(item: tuple[int, ChunkPart]) -> NewSegment:
