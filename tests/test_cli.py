@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import csv as csv_module
 import datetime as dt
+import io
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -453,3 +458,169 @@ def test_push_with_spark(wh: str, tmp_path: Path, pushed: lamina.Table, spark: A
     assert pushed.count() == 9
     assert all(e.state != "IN_PROGRESS" for e in pushed.lineage())
     assert "aligned" in fails(wh, "push", "events", str(csv), "-i", "2024-01-01/2024-01-01T12:00")
+
+
+# -- --format table|csv|json|jsonl on every listing ----------------------------------------------
+
+
+def _csv(text: str) -> list[dict[str, str]]:
+    return list(csv_module.DictReader(io.StringIO(text)))
+
+
+def _listing(wh: str, *args: str) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
+    """The rows of a listing command as csv, as json, and (checked equal) as jsonl."""
+    as_csv = _csv(ok(wh, *args, "--format", "csv"))
+    as_json = json.loads(ok(wh, *args, "--format", "json"))
+    as_jsonl = [json.loads(line) for line in ok(wh, *args, "-f", "jsonl").splitlines()]
+    assert as_jsonl == as_json
+    assert [list(r) for r in as_csv] == [list(r) for r in as_json]  # same columns, same order
+    return as_csv, as_json
+
+
+def test_tables_formats(wh: str, events: lamina.Table, cat: lamina.Catalog) -> None:
+    cat.create_table("dims", parse_schema("k:int64"))
+    rows, data = _listing(wh, "tables")
+    assert [r["table"] for r in rows] == ["dims", "events"]
+    assert rows[1] == {
+        "table": "events", "time_column": "ts", "granularity": "DAY", "segments": "3",
+        "rows": "6", "size_bytes": str(sum(s.size_bytes for s in events.segments())),
+    }  # fmt: skip
+    assert data[0]["time_column"] is None and rows[0]["time_column"] == ""
+    assert data[1]["rows"] == 6 and data[1]["segments"] == 3
+    empty = wh + "-empty"
+    assert _listing(empty, "tables") == ([], [])
+    assert "no tables yet" in ok(empty, "tables")
+
+
+def test_segments_formats(wh: str, events: lamina.Table) -> None:
+    rows, data = _listing(wh, "segments", "events")
+    assert [r["segment"] for r in data] == [s.id for s in events.segments()]
+    day1 = next(r for r in data if r["start"] == "2024-01-02T00:00:00Z")
+    assert day1["version"] == 2 and day1["rows"] == 2 and day1["end"] == "2024-01-03T00:00:00Z"
+    assert day1["tombstone"] is False and "status" not in day1
+    assert rows[0]["tombstone"] == "false" and rows[0]["version"] == "1"
+
+    rows, data = _listing(wh, "segments", "events", "--all")
+    by_id = {r["segment"]: r for r in data}
+    tomb = by_id["events_20240103T000000Z_20240104T000000Z_v3_p0"]
+    assert tomb["tombstone"] is True and tomb["size_bytes"] is None and tomb["status"] == "visible"
+    old = by_id["events_20240102T000000Z_20240103T000000Z_v1_p0"]
+    assert old["status"] == "overshadowed" and old["detail"] == "overshadowed by v2"
+    assert len(rows) == 6 and {r["status"] for r in rows} == {"visible", "overshadowed"}
+
+
+def test_timeline_formats(wh: str, events: lamina.Table) -> None:
+    rows, data = _listing(wh, "timeline", "events")
+    assert [(r["chunk"], r["version"], r["status"]) for r in data] == [
+        ("2024-01-01", 1, "visible"),
+        ("2024-01-02", 2, "visible"),
+        ("2024-01-02", 1, "overshadowed"),
+        ("2024-01-03", 3, "visible"),
+        ("2024-01-03", 1, "overshadowed"),
+    ]
+    assert data[0]["rows"] == 4 and data[0]["partitions"] == "p0..p1"
+    assert data[3]["tombstone"] is True and data[3]["detail"] == "deleted (tombstone)"
+    assert rows[2]["detail"] == "overshadowed by v2" and rows[2]["start"] == "2024-01-02T00:00:00Z"
+    assert "█" not in ok(wh, "timeline", "events", "-f", "csv")  # no drawings in data
+
+
+def test_timeline_data_formats_list_every_chunk(wh: str, cat: lamina.Catalog) -> None:
+    cat.create_table("daily", parse_schema(SCHEMA), "ts", "DAY").append(_rows(list(range(70)), 1))
+    rows, _ = _listing(wh, "timeline", "daily")
+    assert len(rows) == 70  # --limit 60 is for the drawing
+    assert len(_listing(wh, "timeline", "daily", "--interval", "2024-01-02/2024-01-04")[0]) == 2
+
+
+def test_history_formats(wh: str, events: lamina.Table) -> None:
+    rows, data = _listing(wh, "history", "events")
+    assert [r["commit"] for r in data] == [1, 2, 3, 4]
+    assert [r["action"] for r in rows] == ["APPEND", "APPEND", "OVERWRITE", "OVERWRITE"]
+    assert data[0]["metadata"] == {"job": "load"} and json.loads(rows[0]["metadata"]) == {
+        "job": "load"
+    }
+    assert data[2]["segments_added"] == 1 and data[2]["segments_removed"] == 1
+    started = dt.datetime.fromisoformat(data[0]["started_at"])
+    assert started.tzinfo is not None and data[0]["state"] == "COMPLETED"
+
+
+def test_lineage_formats(wh: str, pushed: lamina.Table) -> None:
+    first, second = pushed.lineage()
+    rows, data = _listing(wh, "lineage", "events")
+    assert [r["entry"] for r in data] == [first.id, second.id]
+    assert data[1]["segments_from"] == list(second.segments_from)
+    assert data[1]["segments_to"] == list(second.segments_to)
+    assert json.loads(rows[0]["segments_to"]) == list(first.segments_to)
+    assert {r["state"] for r in rows} == {"COMPLETED"}
+
+
+def test_orphans_formats(wh: str, events: lamina.Table) -> None:
+    assert _listing(wh, "orphans") == ([], [])
+    stray = Path(wh) / "events" / "data" / "stray.parquet"
+    stray.write_bytes(b"x")
+    rows, data = _listing(wh, "orphans")
+    assert rows == [{"path": "events/data/stray.parquet"}] and data == rows
+
+
+def test_query_csv_and_json_agree(wh: str, events: lamina.Table) -> None:
+    sql = "SELECT k, v, ts, k > 100 AS big FROM events ORDER BY k"
+    rows, data = _listing(wh, "query", sql)
+    assert [r["k"] for r in data] == [0, 1, 2, 100, 200, 201]
+    assert rows[3] == {"k": "100", "v": "0.0", "ts": "2024-01-01T00:00:00+00:00", "big": "false"}
+    assert data[4]["big"] is True and data[4]["ts"] == "2024-01-02T00:00:00+00:00"
+
+
+def test_unknown_output_format_is_a_usage_error(wh: str, events: lamina.Table) -> None:
+    fails(wh, "tables", "--format", "xml", code=2)
+
+
+# -- start-up: heavy modules only in the commands that need them --------------------------------
+
+HEAVY = ("pyspark", "fastapi", "uvicorn", "pandas", "duckdb", "sqlalchemy", "pyarrow", "py4j")
+_PROBE = """
+import sys
+sys.argv[0] = "lamina"
+from lamina.cli import app
+try:
+    app(sys.argv[1:])
+except SystemExit as exc:
+    assert not exc.code, exc.code
+print(sorted({m.split(".")[0] for m in sys.modules} & set(%r)))
+"""
+
+
+def _modules_after(*args: str) -> set[str]:
+    """Top-level heavy modules imported by ``lamina ARGS`` in a fresh interpreter."""
+    src = str(Path(lamina.__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": src, "NO_COLOR": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE % (HEAVY,), *args],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return set(json.loads(proc.stdout.strip().splitlines()[-1].replace("'", '"')))
+
+
+def test_startup_imports_only_what_the_command_needs(wh: str, events: lamina.Table) -> None:
+    assert _modules_after("--help") == set()
+    assert _modules_after("--warehouse", wh, "tables") == {"sqlalchemy", "pyarrow"}
+    used = _modules_after("--warehouse", wh, "query", "SELECT count(*) FROM events")
+    assert used == {"sqlalchemy", "pyarrow", "duckdb"}
+    assert _modules_after("--warehouse", wh, "timeline", "events") == {"sqlalchemy", "pyarrow"}
+    assert _modules_after("ingest", "--help") == set()
+
+
+def test_top_level_names_are_lazy() -> None:
+    code = (
+        "import sys, lamina; assert 'lamina.catalog' not in sys.modules; "
+        "assert lamina.Table.__name__ == 'Table' and lamina.connect and lamina.Granularity.DAY; "
+        "assert 'lamina.catalog' in sys.modules; print(lamina.__version__)"
+    )
+    src = str(Path(lamina.__file__).resolve().parent.parent)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": src},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == lamina.__version__
+    with pytest.raises(AttributeError):
+        _ = lamina.NoSuchName  # type: ignore[attr-defined]

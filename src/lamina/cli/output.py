@@ -117,6 +117,8 @@ def _csv_cell(value: Any) -> str:
     p = plain(value)
     if p is None:
         return ""
+    if isinstance(p, bool):
+        return "true" if p else "false"
     return json.dumps(p) if isinstance(p, dict | list) else str(p)
 
 
