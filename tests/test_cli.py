@@ -624,3 +624,132 @@ def test_top_level_names_are_lazy() -> None:
     assert proc.stdout.strip() == lamina.__version__
     with pytest.raises(AttributeError):
         _ = lamina.NoSuchName  # type: ignore[attr-defined]
+
+
+# -- ingest and push with the local engine (pyarrow, no JVM) ----------------------------------
+
+
+def test_ingest_local_csv_jsonl_parquet(wh: str, tmp_path: Path, cat: lamina.Catalog) -> None:
+    csv_file = tmp_path / "day0.csv"
+    csv_file.write_text(
+        "ts,k,v\n2024-01-01 00:00:00,1,1.5\n2024-01-01 06:00:00,2,2.5\n2024-01-02 01:00:00,3,\n"
+    )
+    out = ok(wh, "ingest", "events", str(csv_file), "--create", "-t", "ts", "--engine", "local")
+    assert "created table events" in out and "local engine" in out
+    assert "commit 1 (append) on events: 3 rows, 2 segments added" in out
+    t = cat.load_table("events")
+    assert t.schema.field("ts").type == pa.timestamp("us", tz="UTC")  # naive text read as UTC
+    assert t.schema.field("k").type == pa.int64() and t.schema.field("v").type == pa.float64()
+
+    jsonl = tmp_path / "more.jsonl"
+    jsonl.write_text(
+        '{"ts": "2024-01-03T00:00:00Z", "k": 10, "v": 1}\n'
+        '{"k": 11, "ts": "2024-01-03T05:00:00+02:00", "v": null}\n'
+    )
+    out = ok(wh, "ingest", "events", str(jsonl))  # auto: small input, local engine
+    assert "commit 2 (append) on events: 2 rows, 1 segment added" in out and "local" in out
+
+    parquet = tmp_path / "p.parquet"
+    pq.write_table(_rows([4], 2, k0=20), parquet)
+    ok(wh, "ingest", "events", str(parquet), "-e", "local")
+
+    got = t.to_arrow().sort_by("k").to_pylist()
+    assert [r["k"] for r in got] == [1, 2, 3, 10, 11, 20, 21]
+    assert got[2]["v"] is None and got[4]["ts"] == dt.datetime(2024, 1, 3, 3, tzinfo=UTC)
+    meta = t.history()[0].metadata
+    assert meta["engine"] == "local" and meta["format"] == "csv" and meta["input_count"] == 1
+
+    fixed = tmp_path / "fixed.tsv"
+    fixed.write_text("ts\tk\tv\n2024-01-01 12:00:00\t7\t7.0\n")
+    out = ok(
+        wh, "ingest", "events", str(fixed), "-m", "overwrite", "-i", "2024-01-01/2024-01-03",
+        "-e", "local",
+    )  # fmt: skip
+    assert "commit 4 (overwrite) on events: 1 row, 1 segment added, 2 replaced" in out
+    assert "1 chunk emptied" in out
+    assert sorted(t.to_arrow()["k"].to_pylist()) == [7, 10, 11, 20, 21]
+
+
+def test_ingest_local_folder_of_files(wh: str, tmp_path: Path, cat: lamina.Catalog) -> None:
+    folder = tmp_path / "export"
+    folder.mkdir()
+    pq.write_table(_rows([0], 3), folder / "part-0.parquet")
+    pq.write_table(_rows([1], 2, k0=10), folder / "part-1.parquet")
+    (folder / "_SUCCESS").touch()
+    out = ok(wh, "ingest", "events", str(folder), "--create", "-t", "ts", "-g", "day")
+    assert "5 rows, 2 segments added" in out
+    assert cat.load_table("events").count() == 5
+
+
+def test_ingest_local_bad_files_publish_nothing(
+    wh: str, tmp_path: Path, events: lamina.Table
+) -> None:
+    before = (events.count(), len(events.history()))
+    bad = tmp_path / "bad.csv"
+    bad.write_text("ts,k,v\n2024-01-05 00:00:00,abc,1.0\n")
+    message = fails(wh, "ingest", "events", str(bad), "-e", "local")
+    assert "bad.csv" in message and "abc" in message and "int64" in message
+
+    late = tmp_path / "late.csv"  # the bad value is far from the first block
+    late.write_text("ts,k,v\n" + "2024-01-05 00:00:00,1,1.0\n" * 50_000 + "yesterday,2,2.0\n")
+    message = fails(wh, "ingest", "events", str(late), "--engine", "local")
+    assert "late.csv" in message and "yesterday" in message
+
+    extra = tmp_path / "extra.jsonl"
+    extra.write_text('{"ts": "2024-01-05T00:00:00Z", "k": 1, "v": 1.0, "what": "x"}\n')
+    assert "unknown columns ['what']" in fails(wh, "ingest", "events", str(extra), "-e", "local")
+
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"PAR1 not really")
+    assert "broken.parquet" in fails(wh, "ingest", "events", str(broken), "-e", "local")
+
+    assert "--format" in fails(wh, "ingest", "events", str(tmp_path / "bad.csv"), str(broken))
+    assert (events.count(), len(events.history())) == before  # nothing published or begun
+
+
+def test_push_local(wh: str, tmp_path: Path, pushed: lamina.Table) -> None:
+    pushed.revert_replace(pushed.lineage()[-1].id)  # back to days 0-2, 3 rows each
+    day0 = tmp_path / "day0.csv"
+    day0.write_text("ts,k,v\n2024-01-01 01:00:00,70,1.0\n2024-01-01 02:00:00,71,2.0\n")
+    out = ok(wh, "push", "events", str(day0), "-i", "2024-01-01/2024-01-02", "-e", "local")
+    entry = pushed.lineage()[-1]
+    assert "(refresh) on events: 2 rows, 1 segment added" in out and "local engine" in out
+    assert f"lineage entry {entry.id} (completed): replaced 1 segment" in out
+    assert pushed.count() == 8 and entry.state == "COMPLETED"
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"ts": "2024-01-02T00:00:00Z", "k": "abc", "v": 1.0}\n')
+    message = fails(wh, "push", "events", str(bad), "-e", "local")
+    assert "push failed, nothing was published" in message and "bad.jsonl" in message
+    assert pushed.count() == 8
+    assert all(e.state != "IN_PROGRESS" for e in pushed.lineage())
+
+
+def test_engine_choice_by_input_size(tmp_path: Path) -> None:
+    from lamina.cli.write import Engine, choose_engine
+    from lamina.engines.files import input_bytes, parse_size
+
+    data = tmp_path / "d"
+    data.mkdir()
+    (data / "a.csv").write_text("x\n" + "1\n" * 500)  # 1,002 bytes
+    (data / "b.csv").write_text("x\n1\n")  # 4 bytes
+    paths = [str(data)]
+    assert input_bytes(paths) == 1006 and input_bytes([str(data / "b.csv")]) == 4
+    assert choose_engine(Engine.auto, paths, "1006") is Engine.local
+    assert choose_engine(Engine.auto, paths, "1KB") is Engine.spark  # 1,000 bytes
+    assert choose_engine(Engine.auto, paths, None) is Engine.local  # default 2 GB
+    assert choose_engine(Engine.local, paths, "1") is Engine.local
+    assert choose_engine(Engine.spark, paths, None) is Engine.spark
+    assert parse_size("2GB") == 2_000_000_000 and parse_size("1.5m") == 1_500_000
+    with pytest.raises(LaminaError, match="as a size"):
+        parse_size("lots")
+
+
+def test_local_max_bytes_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lamina.cli.write import Engine, choose_engine
+
+    f = tmp_path / "a.csv"
+    f.write_text("x\n1\n")
+    monkeypatch.setenv("LAMINA_LOCAL_MAX_BYTES", "3")
+    assert choose_engine(Engine.auto, [str(f)], None) is Engine.spark
+    assert choose_engine(Engine.auto, [str(f)], "4") is Engine.local  # the option wins

@@ -56,44 +56,78 @@ def infer_schema(path: str, fmt: FileFormat | None = None) -> pa.Schema:
         raise InputFileError(f"cannot read a {fmt.value} schema from {path}: {exc}") from None
 
 
-# -- streaming reads -------------------------------------------------------------------------
+# -- streaming reads (pyarrow.csv, pyarrow.json, pyarrow.parquet readers; not
+# pyarrow.dataset, which imports pandas and would double the engine's start-up) --------
 
 
-_DATASET_NOISE = re.compile(
-    r"Error creating dataset\. Could not read schema from .*?\?: |Invalid: "
-)
+_NOISE = re.compile(r"Invalid: ")
 
 
 def _first_line(exc: BaseException) -> str:
     lines = [line for line in str(exc).splitlines() if line.strip()]
-    return _DATASET_NOISE.sub("", lines[0]) if lines else type(exc).__name__
+    return _NOISE.sub("", lines[0]) if lines else type(exc).__name__
 
 
-def _file_format(fmt: FileFormat, paths: Sequence[str], target: pa.Schema | None) -> object:
-    """A pyarrow dataset format; with ``target``, its columns parsed to those types
-    (timestamps as text: :func:`_parse_times` reads them with or without a zone)."""
-    import pyarrow.csv as pacsv
-    import pyarrow.dataset as pads
-    import pyarrow.json as pajson
+def data_files(paths: Sequence[str]) -> list[str]:
+    """The data files of the inputs: local folders listed recursively (hidden and ``_``
+    files, like ``_SUCCESS``, skipped); URIs and files as they are."""
+    files: list[str] = []
+    for p in paths:
+        if "://" in p or not os.path.isdir(p):
+            files.append(p)
+            continue
+        for root, dirs, names in os.walk(p):
+            dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+            files += [os.path.join(root, n) for n in sorted(names) if not n.startswith((".", "_"))]
+    return files
 
-    if fmt is FileFormat.parquet:
-        return pads.ParquetFileFormat()
-    text = {} if target is None else {f.name: _as_read(f.type) for f in target}
-    if fmt is FileFormat.csv:
-        return pads.CsvFileFormat(
-            parse_options=pacsv.ParseOptions(delimiter="\t" if _tsv(paths) else ","),
-            convert_options=pacsv.ConvertOptions(column_types=text),
-        )
-    explicit = pa.schema(list(text.items())) if text else None
-    return pads.JsonFileFormat(
-        parse_options=pajson.ParseOptions(
-            explicit_schema=explicit, unexpected_field_behavior="infer"
-        )
-    )
+
+def _open(path: str, seekable: bool) -> Any:
+    """A readable file of ``path``: random access (Parquet), else a stream decompressed
+    as its extension says."""
+    import pyarrow.fs as pafs
+
+    fs, where = pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
+    if seekable:
+        return fs.open_input_file(where)
+    return fs.open_input_stream(where, compression="detect")
 
 
 def _as_read(t: pa.DataType) -> pa.DataType:
     return pa.string() if pa.types.is_timestamp(t) else t
+
+
+def _reader(
+    fmt: FileFormat, file: Any, tsv: bool, target: pa.Schema | None, batch_rows: int
+) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+    """The schema and record batches of an open file; CSV/JSON columns the ``target``
+    has are parsed to its types (timestamps as text: :func:`_typed` parses them)."""
+    import pyarrow.csv as pacsv
+    import pyarrow.json as pajson
+    import pyarrow.parquet as pq
+
+    if fmt is FileFormat.parquet:
+        pf = pq.ParquetFile(file)
+        return pf.schema_arrow, pf.iter_batches(batch_size=batch_rows)
+    types = {} if target is None else {f.name: _as_read(f.type) for f in target}
+    reader: Any
+    if fmt is FileFormat.csv:
+        reader = pacsv.open_csv(
+            file,
+            read_options=pacsv.ReadOptions(block_size=1 << 22),
+            parse_options=pacsv.ParseOptions(delimiter="\t" if tsv else ","),
+            convert_options=pacsv.ConvertOptions(column_types=types),
+        )
+    else:
+        reader = pajson.open_json(
+            file,
+            read_options=pajson.ReadOptions(block_size=1 << 22),
+            parse_options=pajson.ParseOptions(
+                explicit_schema=pa.schema(list(types.items())) if types else None,
+                unexpected_field_behavior="infer",
+            ),
+        )
+    return reader.schema, iter(reader)
 
 
 def _parse_times(column: pa.Array, target: pa.DataType) -> pa.Array:
@@ -105,42 +139,54 @@ def _parse_times(column: pa.Array, target: pa.DataType) -> pa.Array:
         return column.cast(pa.timestamp("us")).cast(target)
 
 
-def _out_schema(read: pa.Schema, target: pa.Schema | None) -> pa.Schema:
-    """The schema of the batches :func:`_typed` makes of batches read as ``read``."""
+def _typed_schema(schema: pa.Schema, target: pa.Schema | None) -> pa.Schema:
+    """``schema`` with the timestamp types of ``target`` (what :func:`_typed` makes)."""
     if target is None:
-        return read
-    return pa.schema(
-        f.with_type(target.field(f.name).type)
-        if f.name in target.names and pa.types.is_timestamp(target.field(f.name).type)
-        else f
-        for f in read
-    )
+        return schema
+    fields = []
+    for f in schema:
+        t = target.field(f.name).type if f.name in target.names else None
+        fields.append(f.with_type(t) if t is not None and pa.types.is_timestamp(t) else f)
+    return pa.schema(fields)
 
 
 def _typed(batch: pa.RecordBatch, target: pa.Schema | None) -> pa.RecordBatch:
-    if target is None:
+    """Text timestamps of the columns ``target`` has parsed to its types."""
+    schema = _typed_schema(batch.schema, target)
+    if schema == batch.schema:
         return batch
-    cols = []
-    for name, col in zip(batch.schema.names, batch.columns, strict=True):
-        idx = target.get_field_index(name)
-        t = target.field(idx).type if idx >= 0 else None
-        if t is not None and pa.types.is_timestamp(t) and not pa.types.is_timestamp(col.type):
-            col = _parse_times(col.cast(pa.string()), t)
-        cols.append(col)
-    return pa.RecordBatch.from_arrays(cols, schema=_out_schema(batch.schema, target))
+    cols = [
+        _parse_times(col.cast(pa.string()), f.type) if f.type != col.type else col
+        for f, col in zip(schema, batch.columns, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
-def _target_schema(fmt: FileFormat, paths: Sequence[str], schema: pa.Schema | None) -> Any:
-    """The types to read CSV/JSON values as: the table's, else inferred from the first
-    file (timestamps µs; naive ones UTC, as Spark reads them). None for Parquet."""
-    import pyarrow.dataset as pads
+def _like(batch: pa.RecordBatch, schema: pa.Schema, path: str, first: str) -> pa.RecordBatch:
+    """A batch of a later file in the first file's layout (InputFileError if it differs)."""
+    if batch.schema == schema:
+        return batch
+    if sorted(batch.schema.names) != sorted(schema.names):
+        raise InputFileError(
+            f"{path} has columns {batch.schema.names}, {first} has {schema.names}; "
+            "give files of one layout"
+        )
+    return batch.select(schema.names).cast(schema)
 
-    if fmt is FileFormat.parquet:
-        return None
-    if schema is not None:
-        return schema
-    guess = pads.dataset(list(paths), format=_file_format(fmt, paths, None))
-    return _normalize_inferred(guess.schema, tz="UTC")
+
+def _first_schema(
+    fmt: FileFormat, path: str, tsv: bool, schema: pa.Schema | None
+) -> tuple[pa.Schema | None, pa.Schema]:
+    """The types to parse CSV/JSON as (the table's ``schema``, else the first file's,
+    inferred from its first block: timestamps µs, naive ones UTC as Spark reads them),
+    and the schema of the batches the first file gives."""
+    target = schema
+    if target is None and fmt is not FileFormat.parquet:
+        with _open(path, False) as file:
+            target = _normalize_inferred(_reader(fmt, file, tsv, None, 1)[0], tz="UTC")
+    with _open(path, fmt is FileFormat.parquet) as file:
+        read = _reader(fmt, file, tsv, target, 1)[0]
+    return target, _typed_schema(read, target)
 
 
 ProgressFn = Callable[[int, int], None]
@@ -153,50 +199,49 @@ def read_batches(
     on_progress: ProgressFn | None = None,
     batch_rows: int = 64_000,
 ) -> pa.RecordBatchReader:
-    """A stream of the inputs' rows, file by file, in batches of at most ``batch_rows``.
+    """A stream of the inputs' rows, file by file, in batches (pyarrow's streaming CSV,
+    JSON-lines and Parquet readers: one block in memory per file at a time).
 
-    With a table ``schema``, CSV/JSON values are parsed to the table's types by column
-    name; without one, types are inferred from the first file. ``on_progress(rows,
-    bytes)`` is called after each batch (bytes: of whole files read so far).
+    With a table ``schema``, CSV/JSON values of its columns are parsed to its types;
+    without one, types are inferred from the first file. ``on_progress(rows, bytes)`` is
+    called after each batch (bytes: of the input files read through).
 
     Raises :class:`InputFileError` (now, or while the stream is read) when a file cannot
     be read or a value cannot be parsed, naming the file.
     """
-    import pyarrow.dataset as pads
-
+    files = data_files(paths)
+    if not files:
+        raise InputFileError(f"no data files in {', '.join(paths)}")
+    tsv = all(p.lower().endswith((".tsv", ".tsv.gz")) for p in paths)
     try:
-        target = _target_schema(fmt, paths, schema)
-        dataset = pads.dataset(list(paths), format=_file_format(fmt, paths, target))
-        fragments = list(dataset.get_fragments())
-        out_schema = _out_schema(dataset.schema, target)
+        target, out_schema = _first_schema(fmt, files[0], tsv, schema)
     except (pa.ArrowException, OSError) as exc:
-        raise InputFileError(f"cannot read the {fmt.value} input: {_first_line(exc)}") from None
+        raise InputFileError(f"cannot read {files[0]} as {fmt.value}: {_first_line(exc)}") from None
 
-    def batches() -> Iterator[pa.RecordBatch]:
+    def stream() -> Iterator[pa.RecordBatch]:
         rows = done_bytes = 0
-        for frag in fragments:
-            path = getattr(frag, "path", "?")
+        for path in files:
             try:
-                for batch in frag.to_batches(schema=dataset.schema, batch_size=batch_rows):
-                    typed = _typed(batch, target)
-                    rows += typed.num_rows
-                    if on_progress is not None:
-                        on_progress(rows, done_bytes)
-                    yield typed
+                with _open(path, fmt is FileFormat.parquet) as file:
+                    for batch in _reader(fmt, file, tsv, target, batch_rows)[1]:
+                        batch = _like(_typed(batch, target), out_schema, path, files[0])
+                        rows += batch.num_rows
+                        if on_progress is not None:
+                            on_progress(rows, done_bytes)
+                        yield batch
             except (pa.ArrowException, OSError) as exc:
                 raise InputFileError(
                     f"cannot read {path} as {fmt.value}: {_first_line(exc)}"
                 ) from None
-            done_bytes += _size(frag)
+            done_bytes += _size(path)
             if on_progress is not None:
                 on_progress(rows, done_bytes)
 
-    return pa.RecordBatchReader.from_batches(out_schema, batches())
+    return pa.RecordBatchReader.from_batches(out_schema, stream())
 
 
-def _size(fragment: object) -> int:
-    fs, path = getattr(fragment, "filesystem", None), getattr(fragment, "path", None)
-    if fs is None or path is None:
-        return 0
-    size = fs.get_file_info(path).size
-    return int(size or 0)
+def _size(path: str) -> int:
+    import pyarrow.fs as pafs
+
+    fs, where = pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
+    return int(fs.get_file_info(where).size or 0)
