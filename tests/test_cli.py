@@ -320,20 +320,20 @@ def test_ingest_with_spark(wh: str, tmp_path: Path, spark: Any) -> None:
     csv.write_text(
         "ts,k,v\n2024-01-01 00:00:00,1,1.5\n2024-01-01 06:00:00,2,2.5\n2024-01-02 01:00:00,3,3.5\n"
     )
-    out = ok(wh, "ingest", "events", str(csv), "--create", "--time-column", "ts")
+    out = ok(wh, "ingest", "events", str(csv), "--create", "--time-column", "ts", "-e", "spark")
     assert "created table events" in out
-    assert "commit 1 (append) on events: 3 rows, 2 segments added" in out
+    assert "commit 1 (append) on events: 3 rows, 2 segments added" in out and "Spark task" in out
 
     parquet = tmp_path / "more.parquet"
     pq.write_table(_rows([2, 3], 2, k0=10), parquet)
-    out = ok(wh, "ingest", "events", str(parquet))
+    out = ok(wh, "ingest", "events", str(parquet), "--engine", "spark")
     assert "commit 2 (append) on events: 4 rows, 2 segments added" in out
 
     fixed = tmp_path / "fixed.csv"
     fixed.write_text("ts,k,v\n2024-01-01 12:00:00,7,7.0\n")
     out = ok(
         wh, "ingest", "events", str(fixed), "--mode", "overwrite",
-        "--interval", "2024-01-01/2024-01-03",
+        "--interval", "2024-01-01/2024-01-03", "--engine", "spark",
     )  # fmt: skip
     assert "commit 3 (overwrite) on events: 1 row, 1 segment added, 2 replaced" in out
     assert "1 chunk emptied" in out  # 2024-01-02 had rows, the new data has none
@@ -347,7 +347,7 @@ def test_ingest_with_spark(wh: str, tmp_path: Path, spark: Any) -> None:
 
     bad = tmp_path / "bad.csv"
     bad.write_text("ts,k,v\n2024-01-05 00:00:00,abc,1.0\n")
-    message = fails(wh, "ingest", "events", str(bad))
+    message = fails(wh, "ingest", "events", str(bad), "-e", "spark")
     assert "Spark failed" in message and "abc" in message
     assert "ABORTED" in ok(wh, "history", "events")
 
@@ -442,7 +442,7 @@ def test_push_with_spark(wh: str, tmp_path: Path, pushed: lamina.Table, spark: A
     assert pushed.count() == 9
     csv = tmp_path / "day0.csv"
     csv.write_text("ts,k,v\n2024-01-01 01:00:00,70,1.0\n2024-01-01 02:00:00,71,2.0\n")
-    out = ok(wh, "push", "events", str(csv), "--interval", "2024-01-01/2024-01-02")
+    out = ok(wh, "push", "events", str(csv), "--interval", "2024-01-01/2024-01-02", "-e", "spark")
     entry = pushed.lineage()[-1]
     assert "(refresh) on events: 2 rows, 1 segment added" in out
     assert f"lineage entry {entry.id} (completed): replaced 1 segment" in out
@@ -453,7 +453,7 @@ def test_push_with_spark(wh: str, tmp_path: Path, pushed: lamina.Table, spark: A
 
     bad = tmp_path / "bad.csv"
     bad.write_text("ts,k,v\n2024-01-02 00:00:00,abc,1.0\n")
-    message = fails(wh, "push", "events", str(bad))
+    message = fails(wh, "push", "events", str(bad), "--engine", "spark")
     assert "push failed, nothing was published" in message and "abc" in message
     assert pushed.count() == 9
     assert all(e.state != "IN_PROGRESS" for e in pushed.lineage())
@@ -753,3 +753,22 @@ def test_local_max_bytes_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("LAMINA_LOCAL_MAX_BYTES", "3")
     assert choose_engine(Engine.auto, [str(f)], None) is Engine.spark
     assert choose_engine(Engine.auto, [str(f)], "4") is Engine.local  # the option wins
+
+
+@pytest.mark.spark
+def test_spark_ingest_prints_no_spark_logs(wh: str, tmp_path: Path) -> None:
+    """A fresh process (its own JVM): stderr holds nothing of Spark's unless --verbose."""
+    data = tmp_path / "d.csv"
+    data.write_text("ts,k\n2024-01-01 00:00:00,1\n2024-01-02 00:00:00,2\n")
+    src = str(Path(lamina.__file__).resolve().parent.parent)
+    code = "import sys; sys.argv[0] = 'lamina'; from lamina.cli import app; app()"
+    env = {k: v for k, v in os.environ.items() if k != "LAMINA_SPARK_LOG_LEVEL"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "--warehouse", wh, "ingest", "events", str(data),
+         "--create", "-t", "ts", "--engine", "spark"],
+        capture_output=True, text=True, timeout=600, check=False,
+        env={**env, "PYTHONPATH": src, "NO_COLOR": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "2 rows, 2 segments added" in proc.stdout and "Spark task" in proc.stdout
+    assert proc.stderr.strip() == "", proc.stderr  # no log4j, JVM or pyspark lines
