@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from lamina.core.interval import ETERNITY, Granularity, Interval
 from lamina.core.model import NewSegment
@@ -116,8 +117,6 @@ DICTIONARY_PAGE_LIMIT = 16 * 1024
 
 def write_parts(wh: Warehouse, commit_rel: str, parts: list[ChunkPart]) -> list[NewSegment]:
     """Write each part as one Parquet file under the commit's directory (in parallel)."""
-    import pyarrow.parquet as pq  # here, not at the top: the CLI starts faster
-
     tag = uuid.uuid4().hex[:8]
 
     def write(item: tuple[int, ChunkPart]) -> NewSegment:
