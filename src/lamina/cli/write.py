@@ -14,7 +14,6 @@ from rich.text import Text
 
 from lamina.cli import CatalogOpt, TableArg, WarehouseOpt, command, connect, load
 from lamina.cli.output import console, done, n_of, warn
-from lamina.cli.progress import LocalProgress, SparkProgress
 from lamina.cli.tables import parse_properties
 from lamina.core.interval import Granularity, Interval
 from lamina.engines.files import FileFormat, check_inputs, format_of, input_bytes, parse_size
@@ -122,6 +121,8 @@ def _write(
 ) -> int:
     """Read the inputs with ``engine`` and hand the data to ``write(data, schema)``
     (``schema``: the table's, or None to infer). Returns the Spark tasks run (0 locally)."""
+    from lamina.cli.progress import LocalProgress, SparkProgress
+
     err = console(stderr=True)
     if engine is Engine.local:
         from lamina.engines.local import read_batches
