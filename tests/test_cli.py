@@ -645,17 +645,19 @@ def test_ingest_local_csv_jsonl_parquet(wh: str, tmp_path: Path, cat: lamina.Cat
     jsonl.write_text(
         '{"ts": "2024-01-03T00:00:00Z", "k": 10, "v": 1}\n'
         '{"k": 11, "ts": "2024-01-03T05:00:00+02:00", "v": null}\n'
+        '{"ts": "2024-01-03 07:30:00", "k": 12, "v": 2.5}\n'  # no zone: UTC
     )
     out = ok(wh, "ingest", "events", str(jsonl))  # auto: small input, local engine
-    assert "commit 2 (append) on events: 2 rows, 1 segment added" in out and "local" in out
+    assert "commit 2 (append) on events: 3 rows, 1 segment added" in out and "local" in out
 
     parquet = tmp_path / "p.parquet"
     pq.write_table(_rows([4], 2, k0=20), parquet)
     ok(wh, "ingest", "events", str(parquet), "-e", "local")
 
     got = t.to_arrow().sort_by("k").to_pylist()
-    assert [r["k"] for r in got] == [1, 2, 3, 10, 11, 20, 21]
+    assert [r["k"] for r in got] == [1, 2, 3, 10, 11, 12, 20, 21]
     assert got[2]["v"] is None and got[4]["ts"] == dt.datetime(2024, 1, 3, 3, tzinfo=UTC)
+    assert got[5]["ts"] == dt.datetime(2024, 1, 3, 7, 30, tzinfo=UTC)
     meta = t.history()[0].metadata
     assert meta["engine"] == "local" and meta["format"] == "csv" and meta["input_count"] == 1
 
@@ -667,7 +669,7 @@ def test_ingest_local_csv_jsonl_parquet(wh: str, tmp_path: Path, cat: lamina.Cat
     )  # fmt: skip
     assert "commit 4 (overwrite) on events: 1 row, 1 segment added, 2 replaced" in out
     assert "1 chunk emptied" in out
-    assert sorted(t.to_arrow()["k"].to_pylist()) == [7, 10, 11, 20, 21]
+    assert sorted(t.to_arrow()["k"].to_pylist()) == [7, 10, 11, 12, 20, 21]
 
 
 def test_ingest_local_folder_of_files(wh: str, tmp_path: Path, cat: lamina.Catalog) -> None:

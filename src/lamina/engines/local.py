@@ -130,13 +130,27 @@ def _reader(
     return reader.schema, iter(reader)
 
 
+_ZONED = r"([Zz]|[+-]\d\d(:?\d\d)?)$"
+
+
 def _parse_times(column: pa.Array, target: pa.DataType) -> pa.Array:
     """ISO-8601 text -> ``target`` timestamps: values with a zone are instants, values
-    without one are read as UTC (as Spark does with lamina's UTC session)."""
-    try:
-        return column.cast(pa.timestamp("us", tz="UTC")).cast(target)
-    except pa.ArrowInvalid:
-        return column.cast(pa.timestamp("us")).cast(target)
+    without one are read as UTC (as Spark does with lamina's UTC session).
+
+    Raises ``pa.ArrowInvalid`` for text that is not a time."""
+    import pyarrow.compute as pc
+
+    aware, naive = pa.timestamp("us", tz="UTC"), pa.timestamp("us")
+    for as_type in (aware, naive):
+        try:
+            return column.cast(as_type).cast(target)
+        except pa.ArrowInvalid:
+            continue
+    zoned = pc.fill_null(pc.match_substring_regex(column, _ZONED), False)  # some of each
+    none = pa.scalar(None, pa.string())
+    with_zone = pc.if_else(zoned, column, none).cast(aware)
+    without = pc.if_else(zoned, none, column).cast(naive).cast(aware)
+    return pc.if_else(zoned, with_zone, without).cast(target)
 
 
 def _typed_schema(schema: pa.Schema, target: pa.Schema | None) -> pa.Schema:
