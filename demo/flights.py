@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 import lamina
-from lamina.engines.spark import get_spark
+from lamina.engines.spark_io import quiet_session
 
 console = Console()
 
@@ -66,13 +65,15 @@ def raw_flights(path: Path) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--warehouse", default="warehouse")
+    parser.add_argument("--verbose", action="store_true", help="show Spark's log lines")
     args = parser.parse_args()
 
     console.rule("[bold]lamina demo: NYC flights 2013")
     cat = lamina.connect(warehouse=args.warehouse)
     console.print(f"catalog: {cat.url}\nwarehouse: {cat.warehouse.root}")
-    spark = get_spark(app_name="lamina-demo")
-    spark.sparkContext.setLogLevel("ERROR")
+    # Spark is the pipeline engine here; its JVM banner and log lines stay hidden
+    with console.status("starting Spark"):
+        spark = quiet_session(app_name="lamina-demo", verbose=args.verbose)
 
     raw = raw_flights(Path(args.warehouse) / "_raw" / "flights.parquet")
     df = spark.read.parquet(str(raw.resolve()))
@@ -196,19 +197,14 @@ def consistent_push_demo(cat: lamina.Catalog, spark: Any, flights: lamina.Table)
     )
     show("readers see push 1 again", cat.sql(summary))
 
-    warnings.filterwarnings("ignore", message="Cannot infer the eval type")
-
     @F.udf("long")
     def broken(n: int) -> int:
         raise ValueError("upstream feed truncated")
 
-    spark.sparkContext.setLogLevel("OFF")  # the failure below is on purpose
-    try:
+    try:  # the failure is on purpose (its Spark log lines are hidden with the others)
         stats.refresh(daily(flights).withColumn("flights", broken("flights")))
     except Exception as exc:  # noqa: BLE001 - the demo shows the failure
         console.print(f"\n[red]push 3 failed[/] ({type(exc).__name__}); its entry was reverted")
-    finally:
-        spark.sparkContext.setLogLevel("ERROR")
     show("readers are unaffected: still push 1", cat.sql(summary))
 
     console.print("\n[bold]lineage[/]")

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import csv as csv_module
 import datetime as dt
+import io
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +19,9 @@ import pytest
 from typer.testing import CliRunner, Result
 
 import lamina
-from lamina.cli import app, format_of, parse_schema, parse_type
+from lamina.cli import app
+from lamina.core.schema_text import parse_schema, parse_type
+from lamina.engines.files import format_of
 from lamina.errors import LaminaError, SchemaError
 
 UTC = dt.UTC
@@ -313,20 +320,20 @@ def test_ingest_with_spark(wh: str, tmp_path: Path, spark: Any) -> None:
     csv.write_text(
         "ts,k,v\n2024-01-01 00:00:00,1,1.5\n2024-01-01 06:00:00,2,2.5\n2024-01-02 01:00:00,3,3.5\n"
     )
-    out = ok(wh, "ingest", "events", str(csv), "--create", "--time-column", "ts")
+    out = ok(wh, "ingest", "events", str(csv), "--create", "--time-column", "ts", "-e", "spark")
     assert "created table events" in out
-    assert "commit 1 (append) on events: 3 rows, 2 segments added" in out
+    assert "commit 1 (append) on events: 3 rows, 2 segments added" in out and "Spark task" in out
 
     parquet = tmp_path / "more.parquet"
     pq.write_table(_rows([2, 3], 2, k0=10), parquet)
-    out = ok(wh, "ingest", "events", str(parquet))
+    out = ok(wh, "ingest", "events", str(parquet), "--engine", "spark")
     assert "commit 2 (append) on events: 4 rows, 2 segments added" in out
 
     fixed = tmp_path / "fixed.csv"
     fixed.write_text("ts,k,v\n2024-01-01 12:00:00,7,7.0\n")
     out = ok(
         wh, "ingest", "events", str(fixed), "--mode", "overwrite",
-        "--interval", "2024-01-01/2024-01-03",
+        "--interval", "2024-01-01/2024-01-03", "--engine", "spark",
     )  # fmt: skip
     assert "commit 3 (overwrite) on events: 1 row, 1 segment added, 2 replaced" in out
     assert "1 chunk emptied" in out  # 2024-01-02 had rows, the new data has none
@@ -340,7 +347,7 @@ def test_ingest_with_spark(wh: str, tmp_path: Path, spark: Any) -> None:
 
     bad = tmp_path / "bad.csv"
     bad.write_text("ts,k,v\n2024-01-05 00:00:00,abc,1.0\n")
-    message = fails(wh, "ingest", "events", str(bad))
+    message = fails(wh, "ingest", "events", str(bad), "-e", "spark")
     assert "Spark failed" in message and "abc" in message
     assert "ABORTED" in ok(wh, "history", "events")
 
@@ -435,7 +442,7 @@ def test_push_with_spark(wh: str, tmp_path: Path, pushed: lamina.Table, spark: A
     assert pushed.count() == 9
     csv = tmp_path / "day0.csv"
     csv.write_text("ts,k,v\n2024-01-01 01:00:00,70,1.0\n2024-01-01 02:00:00,71,2.0\n")
-    out = ok(wh, "push", "events", str(csv), "--interval", "2024-01-01/2024-01-02")
+    out = ok(wh, "push", "events", str(csv), "--interval", "2024-01-01/2024-01-02", "-e", "spark")
     entry = pushed.lineage()[-1]
     assert "(refresh) on events: 2 rows, 1 segment added" in out
     assert f"lineage entry {entry.id} (completed): replaced 1 segment" in out
@@ -446,8 +453,324 @@ def test_push_with_spark(wh: str, tmp_path: Path, pushed: lamina.Table, spark: A
 
     bad = tmp_path / "bad.csv"
     bad.write_text("ts,k,v\n2024-01-02 00:00:00,abc,1.0\n")
-    message = fails(wh, "push", "events", str(bad))
+    message = fails(wh, "push", "events", str(bad), "--engine", "spark")
     assert "push failed, nothing was published" in message and "abc" in message
     assert pushed.count() == 9
     assert all(e.state != "IN_PROGRESS" for e in pushed.lineage())
     assert "aligned" in fails(wh, "push", "events", str(csv), "-i", "2024-01-01/2024-01-01T12:00")
+
+
+# -- --format table|csv|json|jsonl on every listing ----------------------------------------------
+
+
+def _csv(text: str) -> list[dict[str, str]]:
+    return list(csv_module.DictReader(io.StringIO(text)))
+
+
+def _listing(wh: str, *args: str) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
+    """The rows of a listing command as csv, as json, and (checked equal) as jsonl."""
+    as_csv = _csv(ok(wh, *args, "--format", "csv"))
+    as_json = json.loads(ok(wh, *args, "--format", "json"))
+    as_jsonl = [json.loads(line) for line in ok(wh, *args, "-f", "jsonl").splitlines()]
+    assert as_jsonl == as_json
+    assert [list(r) for r in as_csv] == [list(r) for r in as_json]  # same columns, same order
+    return as_csv, as_json
+
+
+def test_tables_formats(wh: str, events: lamina.Table, cat: lamina.Catalog) -> None:
+    cat.create_table("dims", parse_schema("k:int64"))
+    rows, data = _listing(wh, "tables")
+    assert [r["table"] for r in rows] == ["dims", "events"]
+    assert rows[1] == {
+        "table": "events", "time_column": "ts", "granularity": "DAY", "segments": "3",
+        "rows": "6", "size_bytes": str(sum(s.size_bytes for s in events.segments())),
+    }  # fmt: skip
+    assert data[0]["time_column"] is None and rows[0]["time_column"] == ""
+    assert data[1]["rows"] == 6 and data[1]["segments"] == 3
+    empty = wh + "-empty"
+    assert _listing(empty, "tables") == ([], [])
+    assert "no tables yet" in ok(empty, "tables")
+
+
+def test_segments_formats(wh: str, events: lamina.Table) -> None:
+    rows, data = _listing(wh, "segments", "events")
+    assert [r["segment"] for r in data] == [s.id for s in events.segments()]
+    day1 = next(r for r in data if r["start"] == "2024-01-02T00:00:00Z")
+    assert day1["version"] == 2 and day1["rows"] == 2 and day1["end"] == "2024-01-03T00:00:00Z"
+    assert day1["tombstone"] is False and "status" not in day1
+    assert rows[0]["tombstone"] == "false" and rows[0]["version"] == "1"
+
+    rows, data = _listing(wh, "segments", "events", "--all")
+    by_id = {r["segment"]: r for r in data}
+    tomb = by_id["events_20240103T000000Z_20240104T000000Z_v3_p0"]
+    assert tomb["tombstone"] is True and tomb["size_bytes"] is None and tomb["status"] == "visible"
+    old = by_id["events_20240102T000000Z_20240103T000000Z_v1_p0"]
+    assert old["status"] == "overshadowed" and old["detail"] == "overshadowed by v2"
+    assert len(rows) == 6 and {r["status"] for r in rows} == {"visible", "overshadowed"}
+
+
+def test_timeline_formats(wh: str, events: lamina.Table) -> None:
+    rows, data = _listing(wh, "timeline", "events")
+    assert [(r["chunk"], r["version"], r["status"]) for r in data] == [
+        ("2024-01-01", 1, "visible"),
+        ("2024-01-02", 2, "visible"),
+        ("2024-01-02", 1, "overshadowed"),
+        ("2024-01-03", 3, "visible"),
+        ("2024-01-03", 1, "overshadowed"),
+    ]
+    assert data[0]["rows"] == 4 and data[0]["partitions"] == "p0..p1"
+    assert data[3]["tombstone"] is True and data[3]["detail"] == "deleted (tombstone)"
+    assert rows[2]["detail"] == "overshadowed by v2" and rows[2]["start"] == "2024-01-02T00:00:00Z"
+    assert "█" not in ok(wh, "timeline", "events", "-f", "csv")  # no drawings in data
+
+
+def test_timeline_data_formats_list_every_chunk(wh: str, cat: lamina.Catalog) -> None:
+    cat.create_table("daily", parse_schema(SCHEMA), "ts", "DAY").append(_rows(list(range(70)), 1))
+    rows, _ = _listing(wh, "timeline", "daily")
+    assert len(rows) == 70  # --limit 60 is for the drawing
+    assert len(_listing(wh, "timeline", "daily", "--interval", "2024-01-02/2024-01-04")[0]) == 2
+
+
+def test_history_formats(wh: str, events: lamina.Table) -> None:
+    rows, data = _listing(wh, "history", "events")
+    assert [r["commit"] for r in data] == [1, 2, 3, 4]
+    assert [r["action"] for r in rows] == ["APPEND", "APPEND", "OVERWRITE", "OVERWRITE"]
+    assert data[0]["metadata"] == {"job": "load"} and json.loads(rows[0]["metadata"]) == {
+        "job": "load"
+    }
+    assert data[2]["segments_added"] == 1 and data[2]["segments_removed"] == 1
+    started = dt.datetime.fromisoformat(data[0]["started_at"])
+    assert started.tzinfo is not None and data[0]["state"] == "COMPLETED"
+
+
+def test_lineage_formats(wh: str, pushed: lamina.Table) -> None:
+    first, second = pushed.lineage()
+    rows, data = _listing(wh, "lineage", "events")
+    assert [r["entry"] for r in data] == [first.id, second.id]
+    assert data[1]["segments_from"] == list(second.segments_from)
+    assert data[1]["segments_to"] == list(second.segments_to)
+    assert json.loads(rows[0]["segments_to"]) == list(first.segments_to)
+    assert {r["state"] for r in rows} == {"COMPLETED"}
+
+
+def test_orphans_formats(wh: str, events: lamina.Table) -> None:
+    assert _listing(wh, "orphans") == ([], [])
+    stray = Path(wh) / "events" / "data" / "stray.parquet"
+    stray.write_bytes(b"x")
+    rows, data = _listing(wh, "orphans")
+    assert rows == [{"path": "events/data/stray.parquet"}] and data == rows
+
+
+def test_query_csv_and_json_agree(wh: str, events: lamina.Table) -> None:
+    sql = "SELECT k, v, ts, k > 100 AS big FROM events ORDER BY k"
+    rows, data = _listing(wh, "query", sql)
+    assert [r["k"] for r in data] == [0, 1, 2, 100, 200, 201]
+    assert rows[3] == {"k": "100", "v": "0.0", "ts": "2024-01-01T00:00:00+00:00", "big": "false"}
+    assert data[4]["big"] is True and data[4]["ts"] == "2024-01-02T00:00:00+00:00"
+
+
+def test_unknown_output_format_is_a_usage_error(wh: str, events: lamina.Table) -> None:
+    fails(wh, "tables", "--format", "xml", code=2)
+
+
+# -- start-up: heavy modules only in the commands that need them --------------------------------
+
+HEAVY = ("pyspark", "fastapi", "uvicorn", "pandas", "duckdb", "sqlalchemy", "pyarrow", "py4j")
+_PROBE = """
+import sys
+sys.argv[0] = "lamina"
+from lamina.cli import app
+try:
+    app(sys.argv[1:])
+except SystemExit as exc:
+    assert not exc.code, exc.code
+print(sorted({m.split(".")[0] for m in sys.modules} & set(%r)))
+"""
+
+
+def _modules_after(*args: str) -> set[str]:
+    """Top-level heavy modules imported by ``lamina ARGS`` in a fresh interpreter."""
+    src = str(Path(lamina.__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": src, "NO_COLOR": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE % (HEAVY,), *args],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return set(json.loads(proc.stdout.strip().splitlines()[-1].replace("'", '"')))
+
+
+def test_startup_imports_only_what_the_command_needs(wh: str, events: lamina.Table) -> None:
+    assert _modules_after("--help") == set()
+    assert _modules_after("--warehouse", wh, "tables") == {"sqlalchemy", "pyarrow"}
+    used = _modules_after("--warehouse", wh, "query", "SELECT count(*) FROM events")
+    assert used == {"sqlalchemy", "pyarrow", "duckdb"}
+    assert _modules_after("--warehouse", wh, "timeline", "events") == {"sqlalchemy", "pyarrow"}
+    assert _modules_after("ingest", "--help") == set()
+
+
+def test_top_level_names_are_lazy() -> None:
+    code = (
+        "import sys, lamina; assert 'lamina.catalog' not in sys.modules; "
+        "assert lamina.Table.__name__ == 'Table' and lamina.connect and lamina.Granularity.DAY; "
+        "assert 'lamina.catalog' in sys.modules; print(lamina.__version__)"
+    )
+    src = str(Path(lamina.__file__).resolve().parent.parent)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": src},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == lamina.__version__
+    with pytest.raises(AttributeError):
+        _ = lamina.NoSuchName  # type: ignore[attr-defined]
+
+
+# -- ingest and push with the local engine (pyarrow, no JVM) ----------------------------------
+
+
+def test_ingest_local_csv_jsonl_parquet(wh: str, tmp_path: Path, cat: lamina.Catalog) -> None:
+    csv_file = tmp_path / "day0.csv"
+    csv_file.write_text(
+        "ts,k,v\n2024-01-01 00:00:00,1,1.5\n2024-01-01 06:00:00,2,2.5\n2024-01-02 01:00:00,3,\n"
+    )
+    out = ok(wh, "ingest", "events", str(csv_file), "--create", "-t", "ts", "--engine", "local")
+    assert "created table events" in out and "local engine" in out
+    assert "commit 1 (append) on events: 3 rows, 2 segments added" in out
+    t = cat.load_table("events")
+    assert t.schema.field("ts").type == pa.timestamp("us", tz="UTC")  # naive text read as UTC
+    assert t.schema.field("k").type == pa.int64() and t.schema.field("v").type == pa.float64()
+
+    jsonl = tmp_path / "more.jsonl"
+    jsonl.write_text(
+        '{"ts": "2024-01-03T00:00:00Z", "k": 10, "v": 1}\n'
+        '{"k": 11, "ts": "2024-01-03T05:00:00+02:00", "v": null}\n'
+        '{"ts": "2024-01-03 07:30:00", "k": 12, "v": 2.5}\n'  # no zone: UTC
+    )
+    out = ok(wh, "ingest", "events", str(jsonl))  # auto: small input, local engine
+    assert "commit 2 (append) on events: 3 rows, 1 segment added" in out and "local" in out
+
+    parquet = tmp_path / "p.parquet"
+    pq.write_table(_rows([4], 2, k0=20), parquet)
+    ok(wh, "ingest", "events", str(parquet), "-e", "local")
+
+    got = t.to_arrow().sort_by("k").to_pylist()
+    assert [r["k"] for r in got] == [1, 2, 3, 10, 11, 12, 20, 21]
+    assert got[2]["v"] is None and got[4]["ts"] == dt.datetime(2024, 1, 3, 3, tzinfo=UTC)
+    assert got[5]["ts"] == dt.datetime(2024, 1, 3, 7, 30, tzinfo=UTC)
+    meta = t.history()[0].metadata
+    assert meta["engine"] == "local" and meta["format"] == "csv" and meta["input_count"] == 1
+
+    fixed = tmp_path / "fixed.tsv"
+    fixed.write_text("ts\tk\tv\n2024-01-01 12:00:00\t7\t7.0\n")
+    out = ok(
+        wh, "ingest", "events", str(fixed), "-m", "overwrite", "-i", "2024-01-01/2024-01-03",
+        "-e", "local",
+    )  # fmt: skip
+    assert "commit 4 (overwrite) on events: 1 row, 1 segment added, 2 replaced" in out
+    assert "1 chunk emptied" in out
+    assert sorted(t.to_arrow()["k"].to_pylist()) == [7, 10, 11, 12, 20, 21]
+
+
+def test_ingest_local_folder_of_files(wh: str, tmp_path: Path, cat: lamina.Catalog) -> None:
+    folder = tmp_path / "export"
+    folder.mkdir()
+    pq.write_table(_rows([0], 3), folder / "part-0.parquet")
+    pq.write_table(_rows([1], 2, k0=10), folder / "part-1.parquet")
+    (folder / "_SUCCESS").touch()
+    out = ok(wh, "ingest", "events", str(folder), "--create", "-t", "ts", "-g", "day")
+    assert "5 rows, 2 segments added" in out
+    assert cat.load_table("events").count() == 5
+
+
+def test_ingest_local_bad_files_publish_nothing(
+    wh: str, tmp_path: Path, events: lamina.Table
+) -> None:
+    before = (events.count(), len(events.history()))
+    bad = tmp_path / "bad.csv"
+    bad.write_text("ts,k,v\n2024-01-05 00:00:00,abc,1.0\n")
+    message = fails(wh, "ingest", "events", str(bad), "-e", "local")
+    assert "bad.csv" in message and "abc" in message and "int64" in message
+
+    late = tmp_path / "late.csv"  # the bad value is far from the first block
+    late.write_text("ts,k,v\n" + "2024-01-05 00:00:00,1,1.0\n" * 50_000 + "yesterday,2,2.0\n")
+    message = fails(wh, "ingest", "events", str(late), "--engine", "local")
+    assert "late.csv" in message and "yesterday" in message
+
+    extra = tmp_path / "extra.jsonl"
+    extra.write_text('{"ts": "2024-01-05T00:00:00Z", "k": 1, "v": 1.0, "what": "x"}\n')
+    assert "unknown columns ['what']" in fails(wh, "ingest", "events", str(extra), "-e", "local")
+
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"PAR1 not really")
+    assert "broken.parquet" in fails(wh, "ingest", "events", str(broken), "-e", "local")
+
+    assert "--format" in fails(wh, "ingest", "events", str(tmp_path / "bad.csv"), str(broken))
+    assert (events.count(), len(events.history())) == before  # nothing published or begun
+
+
+def test_push_local(wh: str, tmp_path: Path, pushed: lamina.Table) -> None:
+    pushed.revert_replace(pushed.lineage()[-1].id)  # back to days 0-2, 3 rows each
+    day0 = tmp_path / "day0.csv"
+    day0.write_text("ts,k,v\n2024-01-01 01:00:00,70,1.0\n2024-01-01 02:00:00,71,2.0\n")
+    out = ok(wh, "push", "events", str(day0), "-i", "2024-01-01/2024-01-02", "-e", "local")
+    entry = pushed.lineage()[-1]
+    assert "(refresh) on events: 2 rows, 1 segment added" in out and "local engine" in out
+    assert f"lineage entry {entry.id} (completed): replaced 1 segment" in out
+    assert pushed.count() == 8 and entry.state == "COMPLETED"
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"ts": "2024-01-02T00:00:00Z", "k": "abc", "v": 1.0}\n')
+    message = fails(wh, "push", "events", str(bad), "-e", "local")
+    assert "push failed, nothing was published" in message and "bad.jsonl" in message
+    assert pushed.count() == 8
+    assert all(e.state != "IN_PROGRESS" for e in pushed.lineage())
+
+
+def test_engine_choice_by_input_size(tmp_path: Path) -> None:
+    from lamina.cli.write import Engine, choose_engine
+    from lamina.engines.files import input_bytes, parse_size
+
+    data = tmp_path / "d"
+    data.mkdir()
+    (data / "a.csv").write_text("x\n" + "1\n" * 500)  # 1,002 bytes
+    (data / "b.csv").write_text("x\n1\n")  # 4 bytes
+    paths = [str(data)]
+    assert input_bytes(paths) == 1006 and input_bytes([str(data / "b.csv")]) == 4
+    assert choose_engine(Engine.auto, paths, "1006") is Engine.local
+    assert choose_engine(Engine.auto, paths, "1KB") is Engine.spark  # 1,000 bytes
+    assert choose_engine(Engine.auto, paths, None) is Engine.local  # default 2 GB
+    assert choose_engine(Engine.local, paths, "1") is Engine.local
+    assert choose_engine(Engine.spark, paths, None) is Engine.spark
+    assert parse_size("2GB") == 2_000_000_000 and parse_size("1.5m") == 1_500_000
+    with pytest.raises(LaminaError, match="as a size"):
+        parse_size("lots")
+
+
+def test_local_max_bytes_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lamina.cli.write import Engine, choose_engine
+
+    f = tmp_path / "a.csv"
+    f.write_text("x\n1\n")
+    monkeypatch.setenv("LAMINA_LOCAL_MAX_BYTES", "3")
+    assert choose_engine(Engine.auto, [str(f)], None) is Engine.spark
+    assert choose_engine(Engine.auto, [str(f)], "4") is Engine.local  # the option wins
+
+
+@pytest.mark.spark
+def test_spark_ingest_prints_no_spark_logs(wh: str, tmp_path: Path) -> None:
+    """A fresh process (its own JVM): stderr holds nothing of Spark's unless --verbose."""
+    data = tmp_path / "d.csv"
+    data.write_text("ts,k\n2024-01-01 00:00:00,1\n2024-01-02 00:00:00,2\n")
+    src = str(Path(lamina.__file__).resolve().parent.parent)
+    code = "import sys; sys.argv[0] = 'lamina'; from lamina.cli import app; app()"
+    env = {k: v for k, v in os.environ.items() if k != "LAMINA_SPARK_LOG_LEVEL"}
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "--warehouse", wh, "ingest", "events", str(data),
+         "--create", "-t", "ts", "--engine", "spark"],
+        capture_output=True, text=True, timeout=600, check=False,
+        env={**env, "PYTHONPATH": src, "NO_COLOR": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "2 rows, 2 segments added" in proc.stdout and "Spark task" in proc.stdout
+    assert proc.stderr.strip() == "", proc.stderr  # no log4j, JVM or pyspark lines

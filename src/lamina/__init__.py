@@ -1,11 +1,21 @@
-"""lamina: time-partitioned analytical tables of immutable Parquet segments."""
+"""lamina: time-partitioned analytical tables of immutable Parquet segments.
 
-from lamina.catalog import Catalog, connect
-from lamina.core.interval import Granularity, Interval
-from lamina.core.model import Commit, CommitState
-from lamina.core.segment import Segment
-from lamina.errors import LaminaError
-from lamina.table import Table
+The public names are imported on first use (``lamina.Catalog`` loads the catalog and
+its SQLAlchemy/pyarrow dependencies then), so importing a submodule stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lamina.catalog import Catalog, connect
+    from lamina.core.interval import Granularity, Interval
+    from lamina.core.model import Commit, CommitState
+    from lamina.core.segment import Segment
+    from lamina.errors import LaminaError
+    from lamina.table import Table
 
 __all__ = [
     "Catalog",
@@ -19,3 +29,28 @@ __all__ = [
     "connect",
 ]
 __version__ = "0.1.0"
+
+_HOMES = {
+    "Catalog": "lamina.catalog",
+    "connect": "lamina.catalog",
+    "Granularity": "lamina.core.interval",
+    "Interval": "lamina.core.interval",
+    "Commit": "lamina.core.model",
+    "CommitState": "lamina.core.model",
+    "Segment": "lamina.core.segment",
+    "LaminaError": "lamina.errors",
+    "Table": "lamina.table",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'lamina' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

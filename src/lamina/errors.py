@@ -95,3 +95,7 @@ class LineageEntryNotFoundError(LineageError):
 
 class SqlError(LaminaError):
     """DuckDB rejected the query."""
+
+
+class InputFileError(LaminaError):
+    """An input file is missing, of an unknown format, or holds values that cannot be read."""

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from lamina.core.interval import US_PER_DAY, Granularity, Interval
 from lamina.errors import (
@@ -17,6 +15,9 @@ from lamina.errors import (
     UnsupportedInputError,
     UnsupportedTypeError,
 )
+
+if TYPE_CHECKING:  # pyarrow.compute is imported where it is used: the CLI starts faster
+    import pyarrow.compute as pc
 
 
 def is_spark_dataframe(data: Any) -> bool:
@@ -157,6 +158,8 @@ def storage_schema(schema: pa.Schema) -> pa.Schema:
 def table_schema(schema: pa.Schema) -> pa.Schema:
     """The schema a new table stores: :func:`storage_schema`, checked against the
     Parquet writer. Raises UnsupportedTypeError naming the first column it cannot write."""
+    import pyarrow.parquet as pq
+
     stored = storage_schema(schema)
     for f in stored:
         try:
@@ -224,6 +227,8 @@ def _mask(arr: pa.Array) -> pa.Array | None:
 
 def _own_values(arr: pa.Array) -> tuple[pa.Array, pa.Array]:
     """Offsets from 0 and the child values of a (possibly sliced) list or map array."""
+    import pyarrow.compute as pc
+
     offsets = arr.offsets
     first, last = offsets[0].as_py(), offsets[-1].as_py()
     return pc.subtract(offsets, first), arr.values.slice(first, last - first)
@@ -244,6 +249,8 @@ def _list_from_view(arr: pa.Array, t: pa.DataType) -> pa.Array:
 def _to_storage(arr: pa.Array) -> pa.Array:
     """``arr`` as its :func:`storage_type`, value for value. Built by hand for nested
     types: pyarrow can neither take from views nor cast list views correctly."""
+    import pyarrow.compute as pc
+
     t = storage_type(arr.type, "")
     if t == arr.type:
         return arr
@@ -324,14 +331,37 @@ def conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
+def int64_numpy(values: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Integer values (no nulls) as an int64 numpy array, without ``to_numpy``: pyarrow's
+    imports pandas (a third of a second that a command line write does not need)."""
+    if values.type != pa.int64():
+        values = values.cast(pa.int64())
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if values.null_count or len(values) == 0:
+        return np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.int64)
+    data = values.buffers()[1]
+    assert data is not None
+    return np.frombuffer(data, dtype=np.int64, count=len(values), offset=values.offset * 8)
+
+
+def int64_arrow(values: np.ndarray) -> pa.Array:
+    """An int64 numpy array as an Arrow array, without ``pa.array`` (which, given numpy,
+    imports pandas)."""
+    data = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(data), [None, pa.py_buffer(data)])
+
+
 def time_values_us(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     """Microseconds since epoch (UTC; naive timestamps read as UTC) as int64 numpy."""
+    import pyarrow.compute as pc
+
     t = column.type
     if pa.types.is_date(t):
         days = pc.cast(column, pa.date32()).cast(pa.int32())
-        return np.asarray(days.to_numpy(zero_copy_only=False), dtype=np.int64) * US_PER_DAY
+        return int64_numpy(days) * US_PER_DAY
     us = column.cast(pa.timestamp("us", tz=t.tz), safe=False)
-    return np.asarray(us.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
+    return int64_numpy(us.cast(pa.int64()))
 
 
 _FLOOR_UNITS = {
@@ -353,9 +383,11 @@ def chunk_starts(values_us: np.ndarray, granularity: Granularity) -> np.ndarray:
         step = width.end - width.start
         offset = width.start % step
         return values_us - (values_us - offset) % step
-    ts = pa.array(values_us, type=pa.int64()).cast(pa.timestamp("us"))
+    import pyarrow.compute as pc
+
+    ts = int64_arrow(values_us).cast(pa.timestamp("us"))
     floored = pc.floor_temporal(ts, unit=_FLOOR_UNITS[granularity])
-    return np.asarray(floored.cast(pa.int64()).to_numpy(), dtype=np.int64)
+    return int64_numpy(floored)
 
 
 def time_filter(field: pa.Field, interval: Interval) -> pc.Expression:
@@ -377,5 +409,7 @@ def _bound(field: pa.Field, us: int, op: str) -> pc.Expression:
         unit = t.unit
         raw = us * 1000 if unit == "ns" else _ceil_div(us, {"s": 10**6, "ms": 1000, "us": 1}[unit])
         value = pa.scalar(raw, pa.int64()).cast(t)
+    import pyarrow.compute as pc
+
     col = pc.field(field.name)
     return col >= value if op == ">=" else col < value

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 
 from lamina.core.interval import Interval
 from lamina.core.scan import ScanPlan
@@ -16,6 +15,8 @@ from lamina.io.warehouse import Warehouse
 
 def read_arrow(plan: ScanPlan, wh: Warehouse, columns: list[str] | None = None) -> pa.Table:
     """Read the plan's files into one Arrow table (segments in time order)."""
+    import pyarrow.dataset as ds  # imports pandas: only when reading
+
     schema = plan.table.schema
     if columns is not None:
         unknown = [c for c in columns if c not in schema.names]

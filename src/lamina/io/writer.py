@@ -9,13 +9,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lamina.core.interval import ETERNITY, Granularity, Interval
 from lamina.core.model import NewSegment
 from lamina.errors import TimeColumnError
-from lamina.io.arrow import chunk_starts, time_values_us
+from lamina.io.arrow import chunk_starts, int64_arrow, int64_numpy, time_values_us
 from lamina.io.warehouse import Warehouse
 
 
@@ -41,7 +40,7 @@ class ChunkPart:
     def data(self) -> pa.Table:
         if isinstance(self.rows, slice):
             return self.source.slice(self.rows.start, self.num_rows)
-        return self.source.take(pa.array(self.rows))
+        return self.source.take(int64_arrow(self.rows))
 
     def time_range(self) -> tuple[int | None, int | None]:
         if self.times is None or self.num_rows == 0:
@@ -97,8 +96,10 @@ def _chunk_codes(t: np.ndarray, granularity: Granularity) -> tuple[np.ndarray, n
         if span <= 4 * len(t) + 1024:  # dense enough for a code per possible chunk
             codes = (t - first) // width
             return first + np.arange(span, dtype=np.int64) * width, codes
-    encoded = pc.dictionary_encode(pa.array(chunk_starts(t, granularity)))
-    return encoded.dictionary.to_numpy(), encoded.indices.to_numpy()
+    import pyarrow.compute as pc  # here, not at the top: the CLI starts faster
+
+    encoded = pc.dictionary_encode(int64_arrow(chunk_starts(t, granularity)))
+    return int64_numpy(encoded.dictionary), int64_numpy(encoded.indices)
 
 
 def _pieces(rows: slice, target_rows: int) -> list[slice]:

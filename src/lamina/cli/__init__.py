@@ -1,0 +1,169 @@
+"""The ``lamina`` command line: create tables, ingest files, look inside.
+
+Every command takes ``--catalog`` / ``--warehouse`` (also accepted before the command
+name, and read from ``$LAMINA_CATALOG`` / ``$LAMINA_WAREHOUSE``). Errors lamina raises
+for bad input print one red line and exit with status 1; usage errors exit with 2.
+
+Start-up stays fast: this package imports typer and rich only; the catalog (SQLAlchemy,
+pyarrow), DuckDB, Spark, pandas and the REST server are imported by the commands that
+use them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, ParamSpec, TypeVar
+
+import typer
+
+from lamina.cli.output import OutputFormat, error_line
+from lamina.errors import LaminaError, SnapshotNotFoundError, TableNotFoundError
+
+if TYPE_CHECKING:
+    import lamina
+    from lamina.core.model import Snapshot
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+app = typer.Typer(
+    name="lamina",
+    help="Time-partitioned tables of immutable Parquet segments on a transactional catalog.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+
+
+def _handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Turn a :class:`LaminaError` into one red line on stderr and exit status 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except LaminaError as exc:
+            error_line(str(exc))
+            raise typer.Exit(1) from None
+        except BrokenPipeError:  # `lamina query ... | head`
+            with contextlib.suppress(OSError):
+                sys.stderr.close()
+            raise typer.Exit(0) from None
+
+    return wrapper
+
+
+def command(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Register a command whose LaminaErrors become one-line messages."""
+
+    def register(fn: Callable[P, R]) -> Callable[P, R]:
+        wrapped = _handle_errors(fn)
+        app.command(name)(wrapped)
+        return wrapped
+
+    return register
+
+
+# -- options shared by the commands ---------------------------------------------------------
+
+
+@dataclass
+class _Globals:
+    catalog: str | None = None
+    warehouse: str | None = None
+
+
+_CATALOG_HELP = (
+    "Catalog URL (sqlite:///..., postgresql://...). "
+    "Default: $LAMINA_CATALOG, else lamina.db inside the warehouse."
+)
+_WAREHOUSE_HELP = "Warehouse path or URI. Default: $LAMINA_WAREHOUSE, else ./warehouse."
+CatalogOpt = Annotated[
+    str | None, typer.Option("--catalog", help=_CATALOG_HELP, show_default=False)
+]
+WarehouseOpt = Annotated[
+    str | None, typer.Option("--warehouse", help=_WAREHOUSE_HELP, show_default=False)
+]
+OutputOpt = Annotated[
+    OutputFormat,
+    typer.Option("--format", "-f", help="Output format: table, csv, json or jsonl."),
+]
+TableArg = Annotated[str, typer.Argument(help="Table name.")]
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    catalog: Annotated[
+        str | None,
+        typer.Option("--catalog", envvar="LAMINA_CATALOG", help=_CATALOG_HELP, show_default=False),
+    ] = None,
+    warehouse: Annotated[
+        str | None,
+        typer.Option(
+            "--warehouse",
+            envvar="LAMINA_WAREHOUSE",
+            help=_WAREHOUSE_HELP,
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Time-partitioned tables of immutable Parquet segments on a transactional catalog."""
+    ctx.obj = _Globals(catalog, warehouse)
+
+
+def locations(
+    ctx: typer.Context, catalog: str | None, warehouse: str | None
+) -> tuple[str | None, str | None]:
+    """The catalog and warehouse named by the command's options, else the global ones."""
+    glob = ctx.find_object(_Globals) or _Globals()
+    return catalog or glob.catalog, warehouse or glob.warehouse
+
+
+@contextlib.contextmanager
+def connect(
+    ctx: typer.Context, catalog: str | None, warehouse: str | None
+) -> Iterator[lamina.Catalog]:
+    """The catalog named by the command's options, else the global ones, else the env."""
+    from lamina.catalog import connect as open_catalog
+
+    cat_url, wh = locations(ctx, catalog, warehouse)
+    cat = open_catalog(catalog=cat_url, warehouse=wh)
+    try:
+        yield cat
+    finally:
+        cat.close()
+
+
+def load(cat: lamina.Catalog, name: str) -> lamina.Table:
+    """The table ``name``; TableNotFoundError saying how to list the tables."""
+    try:
+        return cat.load_table(name)
+    except TableNotFoundError:
+        raise TableNotFoundError(
+            f"no table named {name!r}; `lamina tables` lists the tables"
+        ) from None
+
+
+def snapshot(t: lamina.Table, as_of: int | None, all_published: bool) -> Snapshot:
+    """The table's snapshot; SnapshotNotFoundError saying how to list the commits."""
+    try:
+        return t.snapshot(as_of, all_published=all_published)
+    except SnapshotNotFoundError:
+        raise SnapshotNotFoundError(
+            f"table {t.name!r} has no completed commit {as_of}; `lamina history {t.name}` "
+            "lists the commits you can read"
+        ) from None
+
+
+# the command groups register themselves on `app`, in this order in --help
+from lamina.cli import tables, inspect, write, admin  # noqa: E402, I001
+
+__all__ = ["admin", "app", "command", "connect", "inspect", "load", "tables", "write"]
+
+if __name__ == "__main__":
+    app()

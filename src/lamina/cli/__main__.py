@@ -1,0 +1,5 @@
+"""``python -m lamina.cli``."""
+
+from lamina.cli import app
+
+app()

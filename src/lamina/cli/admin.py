@@ -1,0 +1,141 @@
+"""Commands ``query``, ``retention``, ``orphans`` and ``serve``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import sys
+from typing import Annotated
+
+import typer
+
+from lamina.cli import CatalogOpt, OutputOpt, WarehouseOpt, command, connect, load, locations
+from lamina.cli.output import Column, OutputFormat, done, emit, emit_arrow, n_of, note, warn
+from lamina.core.interval import MAX_US, MIN_US, from_us, to_us
+from lamina.errors import InvalidIntervalError
+
+TablesOpt = Annotated[
+    list[str] | None,
+    typer.Option("--table", "-t", help="Only this table (repeatable). Default: all."),
+]
+
+
+@command("query")
+def query(
+    ctx: typer.Context,
+    sql: Annotated[str, typer.Argument(help="DuckDB SQL over the tables ('-': read stdin).")],
+    limit: Annotated[
+        int | None,
+        typer.Option(
+            "--limit",
+            "-n",
+            min=0,
+            help="Print at most N rows (0: all). Default: 50 for table, all otherwise.",
+            show_default=False,
+        ),
+    ] = None,
+    fmt: OutputOpt = OutputFormat.table,
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Run SQL (DuckDB) over the latest snapshots of the tables it names."""
+    if sql == "-":
+        sql = sys.stdin.read()
+    with connect(ctx, catalog, warehouse) as cat:
+        result = cat.sql(sql)
+    if limit is None:
+        limit = 50 if fmt is OutputFormat.table else 0
+    emit_arrow(result, fmt, limit)
+
+
+def _parse_now(text: str) -> dt.datetime:
+    us = to_us(text)  # InvalidIntervalError explains the format
+    if not MIN_US < us < MAX_US:
+        raise InvalidIntervalError(f"--now must be a point in time, not {text!r}")
+    try:
+        return from_us(us)
+    except OverflowError:
+        raise InvalidIntervalError(f"--now {text!r} is out of range") from None
+
+
+@command("retention")
+def retention(
+    ctx: typer.Context,
+    table: TablesOpt = None,
+    now: Annotated[
+        str | None,
+        typer.Option(
+            "--now",
+            help="Act as if it were this time (ISO-8601, naive = UTC), e.g. to catch up.",
+            show_default=False,
+        ),
+    ] = None,
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Delete what pushes, rollbacks, overwrites and deletes left behind, and orphan files
+    (each after its retention period: table properties replaced_segments_retention,
+    lineage_cleanup_retention, orphan_grace_period)."""
+    at = _parse_now(now) if now is not None else None
+    with connect(ctx, catalog, warehouse) as cat:
+        names = [load(cat, n).name for n in table] if table else None
+        report = cat.run_retention(now=at, tables=names)
+    done(
+        f"retention on {n_of(len(names), 'table') if names else 'all tables'}: deleted "
+        f"{n_of(report.segment_files, 'segment file')} and "
+        f"{n_of(report.orphan_files, 'orphan file')}",
+    )
+
+
+_ORPHANS = [Column("path", "")]
+
+
+@command("orphans")
+def orphans(
+    ctx: typer.Context,
+    table: TablesOpt = None,
+    fmt: OutputOpt = OutputFormat.table,
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """List files in the tables' data folders that no catalog row names (relative to the
+    warehouse root; one per line). `lamina retention` deletes those past the grace period."""
+    with connect(ctx, catalog, warehouse) as cat:
+        names = [load(cat, n).name for n in table] if table else None
+        found = cat.find_orphans(tables=names)
+    emit(_ORPHANS, [{"path": rel} for rel in found], fmt)
+    if fmt is OutputFormat.table:
+        note(n_of(len(found), "orphan file"), stderr=True)
+
+
+_LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+@command("serve")
+def serve(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", help="Port to listen on.", min=0, max=65535)
+    ] = 8080,
+    log_level: Annotated[
+        str, typer.Option("--log-level", help="uvicorn log level (info, warning...).")
+    ] = "info",
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Serve the REST API (tables, segments, lineage; start/end/revertReplaceSegments).
+
+    POST calls need `Authorization: Bearer $LAMINA_API_TOKEN` when that variable is set.
+    OpenAPI at /openapi.json, docs at /docs.
+    """
+    from lamina import server
+
+    if not os.environ.get(server.TOKEN_ENV) and host not in _LOOPBACK:
+        warn(
+            f"listening on {host} without ${server.TOKEN_ENV}: anyone who can "
+            "reach it can replace and revert segments",
+            label="warning",
+        )
+    cat_url, wh = locations(ctx, catalog, warehouse)
+    server.serve(host, port, catalog=cat_url, warehouse=wh, log_level=log_level)

@@ -1,0 +1,386 @@
+"""Commands that look inside a table: ``segments``, ``timeline``, ``history``, ``lineage``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.text import Text
+
+from lamina.cli import (
+    CatalogOpt,
+    OutputOpt,
+    TableArg,
+    WarehouseOpt,
+    command,
+    connect,
+    load,
+    snapshot,
+)
+from lamina.cli.output import (
+    Column,
+    OutputFormat,
+    count,
+    emit,
+    n_of,
+    note,
+    size,
+    when,
+)
+from lamina.core.interval import Interval, format_us
+
+if TYPE_CHECKING:
+    from lamina.core.inspect import ChunkStatus
+
+AsOfOpt = Annotated[
+    int | None,
+    typer.Option("--as-of", help="Show the snapshot completed by this commit id.", min=1),
+]
+_STATUS_STYLES = {"visible": "green", "partial": "yellow", "incomplete": "yellow"}
+
+
+def _styled(styles: dict[str, str], default: str = "") -> Any:
+    """A cell showing a value in the style its kind has in ``styles``."""
+    return lambda v: Text(str(v), style=styles.get(str(v), default))
+
+
+def _segment_columns(with_status: bool) -> list[Column]:
+    cols = [
+        Column("segment"),
+        Column("chunk", "interval", only="table"),
+        Column("interval", only="data"),
+        Column("start", only="data"),
+        Column("end", only="data"),
+        Column("version", show=lambda v: f"v{v}", right=True),
+        Column("part", "partition", right=True, only="table"),
+        Column("partition", only="data"),
+        Column("core_partitions", only="data"),
+        Column("tombstone", only="data"),
+        Column("rows", show=count, right=True, only="data"),
+        Column("rows_cell", "rows", right=True, only="table"),
+        Column("size_bytes", "size", show=lambda v: "" if v is None else size(v), right=True),
+        Column("commit", show=lambda v: "" if v is None else str(v), right=True),
+    ]
+    if with_status:
+        cols += [
+            Column("status", only="data"),
+            Column("detail", only="data"),
+            Column("status_cell", "status", show=lambda v: v, only="table"),
+        ]
+    return cols
+
+
+@command("segments")
+def segments(
+    ctx: typer.Context,
+    name: TableArg,
+    all_: Annotated[
+        bool, typer.Option("--all", "-a", help="Every published segment, with its status.")
+    ] = False,
+    as_of: AsOfOpt = None,
+    fmt: OutputOpt = OutputFormat.table,
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """List a table's visible segments (or, with --all, every published one)."""
+    from lamina.core.inspect import chunk_label, chunk_status, chunks
+    from lamina.core.timeline import Timeline
+
+    with connect(ctx, catalog, warehouse) as cat:
+        t = load(cat, name)
+        snap = snapshot(t, as_of, all_published=all_)
+    tl = Timeline.build(snap.segments)
+    status: dict[tuple[Interval, int], ChunkStatus] = {}
+    if all_:
+        segs = sorted(snap.segments, key=lambda s: (s.interval, s.version, s.partition_id))
+        for versions in chunks(tl).values():
+            for c in versions:
+                status[(c.interval, c.version)] = chunk_status(tl, c)
+    else:
+        segs = [s for s in tl.visible() if s.location is not None]
+    rows: list[dict[str, Any]] = []
+    styles: list[str | None] = []
+    for s in segs:
+        dead = s.location is None
+        row: dict[str, Any] = {
+            "segment": s.id,
+            "chunk": chunk_label(s.interval, t.granularity),
+            "interval": str(s.interval),
+            "start": format_us(s.interval.start),
+            "end": format_us(s.interval.end),
+            "version": s.version,
+            "part": f"{s.partition_id}"
+            + (f"/{s.num_core_partitions}" if s.num_core_partitions else ""),
+            "partition": s.partition_id,
+            "core_partitions": s.num_core_partitions,
+            "tombstone": dead,
+            "rows": s.row_count,
+            "rows_cell": "tombstone" if dead else count(s.row_count),
+            "size_bytes": None if dead else s.size_bytes,
+            "commit": s.commit_id,
+        }
+        style = None
+        if all_:
+            st = status[(s.interval, s.version)]
+            row.update(
+                status=st.kind,
+                detail=st.detail,
+                status_cell=Text(st.detail, style=_STATUS_STYLES.get(st.kind, "dim")),
+            )
+            style = None if st.kind in _STATUS_STYLES else "dim"
+        rows.append(row)
+        styles.append(style)
+    emit(_segment_columns(all_), rows, fmt, styles=styles)
+    if fmt is not OutputFormat.table:
+        return
+    live = [s for s in tl.visible() if s.location is not None]
+    text = (
+        f"{n_of(len(live), 'visible segment')}, {n_of(sum(s.row_count for s in live), 'row')}, "
+        f"{size(sum(s.size_bytes for s in live))}"
+    )
+    if all_:
+        text = f"{n_of(len(segs), 'published segment')}; {text}"
+    if snap.commit_id:
+        text += f" · snapshot of commit {snap.commit_id}"
+    note(text)
+
+
+_GLYPHS = {
+    "visible": ("█", "green"),
+    "partial": ("▓", "yellow"),
+    "overshadowed": ("░", "dim"),
+    "incomplete": ("▒", "yellow"),
+    "hidden": ("░", "dim"),
+}
+_BAR_WIDTH = 16
+_TIMELINE = [
+    Column("chunk_cell", "chunk", only="table"),
+    Column("chunk", only="data"),
+    Column("start", only="data"),
+    Column("end", only="data"),
+    Column("version", show=lambda v: f"v{v}", right=True),
+    Column("bar", "rows", only="table"),
+    Column("rows_cell", "", right=True, only="table"),
+    Column("rows", only="data"),
+    Column("parts_cell", "partitions", only="table"),
+    Column("partitions", only="data"),
+    Column("tombstone", only="data"),
+    Column("status", only="data"),
+    Column("detail", only="data"),
+    Column("state", only="table", show=lambda v: v),
+]
+_LEGEND = Text.assemble(
+    ("█", "green"),
+    " visible  ",
+    ("▓", "yellow"),
+    " partly visible  ",
+    ("░", "dim"),
+    " overshadowed  ",
+    ("▒", "yellow"),
+    " incomplete  ",
+    ("×", "red"),
+    " tombstone",
+    style="dim",
+)
+
+
+@command("timeline")
+def timeline(
+    ctx: typer.Context,
+    name: TableArg,
+    as_of: AsOfOpt = None,
+    interval: Annotated[
+        str | None,
+        typer.Option("--interval", "-i", help="Only chunks overlapping START/END (ISO-8601)."),
+    ] = None,
+    limit: Annotated[
+        int,
+        typer.Option("--limit", "-n", help="Show at most N chunks (0: all; csv/json: all).", min=0),
+    ] = 60,
+    fmt: OutputOpt = OutputFormat.table,
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Draw the timeline: each chunk's versions, which is visible, what is overshadowed."""
+    from lamina.core.inspect import chunk_label, chunk_status, chunks, partitions_label
+    from lamina.core.timeline import Timeline
+
+    window = Interval.parse(interval) if interval is not None else None
+    with connect(ctx, catalog, warehouse) as cat:
+        t = load(cat, name)
+        snap = snapshot(t, as_of, all_published=True)
+    tl = Timeline.build(snap.segments)
+    groups = [
+        (iv, versions)
+        for iv, versions in chunks(tl).items()
+        if window is None or iv.overlaps(window)
+    ]
+    table_fmt = fmt is OutputFormat.table
+    shown = groups if limit == 0 or not table_fmt else groups[:limit]
+    most = max((c.rows for _, versions in shown for c in versions), default=0)
+    rows: list[dict[str, Any]] = []
+    styles: list[str | None] = []
+    for iv, versions in shown:
+        label = chunk_label(iv, t.granularity)
+        for i, c in enumerate(versions):
+            st = chunk_status(tl, c)
+            glyph, style = _GLYPHS[st.kind]
+            if c.tombstone:
+                bar = Text("×", style="red" if st.kind == "visible" else "dim")
+                detail = "deleted (tombstone)" if st.kind == "visible" else st.detail
+                state = Text(detail, style="red" if st.kind == "visible" else style)
+                parts, rows_cell = "tombstone", ""
+            else:
+                width = max(1, round(_BAR_WIDTH * c.rows / most)) if most and c.rows else 1
+                bar = Text(glyph * width, style=style)
+                detail, state = st.detail, Text(st.detail, style=style)
+                parts = partitions_label([s.partition_id for s in c.segments])
+                rows_cell = count(c.rows)
+            rows.append(
+                {
+                    "chunk_cell": label if i == 0 else "",
+                    "chunk": label,
+                    "start": format_us(iv.start),
+                    "end": format_us(iv.end),
+                    "version": c.version,
+                    "bar": bar,
+                    "rows_cell": rows_cell,
+                    "rows": c.rows,
+                    "parts_cell": parts,
+                    "partitions": partitions_label([s.partition_id for s in c.segments]),
+                    "tombstone": c.tombstone,
+                    "status": st.kind,
+                    "detail": detail,
+                    "state": state,
+                }
+            )
+            styles.append("dim" if st.kind in ("overshadowed", "hidden") else None)
+    if not table_fmt:
+        emit(_TIMELINE, rows, fmt)
+        return
+    layered = sum(1 for _, versions in groups if len(versions) > 1)
+    note(
+        Text.assemble(
+            (t.name, "bold"),
+            f" · {t.granularity.value} chunks · {n_of(len(groups), 'chunk')}",
+            f" ({count(layered)} with several versions)" if layered else "",
+            f" · snapshot of commit {snap.commit_id}" if snap.commit_id else " · empty",
+            f" · within {window}" if window else "",
+        )
+    )
+    if not groups:
+        return
+    emit(_TIMELINE, rows, fmt, styles=styles, padding=(0, 1), header_style="dim")
+    if len(shown) < len(groups):
+        note(
+            f"... {n_of(len(groups) - len(shown), 'more chunk')} "
+            "(--limit 0 shows all; --interval START/END narrows)"
+        )
+    note(_LEGEND)
+
+
+_COMMIT_STATES = {"COMPLETED": "green", "ABORTED": "red"}
+_HISTORY = [
+    Column("commit", right=True),
+    Column("action"),
+    Column("state", show=_styled(_COMMIT_STATES, "yellow")),
+    Column("started_at", "started (UTC)", show=when),
+    Column("completed_at", "completed (UTC)", show=when),
+    Column("segments_added", "+segments", show=count, right=True),
+    Column("segments_removed", "-segments", show=count, right=True),
+    Column("metadata", show=lambda v: _json(v) if v else ""),
+]
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+@command("history")
+def history(
+    ctx: typer.Context,
+    name: TableArg,
+    fmt: OutputOpt = OutputFormat.table,
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """List a table's commits, oldest first."""
+    with connect(ctx, catalog, warehouse) as cat:
+        commits = load(cat, name).history()
+    rows = [
+        {
+            "commit": c.id,
+            "action": c.action,
+            "state": c.state,
+            "started_at": c.started_at,
+            "completed_at": c.completed_at,
+            "segments_added": len(c.added),
+            "segments_removed": len(c.removed),
+            "metadata": c.metadata,
+        }
+        for c in commits
+    ]
+    emit(_HISTORY, rows, fmt, empty=f"table {name} has no commits yet")
+
+
+_ENTRY_STATES = {"COMPLETED": "green", "REVERTED": "red", "IN_PROGRESS": "yellow"}
+_LINEAGE = [
+    Column("entry"),
+    Column("state", show=_styled(_ENTRY_STATES)),
+    Column("updated_at", "updated (UTC)", show=when),
+    Column("segments_from_count", "-segments", show=count, right=True, only="table"),
+    Column("segments_to_count", "+segments", show=count, right=True, only="table"),
+    Column("segments_from", only="data"),
+    Column("segments_to", only="data"),
+]
+
+
+@command("lineage")
+def lineage(
+    ctx: typer.Context,
+    name: TableArg,
+    show_segments: Annotated[
+        bool, typer.Option("--segments", "-s", help="Also list each entry's segment ids.")
+    ] = False,
+    fmt: OutputOpt = OutputFormat.table,
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """List a table's segment lineage entries (consistent pushes), oldest first.
+
+    csv/json list every entry's segment ids (segments_from, segments_to)."""
+    with connect(ctx, catalog, warehouse) as cat:
+        t = load(cat, name)
+        entries = t.lineage()
+    rows = [
+        {
+            "entry": e.id,
+            "state": e.state,
+            "updated_at": e.timestamp,
+            "segments_from_count": len(e.segments_from),
+            "segments_to_count": len(e.segments_to),
+            "segments_from": list(e.segments_from),
+            "segments_to": list(e.segments_to),
+        }
+        for e in entries
+    ]
+    emit(_LINEAGE, rows, fmt, empty=f"table {t.name} has no lineage entries")
+    if fmt is not OutputFormat.table or not entries:
+        return
+    if show_segments:
+        from lamina.cli.output import console
+
+        con = console()
+        for e in entries:
+            con.print(Text(e.id, style="bold"))
+            for sid in e.segments_from:
+                con.print(Text(f"  - {sid}", style="red"))
+            for sid in e.segments_to:
+                con.print(Text(f"  + {sid}", style="green"))
+    states = {s: sum(e.state == s for e in entries) for s in _ENTRY_STATES}
+    note(
+        f"{count(len(entries))} {'entry' if len(entries) == 1 else 'entries'}: "
+        + ", ".join(f"{n} {s.lower().replace('_', ' ')}" for s, n in states.items() if n)
+    )

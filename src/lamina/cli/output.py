@@ -1,0 +1,221 @@
+"""The command line's one output layer: listings (rows of plain values) printed as a rich
+table, CSV, JSON or JSON lines; number and size formats; notes and messages."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import decimal
+import enum
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table as RichTable
+from rich.text import Text
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+class OutputFormat(enum.StrEnum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+    jsonl = "jsonl"
+
+
+def console(stderr: bool = False) -> Console:
+    """A console on the *current* stdout/stderr (so test runners can capture it).
+
+    When the output is not a terminal, lines are not wrapped (a pipe or a file wants
+    whole rows), unless ``$COLUMNS`` asks for a width.
+    """
+    con = Console(stderr=stderr, highlight=False)
+    if not con.is_terminal and "COLUMNS" not in os.environ:
+        con = Console(stderr=stderr, highlight=False, width=1000)
+    return con
+
+
+def one_line(message: str) -> str:
+    return " ".join(message.split())
+
+
+def error_line(message: str) -> None:
+    """``error: MESSAGE`` in red on stderr, on one line."""
+    console(stderr=True).print(
+        Text(f"error: {one_line(message)}", style="bold red"), soft_wrap=True
+    )
+
+
+def warn(message: str, label: str = "note") -> None:
+    """``note: MESSAGE`` (or ``warning: ...``) in yellow on stderr."""
+    console(stderr=True).print(Text(f"{label}: {message}", style="yellow"))
+
+
+def done(*parts: str | tuple[str, str]) -> None:
+    """``✓ ...`` on stdout: a command's result."""
+    console().print(Text.assemble(("✓ ", "green"), *parts))
+
+
+def count(n: int) -> str:
+    return f"{n:,}"
+
+
+def n_of(n: int, noun: str) -> str:
+    """``1 row``, ``2 rows``, ``1,000 segments``."""
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+def size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def when(value: dt.datetime | None) -> str:
+    return "" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+# -- values ------------------------------------------------------------------------------
+
+
+def plain(value: Any) -> Any:
+    """A JSON/CSV-friendly form of a value (datetimes ISO-8601, decimals as text...)."""
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def _cell(value: Any) -> str | Text:
+    if value is None:
+        return Text("null", style="dim")
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    p = plain(value)
+    return json.dumps(p) if isinstance(p, dict | list) else str(p)
+
+
+def _csv_cell(value: Any) -> str:
+    p = plain(value)
+    if p is None:
+        return ""
+    if isinstance(p, bool):
+        return "true" if p else "false"
+    return json.dumps(p) if isinstance(p, dict | list) else str(p)
+
+
+# -- listings ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a listing. ``key`` names it in CSV/JSON; ``header`` in the table
+    (default: the key); ``show`` turns a value into the table's cell. ``only`` keeps a
+    column to the "table" format (drawings) or to the "data" formats (raw values)."""
+
+    key: str
+    header: str | None = None
+    show: Callable[[Any], str | Text] | None = None
+    right: bool = False
+    only: str | None = None  # None | "table" | "data"
+
+
+Row = Mapping[str, Any]
+
+
+def emit(
+    columns: Sequence[Column],
+    rows: Sequence[Row],
+    fmt: OutputFormat,
+    *,
+    styles: Sequence[str | None] | None = None,
+    empty: str | None = None,
+    padding: tuple[int, int] = (0, 2),
+    header_style: str = "bold",
+) -> None:
+    """Print ``rows`` in ``fmt``. The table format prints ``empty`` (dimmed) instead of
+    an empty table; a one-column table without a header prints bare lines."""
+    if fmt is not OutputFormat.table:
+        keys = [c.key for c in columns if c.only != "table"]
+        _emit_data(keys, [{k: r.get(k) for k in keys} for r in rows], fmt)
+        return
+    con = console()
+    shown = [c for c in columns if c.only != "data"]
+    if not rows and empty is not None:
+        con.print(Text(empty, style="dim"))
+        return
+    if len(shown) == 1 and shown[0].header == "":
+        for r in rows:
+            con.print(Text(str(r[shown[0].key])), soft_wrap=True)
+        return
+    out = RichTable(box=None, padding=padding, header_style=header_style)
+    for c in shown:
+        out.add_column(
+            Text(c.key if c.header is None else c.header), justify="right" if c.right else "left"
+        )
+    for i, r in enumerate(rows):
+        cells = [(c.show or _cell)(r.get(c.key)) for c in shown]
+        out.add_row(
+            *(v if isinstance(v, Text) else Text(v) for v in cells),
+            style=(styles or [None] * len(rows))[i],
+        )
+    con.print(out)
+
+
+def _emit_data(keys: Sequence[str], rows: Sequence[Row], fmt: OutputFormat) -> None:
+    out = sys.stdout
+    if fmt is OutputFormat.csv:
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(keys)
+        for r in rows:
+            writer.writerow([_csv_cell(r[k]) for k in keys])
+    elif fmt is OutputFormat.json:
+        json.dump([{k: plain(r[k]) for k in keys} for r in rows], out, indent=2)
+        out.write("\n")
+    else:
+        for r in rows:
+            out.write(json.dumps({k: plain(r[k]) for k in keys}) + "\n")
+
+
+def emit_arrow(result: pa.Table, fmt: OutputFormat, limit: int) -> None:
+    """Print the first ``limit`` rows (0: all) of an Arrow table; in the table format,
+    with a note of how many rows there are."""
+    import pyarrow as pa
+
+    rows = result.slice(0, limit).to_pylist() if limit else result.to_pylist()
+    numeric = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal)
+    columns = [Column(f.name, right=any(t(f.type) for t in numeric)) for f in result.schema]
+    if fmt is not OutputFormat.table:
+        emit(columns, rows, fmt)
+        return
+    if not columns:
+        note("(no result)")
+        return
+    emit(columns, rows, fmt)
+    text = n_of(result.num_rows, "row")
+    if len(rows) < result.num_rows:
+        text = f"{count(len(rows))} of {text} shown (--limit 0 prints all)"
+    note(text)
+
+
+def note(text: str | Text, stderr: bool = False) -> None:
+    """A dimmed line (a listing's summary)."""
+    console(stderr).print(text if isinstance(text, Text) else Text(text, style="dim"))

@@ -1,0 +1,408 @@
+"""Commands that write: ``ingest``, ``push`` (local engine or Spark, with progress) and
+``revert``."""
+
+from __future__ import annotations
+
+import enum
+import os
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.text import Text
+
+from lamina.cli import CatalogOpt, TableArg, WarehouseOpt, command, connect, load
+from lamina.cli.output import console, done, n_of, warn
+from lamina.cli.tables import parse_properties
+from lamina.core.interval import Granularity, Interval
+from lamina.engines.files import FileFormat, check_inputs, format_of, input_bytes, parse_size
+from lamina.errors import (
+    CommitError,
+    LaminaError,
+    LineageEntryNotFoundError,
+    LineageError,
+    TableNotFoundError,
+)
+
+if TYPE_CHECKING:
+    import lamina
+    from lamina.core.lineage import LineageEntry
+
+
+class WriteMode(enum.StrEnum):
+    append = "append"
+    overwrite = "overwrite"
+
+
+class Engine(enum.StrEnum):
+    auto = "auto"
+    local = "local"
+    spark = "spark"
+
+
+LOCAL_MAX_ENV = "LAMINA_LOCAL_MAX_BYTES"
+DEFAULT_LOCAL_MAX = "2GB"
+
+FilesArg = Annotated[
+    list[str], typer.Argument(help="Input files or folders (local paths or URIs).")
+]
+FormatOpt = Annotated[
+    FileFormat | None,
+    typer.Option("--format", "-f", help="Input format. Default: from the extension."),
+]
+EngineOpt = Annotated[
+    Engine,
+    typer.Option(
+        "--engine",
+        "-e",
+        help="local (pyarrow), spark, or auto: local below --local-max-bytes of input.",
+    ),
+]
+LocalMaxOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--local-max-bytes",
+        help=f"Largest input (e.g. 500MB) auto reads locally. Default: ${LOCAL_MAX_ENV}, "
+        f"else {DEFAULT_LOCAL_MAX}.",
+        show_default=False,
+    ),
+]
+VerboseOpt = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Show Spark's log lines on stderr.")
+]
+
+
+def choose_engine(engine: Engine, paths: Sequence[str], local_max: str | None) -> Engine:
+    """The engine to run: ``auto`` reads locally when the inputs' total size is known
+    and at most ``local_max`` (else ``$LAMINA_LOCAL_MAX_BYTES``, else 2 GB).
+
+    Raises :class:`InputFileError` for a size it cannot read.
+    """
+    if engine is not Engine.auto:
+        return engine
+    limit = parse_size(local_max or os.environ.get(LOCAL_MAX_ENV) or DEFAULT_LOCAL_MAX)
+    total = input_bytes(paths)
+    return Engine.local if total is not None and total <= limit else Engine.spark
+
+
+def _start_spark(verbose: bool) -> Any:
+    """The shared Spark session, started behind a spinner, its logs quiet unless verbose."""
+    from rich.console import Console
+
+    from lamina.engines.spark_io import quiet_session
+
+    def spinner(stream: Any) -> Any:
+        con = Console(file=stream, highlight=False)
+        return con.status("starting Spark", spinner="dots")
+
+    return quiet_session(verbose=verbose, spinner=spinner)
+
+
+def _input_meta(via: str, fmt: FileFormat, paths: list[str], engine: Engine) -> dict[str, Any]:
+    """Commit metadata recording where the rows came from."""
+    return {
+        "via": via,
+        "engine": engine.value,
+        "format": fmt.value,
+        "inputs": paths[:20],
+        "input_count": len(paths),
+    }
+
+
+def _write(
+    engine: Engine,
+    verbose: bool,
+    fmt: FileFormat,
+    paths: list[str],
+    schema: Any,
+    phase: str,
+    write: Any,
+) -> int:
+    """Read the inputs with ``engine`` and hand the data to ``write(data, schema)``
+    (``schema``: the table's, or None to infer). Returns the Spark tasks run (0 locally)."""
+    from lamina.cli.progress import LocalProgress, SparkProgress
+
+    err = console(stderr=True)
+    if engine is Engine.local:
+        from lamina.engines.local import read_batches
+
+        with LocalProgress(err, input_bytes(paths)) as progress:
+            reader = read_batches(fmt, paths, schema, on_progress=progress.update)
+            progress.phase(phase)
+            write(reader, reader.schema)
+        return 0
+    from lamina.engines.spark_io import read_spark_files, spark_errors
+
+    spark = _start_spark(verbose)
+    with SparkProgress(spark, err) as sp, spark_errors():
+        sp.phase("reading")
+        df = read_spark_files(spark, fmt, paths, schema)
+        sp.phase(phase)
+        write(df, None)
+    return sp.tasks
+
+
+@command("ingest")
+def ingest(
+    ctx: typer.Context,
+    name: TableArg,
+    files: FilesArg,
+    fmt: FormatOpt = None,
+    mode: Annotated[WriteMode, typer.Option("--mode", "-m", help="How to write.")] = (
+        WriteMode.append
+    ),
+    interval: Annotated[
+        str | None,
+        typer.Option(
+            "--interval",
+            "-i",
+            help="Overwrite exactly START/END (aligned to chunks); default: the chunks "
+            "the data touches.",
+        ),
+    ] = None,
+    create: Annotated[
+        bool, typer.Option("--create", help="Create the table from the data if missing.")
+    ] = False,
+    time_column: Annotated[
+        str | None, typer.Option("--time-column", "-t", help="With --create: time column.")
+    ] = None,
+    granularity: Annotated[
+        Granularity | None,
+        typer.Option(
+            "--granularity", "-g", case_sensitive=False, help="With --create: chunk size."
+        ),
+    ] = None,
+    prop: Annotated[
+        list[str] | None,
+        typer.Option("--property", "-p", help="With --create: table property KEY=VALUE."),
+    ] = None,
+    engine: EngineOpt = Engine.auto,
+    local_max: LocalMaxOpt = None,
+    verbose: VerboseOpt = False,
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Load CSV, JSON-lines or Parquet files into a table, in one commit.
+
+    Small inputs are read locally with pyarrow; large ones (or --engine spark) with Spark.
+    """
+    if interval is not None and mode is not WriteMode.overwrite:
+        raise typer.BadParameter("only applies with --mode overwrite", param_hint="--interval")
+    if not create and (time_column or granularity or prop):
+        raise typer.BadParameter(
+            "--time-column, --granularity and --property only apply with --create",
+            param_hint="--create",
+        )
+    properties = parse_properties(prop or [])
+    paths = check_inputs(files)
+    fmt = fmt or format_of(paths)
+    use = choose_engine(engine, paths, local_max)
+    started = time.monotonic()
+    with connect(ctx, catalog, warehouse) as cat:
+        table: lamina.Table | None
+        try:
+            table = cat.load_table(name)
+            if create:
+                _note_existing(table, time_column, granularity, properties)
+        except TableNotFoundError:
+            if not create:
+                raise TableNotFoundError(
+                    f"no table named {name!r}; create it with `lamina create-table` or pass "
+                    "--create --time-column COLUMN"
+                ) from None
+            table = None
+        created = False
+        commits: list[lamina.Commit] = []
+
+        def write(data: Any, schema: Any) -> None:
+            nonlocal table, created
+            if table is None:
+                table = cat.create_table(
+                    name, schema if schema is not None else data.schema, time_column,
+                    granularity, properties,
+                )  # fmt: skip
+                created = True
+            if mode is WriteMode.append:
+                commits.append(table.append(data, metadata=meta))
+            else:
+                commits.append(table.overwrite(data, interval=interval, metadata=meta))
+
+        meta = _input_meta("lamina ingest", fmt, paths, use)
+        tasks = _write(
+            use, verbose, fmt, paths, None if table is None else table.schema, "writing", write
+        )
+        assert table is not None
+        _print_commit(table, commits[0], created, time.monotonic() - started, use, tasks)
+
+
+def _note_existing(
+    table: lamina.Table,
+    time_column: str | None,
+    granularity: Granularity | None,
+    properties: dict[str, str],
+) -> None:
+    """--create on an existing table writes into it as it is; say so if that differs."""
+    differs = (
+        (time_column is not None and time_column != table.time_column)
+        or (granularity is not None and granularity is not table.granularity)
+        or any(table.properties.get(k) != v for k, v in properties.items())
+    )
+    if differs:
+        warn(
+            f"table {table.name} exists (time column {table.time_column}, "
+            f"{table.granularity.value} chunks); --create options are not applied to it"
+        )
+
+
+def _print_commit(
+    table: lamina.Table,
+    commit: lamina.Commit,
+    created: bool,
+    elapsed: float,
+    engine: Engine,
+    tasks: int,
+) -> None:
+    segs = [s for s in table.segments(all=True, as_of=commit.id) if s.commit_id == commit.id]
+    data = [s for s in segs if s.location is not None]
+    tombstones = len(segs) - len(data)
+    removed = next((len(c.removed) for c in table.history() if c.id == commit.id), 0)
+    if created:
+        console().print(Text.assemble(("created table ", "green"), (table.name, "bold green")))
+    parts = [n_of(sum(s.row_count for s in data), "row"), n_of(len(data), "segment") + " added"]
+    if removed:
+        parts.append(f"{removed:,} replaced")
+    if tombstones:
+        parts.append(n_of(tombstones, "chunk") + " emptied")
+    how = n_of(tasks, "Spark task") if engine is Engine.spark else "local engine"
+    done(
+        (f"commit {commit.id}", "bold"),
+        (f" ({commit.action.lower()}) on {table.name}: " + ", ".join(parts), ""),
+        (f" · {elapsed:.1f} s, {how}", "dim"),
+    )
+
+
+# -- segment lineage: push, revert -----------------------------------------------------------
+
+
+def _find_entry(t: lamina.Table, entry_id: str) -> LineageEntry:
+    for e in t.lineage():
+        if e.id == entry_id:
+            return e
+    raise LineageEntryNotFoundError(
+        f"no lineage entry {entry_id!r} in table {t.name}; `lamina lineage {t.name}` lists them"
+    )
+
+
+@command("revert")
+def revert(
+    ctx: typer.Context,
+    name: TableArg,
+    entry_id: Annotated[str, typer.Argument(help="Lineage entry id (`lamina lineage TABLE`).")],
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Also revert an entry still IN_PROGRESS (a running push)."),
+    ] = False,
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Roll back a push: readers see the segments its lineage entry replaced again."""
+    from lamina.core.lineage import LineageState
+
+    with connect(ctx, catalog, warehouse) as cat:
+        t = load(cat, name)
+        entry = _find_entry(t, entry_id)
+        if entry.state == LineageState.REVERTED:
+            console().print(
+                Text(f"lineage entry {entry_id} on {t.name} is already reverted", "dim")
+            )
+            return
+        if entry.state == LineageState.IN_PROGRESS and not force:
+            raise LineageError(
+                f"lineage entry {entry_id} is still IN_PROGRESS (a push may still be running); "
+                "pass --force to revert it anyway"
+            )
+        t.revert_replace(entry_id, force=force)
+    what = (
+        f"{n_of(len(entry.segments_from), 'segment')} visible again, "
+        f"{n_of(len(entry.segments_to), 'segment')} hidden"
+        if entry.state == LineageState.COMPLETED
+        else f"its {n_of(len(entry.segments_to), 'segment')} will never be visible"
+    )
+    done(
+        ("reverted ", "bold"),
+        (f"lineage entry {entry_id} on {t.name} (was {entry.state.lower()}): {what}", ""),
+    )
+
+
+@command("push")
+def push(
+    ctx: typer.Context,
+    name: TableArg,
+    files: FilesArg,
+    fmt: FormatOpt = None,
+    interval: Annotated[
+        str | None,
+        typer.Option(
+            "--interval",
+            "-i",
+            help="Replace only START/END (aligned to chunks); default: all the table's data.",
+        ),
+    ] = None,
+    engine: EngineOpt = Engine.auto,
+    local_max: LocalMaxOpt = None,
+    verbose: VerboseOpt = False,
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Replace a table's data with files in one consistent, revertible push.
+
+    Readers see the old data until the push completes, then only the new. On a table
+    with consistent_push=true the push is a lineage entry that `lamina revert` rolls back.
+    """
+    window = Interval.parse(interval) if interval is not None else None
+    paths = check_inputs(files)
+    fmt = fmt or format_of(paths)
+    use = choose_engine(engine, paths, local_max)
+    started = time.monotonic()
+    with connect(ctx, catalog, warehouse) as cat:
+        t = load(cat, name)
+        if window is not None:
+            t.granularity.check_aligned(window)
+        if not t.consistent_push:
+            warn(
+                f"table {t.name} has consistent_push=false: the push is one atomic "
+                "commit but cannot be reverted; create tables with -p consistent_push=true"
+            )
+        meta = _input_meta("lamina push", fmt, paths, use)
+        commits: list[lamina.Commit] = []
+        try:
+            tasks = _write(
+                use,
+                verbose,
+                fmt,
+                paths,
+                t.schema,
+                "pushing",
+                lambda data, _schema: commits.append(
+                    t.refresh(data, interval=window, metadata=meta)
+                ),
+            )
+        except LaminaError as exc:
+            raise CommitError(
+                f"push failed, nothing was published (readers still see the previous data): {exc}"
+            ) from None
+        commit = commits[0]
+        _print_commit(t, commit, False, time.monotonic() - started, use, tasks)
+        eid = commit.metadata.get("lineage_entry") if t.consistent_push else None
+        entry = next((e for e in t.lineage() if e.id == eid), None) if eid else None
+        if entry is not None:
+            console().print(
+                Text.assemble(
+                    "  lineage entry ",
+                    (entry.id, "bold"),
+                    f" ({entry.state.lower()}): replaced "
+                    f"{n_of(len(entry.segments_from), 'segment')}; undo with ",
+                    (f"lamina revert {t.name} {entry.id}", "bold"),
+                )
+            )

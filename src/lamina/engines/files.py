@@ -1,0 +1,116 @@
+"""Input files: their format (from extensions), existence and total size. Imports no
+pyarrow up front (the command line's start-up stays fast)."""
+
+from __future__ import annotations
+
+import enum
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from lamina.errors import InputFileError
+
+
+class FileFormat(enum.StrEnum):
+    csv = "csv"
+    json = "json"
+    parquet = "parquet"
+
+
+_EXTENSIONS = {
+    ".csv": FileFormat.csv,
+    ".tsv": FileFormat.csv,
+    ".json": FileFormat.json,
+    ".jsonl": FileFormat.json,
+    ".ndjson": FileFormat.json,
+    ".parquet": FileFormat.parquet,
+    ".pq": FileFormat.parquet,
+}
+_COMPRESSION = (".gz", ".bz2", ".zst", ".lz4", ".snappy", ".deflate", ".xz")
+
+
+def _format_of_name(name: str) -> FileFormat | None:
+    lower = name.lower()
+    for ext in _COMPRESSION:
+        if lower.endswith(ext):
+            lower = lower[: -len(ext)]
+            break
+    return _EXTENSIONS.get(os.path.splitext(lower)[1])
+
+
+def format_of(paths: Sequence[str]) -> FileFormat:
+    """The one format of the inputs, from their extensions (or of the files in a folder).
+
+    Raises :class:`InputFileError` when an extension is unknown or the formats differ.
+    """
+    found: set[FileFormat] = set()
+    for p in paths:
+        fmt = _format_of_name(p)
+        if fmt is None and "://" not in p and os.path.isdir(p):
+            for _root, _, names in os.walk(p):
+                found.update(
+                    f
+                    for n in names
+                    if not n.startswith((".", "_")) and (f := _format_of_name(n)) is not None
+                )
+            continue
+        if fmt is None:
+            raise InputFileError(
+                f"cannot tell the format of {p!r} from its extension; pass --format "
+                "csv|json|parquet"
+            )
+        found.add(fmt)
+    if len(found) != 1:
+        what = "mixes " + " and ".join(sorted(f.value for f in found)) if found else "has no"
+        raise InputFileError(f"the input {what} data files; pass --format csv|json|parquet")
+    return found.pop()
+
+
+def check_inputs(files: Sequence[str]) -> list[str]:
+    """Absolute paths of local inputs (URIs unchanged); InputFileError if one is missing."""
+    out = []
+    for f in files:
+        if "://" in f:
+            out.append(f)
+            continue
+        path = Path(f).expanduser()
+        if not path.exists():
+            raise InputFileError(f"input {f} does not exist")
+        out.append(str(path.resolve()))
+    return out
+
+
+def input_bytes(paths: Sequence[str]) -> int | None:
+    """Total size of the inputs (files in folders included); None if it cannot be told."""
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+
+    total = 0
+    for p in paths:
+        try:
+            fs, path = pafs.FileSystem.from_uri(p) if "://" in p else (pafs.LocalFileSystem(), p)
+            info = fs.get_file_info(path)
+            if info.type == pafs.FileType.Directory:
+                infos = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+            else:
+                infos = [info]
+        except (pa.ArrowException, OSError):
+            return None
+        total += sum(i.size or 0 for i in infos if i.type == pafs.FileType.File)
+    return total
+
+
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", re.I)
+
+
+def parse_size(text: str) -> int:
+    """``2GB``, ``500M``, ``1.5g``, ``1024`` -> bytes (powers of 1000).
+
+    Raises :class:`InputFileError` for anything else.
+    """
+    m = _SIZE.fullmatch(text)
+    if not m:
+        raise InputFileError(f"cannot read {text!r} as a size; write e.g. 2GB, 500MB or 1000000")
+    scale = 1000 ** " kmgt".index((m.group(2) or " ").lower())
+    return int(float(m.group(1)) * scale)

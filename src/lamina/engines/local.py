@@ -1,0 +1,261 @@
+"""The local engine's reading: CSV, JSON lines or Parquet files as a stream of Arrow
+record batches (pyarrow datasets), and schemas inferred from sample files."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from lamina.engines.files import FileFormat, format_of
+from lamina.errors import InputFileError
+
+
+def _tsv(paths: Sequence[str]) -> bool:
+    return all(p.lower().endswith((".tsv", ".tsv.gz")) for p in paths)
+
+
+def _normalize_inferred(schema: pa.Schema, tz: str | None = None) -> pa.Schema:
+    """Guessed types from CSV/JSON samples: timestamps at lamina's µs resolution (naive
+    ones given the zone ``tz``, when one is asked for)."""
+    fields = [
+        f.with_type(pa.timestamp("us", tz=f.type.tz or tz)) if pa.types.is_timestamp(f.type) else f
+        for f in schema
+    ]
+    return pa.schema(fields)
+
+
+def infer_schema(path: str, fmt: FileFormat | None = None) -> pa.Schema:
+    """Arrow schema of a sample Parquet, CSV (first block) or JSON-lines file.
+
+    Raises :class:`InputFileError` if the file cannot be read as that format.
+    """
+    import pyarrow.csv as pacsv
+    import pyarrow.dataset as pads
+    import pyarrow.json as pajson
+    import pyarrow.parquet as pq
+
+    fmt = fmt or format_of([path])
+    try:
+        if fmt is FileFormat.parquet:
+            if os.path.isdir(path):
+                return pads.dataset(path, format="parquet").schema
+            return pq.read_schema(path)
+        if fmt is FileFormat.csv:
+            parse = pacsv.ParseOptions(delimiter="\t" if _tsv([path]) else ",")
+            with pacsv.open_csv(path, parse_options=parse) as reader:
+                return _normalize_inferred(reader.schema)
+        if hasattr(pajson, "open_json"):  # pyarrow >= 19: only the first block
+            with pajson.open_json(path) as reader:
+                return _normalize_inferred(reader.schema)
+        return _normalize_inferred(pajson.read_json(path).schema)
+    except (pa.ArrowException, OSError) as exc:
+        raise InputFileError(f"cannot read a {fmt.value} schema from {path}: {exc}") from None
+
+
+# -- streaming reads (pyarrow.csv, pyarrow.json, pyarrow.parquet readers; not
+# pyarrow.dataset, which imports pandas and would double the engine's start-up) --------
+
+
+_NOISE = re.compile(r"Invalid: ")
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return _NOISE.sub("", lines[0]) if lines else type(exc).__name__
+
+
+def data_files(paths: Sequence[str]) -> list[str]:
+    """The data files of the inputs: local folders listed recursively (hidden and ``_``
+    files, like ``_SUCCESS``, skipped); URIs and files as they are."""
+    files: list[str] = []
+    for p in paths:
+        if "://" in p or not os.path.isdir(p):
+            files.append(p)
+            continue
+        for root, dirs, names in os.walk(p):
+            dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+            files += [os.path.join(root, n) for n in sorted(names) if not n.startswith((".", "_"))]
+    return files
+
+
+def _open(path: str, seekable: bool) -> Any:
+    """A readable file of ``path``: random access (Parquet), else a stream decompressed
+    as its extension says."""
+    import pyarrow.fs as pafs
+
+    fs, where = pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
+    if seekable:
+        return fs.open_input_file(where)
+    return fs.open_input_stream(where, compression="detect")
+
+
+def _as_read(t: pa.DataType) -> pa.DataType:
+    return pa.string() if pa.types.is_timestamp(t) else t
+
+
+def _reader(
+    fmt: FileFormat, file: Any, tsv: bool, target: pa.Schema | None, batch_rows: int
+) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+    """The schema and record batches of an open file; CSV/JSON columns the ``target``
+    has are parsed to its types (timestamps as text: :func:`_typed` parses them)."""
+    import pyarrow.csv as pacsv
+    import pyarrow.json as pajson
+    import pyarrow.parquet as pq
+
+    if fmt is FileFormat.parquet:
+        pf = pq.ParquetFile(file)
+        return pf.schema_arrow, pf.iter_batches(batch_size=batch_rows)
+    types = {} if target is None else {f.name: _as_read(f.type) for f in target}
+    reader: Any
+    if fmt is FileFormat.csv:
+        reader = pacsv.open_csv(
+            file,
+            read_options=pacsv.ReadOptions(block_size=1 << 22),
+            parse_options=pacsv.ParseOptions(delimiter="\t" if tsv else ","),
+            convert_options=pacsv.ConvertOptions(column_types=types),
+        )
+    else:
+        reader = pajson.open_json(
+            file,
+            read_options=pajson.ReadOptions(block_size=1 << 22),
+            parse_options=pajson.ParseOptions(
+                explicit_schema=pa.schema(list(types.items())) if types else None,
+                unexpected_field_behavior="infer",
+            ),
+        )
+    return reader.schema, iter(reader)
+
+
+_ZONED = r"([Zz]|[+-]\d\d(:?\d\d)?)$"
+
+
+def _parse_times(column: pa.Array, target: pa.DataType) -> pa.Array:
+    """ISO-8601 text -> ``target`` timestamps: values with a zone are instants, values
+    without one are read as UTC (as Spark does with lamina's UTC session).
+
+    Raises ``pa.ArrowInvalid`` for text that is not a time."""
+    import pyarrow.compute as pc
+
+    aware, naive = pa.timestamp("us", tz="UTC"), pa.timestamp("us")
+    for as_type in (aware, naive):
+        try:
+            return column.cast(as_type).cast(target)
+        except pa.ArrowInvalid:
+            continue
+    zoned = pc.fill_null(pc.match_substring_regex(column, _ZONED), False)  # some of each
+    none = pa.scalar(None, pa.string())
+    with_zone = pc.if_else(zoned, column, none).cast(aware)
+    without = pc.if_else(zoned, none, column).cast(naive).cast(aware)
+    return pc.if_else(zoned, with_zone, without).cast(target)
+
+
+def _typed_schema(schema: pa.Schema, target: pa.Schema | None) -> pa.Schema:
+    """``schema`` with the timestamp types of ``target`` (what :func:`_typed` makes)."""
+    if target is None:
+        return schema
+    fields = []
+    for f in schema:
+        t = target.field(f.name).type if f.name in target.names else None
+        fields.append(f.with_type(t) if t is not None and pa.types.is_timestamp(t) else f)
+    return pa.schema(fields)
+
+
+def _typed(batch: pa.RecordBatch, target: pa.Schema | None) -> pa.RecordBatch:
+    """Text timestamps of the columns ``target`` has parsed to its types."""
+    schema = _typed_schema(batch.schema, target)
+    if schema == batch.schema:
+        return batch
+    cols = [
+        _parse_times(col.cast(pa.string()), f.type) if f.type != col.type else col
+        for f, col in zip(schema, batch.columns, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def _like(batch: pa.RecordBatch, schema: pa.Schema, path: str, first: str) -> pa.RecordBatch:
+    """A batch of a later file in the first file's layout (InputFileError if it differs)."""
+    if batch.schema == schema:
+        return batch
+    if sorted(batch.schema.names) != sorted(schema.names):
+        raise InputFileError(
+            f"{path} has columns {batch.schema.names}, {first} has {schema.names}; "
+            "give files of one layout"
+        )
+    return batch.select(schema.names).cast(schema)
+
+
+def _first_schema(
+    fmt: FileFormat, path: str, tsv: bool, schema: pa.Schema | None
+) -> tuple[pa.Schema | None, pa.Schema]:
+    """The types to parse CSV/JSON as (the table's ``schema``, else the first file's,
+    inferred from its first block: timestamps µs, naive ones UTC as Spark reads them),
+    and the schema of the batches the first file gives."""
+    target = schema
+    if target is None and fmt is not FileFormat.parquet:
+        with _open(path, False) as file:
+            target = _normalize_inferred(_reader(fmt, file, tsv, None, 1)[0], tz="UTC")
+    with _open(path, fmt is FileFormat.parquet) as file:
+        read = _reader(fmt, file, tsv, target, 1)[0]
+    return target, _typed_schema(read, target)
+
+
+ProgressFn = Callable[[int, int], None]
+
+
+def read_batches(
+    fmt: FileFormat,
+    paths: Sequence[str],
+    schema: pa.Schema | None = None,
+    on_progress: ProgressFn | None = None,
+    batch_rows: int = 64_000,
+) -> pa.RecordBatchReader:
+    """A stream of the inputs' rows, file by file, in batches (pyarrow's streaming CSV,
+    JSON-lines and Parquet readers: one block in memory per file at a time).
+
+    With a table ``schema``, CSV/JSON values of its columns are parsed to its types;
+    without one, types are inferred from the first file. ``on_progress(rows, bytes)`` is
+    called after each batch (bytes: of the input files read through).
+
+    Raises :class:`InputFileError` (now, or while the stream is read) when a file cannot
+    be read or a value cannot be parsed, naming the file.
+    """
+    files = data_files(paths)
+    if not files:
+        raise InputFileError(f"no data files in {', '.join(paths)}")
+    tsv = all(p.lower().endswith((".tsv", ".tsv.gz")) for p in paths)
+    try:
+        target, out_schema = _first_schema(fmt, files[0], tsv, schema)
+    except (pa.ArrowException, OSError) as exc:
+        raise InputFileError(f"cannot read {files[0]} as {fmt.value}: {_first_line(exc)}") from None
+
+    def stream() -> Iterator[pa.RecordBatch]:
+        rows = done_bytes = 0
+        for path in files:
+            try:
+                with _open(path, fmt is FileFormat.parquet) as file:
+                    for batch in _reader(fmt, file, tsv, target, batch_rows)[1]:
+                        batch = _like(_typed(batch, target), out_schema, path, files[0])
+                        rows += batch.num_rows
+                        if on_progress is not None:
+                            on_progress(rows, done_bytes)
+                        yield batch
+            except (pa.ArrowException, OSError) as exc:
+                raise InputFileError(
+                    f"cannot read {path} as {fmt.value}: {_first_line(exc)}"
+                ) from None
+            done_bytes += _size(path)
+            if on_progress is not None:
+                on_progress(rows, done_bytes)
+
+    return pa.RecordBatchReader.from_batches(out_schema, stream())
+
+
+def _size(path: str) -> int:
+    import pyarrow.fs as pafs
+
+    fs, where = pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
+    return int(fs.get_file_info(where).size or 0)

@@ -1,0 +1,151 @@
+"""Spark for the command line and jobs: a quiet session, reading input files, and
+Spark's failures as one-line :class:`InputFileError` messages."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, TextIO
+
+import pyarrow as pa
+
+from lamina.engines.files import FileFormat
+from lamina.errors import InputFileError, LaminaError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+LOG_LEVEL_ENV = "LAMINA_SPARK_LOG_LEVEL"
+
+
+@contextlib.contextmanager
+def _jvm_stderr_hidden() -> Iterator[TextIO]:
+    """While the JVM starts, point file descriptor 2 at /dev/null: the JVM keeps it, so
+    its start-up banner and log4j lines go nowhere. Yields a stream on the real stderr
+    (for a spinner meanwhile)."""
+    try:
+        real = sys.__stderr__.fileno() if sys.__stderr__ is not None else -1
+    except (OSError, ValueError):
+        real = -1
+    if real != 2:
+        yield sys.stderr
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    stream = os.fdopen(os.dup(saved), "w", buffering=1)
+    os.dup2(devnull, 2)
+    try:
+        yield stream if sys.stderr is sys.__stderr__ else sys.stderr
+    finally:
+        stream.flush()
+        stream.close()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def quiet_spark(spark: SparkSession, verbose: bool = False) -> None:
+    """Spark logs every failed task at length; callers report the cause themselves.
+    ``verbose`` (or ``$LAMINA_SPARK_LOG_LEVEL``, e.g. WARN) brings the logs back."""
+    from pyspark.logger import PySparkLogger
+
+    level = os.environ.get(LOG_LEVEL_ENV, "WARN" if verbose else "FATAL").upper()
+    spark.sparkContext.setLogLevel(level)
+    if level in ("FATAL", "OFF"):
+        for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):
+            PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+        # a Python UDF without type hints: pyspark warns on every definition
+        warnings.filterwarnings("ignore", message="Cannot infer the eval type")
+
+
+def quiet_session(
+    app_name: str = "lamina",
+    verbose: bool = False,
+    spinner: Callable[[TextIO], contextlib.AbstractContextManager[object]] | None = None,
+) -> SparkSession:
+    """The shared Spark session (:func:`lamina.engines.spark.get_spark`), started without
+    the JVM's banner and log lines on stderr unless ``verbose``. ``spinner(stream)``, given
+    the real stderr, is entered while the JVM starts.
+
+    Raises :class:`InputFileError` if Spark cannot start.
+    """
+    from pyspark import SparkContext
+
+    from lamina.engines.spark import get_spark
+
+    hide = not verbose and SparkContext._gateway is None and LOG_LEVEL_ENV not in os.environ
+    jvm_err = _jvm_stderr_hidden() if hide else contextlib.nullcontext(sys.stderr)
+    with jvm_err as stream:
+        shown = spinner(stream) if spinner is not None else contextlib.nullcontext()
+        with shown, spark_errors():
+            spark = get_spark(app_name=app_name)
+    quiet_spark(spark, verbose)
+    return spark
+
+
+def spark_error_message(exc: BaseException) -> str | None:
+    """A one-line message for an error raised by Spark; None if it is not Spark's."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    if isinstance(exc, Py4JJavaError):
+        return str(exc.java_exception.toString()).splitlines()[0]
+    if not isinstance(exc, PySparkException):
+        return None
+    root: BaseException = exc
+    while getattr(root, "_cause", None) is not None:  # a job failure wraps the task's error
+        root = root._cause  # type: ignore[attr-defined]
+    desc = getattr(root, "_desc", None) or str(root)
+    lines = [line for line in str(desc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+@contextlib.contextmanager
+def spark_errors() -> Iterator[None]:
+    """Report Spark's failures (missing files, malformed values...) as InputFileErrors."""
+    try:
+        yield
+    except LaminaError:
+        raise
+    except Exception as exc:
+        message = spark_error_message(exc)
+        if message is None:
+            raise
+        raise InputFileError(f"Spark failed: {message}") from None
+
+
+def _cast_to(df: DataFrame, schema: pa.Schema) -> DataFrame:
+    """Cast the (string) columns of ``df`` that the table has to the table's types."""
+    from pyspark.sql import functions as F
+
+    from lamina.engines.spark import arrow_to_spark_schema
+
+    target = {f.name: f.dataType for f in arrow_to_spark_schema(schema).fields}
+    cols = []
+    for c in df.columns:
+        col = F.col("`" + c.replace("`", "``") + "`")
+        cols.append(col.cast(target[c]).alias(c) if c in target else col)
+    return df.select(*cols)
+
+
+def read_spark_files(
+    spark: SparkSession, fmt: FileFormat, paths: Sequence[str], schema: pa.Schema | None
+) -> DataFrame:
+    """Read the inputs. With a table ``schema``, CSV/JSON values are read as text and
+    cast by column name to the table's types; without one, Spark infers the types."""
+    reader = spark.read
+    if fmt is FileFormat.parquet:
+        return reader.parquet(*paths)
+    if fmt is FileFormat.csv:
+        sep = "\t" if all(p.lower().endswith((".tsv", ".tsv.gz")) for p in paths) else ","
+        df = reader.options(header=True, inferSchema=schema is None, sep=sep).csv(list(paths))
+    elif schema is None:
+        df = reader.options(inferTimestamp=True).json(list(paths))
+    else:
+        df = reader.options(primitivesAsString=True).json(list(paths))
+    return df if schema is None else _cast_to(df, schema)
