@@ -138,7 +138,7 @@ class WriteTransaction:
         _HEARTBEATS.remove(self.id)
         if self.commit is None and self.id >= 0:
             try:
-                commits.abort(self.ctx.db, self.id)
-                self.ctx.clean_commits(self.table.name, [self.id])
+                if commits.abort(self.ctx.db, self.id):  # never the files of a completed one
+                    self.ctx.clean_commits(self.table.name, [self.id])
             except Exception:  # noqa: BLE001 - the original error matters more
                 pass  # left for lazy cleanup by the next writer

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, insert, or_, select, update
+from sqlalchemy import Connection, and_, exists, insert, or_, select, update
 
 from lamina.core.model import OPEN_STATES, Commit, CommitState
 from lamina.errors import CommitError, ConcurrentWriteError
@@ -65,6 +65,20 @@ class Recorded:
     at_us: int
 
 
+def _table_values(seq: int, next_version: int | None) -> dict[str, int]:
+    values = {"last_seq": seq}
+    if next_version is not None:
+        values["next_version"] = next_version
+    return values
+
+
+def _not_inflight(commit_id: int) -> CommitError:
+    return CommitError(
+        f"commit {commit_id} cannot be published: it is no longer INFLIGHT (another "
+        "writer took over after its heartbeat expired?); nothing was published, retry"
+    )
+
+
 def record_commit(
     conn: Connection,
     trow: Any,
@@ -103,20 +117,27 @@ def record_commit(
         assert pk is not None
         commit_id = int(pk[0])
     else:
-        done = conn.execute(
+        completed = (
             update(commits)
             .where(commits.c.id == commit_id, commits.c.state == CommitState.INFLIGHT.value)
             .values(state=CommitState.COMPLETED.value, seq=seq, completed_at=now, metadata=meta)
-        ).rowcount
-        if done != 1:
-            raise CommitError(
-                f"commit {commit_id} cannot be published: it is no longer INFLIGHT (another "
-                "writer took over after its heartbeat expired?); nothing was published, retry"
+        )
+        if conn.dialect.name == "postgresql":  # both rows in one statement
+            done_ids = completed.returning(commits.c.id).cte("done")
+            bump = (
+                update(tables)
+                .where(tables.c.id == trow.id, exists(select(done_ids.c.id)))
+                .values(**_table_values(seq, next_version))
+                .returning(tables.c.id)
             )
-    values: dict[str, int] = {"last_seq": seq}
-    if next_version is not None:
-        values["next_version"] = next_version
-    conn.execute(update(tables).where(tables.c.id == trow.id).values(**values))
+            if conn.execute(bump).first() is None:
+                raise _not_inflight(commit_id)
+            return Recorded(commit_id, seq, now)
+        if conn.execute(completed).rowcount != 1:
+            raise _not_inflight(commit_id)
+    conn.execute(
+        update(tables).where(tables.c.id == trow.id).values(**_table_values(seq, next_version))
+    )
     return Recorded(commit_id, seq, now)
 
 
@@ -135,7 +156,7 @@ def begin_commit(
     """
 
     def txn(conn: Connection) -> tuple[int, list[int]]:
-        lock_table(db, conn, table_id)
+        lock_table(db, conn, table_id)  # its own statement: later ones see what it waited for
         now = now_us()
         live, stale = _settle_writers(conn, table_id, stale_after_s, now)
         if live:
@@ -231,9 +252,16 @@ def heartbeat(db: Db, commit_id: int) -> bool:
     return db.write(txn, single=True)
 
 
-def abort(db: Db, commit_id: int) -> None:
-    """Set an open commit ABORTED (a completed one stays as it is)."""
-    db.write(lambda conn: _abort(conn, commit_id, now_us()), single=True)
+def abort(db: Db, commit_id: int) -> bool:
+    """Set an open commit ABORTED; True when it is ABORTED now (False: it completed,
+    e.g. its publish reached the catalog before the connection dropped)."""
+
+    def txn(conn: Connection) -> bool:
+        _abort(conn, commit_id, now_us())
+        state = conn.execute(select(commits.c.state).where(commits.c.id == commit_id)).scalar()
+        return bool(state == CommitState.ABORTED.value)
+
+    return db.write(txn)
 
 
 def failed_commits(db: Db, table_id: int, stale_after_s: float) -> list[int]:

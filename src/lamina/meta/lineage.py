@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, func, insert, select, update
+from sqlalchemy import Connection, and_, delete, func, insert, literal, select, update
 
 from lamina.core.interval import Interval
 from lamina.core.lineage import (
@@ -27,11 +27,11 @@ from lamina.core.lineage import (
 )
 from lamina.core.model import CommitAction
 from lamina.core.planner import hidden_by_newer
-from lamina.errors import LineageEntryNotFoundError, LineageError, TableNotFoundError
+from lamina.errors import LineageEntryNotFoundError, LineageError
 from lamina.meta.commits import record_commit
 from lamina.meta.db import Db
 from lamina.meta.rows import entry_of, segment_of
-from lamina.meta.schema import lineage, lineage_ids, segments, tables
+from lamina.meta.schema import lineage, lineage_ids, segments
 from lamina.meta.segments import (
     delete_rows,
     existing,
@@ -237,18 +237,18 @@ def start_replace(
 
 
 def _lock_with_entry(db: Db, conn: Connection, name: str, entry_id: str) -> Any:
-    """Lock the table's row and read one lineage entry, in one round trip.
+    """Lock the table's row, then read one lineage entry (a statement of its own, so
+    it sees what a concurrent transition that held the lock wrote).
     Raises TableNotFoundError, LineageEntryNotFoundError."""
-    joined = tables.outerjoin(
-        lineage, and_(lineage.c.table_id == tables.c.id, lineage.c.id == entry_id)
-    ).outerjoin(
+    trow = lock_table_named(db, conn, name)
+    joined = lineage.outerjoin(
         lineage_ids,
         and_(lineage_ids.c.entry_id == lineage.c.id, lineage_ids.c.role == "expected"),
     )
-    stmt = (
+    row = conn.execute(
         select(
-            tables.c.id,
-            tables.c.last_seq,
+            literal(int(trow.id)).label("id"),
+            literal(int(trow.last_seq)).label("last_seq"),
             lineage.c.id.label("entry"),
             lineage.c.state,
             lineage.c.to_count,
@@ -257,14 +257,9 @@ def _lock_with_entry(db: Db, conn: Connection, name: str, entry_id: str) -> Any:
             lineage_ids.c.ids.label("expected"),
         )
         .select_from(joined)
-        .where(tables.c.name == name)
-    )
-    if not db.sqlite:
-        stmt = stmt.with_for_update(of=tables)
-    row = conn.execute(stmt).first()
+        .where(lineage.c.table_id == trow.id, lineage.c.id == entry_id)
+    ).first()
     if row is None:
-        raise TableNotFoundError(f"no table named {name!r}; list tables with cat.list_tables()")
-    if row.entry is None:
         raise LineageEntryNotFoundError(
             f"no lineage entry {entry_id!r} in this table; list them with t.lineage()"
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import Connection, and_, exists, insert, select
+from sqlalchemy import Connection, and_, insert, select
 
 from lamina.core.interval import Interval, from_us
 from lamina.core.lineage import LineageState, hidden_by, protected
@@ -27,7 +27,7 @@ from lamina.meta import lineage as entries_rows
 from lamina.meta.commits import record_commit
 from lamina.meta.db import Db
 from lamina.meta.rows import segment_values
-from lamina.meta.schema import commits, lineage, segments, tables
+from lamina.meta.schema import commits, segments, tables
 from lamina.meta.segments import (
     chunk_versions,
     existing,
@@ -39,12 +39,11 @@ from lamina.meta.tables import lock_table_named
 
 
 def _lock_with_commit(db: Db, conn: Connection, table_id: int, commit_id: int) -> Any:
-    """Lock the table's row; read it with the commit's row and whether the table has
-    lineage entries, in one round trip. Raises TableNotFoundError."""
+    """Lock the table's row; read it with the commit's row, in one round trip (the
+    commit's state is checked again where it changes). Raises TableNotFoundError."""
     joined = tables.outerjoin(
         commits, and_(commits.c.id == commit_id, commits.c.table_id == tables.c.id)
     )
-    has_lineage = exists().where(lineage.c.table_id == tables.c.id)
     stmt = (
         select(
             tables.c.id,
@@ -54,7 +53,6 @@ def _lock_with_commit(db: Db, conn: Connection, table_id: int, commit_id: int) -
             commits.c.state.label("commit_state"),
             commits.c.metadata.label("commit_metadata"),
             commits.c.started_at,
-            has_lineage.label("has_lineage"),
         )
         .select_from(joined)
         .where(tables.c.id == table_id)
@@ -96,7 +94,7 @@ def publish(db: Db, table: TableRecord, commit_id: int, plan: PublishPlan) -> Co
                     f"lineage entry {entry.id} is {entry.state}: the push under it was "
                     "cleaned up (by a newer push or retention); nothing was published"
                 )
-        current = entries_rows.entries(conn, table.id) if trow.has_lineage else []
+        current = entries_rows.entries(conn, table.id)  # after the lock: sees what it waited for
         # a push's own earlier batches count as visible when planning its next one
         hidden = hidden_by(e for e in current if entry is None or e.id != entry.id)
         held = protected(current)
