@@ -40,7 +40,7 @@ from lamina.meta.segments import (
     purge_before,
     rows_by_id,
 )
-from lamina.meta.tables import lock_table_named, now_us, read_table
+from lamina.meta.tables import lock_table, now_us, read_table
 
 # -- entry rows ---------------------------------------------------------------------
 
@@ -162,7 +162,7 @@ def start_replace(
     """
 
     def txn(conn: Connection) -> tuple[str, list[str]]:
-        trow = lock_table_named(db, conn, name)
+        trow = lock_table(db, conn, name)
         table_id = int(trow.id)
         current = entries(conn, table_id)
         view = LineageView(live_ids(conn, table_id), current)
@@ -240,7 +240,7 @@ def _lock_with_entry(db: Db, conn: Connection, name: str, entry_id: str) -> Any:
     """Lock the table's row, then read one lineage entry (a statement of its own, so
     it sees what a concurrent transition that held the lock wrote).
     Raises TableNotFoundError, LineageEntryNotFoundError."""
-    trow = lock_table_named(db, conn, name)
+    trow = lock_table(db, conn, name)
     joined = lineage.outerjoin(
         lineage_ids,
         and_(lineage_ids.c.entry_id == lineage.c.id, lineage_ids.c.role == "expected"),

@@ -35,7 +35,7 @@ from lamina.meta.segments import (
     live_segments,
     mark_removed,
 )
-from lamina.meta.tables import lock_table_named
+from lamina.meta.tables import lock_table
 
 
 def _lock_with_commit(db: Db, conn: Connection, table_id: int, commit_id: int) -> Any:
@@ -202,7 +202,7 @@ def delete_segments(db: Db, name: str, ids: list[str]) -> Commit:
     Raises SegmentNotFoundError, LineageError."""
 
     def txn(conn: Connection) -> Commit:
-        trow = lock_table_named(db, conn, name)
+        trow = lock_table(db, conn, name)
         table_id = int(trow.id)
         live = live_ids(conn, table_id)
         unknown = [i for i in ids if i not in live]

@@ -9,7 +9,7 @@ from lamina.meta import lineage as entries_rows
 from lamina.meta.db import Db
 from lamina.meta.schema import commits, segments
 from lamina.meta.segments import delete_rows, purge_before, referenced_locations
-from lamina.meta.tables import lock_table_named, read_table
+from lamina.meta.tables import lock_table, read_table
 
 
 def retention(
@@ -27,7 +27,7 @@ def retention(
     """
 
     def txn(conn: Connection) -> list[str]:
-        trow = lock_table_named(db, conn, name)
+        trow = lock_table(db, conn, name)
         table_id = int(trow.id)
         garbage: list[str] = []
         purge = 0

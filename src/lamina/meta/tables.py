@@ -111,27 +111,21 @@ def drop_table(db: Db, name: str) -> TableRecord:
     return db.write(txn)
 
 
-def lock_table(db: Db, conn: Connection, table_id: int) -> Any:
-    """The table's row, locked against other writers of the table until the
-    transaction ends (SQLite: the IMMEDIATE write lock is already held).
-    Raises TableNotFoundError."""
-    stmt = select(tables).where(tables.c.id == table_id)
+def lock_table(db: Db, conn: Connection, table: int | str) -> Any:
+    """The row of the table (by id or name), locked against other writers of the
+    table until the transaction ends (SQLite: the IMMEDIATE write lock is already
+    held). Raises TableNotFoundError."""
+    by_id = isinstance(table, int)
+    stmt = select(tables).where(tables.c.id == table if by_id else tables.c.name == table)
     if not db.sqlite:
         stmt = stmt.with_for_update()
     row = conn.execute(stmt).first()
     if row is None:
-        raise TableNotFoundError(f"table id {table_id} was dropped meanwhile")
-    return row
-
-
-def lock_table_named(db: Db, conn: Connection, name: str) -> Any:
-    """Like :func:`lock_table`, by name. Raises TableNotFoundError."""
-    stmt = select(tables).where(tables.c.name == name)
-    if not db.sqlite:
-        stmt = stmt.with_for_update()
-    row = conn.execute(stmt).first()
-    if row is None:
-        raise TableNotFoundError(f"no table named {name!r}; list tables with cat.list_tables()")
+        raise TableNotFoundError(
+            f"table id {table} was dropped meanwhile"
+            if by_id
+            else f"no table named {table!r}; list tables with cat.list_tables()"
+        )
     return row
 
 
