@@ -43,6 +43,7 @@ BENCHMARKS = {
     "timeline": "bench_timeline.py",
     "lineage": "bench_lineage.py",
     "readers": "bench_readers.py",
+    "cli": "bench_cli.py",
 }
 
 
