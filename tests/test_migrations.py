@@ -61,3 +61,28 @@ def test_v1_catalog_gains_lineage(catalog_url: str, tmp_path: Path) -> None:
             assert "suffix" in {c["name"] for c in insp.get_columns("lamina_segments")}
         t = cat.load_table("events")
         assert t.count() == 300 and t.lineage() == []
+
+
+def test_v2_catalog_gains_span_bound(catalog_url: str, tmp_path: Path) -> None:
+    """Upgrading to v3 records each table's longest segment span from its rows, so
+    interval reads of segments written before the upgrade still find them."""
+    wh = str(tmp_path / "wh")
+    with lamina.connect(catalog=catalog_url, warehouse=wh) as cat:
+        t = cat.create_table("events", schema=SCHEMA, time_column="ts", segment_granularity="MONTH")
+        t.append(events(days=40, per_day=2, start="2024-01-01"))
+        cat.create_table("dim", schema=SCHEMA).append(events(days=1, per_day=3))
+        with cat.engine.begin() as conn:  # back to the v2 shape
+            conn.execute(text("DROP INDEX ix_segments_start"))
+            conn.execute(text("ALTER TABLE lamina_tables DROP COLUMN max_span_us"))
+            conn.execute(text("UPDATE lamina_schema SET version = 2"))
+    with lamina.connect(catalog=catalog_url, warehouse=wh) as cat:
+        with cat.engine.connect() as conn:
+            spans = dict(conn.execute(text("SELECT name, max_span_us FROM lamina_tables")).all())
+            assert "ix_segments_start" in {
+                i["name"] for i in inspect(conn).get_indexes("lamina_segments")
+            }
+        assert spans["events"] >= 31 * 86_400_000_000  # January's chunk
+        assert spans["dim"] == schema.MAX_SPAN_US  # the ALL chunk: unbounded
+        t = cat.load_table("events")
+        assert t.to_arrow(interval="2024-01-20/2024-01-21").num_rows == 2
+        assert cat.load_table("dim").count() == 3

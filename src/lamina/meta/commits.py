@@ -65,10 +65,12 @@ class Recorded:
     at_us: int
 
 
-def _table_values(seq: int, next_version: int | None) -> dict[str, int]:
+def _table_values(seq: int, next_version: int | None, max_span: int | None) -> dict[str, int]:
     values = {"last_seq": seq}
     if next_version is not None:
         values["next_version"] = next_version
+    if max_span is not None:
+        values["max_span_us"] = max_span
     return values
 
 
@@ -87,13 +89,14 @@ def record_commit(
     *,
     commit_id: int | None = None,
     next_version: int | None = None,
+    max_span: int | None = None,
 ) -> Recorded:
     """Record a completed commit of the table whose locked row is ``trow``.
 
     ``commit_id``: an INFLIGHT commit that wrote files (it becomes COMPLETED);
     None: a catalog-only change, recorded as a new COMPLETED commit. Takes the next
     snapshot seq (``last_seq + 1``) and, when given, moves the table's version
-    allocator to ``next_version``.
+    allocator to ``next_version`` and its longest segment span to ``max_span``.
     """
     seq = int(trow.last_seq) + 1
     now = now_us()
@@ -127,7 +130,7 @@ def record_commit(
             bump = (
                 update(tables)
                 .where(tables.c.id == trow.id, exists(select(done_ids.c.id)))
-                .values(**_table_values(seq, next_version))
+                .values(**_table_values(seq, next_version, max_span))
                 .returning(tables.c.id)
             )
             if conn.execute(bump).first() is None:
@@ -136,7 +139,9 @@ def record_commit(
         if conn.execute(completed).rowcount != 1:
             raise _not_inflight(commit_id)
     conn.execute(
-        update(tables).where(tables.c.id == trow.id).values(**_table_values(seq, next_version))
+        update(tables)
+        .where(tables.c.id == trow.id)
+        .values(**_table_values(seq, next_version, max_span))
     )
     return Recorded(commit_id, seq, now)
 

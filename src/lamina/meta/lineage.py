@@ -37,6 +37,7 @@ from lamina.meta.segments import (
     existing,
     live_ids,
     live_rows,
+    overlapping,
     purge_before,
     rows_by_id,
 )
@@ -335,11 +336,9 @@ def _check_not_overshadowed(conn: Connection, table_id: int, entry_id: str) -> N
         select(func.count())
         .select_from(segments)
         .where(
-            segments.c.table_id == table_id,
             segments.c.removed_seq.is_(None),
             segments.c.version > min(r.version for r in mine),
-            segments.c.start_us < span.end,
-            segments.c.end_us > span.start,
+            *overlapping(conn, table_id, span),
         )
     ).scalar_one()
     if not newer:  # the common case: nothing newer anywhere near

@@ -27,7 +27,7 @@ from lamina.meta import lineage as entries_rows
 from lamina.meta.commits import record_commit
 from lamina.meta.db import Db
 from lamina.meta.rows import segment_values
-from lamina.meta.schema import commits, segments, tables
+from lamina.meta.schema import MAX_SPAN_US, commits, segments, tables
 from lamina.meta.segments import (
     chunk_versions,
     existing,
@@ -49,6 +49,7 @@ def _lock_with_commit(db: Db, conn: Connection, table_id: int, commit_id: int) -
             tables.c.id,
             tables.c.last_seq,
             tables.c.next_version,
+            tables.c.max_span_us,
             commits.c.action,
             commits.c.state.label("commit_state"),
             commits.c.metadata.label("commit_metadata"),
@@ -114,7 +115,9 @@ def publish(db: Db, table: TableRecord, commit_id: int, plan: PublishPlan) -> Co
                 removed = {s.id for s in gone} - held
         elif plan.files:
             chunks = sorted({f.chunk for f in plan.files})
-            reps, next_pid = chunk_versions(conn, table.id, table.name, _span(chunks), hidden)
+            reps, next_pid = chunk_versions(
+                conn, table.id, table.name, _span(chunks), hidden, int(trow.max_span_us)
+            )
             targets, used_new = append_targets(chunks, reps, version)
             fresh = version if used_new else None
             new = append_segments(table.name, plan.files, targets, next_pid, plan.suffix)
@@ -132,6 +135,7 @@ def publish(db: Db, table: TableRecord, commit_id: int, plan: PublishPlan) -> Co
             meta,
             commit_id=commit_id,
             next_version=version + 1 if fresh is not None else None,
+            max_span=_longer_span(trow.max_span_us, new),
         )
         if entry is not None:
             own = fresh if plan.overwrite is not None and new else None
@@ -155,6 +159,13 @@ def publish(db: Db, table: TableRecord, commit_id: int, plan: PublishPlan) -> Co
         )
 
     return db.write(txn)
+
+
+def _longer_span(current: int, new: list[Segment]) -> int | None:
+    """The table's new longest segment span, if ``new`` holds a longer one."""
+    longest = max((s.interval.end - s.interval.start for s in new), default=0)
+    longest = min(longest, MAX_SPAN_US)
+    return longest if longest > current else None
 
 
 def _row(seg: Segment, commit_id: int, seq: int, table_id: int) -> dict[str, object]:

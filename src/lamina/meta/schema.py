@@ -25,6 +25,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    func,
     insert,
     inspect,
     select,
@@ -59,6 +60,8 @@ tables = Table(
     Column("next_version", BigInteger, nullable=False, default=1),
     Column("last_seq", BigInteger, nullable=False, default=0),
     Column("purged_seq", BigInteger, nullable=False, default=0),  # since v2
+    # the longest segment interval ever published: bounds interval scans (since v3)
+    Column("max_span_us", BigInteger, nullable=False, default=0),
 )
 
 commits = Table(
@@ -107,6 +110,7 @@ segments = Table(
     Index("ix_segments_live", "table_id", "removed_seq", "start_us"),
     Index("ix_segments_added", "table_id", "added_seq"),
     Index("ix_segments_commit", "commit_id"),
+    Index("ix_segments_start", "table_id", "start_us"),  # since v3
 )
 
 
@@ -156,8 +160,28 @@ def _v2_lineage(conn: Connection) -> None:
     _add_column(conn, "lamina_tables", "purged_seq", "BIGINT NOT NULL DEFAULT 0")
 
 
+#: Spans recorded up to this; one as long (e.g. a table's single ALL chunk) means
+#: "unbounded" and interval scans go without a lower bound on start times.
+MAX_SPAN_US = 2**61
+
+
+def _v3_span(conn: Connection) -> None:
+    """Interval scans bounded by the longest segment span: an index on start times."""
+    _add_column(conn, "lamina_tables", "max_span_us", "BIGINT NOT NULL DEFAULT 0")
+    half = (segments.c.end_us / 2) - (segments.c.start_us / 2)  # no int64 overflow
+    spans = conn.execute(
+        select(segments.c.table_id, func.max(half)).group_by(segments.c.table_id)
+    ).all()
+    for table_id, longest_half in spans:
+        span = min(2 * int(longest_half) + 2, MAX_SPAN_US)
+        conn.execute(update(tables).where(tables.c.id == table_id).values(max_span_us=span))
+    conn.execute(
+        text("CREATE INDEX IF NOT EXISTS ix_segments_start ON lamina_segments (table_id, start_us)")
+    )
+
+
 #: Ordered migrations; append only. Version N = the first N applied.
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1_initial, _v2_lineage]
+MIGRATIONS: list[Callable[[Connection], None]] = [_v1_initial, _v2_lineage, _v3_span]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

@@ -7,13 +7,34 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, and_, case, delete, func, select, update
 
-from lamina.core.interval import Interval
+from lamina.core.interval import MIN_US, Interval
 from lamina.core.planner import Target
 from lamina.core.segment import Segment
 from lamina.meta.rows import segment_of
-from lamina.meta.schema import segments, tables
+from lamina.meta.schema import MAX_SPAN_US, segments, tables
 
 _BATCH = 5000  # ids per IN (...) list
+
+
+def overlapping(
+    conn: Connection, table_id: int, span: Interval, longest: int | None = None
+) -> list[ColumnElement[bool]]:
+    """Conditions: a segment of the table overlapping ``span``. Its start is bounded
+    below too (no segment is longer than the table's ``max_span_us``, read unless
+    given as ``longest``), so the start index serves both ends of the range."""
+    conds = [
+        segments.c.table_id == table_id,
+        segments.c.start_us < span.end,
+        segments.c.end_us > span.start,
+    ]
+    if span.start > MIN_US:
+        if longest is None:
+            longest = conn.execute(
+                select(tables.c.max_span_us).where(tables.c.id == table_id)
+            ).scalar_one()
+        if longest < MAX_SPAN_US:  # else some segment may be longer: no bound
+            conds.append(segments.c.start_us > span.start - longest)
+    return conds
 
 
 def live_rows(conn: Connection, table_id: int, span: Interval) -> list[Any]:
@@ -21,10 +42,7 @@ def live_rows(conn: Connection, table_id: int, span: Interval) -> list[Any]:
     return list(
         conn.execute(
             select(segments).where(
-                segments.c.table_id == table_id,
-                segments.c.removed_seq.is_(None),
-                segments.c.start_us < span.end,
-                segments.c.end_us > span.start,
+                segments.c.removed_seq.is_(None), *overlapping(conn, table_id, span)
             )
         )
     )
@@ -85,7 +103,12 @@ def live_ids(conn: Connection, table_id: int) -> set[str]:
 
 
 def chunk_versions(
-    conn: Connection, table_id: int, table: str, span: Interval, hidden: Collection[str]
+    conn: Connection,
+    table_id: int,
+    table: str,
+    span: Interval,
+    hidden: Collection[str],
+    longest: int | None = None,
 ) -> tuple[list[Segment], dict[Target, int]]:
     """For each (chunk, version) overlapping ``span``, in one aggregate query: a
     stand-in segment when its live partitions (not hidden by lineage) are complete,
@@ -109,11 +132,7 @@ def chunk_versions(
             func.max(case((live, segments.c.num_core_partitions), else_=0)),
             func.sum(case((core, 1), else_=0)),
         )
-        .where(
-            segments.c.table_id == table_id,
-            segments.c.start_us < span.end,
-            segments.c.end_us > span.start,
-        )
+        .where(*overlapping(conn, table_id, span, longest))
         .group_by(segments.c.start_us, segments.c.end_us, segments.c.version)
     )
     reps: list[Segment] = []

@@ -12,6 +12,7 @@ from lamina.errors import SnapshotNotFoundError
 from lamina.meta.db import Db
 from lamina.meta.lineage import entries
 from lamina.meta.schema import commits, segments, tables
+from lamina.meta.segments import overlapping
 from lamina.meta.tables import read_table
 
 _COLUMNS = (
@@ -84,7 +85,7 @@ def snapshot(
         if not all_published:
             cond.append(or_(segments.c.removed_seq.is_(None), segments.c.removed_seq > seq))
         if interval is not None:
-            cond += [segments.c.start_us < interval.end, segments.c.end_us > interval.start]
+            cond += overlapping(conn, rec.id, interval)
         result = conn.execute(select(*_COLUMNS).where(and_(*cond)))
         root, tname = db.root, rec.name
         intervals: dict[tuple[int, int], Interval] = {}  # shared, not one per segment
