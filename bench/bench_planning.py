@@ -106,7 +106,11 @@ def populate(cat: lamina.Catalog, chunks: int, parts: int) -> int:
         for batch in rows(commit_id):
             conn.execute(insert(segments), batch)
             total += len(batch)
-        conn.execute(update(tables).where(tables.c.id == rec.id).values(last_seq=1, next_version=2))
+        conn.execute(
+            update(tables)
+            .where(tables.c.id == rec.id)
+            .values(last_seq=1, next_version=2, max_span_us=HOUR_US)  # as a publish would
+        )
         return total
 
     return run(cat.engine, txn, write=True)
@@ -176,7 +180,8 @@ def measure(warehouse: str, runs: int) -> dict[str, Any]:
     hour_tasks = len(hplan.tasks)
     del hplan
     day = lamina.Interval.of(START_US + 5000 * HOUR_US, START_US + 5024 * HOUR_US)
-    day_s = median([timed(lambda: t.scan(interval=day))[0] for _ in range(5)])
+    day_runs = [timed(lambda: t.scan(interval=day)) for _ in range(5)]
+    day_s, day_tasks = median([r[0] for r in day_runs]), len(day_runs[0][1].tasks)
     gc.collect()
     tracemalloc.start()
     traced_s, plan = timed(t.scan)
@@ -195,6 +200,7 @@ def measure(warehouse: str, runs: int) -> dict[str, Any]:
         "one_hour_scan_s": hour_s,
         "one_hour_tasks": hour_tasks,
         "one_day_scan_s": day_s,
+        "one_day_tasks": day_tasks,
         "peak_reset": reset,
         "baseline_rss_mb": base_rss,
         "baseline_hwm_mb": base_hwm,
@@ -232,6 +238,7 @@ def main(quick: bool = False) -> dict[str, Any]:
         m = json.loads(proc.stdout.strip().splitlines()[-1])
         m["subprocess_s"] = time.perf_counter() - t0
     assert m["segments"] == inserted == m["tasks"], m
+    assert m["one_hour_tasks"] == parts and m["one_day_tasks"] == 24 * parts, m
     figures = [
         figure(
             "t.scan() wall time", median(m["scan_s"]), "s", "< 1", note=f"{inserted:,} segments"

@@ -33,7 +33,7 @@ def overlapping(
                 select(tables.c.max_span_us).where(tables.c.id == table_id)
             ).scalar_one()
         if longest < MAX_SPAN_US:  # else some segment may be longer: no bound
-            conds.append(segments.c.start_us > span.start - longest)
+            conds.append(segments.c.start_us >= span.start - longest)
     return conds
 
 
