@@ -212,3 +212,41 @@ def test_open_writes_heartbeat_until_they_end(catalog_url: str, tmp_path: Path) 
     time.sleep(0.3)
     assert (beat(a.id), beat(b.id)) == ended
     cat.close()
+
+
+@pytest.mark.parametrize("idle_s, survives", [("0.2", True), ("3600", False)])
+def test_idle_postgres_connections_are_checked_before_use(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, idle_s: str, survives: bool
+) -> None:
+    """A pooled connection that sat idle is pinged before use, so one the server
+    dropped meanwhile is replaced; busy connections are not pinged (the control case
+    shows the ping is what saves the call)."""
+    from sqlalchemy import create_engine, text
+
+    from tests.conftest import PG_URL
+
+    monkeypatch.setenv("LAMINA_PG_PING_IDLE_S", idle_s)
+    url = f"{pg_url}&application_name=lamina_idle_{idle_s.replace('.', '_')}"
+    cat = lamina.connect(catalog=url, warehouse=str(tmp_path / "wh"))
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    t.append(events(days=1, per_day=3))
+    admin = create_engine(PG_URL.replace("postgresql://", "postgresql+psycopg://", 1))
+    with admin.begin() as conn:
+        killed = conn.execute(
+            text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = :name"
+            ),
+            {"name": f"lamina_idle_{idle_s.replace('.', '_')}"},
+        ).scalar_one()
+    admin.dispose()
+    assert killed >= 1
+    time.sleep(0.5)
+    if survives:
+        assert t.count() == 3
+        t.append(events(days=1, per_day=2, seed=1))
+        assert t.count() == 5
+    else:
+        with pytest.raises(errors.LaminaError):
+            t.count()
+    cat.close()

@@ -16,7 +16,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, exists, insert, or_, select, update
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    and_,
+    bindparam,
+    exists,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 
 from lamina.core.model import OPEN_STATES, Commit, CommitState
 from lamina.errors import CommitError, ConcurrentWriteError
@@ -65,13 +76,48 @@ class Recorded:
     at_us: int
 
 
-def _table_values(seq: int, next_version: int | None, max_span: int | None) -> dict[str, int]:
-    values = {"last_seq": seq}
-    if next_version is not None:
-        values["next_version"] = next_version
-    if max_span is not None:
-        values["max_span_us"] = max_span
-    return values
+# Hot statements are built once (their construction costs more than running them).
+_BUMP = (
+    update(tables)
+    .where(tables.c.id == bindparam("tid"))
+    .values(
+        last_seq=bindparam("seq"),
+        next_version=func.coalesce(
+            bindparam("next_version", type_=BigInteger), tables.c.next_version
+        ),
+        max_span_us=func.coalesce(bindparam("max_span", type_=BigInteger), tables.c.max_span_us),
+    )
+)
+_COMPLETE = (
+    update(commits)
+    .where(commits.c.id == bindparam("cid"), commits.c.state == CommitState.INFLIGHT.value)
+    .values(
+        state=CommitState.COMPLETED.value,
+        seq=bindparam("seq"),
+        completed_at=bindparam("now"),
+        metadata=bindparam("meta"),
+    )
+)
+_done = _COMPLETE.returning(commits.c.id).cte("done")
+#: PostgreSQL: complete the commit and move the table's counters in one statement
+_COMPLETE_AND_BUMP = _BUMP.where(exists(select(_done.c.id))).returning(tables.c.id)
+_INFLIGHT = (
+    update(commits)
+    .where(commits.c.id == bindparam("cid"), commits.c.state == CommitState.REQUESTED.value)
+    .values(state=CommitState.INFLIGHT.value, heartbeat_at=bindparam("now"))
+)
+_BEAT = (
+    update(commits)
+    .where(commits.c.id == bindparam("cid"), commits.c.state.in_(OPEN_STATES))
+    .values(heartbeat_at=bindparam("now"))
+)
+_UNSETTLED = select(commits.c.id, commits.c.owner, commits.c.heartbeat_at, commits.c.state).where(
+    commits.c.table_id == bindparam("tid"),
+    or_(
+        commits.c.state.in_(OPEN_STATES),
+        and_(commits.c.state == CommitState.ABORTED.value, commits.c.files_cleaned == 0),
+    ),
+)
 
 
 def _not_inflight(commit_id: int) -> CommitError:
@@ -120,29 +166,16 @@ def record_commit(
         assert pk is not None
         commit_id = int(pk[0])
     else:
-        completed = (
-            update(commits)
-            .where(commits.c.id == commit_id, commits.c.state == CommitState.INFLIGHT.value)
-            .values(state=CommitState.COMPLETED.value, seq=seq, completed_at=now, metadata=meta)
-        )
+        params = {"cid": commit_id, "seq": seq, "now": now, "meta": meta}
+        params |= {"tid": trow.id, "next_version": next_version, "max_span": max_span}
         if conn.dialect.name == "postgresql":  # both rows in one statement
-            done_ids = completed.returning(commits.c.id).cte("done")
-            bump = (
-                update(tables)
-                .where(tables.c.id == trow.id, exists(select(done_ids.c.id)))
-                .values(**_table_values(seq, next_version, max_span))
-                .returning(tables.c.id)
-            )
-            if conn.execute(bump).first() is None:
+            if conn.execute(_COMPLETE_AND_BUMP, params).first() is None:
                 raise _not_inflight(commit_id)
             return Recorded(commit_id, seq, now)
-        if conn.execute(completed).rowcount != 1:
+        if conn.execute(_COMPLETE, params).rowcount != 1:
             raise _not_inflight(commit_id)
-    conn.execute(
-        update(tables)
-        .where(tables.c.id == trow.id)
-        .values(**_table_values(seq, next_version, max_span))
-    )
+    bump = {"tid": trow.id, "seq": seq, "next_version": next_version, "max_span": max_span}
+    conn.execute(_BUMP, bump)
     return Recorded(commit_id, seq, now)
 
 
@@ -200,12 +233,7 @@ def _settle_writers(
     """
     alive_rows: list[Any] = []
     stale: list[int] = []
-    aborted = and_(commits.c.state == CommitState.ABORTED.value, commits.c.files_cleaned == 0)
-    for row in conn.execute(
-        select(commits.c.id, commits.c.owner, commits.c.heartbeat_at, commits.c.state).where(
-            commits.c.table_id == table_id, or_(commits.c.state.in_(OPEN_STATES), aborted)
-        )
-    ).all():
+    for row in conn.execute(_UNSETTLED, {"tid": table_id}).all():
         if row.state == CommitState.ABORTED.value:
             stale.append(int(row.id))
             continue
@@ -231,11 +259,7 @@ def mark_inflight(db: Db, commit_id: int) -> None:
     """REQUESTED -> INFLIGHT. Raises CommitError if it was aborted meanwhile."""
 
     def txn(conn: Connection) -> None:
-        n = conn.execute(
-            update(commits)
-            .where(commits.c.id == commit_id, commits.c.state == CommitState.REQUESTED.value)
-            .values(state=CommitState.INFLIGHT.value, heartbeat_at=now_us())
-        ).rowcount
+        n = conn.execute(_INFLIGHT, {"cid": commit_id, "now": now_us()}).rowcount
         if n != 1:
             raise CommitError(f"commit {commit_id} was aborted before it started writing")
 
@@ -246,13 +270,7 @@ def heartbeat(db: Db, commit_id: int) -> bool:
     """Refresh a commit's heartbeat; False once it is no longer open."""
 
     def txn(conn: Connection) -> bool:
-        return bool(
-            conn.execute(
-                update(commits)
-                .where(commits.c.id == commit_id, commits.c.state.in_(OPEN_STATES))
-                .values(heartbeat_at=now_us())
-            ).rowcount
-        )
+        return bool(conn.execute(_BEAT, {"cid": commit_id, "now": now_us()}).rowcount)
 
     return db.write(txn, single=True)
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, OperationalError
 
 from lamina.errors import CatalogUnavailableError
 
@@ -48,12 +48,8 @@ def create_catalog_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
         _configure_sqlite(engine)
     elif backend == "postgresql":
-        engine = create_engine(
-            url,
-            pool_pre_ping=os.environ.get("LAMINA_PG_PRE_PING", "1") != "0",
-            connect_args={"connect_timeout": 5},
-            pool_size=4,
-        )
+        engine = create_engine(url, connect_args={"connect_timeout": 5}, pool_size=4)
+        _ping_when_idle(engine, float(os.environ.get("LAMINA_PG_PING_IDLE_S", "5")))
     else:
         raise CatalogUnavailableError(
             f"unsupported catalog backend {backend!r}; use sqlite or postgresql"
@@ -76,6 +72,28 @@ def _configure_sqlite(engine: Engine) -> None:
     def _on_begin(conn: Connection) -> None:
         write = conn.get_execution_options().get("lamina_write", False)
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def _ping_when_idle(engine: Engine, idle_s: float) -> None:
+    """Check a pooled connection before use only when it sat idle for ``idle_s``: a
+    server restart or an idle timeout is caught there (the pool then opens a fresh
+    connection), while back-to-back transactions pay no extra round trip."""
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(_dbapi_conn: Any, record: Any) -> None:
+        record.info["lamina_idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("lamina_idle_since")
+        if since is None or time.monotonic() - since < idle_s:
+            return
+        try:
+            cur = dbapi_conn.cursor()
+            cur.execute("SELECT 1")
+            cur.close()
+        except Exception as exc:  # noqa: BLE001 - any failure: take a new connection
+            raise DisconnectionError(f"idle catalog connection is gone: {exc}") from exc
 
 
 def is_sqlite(engine: Engine) -> bool:

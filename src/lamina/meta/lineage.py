@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, func, insert, literal, select, update
+from sqlalchemy import Connection, and_, bindparam, delete, func, insert, literal, select, update
 
 from lamina.core.interval import Interval
 from lamina.core.lineage import (
@@ -67,11 +67,14 @@ def put_list(conn: Connection, entry_id: str, role: str, ids: list[str]) -> None
         conn.execute(insert(lineage_ids).values(entry_id=entry_id, role=role, ids=json.dumps(ids)))
 
 
+_ENTRIES = (
+    select(lineage).where(lineage.c.table_id == bindparam("tid")).order_by(lineage.c.started_seq)
+)
+
+
 def entries(conn: Connection, table_id: int, seq: int | None = None) -> list[LineageEntry]:
     """The table's entries as they stood at snapshot ``seq`` (None: now), oldest first."""
-    rows = conn.execute(
-        select(lineage).where(lineage.c.table_id == table_id).order_by(lineage.c.started_seq)
-    ).all()
+    rows = conn.execute(_ENTRIES, {"tid": table_id}).all()
     got = lists(conn, [r.id for r in rows])
     return [e for r in rows if (e := entry_of(r, got, seq)) is not None]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import Connection, and_, insert, select
+from sqlalchemy import Connection, and_, bindparam, insert, select
 
 from lamina.core.interval import Interval, from_us
 from lamina.core.lineage import LineageState, hidden_by, protected
@@ -37,30 +37,30 @@ from lamina.meta.segments import (
 )
 from lamina.meta.tables import lock_table
 
+_joined = tables.outerjoin(
+    commits, and_(commits.c.id == bindparam("cid"), commits.c.table_id == tables.c.id)
+)
+_TABLE_AND_COMMIT = (
+    select(
+        tables.c.id,
+        tables.c.last_seq,
+        tables.c.next_version,
+        tables.c.max_span_us,
+        commits.c.action,
+        commits.c.state.label("commit_state"),
+        commits.c.metadata.label("commit_metadata"),
+        commits.c.started_at,
+    )
+    .select_from(_joined)
+    .where(tables.c.id == bindparam("tid"))
+)
+_LOCK_WITH_COMMIT = {True: _TABLE_AND_COMMIT, False: _TABLE_AND_COMMIT.with_for_update(of=tables)}
+
 
 def _lock_with_commit(db: Db, conn: Connection, table_id: int, commit_id: int) -> Any:
     """Lock the table's row; read it with the commit's row, in one round trip (the
     commit's state is checked again where it changes). Raises TableNotFoundError."""
-    joined = tables.outerjoin(
-        commits, and_(commits.c.id == commit_id, commits.c.table_id == tables.c.id)
-    )
-    stmt = (
-        select(
-            tables.c.id,
-            tables.c.last_seq,
-            tables.c.next_version,
-            tables.c.max_span_us,
-            commits.c.action,
-            commits.c.state.label("commit_state"),
-            commits.c.metadata.label("commit_metadata"),
-            commits.c.started_at,
-        )
-        .select_from(joined)
-        .where(tables.c.id == table_id)
-    )
-    if not db.sqlite:
-        stmt = stmt.with_for_update(of=tables)
-    row = conn.execute(stmt).first()
+    row = conn.execute(_LOCK_WITH_COMMIT[db.sqlite], {"tid": table_id, "cid": commit_id}).first()
     if row is None:
         raise TableNotFoundError(f"table id {table_id} was dropped meanwhile")
     return row

@@ -5,7 +5,18 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, case, delete, func, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Select,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    select,
+    update,
+)
 
 from lamina.core.interval import MIN_US, Interval
 from lamina.core.planner import Target
@@ -102,27 +113,19 @@ def live_ids(conn: Connection, table_id: int) -> set[str]:
     }
 
 
-def chunk_versions(
-    conn: Connection,
-    table_id: int,
-    table: str,
-    span: Interval,
-    hidden: Collection[str],
-    longest: int | None = None,
-) -> tuple[list[Segment], dict[Target, int]]:
-    """For each (chunk, version) overlapping ``span``, in one aggregate query: a
-    stand-in segment when its live partitions (not hidden by lineage) are complete,
-    and the first partition id no row of it ever took.
-
-    The stand-ins give the same visibility as the segments themselves (an appended
-    partition never takes a core partition's id), at a cost independent of how many
-    partitions a chunk holds.
-    """
+def _chunk_versions_stmt(hidden: Collection[str], bounded: bool) -> Select[Any]:
     live: ColumnElement[bool] = segments.c.removed_seq.is_(None)
     if hidden:
         live = and_(live, segments.c.segment_id.not_in(list(hidden)))
     core = and_(live, segments.c.partition_id < segments.c.num_core_partitions)
-    stmt = (
+    conds = [
+        segments.c.table_id == bindparam("tid"),
+        segments.c.start_us < bindparam("end"),
+        segments.c.end_us > bindparam("start"),
+    ]
+    if bounded:
+        conds.append(segments.c.start_us >= bindparam("floor"))
+    return (
         select(
             segments.c.start_us,
             segments.c.end_us,
@@ -132,12 +135,40 @@ def chunk_versions(
             func.max(case((live, segments.c.num_core_partitions), else_=0)),
             func.sum(case((core, 1), else_=0)),
         )
-        .where(*overlapping(conn, table_id, span, longest))
+        .where(*conds)
         .group_by(segments.c.start_us, segments.c.end_us, segments.c.version)
     )
+
+
+#: built once for the common case (no lineage hides anything); construction is costly
+_CHUNK_VERSIONS = {bounded: _chunk_versions_stmt((), bounded) for bounded in (False, True)}
+
+
+def chunk_versions(
+    conn: Connection,
+    table_id: int,
+    table: str,
+    span: Interval,
+    hidden: Collection[str],
+    longest: int,
+) -> tuple[list[Segment], dict[Target, int]]:
+    """For each (chunk, version) overlapping ``span``, in one aggregate query: a
+    stand-in segment when its live partitions (not hidden by lineage) are complete,
+    and the first partition id no row of it ever took. ``longest``: the table's
+    ``max_span_us``.
+
+    The stand-ins give the same visibility as the segments themselves (an appended
+    partition never takes a core partition's id), at a cost independent of how many
+    partitions a chunk holds.
+    """
+    bounded = span.start > MIN_US and longest < MAX_SPAN_US
+    stmt = _chunk_versions_stmt(hidden, bounded) if hidden else _CHUNK_VERSIONS[bounded]
+    params = {"tid": table_id, "start": span.start, "end": span.end}
+    if bounded:
+        params["floor"] = span.start - longest
     reps: list[Segment] = []
     next_pid: dict[Target, int] = {}
-    for s, e, v, top, n_live, n_core, core_present in conn.execute(stmt):
+    for s, e, v, top, n_live, n_core, core_present in conn.execute(stmt, params):
         iv = Interval.of(s, e)
         next_pid[(iv, v)] = int(top) + 1
         if n_live and int(core_present or 0) >= int(n_core or 0):

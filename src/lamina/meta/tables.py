@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from lamina.core.interval import Granularity
@@ -111,15 +111,22 @@ def drop_table(db: Db, name: str) -> TableRecord:
     return db.write(txn)
 
 
+# Hot statements are built once (their construction costs more than running them).
+_BY_ID = select(tables).where(tables.c.id == bindparam("table"))
+_BY_NAME = select(tables).where(tables.c.name == bindparam("table"))
+_LOCK = {
+    (by_id, sqlite): stmt if sqlite else stmt.with_for_update()
+    for by_id, stmt in ((True, _BY_ID), (False, _BY_NAME))
+    for sqlite in (True, False)
+}
+
+
 def lock_table(db: Db, conn: Connection, table: int | str) -> Any:
     """The row of the table (by id or name), locked against other writers of the
     table until the transaction ends (SQLite: the IMMEDIATE write lock is already
     held). Raises TableNotFoundError."""
     by_id = isinstance(table, int)
-    stmt = select(tables).where(tables.c.id == table if by_id else tables.c.name == table)
-    if not db.sqlite:
-        stmt = stmt.with_for_update()
-    row = conn.execute(stmt).first()
+    row = conn.execute(_LOCK[(by_id, db.sqlite)], {"table": table}).first()
     if row is None:
         raise TableNotFoundError(
             f"table id {table} was dropped meanwhile"
