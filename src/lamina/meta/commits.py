@@ -101,6 +101,7 @@ _COMPLETE = (
 _done = _COMPLETE.returning(commits.c.id).cte("done")
 #: PostgreSQL: complete the commit and move the table's counters in one statement
 _COMPLETE_AND_BUMP = _BUMP.where(exists(select(_done.c.id))).returning(tables.c.id)
+_INSERT = insert(commits)
 _INFLIGHT = (
     update(commits)
     .where(commits.c.id == bindparam("cid"), commits.c.state == CommitState.REQUESTED.value)
@@ -149,18 +150,19 @@ def record_commit(
     meta = json.dumps(metadata, default=str)
     if commit_id is None:
         result = conn.execute(
-            insert(commits).values(
-                table_id=trow.id,
-                action=action,
-                state=CommitState.COMPLETED.value,
-                seq=seq,
-                started_at=now,
-                completed_at=now,
-                heartbeat_at=now,
-                owner=process_token(),
-                files_cleaned=0,
-                metadata=meta,
-            )
+            _INSERT,
+            {
+                "table_id": trow.id,
+                "action": action,
+                "state": CommitState.COMPLETED.value,
+                "seq": seq,
+                "started_at": now,
+                "completed_at": now,
+                "heartbeat_at": now,
+                "owner": process_token(),
+                "files_cleaned": 0,
+                "metadata": meta,
+            },
         )
         pk = result.inserted_primary_key
         assert pk is not None
@@ -204,16 +206,19 @@ def begin_commit(
                 "table; wait for it to finish (or raise writer_wait_s)"
             )
         result = conn.execute(
-            insert(commits).values(
-                table_id=table_id,
-                action=action,
-                state=CommitState.REQUESTED.value,
-                started_at=now,
-                heartbeat_at=now,
-                owner=owner,
-                files_cleaned=0,
-                metadata=json.dumps(metadata, default=str),
-            )
+            _INSERT,
+            {
+                "table_id": table_id,
+                "action": action,
+                "state": CommitState.REQUESTED.value,
+                "seq": None,
+                "started_at": now,
+                "completed_at": None,
+                "heartbeat_at": now,
+                "owner": owner,
+                "files_cleaned": 0,
+                "metadata": json.dumps(metadata, default=str),
+            },
         )
         pk = result.inserted_primary_key
         assert pk is not None

@@ -136,6 +136,13 @@ def lock_table(db: Db, conn: Connection, table: int | str) -> Any:
     return row
 
 
+_SEQS = (
+    select(tables.c.name, tables.c.id, tables.c.last_seq)
+    .where(func.lower(tables.c.name).in_(bindparam("names", expanding=True)))
+    .order_by(tables.c.name)
+)
+
+
 def latest_seqs(db: Db, names: Iterable[str]) -> dict[str, tuple[int, int]]:
     """``{name: (table id, last seq)}`` of the tables among ``names`` (matched without
     regard to case, as SQL identifiers are); missing names are left out. One query.
@@ -145,9 +152,6 @@ def latest_seqs(db: Db, names: Iterable[str]) -> dict[str, tuple[int, int]]:
     wanted = sorted({n.lower() for n in names})
     if not wanted:
         return {}
-    stmt = (
-        select(tables.c.name, tables.c.id, tables.c.last_seq)
-        .where(func.lower(tables.c.name).in_(wanted))
-        .order_by(tables.c.name)
+    return db.read(
+        lambda conn: {r[0]: (int(r[1]), int(r[2])) for r in conn.execute(_SEQS, {"names": wanted})}
     )
-    return db.read(lambda conn: {r[0]: (int(r[1]), int(r[2])) for r in conn.execute(stmt)})
