@@ -110,7 +110,7 @@ def publish(db: Db, table: TableRecord, commit_id: int, plan: PublishPlan) -> Co
                 live = live_segments(
                     conn, table.id, table.name, _span(list(plan.overwrite)), hidden
                 )
-                gone = overshadowed([s for s, _ in live], new)
+                gone = overshadowed(live, new)
                 # what a lineage entry holds stays until the entry is settled
                 removed = {s.id for s in gone} - held
         elif plan.files:

@@ -69,7 +69,6 @@ def commit_of(
     table: str,
     added: tuple[str, ...] = (),
     removed: tuple[str, ...] = (),
-    metadata: dict[str, Any] | None = None,
 ) -> Commit:
     """A ``lamina_commits`` row as a Commit."""
     return Commit(
@@ -81,7 +80,7 @@ def commit_of(
         table=table,
         added=added,
         removed=removed,
-        metadata=json.loads(row.metadata) if metadata is None else metadata,
+        metadata=json.loads(row.metadata),
     )
 
 

@@ -61,11 +61,11 @@ def live_rows(conn: Connection, table_id: int, span: Interval) -> list[Any]:
 
 def live_segments(
     conn: Connection, table_id: int, table: str, span: Interval, hidden: Collection[str]
-) -> list[tuple[Segment, int]]:
-    """(segment, pk) of the live segments overlapping ``span`` that lineage does not
-    hide (locations as stored, relative)."""
+) -> list[Segment]:
+    """The live segments overlapping ``span`` that lineage does not hide (locations
+    as stored, relative)."""
     return [
-        (segment_of(r._mapping, table), int(r.pk))
+        segment_of(r._mapping, table)
         for r in live_rows(conn, table_id, span)
         if r.segment_id not in hidden
     ]
