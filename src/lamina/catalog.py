@@ -164,14 +164,13 @@ class Catalog:
         """
         with self._sql_lock:
             if self._sql is None:
-                from lamina.core.scan import plan_scan
                 from lamina.engines.duckdb import SqlEngine
-                from lamina.meta.snapshots import snapshot
+                from lamina.read import plan
 
-                db = self.context.db
+                ctx = self.context
                 self._sql = SqlEngine(
-                    lambda names: table_rows.latest_seqs(db, names),
-                    lambda name: plan_scan(snapshot(db, name)),
+                    lambda names: table_rows.latest_seqs(ctx.db, names),
+                    lambda name: plan(ctx, name),
                 )
         return self._sql.sql(query)
 

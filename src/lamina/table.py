@@ -7,11 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from lamina import read
 from lamina.context import CatalogContext
 from lamina.core.interval import ETERNITY, Granularity, Interval
 from lamina.core.lineage import LineageEntry
 from lamina.core.model import Commit, CommitAction, NewSegment, PublishPlan, Snapshot, TableRecord
-from lamina.core.scan import ScanPlan, plan_scan
+from lamina.core.scan import ScanPlan
 from lamina.core.segment import Segment
 from lamina.core.timeline import Timeline
 from lamina.errors import DataOutsideIntervalError, SnapshotNotFoundError
@@ -293,7 +294,7 @@ class Table:
     def scan(self, as_of: int | None = None, interval: Any = None) -> ScanPlan:
         """Plan a read: the files of one snapshot, pruned to ``interval``."""
         iv = None if interval is None else Interval.coerce(interval)
-        return plan_scan(self.snapshot(as_of, interval=iv), iv)
+        return read.plan(self._ctx, self.name, as_of, iv)
 
     def to_arrow(
         self, as_of: int | None = None, columns: list[str] | None = None, interval: Any = None
@@ -337,7 +338,7 @@ class Table:
 
     def count(self, as_of: int | None = None) -> int:
         plan = self.scan(as_of)  # no row range to apply: the catalog's row counts answer
-        if all(t.keep is None for t in plan.tasks):
+        if plan.all_whole:
             return plan.row_count
         tc = plan.table.time_column  # one column: concat_tables drops zero-column rows
         return self.to_arrow(as_of, columns=[tc] if tc else []).num_rows

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from lamina.core.interval import ETERNITY, Interval
 from lamina.core.model import Snapshot, TableRecord
 from lamina.core.segment import Segment
 from lamina.core.timeline import Timeline
+
+if TYPE_CHECKING:
+    from lamina.core.columnar import ColumnarTasks
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,26 +27,86 @@ class ScanTask:
     span: Interval | None = None
 
 
-@dataclass(frozen=True)
 class ScanPlan:
-    """Everything a reader of one snapshot needs; engines only execute it."""
+    """Everything a reader of one snapshot needs; engines only execute it.
 
-    table: TableRecord
-    seq: int
-    commit_id: int | None
-    tasks: list[ScanTask]
+    Held either as task objects, or — for big snapshots — as columns (``columns``:
+    see :class:`lamina.core.columnar.ColumnarTasks`), with the task objects made only
+    when someone asks for :attr:`tasks`.
+    """
+
+    __slots__ = ("table", "seq", "commit_id", "columns", "_tasks")
+
+    def __init__(
+        self,
+        table: TableRecord,
+        seq: int,
+        commit_id: int | None,
+        tasks: list[ScanTask] | None = None,
+        *,
+        columns: ColumnarTasks | None = None,
+    ) -> None:
+        self.table = table
+        self.seq = seq
+        self.commit_id = commit_id
+        self.columns = columns
+        self._tasks = None if columns is not None else (tasks or [])
+
+    @property
+    def tasks(self) -> list[ScanTask]:
+        if self._tasks is None:
+            assert self.columns is not None
+            self._tasks = self.columns.tasks(self.table.name)
+        return self._tasks
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ScanPlan):
+            return NotImplemented
+        return (self.table, self.seq, self.commit_id, self.tasks) == (
+            other.table,
+            other.seq,
+            other.commit_id,
+            other.tasks,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ScanPlan({self.table.name!r}, seq={self.seq}, tasks={len(self)})"
+
+    def __len__(self) -> int:
+        return len(self.columns) if self.columns is not None else len(self.tasks)
 
     @property
     def whole_files(self) -> list[str]:
+        if self.columns is not None:
+            return self.columns.paths(whole=True)
         return [t.segment.location for t in self.tasks if t.keep is None]  # type: ignore[misc]
 
     @property
     def partial_files(self) -> list[tuple[str, Interval]]:
+        if self.columns is not None:
+            return self.columns.partial()
         return [(t.segment.location, t.keep) for t in self.tasks if t.keep is not None]  # type: ignore[misc]
+
+    def reads(self) -> list[tuple[str, Interval | None]]:
+        """(path, rows to keep — None: the whole file) of every task, in task order."""
+        if self.columns is not None:
+            return self.columns.reads()
+        return [(t.segment.location, t.keep) for t in self.tasks]  # type: ignore[misc]
+
+    @property
+    def all_whole(self) -> bool:
+        """True when every task reads its whole file (no row range to apply)."""
+        if self.columns is not None:
+            return self.columns.all_whole
+        return all(t.keep is None for t in self.tasks)
 
     @property
     def row_count(self) -> int:
         """Rows in the planned files (before row-range filters)."""
+        if self.columns is not None:
+            return self.columns.row_count
         return sum(t.segment.row_count for t in self.tasks)
 
 
@@ -61,6 +125,9 @@ def plan_scan(snapshot: Snapshot, interval: Interval | None = None) -> ScanPlan:
 def prune_plan(plan: ScanPlan, interval: Interval) -> ScanPlan:
     """``plan`` narrowed to ``interval``: equal to planning its snapshot with ``interval``
     when ``plan`` was planned without one (or with a wider one)."""
+    if plan.columns is not None:
+        narrowed = plan.columns.pruned(interval, plan.table.time_column is None)
+        return ScanPlan(plan.table, plan.seq, plan.commit_id, columns=narrowed)
     timeless = plan.table.time_column is None
     tasks = []
     for t in plan.tasks:

@@ -111,7 +111,7 @@ class SqlEngine:
     ) -> pa.Table:
         for name, plan in self._plans(named, stale).items():
             narrowed = self._narrow(cur, query, name, plan)
-            if narrowed is not plan or not plan.tasks:  # else the shared view answers
+            if narrowed is not plan or not len(plan):  # else the shared view answers
                 sql = view_sql(cur, name, narrowed)
                 cur.execute(f"CREATE TEMP VIEW {_quote(name)} AS {sql}")
         return _execute(cur, query)
@@ -139,7 +139,7 @@ class SqlEngine:
                 return hit[1]  # another thread installed a newer snapshot meanwhile
             if self._con is None:  # closed meanwhile: plan only
                 return plan
-            if plan.tasks and (stale or not same):
+            if len(plan) and (stale or not same):
                 sql = view_sql(self._con, name, plan)
                 self._con.execute(f"CREATE OR REPLACE VIEW {_quote(name)} AS {sql}")
             # an empty plan keeps the old view (a query binding it now stays valid):

@@ -23,8 +23,8 @@ def read_arrow(plan: ScanPlan, wh: Warehouse, columns: list[str] | None = None) 
         if unknown:
             raise SchemaError(f"unknown columns {unknown}; the table has {schema.names}")
     groups: dict[Interval | None, list[str]] = defaultdict(list)
-    for task in plan.tasks:
-        groups[task.keep].append(task.segment.location)  # type: ignore[arg-type]
+    for path, keep in plan.reads():
+        groups[keep].append(path)
     parts = []
     try:
         for keep, files in groups.items():

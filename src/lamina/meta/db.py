@@ -116,11 +116,14 @@ def run(
     write: bool,
     attempts: int = 30,
     single: bool = False,
+    consistent: bool = False,
 ) -> T:
     """Run ``fn`` in one transaction; retry it whole on lock contention.
 
     ``single``: ``fn`` runs one statement, which PostgreSQL then runs in autocommit
     mode (no BEGIN/COMMIT round trips; one statement is atomic by itself).
+    ``consistent``: every statement sees the same snapshot (PostgreSQL REPEATABLE
+    READ; a SQLite transaction always does).
     """
     delay = 0.005
     for attempt in range(attempts):
@@ -130,6 +133,8 @@ def run(
                     return fn(conn.execution_options(isolation_level="AUTOCOMMIT"))
                 if write:
                     conn = conn.execution_options(lamina_write=True)
+                elif consistent and not is_sqlite(engine):
+                    conn = conn.execution_options(isolation_level="REPEATABLE READ")
                 with conn.begin():
                     return fn(conn)
         except DBAPIError as exc:
@@ -155,9 +160,10 @@ class Db:
         self.root = root.rstrip("/")
         self.sqlite = is_sqlite(engine)
 
-    def read(self, fn: Callable[[Connection], T]) -> T:
-        """Run ``fn`` in one read transaction."""
-        return run(self.engine, fn, write=False)
+    def read(self, fn: Callable[[Connection], T], *, consistent: bool = False) -> T:
+        """Run ``fn`` in one read transaction; ``consistent``: on one snapshot of the
+        database throughout (see :func:`run`)."""
+        return run(self.engine, fn, write=False, consistent=consistent)
 
     def write(self, fn: Callable[[Connection], T], *, single: bool = False) -> T:
         """Run ``fn`` in one write transaction (retried whole on contention);

@@ -140,6 +140,19 @@ lineage_ids = Table(
     Column("ids", Text, nullable=False),  # JSON list of segment ids
 )
 
+# Segment manifests: the live segment rows of one snapshot, as one Parquet file. A
+# reader plans a big table from the newest manifest plus the rows that changed since
+# (see lamina.read); the rows stay the truth, a manifest is only a cache of them.
+manifests = Table(
+    "lamina_manifests",
+    metadata,
+    Column("table_id", BigInteger, ForeignKey("lamina_tables.id"), primary_key=True),
+    Column("seq", BigInteger, primary_key=True),
+    Column("location", Text, nullable=False),  # relative to the warehouse root
+    Column("segments", BigInteger, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+)
+
 
 def _v1_initial(conn: Connection) -> None:
     for t in (tables, commits, segments):
@@ -180,8 +193,18 @@ def _v3_span(conn: Connection) -> None:
     )
 
 
+def _v4_manifests(conn: Connection) -> None:
+    """Segment manifests of big snapshots."""
+    manifests.create(conn, checkfirst=True)
+
+
 #: Ordered migrations; append only. Version N = the first N applied.
-MIGRATIONS: list[Callable[[Connection], None]] = [_v1_initial, _v2_lineage, _v3_span]
+MIGRATIONS: list[Callable[[Connection], None]] = [
+    _v1_initial,
+    _v2_lineage,
+    _v3_span,
+    _v4_manifests,
+]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 

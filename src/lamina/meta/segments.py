@@ -21,6 +21,7 @@ from sqlalchemy import (
 from lamina.core.interval import MIN_US, Interval
 from lamina.core.planner import Target
 from lamina.core.segment import Segment
+from lamina.meta.manifests import drop_all as drop_manifests
 from lamina.meta.rows import segment_of
 from lamina.meta.schema import MAX_SPAN_US, segments, tables
 
@@ -193,11 +194,12 @@ def mark_removed(
 
 
 def delete_rows(conn: Connection, table_id: int, ids: Collection[str]) -> list[str]:
-    """Delete segment rows; return the relative locations of their files."""
+    """Delete segment rows; return the relative locations of their files — and of the
+    table's segment manifests, which may name the rows and so are dropped too."""
     if not ids:
         return []
     id_list = list(ids)
-    locs: list[str] = []
+    locs: list[str] = drop_manifests(conn, table_id)
     for i in range(0, len(id_list), _BATCH):
         batch = id_list[i : i + _BATCH]
         cond = (segments.c.table_id == table_id, segments.c.segment_id.in_(batch))

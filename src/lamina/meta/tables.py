@@ -16,7 +16,7 @@ from lamina.core.model import TableRecord
 from lamina.errors import TableExistsError, TableNotFoundError
 from lamina.meta.db import Db
 from lamina.meta.rows import table_record
-from lamina.meta.schema import commits, lineage, lineage_ids, segments, tables
+from lamina.meta.schema import commits, lineage, lineage_ids, manifests, segments, tables
 
 
 def now_us() -> int:
@@ -104,6 +104,7 @@ def drop_table(db: Db, name: str) -> TableRecord:
         conn.execute(delete(lineage_ids).where(lineage_ids.c.entry_id.in_(entries)))
         conn.execute(delete(lineage).where(lineage.c.table_id == rec.id))
         conn.execute(delete(segments).where(segments.c.table_id == rec.id))
+        conn.execute(delete(manifests).where(manifests.c.table_id == rec.id))
         conn.execute(delete(commits).where(commits.c.table_id == rec.id))
         conn.execute(delete(tables).where(tables.c.id == rec.id))
         return rec

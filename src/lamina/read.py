@@ -1,0 +1,83 @@
+"""The read path's planning: catalog snapshot (or manifest + changes) -> scan plan.
+
+Small snapshots are planned from segment objects (:func:`lamina.core.scan.plan_scan`).
+From :data:`COLUMNAR_AT` segments on, a plan is columnar: the segments come from the
+table's newest segment manifest plus the catalog rows that changed since, and
+:func:`lamina.core.columnar.plan_columns` decides visibility without an object per
+segment. A plan of the whole latest snapshot that found no manifest, or
+:data:`MANIFEST_EVERY` changed rows since the last one, writes a new manifest for the
+next reader (best effort: a read-only warehouse only plans slower).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pyarrow as pa
+
+from lamina.context import CatalogContext
+from lamina.core.columnar import SEGMENT_SCHEMA, plan_columns, without
+from lamina.core.interval import Interval
+from lamina.core.model import Snapshot
+from lamina.core.scan import ScanPlan, plan_scan
+from lamina.errors import LaminaError
+from lamina.io.manifest import manifest_path, read_manifest, write_manifest
+from lamina.meta import manifests, snapshots
+from lamina.meta.tables import now_us
+
+#: Segments overlapping a plan from which it is planned over columns.
+COLUMNAR_AT = 10_000
+#: Rows changed since the newest manifest after which a whole-table plan writes one.
+MANIFEST_EVERY = 10_000
+
+
+def plan(
+    ctx: CatalogContext, name: str, as_of: int | None = None, interval: Interval | None = None
+) -> ScanPlan:
+    """The scan plan of one snapshot of ``name``, pruned to ``interval``.
+    Raises TableNotFoundError, SnapshotNotFoundError, TimelineError."""
+    got = snapshots.snapshot_or_delta(ctx.db, name, as_of, interval, COLUMNAR_AT)
+    if isinstance(got, Snapshot):
+        return plan_scan(got, interval)
+    cache = interval is None and as_of is None  # a whole latest plan may write a manifest
+    try:
+        segs = _segments(ctx, got, interval, cache)
+    except FileNotFoundError:  # retention dropped the manifest meanwhile, or it is lost
+        got = snapshots.snapshot_or_delta(
+            ctx.db, name, as_of, interval, COLUMNAR_AT, manifest=False
+        )
+        if isinstance(got, Snapshot):
+            return plan_scan(got, interval)
+        segs = _segments(ctx, got, interval, cache)
+    segs = without(segs, got.hidden)
+    return plan_columns(got.table, got.seq, got.commit_id, segs, interval, ctx.db.root)
+
+
+def _segments(
+    ctx: CatalogContext, got: snapshots.SnapshotDelta, interval: Interval | None, cache: bool
+) -> pa.Table:
+    """The snapshot's live segments (lineage not applied) overlapping ``interval``;
+    ``cache``: write them as a new manifest if enough changed."""
+    if got.manifest is None:
+        segs = got.added
+        changed = segs.num_rows
+    else:
+        base = without(read_manifest(ctx.warehouse, got.manifest, interval), got.removed)
+        segs = pa.concat_tables([base, got.added.cast(SEGMENT_SCHEMA)])
+        changed = got.added.num_rows + len(got.removed)
+    if cache and changed >= MANIFEST_EVERY:
+        _write(ctx, got, segs)
+    return segs
+
+
+def _write(ctx: CatalogContext, got: snapshots.SnapshotDelta, segs: pa.Table) -> None:
+    """Record ``segs`` as the manifest of the snapshot; never fails the read."""
+    rel = manifest_path(got.table.name, got.seq)
+    try:
+        write_manifest(ctx.warehouse, rel, segs)
+        stale = manifests.register(ctx.db, got.table.id, got.seq, rel, segs.num_rows, now_us())
+    except (OSError, LaminaError):
+        with contextlib.suppress(OSError):
+            ctx.delete_files([rel])
+        return
+    ctx.delete_files(stale)
