@@ -116,6 +116,28 @@ def test_views_are_rebuilt_only_when_the_snapshot_changes(cat10: lamina.Catalog)
         engine.close()
 
 
+def test_a_repeated_query_reuses_its_time_bound(
+    cat10: lamina.Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bounds depend only on the query text and the column: parsed once per query."""
+    import lamina.engines.duckdb as sql_engine
+
+    parsed: list[str] = []
+    real = sql_engine.time_bound
+
+    def counting(*args):  # type: ignore[no-untyped-def]
+        parsed.append(args[1])
+        return real(*args)
+
+    monkeypatch.setattr(sql_engine, "time_bound", counting)
+    t = cat10.load_table("events")
+    assert n(cat10.sql(one_day(3))) == 30
+    t.append(events(days=1, per_day=5, start="2024-01-03"))
+    assert n(cat10.sql(one_day(3))) == 35  # a new plan, the same bound
+    assert n(cat10.sql(one_day(4))) == 30
+    assert parsed == [one_day(3), one_day(4)]
+
+
 def test_one_day_query_reads_only_that_days_file(cat10: lamina.Catalog) -> None:
     """Pruned from the cached plan: the other days' files are never opened."""
     assert n(cat10.sql("select count(*) from events")) == 300  # caches the full plan

@@ -26,6 +26,7 @@ from lamina.errors import SqlError
 
 Versions = Callable[[Sequence[str]], Mapping[str, Hashable]]
 Planner = Callable[[str], ScanPlan]
+_BOUNDS_KEPT = 1024
 
 
 class SqlEngine:
@@ -45,6 +46,10 @@ class SqlEngine:
         # parsing on a database without views (a connection holding views resolves them)
         self._parser: duckdb.DuckDBPyConnection | None = None
         self._cache: dict[str, tuple[Hashable, ScanPlan]] = {}  # name -> version, plan
+        # time bounds by (query, table, column, type): a pure function of them (bounds
+        # come only from literals and casts, evaluated in UTC), so dashboards'
+        # repeated queries skip parsing; oldest first, at most _BOUNDS_KEPT
+        self._bounds: dict[tuple[str, str, str, str], Interval | None] = {}
 
     def sql(self, query: str) -> pa.Table:
         """Run ``query`` over the latest snapshots. If a push or retention removed a file
@@ -155,13 +160,24 @@ class SqlEngine:
                 if self._con is not None:
                     self._con.execute(f"DROP VIEW IF EXISTS {_quote(name)}")
 
-    @staticmethod
-    def _narrow(con: duckdb.DuckDBPyConnection, query: str, name: str, plan: ScanPlan) -> ScanPlan:
+    def _narrow(
+        self, con: duckdb.DuckDBPyConnection, query: str, name: str, plan: ScanPlan
+    ) -> ScanPlan:
         """``plan`` pruned to the times ``query`` can read (``plan`` itself if none)."""
         column = plan.table.time_column
         if column is None or not _mentions(query, column):  # cannot be bounded
             return plan
-        bound = time_bound(con, query, name, column, plan.table.schema)
+        schema = plan.table.schema
+        key = (query, name, column, str(schema.field(column).type))
+        with self._lock:
+            known = key in self._bounds
+            bound = self._bounds.get(key)
+        if not known:
+            bound = time_bound(con, query, name, column, schema)
+            with self._lock:
+                self._bounds[key] = bound
+                if len(self._bounds) > _BOUNDS_KEPT:
+                    del self._bounds[next(iter(self._bounds))]
         return plan if bound is None else prune_plan(plan, bound)
 
 
