@@ -1,0 +1,222 @@
+"""Optimistic concurrency: may a write publish after commits that completed since its base?
+
+A write records the snapshot it started from (its base seq). At publish, in the
+transaction that holds the table lock, every commit that completed after the base
+seq — including those already pending when the write began (Hudi HUDI-3355: they
+complete after the base, so they are in the set) — is checked against it here. Pure:
+the catalog reads the footprints, this module decides.
+
+Kinds of write (``Kind``): an APPEND adds segments and reads nothing; a REPLACE
+(overwrite, refresh) replaces what was visible in its intervals at its base snapshot;
+a DELETE removes named segments; a LINEAGE transition changes a lineage entry.
+
+The rules, ``mine`` = the write publishing now, ``other`` = a commit that completed
+after ``mine``'s base (see :data:`RULES`):
+
+======== ========= ============================================================
+mine     other     outcome
+======== ========= ============================================================
+APPEND   any       no conflict: partition ids are allocated at publish, and an
+                   append into an interval a REPLACE rewrote meanwhile joins the
+                   REPLACE's version (Druid's upgrade of appended segments)
+REPLACE  APPEND    write-serializable (default): no conflict; the appended
+                   segments inside ``mine``'s intervals are *carried*: they stay
+                   visible on top of ``mine``'s version. serializable: conflict
+                   if they overlap ``mine``'s intervals
+REPLACE  REPLACE   conflict if the intervals overlap
+REPLACE  DELETE    conflict if a deleted segment overlaps ``mine``'s intervals
+DELETE   REPLACE   conflict if one of ``mine``'s segments overlaps its intervals
+DELETE   DELETE    conflict if both removed the same segment
+DELETE   APPEND    no conflict
+any      LINEAGE   conflict if ``other`` transitioned a lineage entry ``mine``
+                   writes under (the entry ``mine`` builds on was ended or
+                   reverted: never clobber an entry, Pinot #10103)
+======== ========= ============================================================
+
+Besides: two writes carrying the same exactly-once app id conflict (Delta's
+ConcurrentTransactionException), whatever they did. LINEAGE transitions themselves
+run in one catalog transaction against the entry's current state, so they never
+have a gap between base and publish to check.
+
+``retryable``: whether publishing again on a newer base is safe — it is for an
+app-id race (the retry re-reads the app's version and skips if applied); never for a
+data conflict, where a retry would silently drop the other writer's changes.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from lamina.core.interval import Interval
+from lamina.core.model import CommitAction
+
+
+class Kind(enum.StrEnum):
+    """What a write does, for conflict checking."""
+
+    APPEND = "APPEND"
+    REPLACE = "REPLACE"
+    DELETE = "DELETE"
+    LINEAGE = "LINEAGE"
+
+    @classmethod
+    def of(cls, action: CommitAction | str) -> Kind:
+        """The kind of a commit action."""
+        return _KIND_OF[CommitAction(action)]
+
+
+_KIND_OF = {
+    CommitAction.APPEND: Kind.APPEND,
+    CommitAction.OVERWRITE: Kind.REPLACE,
+    CommitAction.REFRESH: Kind.REPLACE,
+    CommitAction.DELETE: Kind.DELETE,
+    CommitAction.START_REPLACE: Kind.LINEAGE,
+    CommitAction.END_REPLACE: Kind.LINEAGE,
+    CommitAction.REVERT_REPLACE: Kind.LINEAGE,
+}
+
+
+class Isolation(enum.StrEnum):
+    """How a REPLACE treats rows appended into its intervals while it ran."""
+
+    WRITE_SERIALIZABLE = "write_serializable"  # keep them, on top of the new version
+    SERIALIZABLE = "serializable"  # refuse: the replace did not see them
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentRef:
+    """A segment by id, with its interval."""
+
+    id: str
+    interval: Interval
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What one write did to the table (or, for the write publishing, will do).
+
+    ``added``: segments it publishes; ``removed``: segments it deletes or its
+    replace retires; ``replaced``: intervals whose visible rows it replaces;
+    ``lineage``: entries it writes under or transitions; ``app_id``: its
+    exactly-once application id.
+    """
+
+    commit_id: int
+    kind: Kind
+    added: tuple[SegmentRef, ...] = ()
+    removed: tuple[SegmentRef, ...] = ()
+    replaced: tuple[Interval, ...] = ()
+    lineage: frozenset[str] = frozenset()
+    app_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """Why ``mine`` cannot publish after commit ``other``."""
+
+    other: int
+    reason: str
+    retryable: bool = False
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of a check: a conflict, or the segments to carry (see module)."""
+
+    conflict: Conflict | None
+    carry: tuple[SegmentRef, ...] = ()
+
+
+def _overlap(a: Iterable[Interval], b: Iterable[Interval]) -> Interval | None:
+    bs = list(b)
+    for x in a:
+        for y in bs:
+            if x.overlaps(y):
+                return x.intersection(y)
+    return None
+
+
+def _none(mine: Footprint, other: Footprint, iso: Isolation) -> str | None:
+    return None
+
+
+def _replace_vs_append(mine: Footprint, other: Footprint, iso: Isolation) -> str | None:
+    if iso is not Isolation.SERIALIZABLE:
+        return None  # carried instead
+    hit = _overlap(mine.replaced, (s.interval for s in other.added))
+    if hit is None:
+        return None
+    return f"it appended rows into {hit}, which this serializable replace did not read"
+
+
+def _replace_vs_replace(mine: Footprint, other: Footprint, iso: Isolation) -> str | None:
+    hit = _overlap(mine.replaced, other.replaced)
+    return None if hit is None else f"it replaced {hit} too"
+
+
+def _replace_vs_delete(mine: Footprint, other: Footprint, iso: Isolation) -> str | None:
+    for seg in other.removed:
+        if _overlap(mine.replaced, [seg.interval]) is not None:
+            return f"it deleted segment {seg.id} inside the replaced interval"
+    return None
+
+
+def _delete_vs_replace(mine: Footprint, other: Footprint, iso: Isolation) -> str | None:
+    for seg in mine.removed:
+        if _overlap([seg.interval], other.replaced) is not None:
+            return f"it replaced {seg.interval}, where segment {seg.id} to delete lies"
+    return None
+
+
+def _delete_vs_delete(mine: Footprint, other: Footprint, iso: Isolation) -> str | None:
+    theirs = {s.id for s in other.removed}
+    same = sorted(s.id for s in mine.removed if s.id in theirs)
+    return f"it removed segment {same[0]} already" if same else None
+
+
+def _vs_lineage(mine: Footprint, other: Footprint, iso: Isolation) -> str | None:
+    shared = sorted(mine.lineage & other.lineage)
+    return f"it changed lineage entry {shared[0]}, which this write builds on" if shared else None
+
+
+Rule = Callable[[Footprint, Footprint, Isolation], str | None]
+
+#: (mine, other) -> rule giving a reason to refuse, or None. Every pair is listed.
+RULES: dict[tuple[Kind, Kind], Rule] = {
+    (Kind.APPEND, Kind.APPEND): _none,
+    (Kind.APPEND, Kind.REPLACE): _none,
+    (Kind.APPEND, Kind.DELETE): _none,
+    (Kind.REPLACE, Kind.APPEND): _replace_vs_append,
+    (Kind.REPLACE, Kind.REPLACE): _replace_vs_replace,
+    (Kind.REPLACE, Kind.DELETE): _replace_vs_delete,
+    (Kind.DELETE, Kind.APPEND): _none,
+    (Kind.DELETE, Kind.REPLACE): _delete_vs_replace,
+    (Kind.DELETE, Kind.DELETE): _delete_vs_delete,
+    (Kind.LINEAGE, Kind.APPEND): _none,
+    (Kind.LINEAGE, Kind.REPLACE): _none,
+    (Kind.LINEAGE, Kind.DELETE): _none,
+    **{(k, Kind.LINEAGE): _vs_lineage for k in Kind},
+}
+
+
+def check(
+    mine: Footprint,
+    others: Sequence[Footprint],
+    isolation: Isolation = Isolation.WRITE_SERIALIZABLE,
+) -> Verdict:
+    """May ``mine`` publish after ``others`` (the commits completed since its base,
+    in completion order)? The first conflict found, else the segments to carry."""
+    carry: list[SegmentRef] = []
+    for other in others:
+        if mine.app_id is not None and mine.app_id == other.app_id:
+            reason = f"it wrote for the same app id {mine.app_id!r}"
+            return Verdict(Conflict(other.commit_id, reason, retryable=True))
+        why = RULES[(mine.kind, other.kind)](mine, other, isolation)
+        if why is not None:
+            return Verdict(Conflict(other.commit_id, why))
+        if mine.kind is Kind.REPLACE and other.kind is Kind.APPEND:
+            carry += [s for s in other.added if _overlap(mine.replaced, [s.interval])]
+    gone = {s.id for o in others for s in o.removed}
+    return Verdict(None, tuple(s for s in carry if s.id not in gone))

@@ -1,0 +1,195 @@
+"""The conflict rules of optimistic concurrency: every pair of kinds, and properties."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lamina.core.conflicts import (
+    RULES,
+    Footprint,
+    Isolation,
+    Kind,
+    SegmentRef,
+    check,
+)
+from lamina.core.interval import Interval
+from lamina.core.model import CommitAction
+
+D = 86_400_000_000
+WS, SER = Isolation.WRITE_SERIALIZABLE, Isolation.SERIALIZABLE
+
+
+def day(d: int, n: int = 1) -> Interval:
+    return Interval.of(d * D, (d + n) * D)
+
+
+def seg(name: str, d: int) -> SegmentRef:
+    """Segment ``name`` of day ``d`` (ids name their interval, as lamina's do)."""
+    return SegmentRef(f"{name}@{d}", day(d))
+
+
+def footprint(
+    kind: Kind, d: int, cid: int = 1, name: str = "s", entry: str | None = None
+) -> Footprint:
+    """A write of ``kind`` touching day ``d`` (segment ``name`` for appends/deletes)."""
+    lineage = frozenset({entry}) if entry else frozenset()
+    if kind is Kind.APPEND:
+        return Footprint(cid, kind, added=(seg(name, d),), lineage=lineage)
+    if kind is Kind.REPLACE:
+        return Footprint(
+            cid,
+            kind,
+            added=(seg(f"{name}-new", d),),
+            removed=(seg(f"{name}-old", d),),
+            replaced=(day(d),),
+            lineage=lineage,
+        )
+    if kind is Kind.DELETE:
+        return Footprint(cid, kind, removed=(seg(name, d),), lineage=lineage)
+    return Footprint(cid, kind, lineage=lineage)
+
+
+# (mine, other, same day?, isolation) -> conflict?   every pair of data kinds, both ways
+EXPECTED = {
+    (Kind.APPEND, Kind.APPEND): (False, False),
+    (Kind.APPEND, Kind.REPLACE): (False, False),
+    (Kind.APPEND, Kind.DELETE): (False, False),
+    (Kind.REPLACE, Kind.APPEND): (False, True),  # carried; serializable refuses
+    (Kind.REPLACE, Kind.REPLACE): (True, True),
+    (Kind.REPLACE, Kind.DELETE): (True, True),
+    (Kind.DELETE, Kind.APPEND): (False, False),
+    (Kind.DELETE, Kind.REPLACE): (True, True),
+    (Kind.DELETE, Kind.DELETE): (True, True),  # the same segment
+}
+
+
+def test_every_pair_of_kinds_has_a_rule() -> None:
+    assert set(RULES) == {(a, b) for a in Kind for b in Kind}
+
+
+@pytest.mark.parametrize(("pair", "want"), EXPECTED.items(), ids=lambda x: str(x))
+@pytest.mark.parametrize("same_day", [True, False])
+def test_pairs_on_the_same_and_on_other_chunks(
+    pair: tuple[Kind, Kind], want: tuple[bool, bool], same_day: bool
+) -> None:
+    mine_kind, other_kind = pair
+    mine = footprint(mine_kind, 5, cid=2)
+    other = footprint(other_kind, 5 if same_day else 9, cid=1)
+    for iso, expect in zip((WS, SER), want, strict=True):
+        verdict = check(mine, [other], iso)
+        assert (verdict.conflict is not None) == (expect and same_day), (pair, iso)
+        if verdict.conflict is not None:
+            assert verdict.conflict.other == 1 and not verdict.conflict.retryable
+            assert verdict.conflict.reason
+
+
+def test_a_replace_carries_what_was_appended_into_its_interval() -> None:
+    mine = footprint(Kind.REPLACE, 5, cid=9)
+    inside, outside = seg("a", 5), seg("b", 6)
+    appended = Footprint(3, Kind.APPEND, added=(inside, outside))
+    assert check(mine, [appended]).carry == (inside,)
+    assert check(mine, [appended], SER).conflict is not None
+
+
+def test_a_carried_segment_deleted_later_is_not_carried() -> None:
+    mine = footprint(Kind.REPLACE, 5, cid=9)
+    appended = Footprint(3, Kind.APPEND, added=(seg("a", 5),))
+    deleted = Footprint(4, Kind.DELETE, removed=(seg("a", 5),))
+    verdict = check(mine, [appended, deleted])
+    assert verdict.conflict is not None  # the delete touched the replaced interval
+    later_elsewhere = Footprint(4, Kind.DELETE, removed=(seg("z", 8),))
+    assert check(mine, [appended, later_elsewhere]).carry == (seg("a", 5),)
+
+
+def test_deletes_of_different_segments_of_one_chunk_both_publish() -> None:
+    mine = Footprint(2, Kind.DELETE, removed=(seg("a", 5),))
+    other = Footprint(1, Kind.DELETE, removed=(seg("b", 5),))
+    assert check(mine, [other]).conflict is None
+
+
+@pytest.mark.parametrize("kind", list(Kind))
+def test_an_entry_transitioned_meanwhile_refuses_writes_under_it(kind: Kind) -> None:
+    mine = footprint(kind, 5, cid=2, entry="e1")
+    ended = Footprint(1, Kind.LINEAGE, lineage=frozenset({"e1"}))
+    conflict = check(mine, [ended]).conflict
+    assert conflict is not None and "e1" in conflict.reason
+    other_entry = Footprint(1, Kind.LINEAGE, lineage=frozenset({"e2"}))
+    assert check(mine, [other_entry]).conflict is None
+
+
+@pytest.mark.parametrize("mine_kind", list(Kind))
+@pytest.mark.parametrize("other_kind", list(Kind))
+def test_the_same_app_id_conflicts_whatever_was_written(mine_kind: Kind, other_kind: Kind) -> None:
+    mine = Footprint(2, mine_kind, app_id="job")
+    other = Footprint(1, other_kind, app_id="job")
+    conflict = check(mine, [other]).conflict
+    assert conflict is not None and conflict.retryable and "job" in conflict.reason
+    assert check(mine, [Footprint(1, other_kind, app_id="other")]).conflict is None
+
+
+def test_kinds_of_actions() -> None:
+    assert Kind.of(CommitAction.OVERWRITE) is Kind.REPLACE is Kind.of("REFRESH")
+    assert Kind.of(CommitAction.END_REPLACE) is Kind.LINEAGE
+
+
+# -- properties over random footprints --------------------------------------------------
+
+kind_st = st.sampled_from([Kind.APPEND, Kind.REPLACE, Kind.DELETE])
+write_st = st.builds(
+    lambda kind, d, name: footprint(kind, d, name=name),
+    kind_st,
+    st.integers(0, 6),
+    st.sampled_from(["a", "b", "c"]),
+)
+
+
+@given(mine=write_st, others=st.lists(write_st, max_size=6), iso=st.sampled_from(list(Isolation)))
+def test_a_conflict_with_many_is_a_conflict_with_one(
+    mine: Footprint, others: list[Footprint], iso: Isolation
+) -> None:
+    """Order matters only for which conflict is named, not for whether there is one."""
+    others = [
+        Footprint(i + 1, o.kind, o.added, o.removed, o.replaced) for i, o in enumerate(others)
+    ]
+    alone = [check(mine, [o], iso).conflict is not None for o in others]
+    verdict = check(mine, others, iso)
+    assert (verdict.conflict is not None) == any(alone)
+    if verdict.conflict is not None:
+        assert verdict.conflict.other == others[alone.index(True)].commit_id
+
+
+@given(mine=write_st, others=st.lists(write_st, max_size=6), iso=st.sampled_from(list(Isolation)))
+def test_writes_touching_disjoint_times_never_conflict(
+    mine: Footprint, others: list[Footprint], iso: Isolation
+) -> None:
+    def times(f: Footprint) -> list[Interval]:
+        return [*f.replaced, *(s.interval for s in f.added), *(s.interval for s in f.removed)]
+
+    far = [o for o in others if not any(a.overlaps(b) for a in times(mine) for b in times(o))]
+    assert check(mine, far, iso).conflict is None
+
+
+@given(others=st.lists(write_st, max_size=6), iso=st.sampled_from(list(Isolation)))
+def test_appends_never_conflict(others: list[Footprint], iso: Isolation) -> None:
+    assert check(footprint(Kind.APPEND, 3), others, iso).conflict is None
+
+
+@given(mine=write_st, others=st.lists(write_st, max_size=6))
+def test_carried_segments_are_appends_inside_the_replaced_intervals(
+    mine: Footprint, others: list[Footprint]
+) -> None:
+    verdict = check(mine, others)
+    if verdict.conflict is not None or mine.kind is not Kind.REPLACE:
+        assert verdict.carry == () or mine.kind is Kind.REPLACE
+        return
+    removed = {s.id for o in others for s in o.removed}
+    want = [
+        s
+        for o in others
+        if o.kind is Kind.APPEND
+        for s in o.added
+        if any(s.interval.overlaps(r) for r in mine.replaced) and s.id not in removed
+    ]
+    assert list(verdict.carry) == want
