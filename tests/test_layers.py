@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("lamina.meta", "lamina.io"),
     ("lamina.engines",),
     ("lamina.context",),
-    ("lamina.write", "lamina.read"),
+    ("lamina.write", "lamina.read", "lamina.changes"),
     ("lamina.maintenance",),
     ("lamina.table",),
     ("lamina.catalog",),

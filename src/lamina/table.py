@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from lamina import read
+from lamina import changes, read
 from lamina.context import CatalogContext
 from lamina.core.interval import ETERNITY, Granularity, Interval
 from lamina.core.lineage import LineageEntry
@@ -332,6 +332,17 @@ class Table:
 
     def timeline(self, as_of: int | None = None, all_published: bool = True) -> Timeline:
         return Timeline.build(self.snapshot(as_of, all_published=all_published).segments)
+
+    def read_changes(
+        self, after_seq: int, until_seq: int | None = None, columns: list[str] | None = None
+    ) -> pa.Table:
+        """The rows each commit completed in ``(after_seq, until_seq]`` (default: up to
+        the latest) made visible (``_change`` 'insert') or invisible ('delete'), with
+        ``_commit_id`` and ``_commit_seq``, in completion order — an incremental pull.
+        Seqs are ``Commit.seq`` of :meth:`history` (0: the empty table).
+        Raises SnapshotNotFoundError (seqs out of range, or retention deleted what the
+        start snapshot used), SchemaError (unknown columns)."""
+        return changes.read_changes(self._ctx, self.name, after_seq, until_seq, columns)
 
     def history(self) -> list[Commit]:
         return commits.history(self._ctx.db, self.name)

@@ -55,6 +55,8 @@ class Commit:
     added: tuple[str, ...] = field(default=(), repr=False)
     removed: tuple[str, ...] = field(default=(), repr=False)
     metadata: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: completion order: the snapshot seq this commit produced (None until completed)
+    seq: int | None = None
 
     @staticmethod
     def time(us: int | None) -> dt.datetime | None:

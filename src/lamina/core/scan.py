@@ -118,7 +118,7 @@ def plan_scan(snapshot: Snapshot, interval: Interval | None = None) -> ScanPlan:
     for entry in timeline.lookup(interval or ETERNITY):
         for seg in entry.segments:
             if seg.location is not None:  # else a tombstone
-                tasks.append(_task(seg, entry.interval, timeless))
+                tasks.append(task_for(seg, entry.interval, timeless))
     return ScanPlan(snapshot.table, snapshot.seq, snapshot.commit_id, tasks)
 
 
@@ -134,12 +134,13 @@ def prune_plan(plan: ScanPlan, interval: Interval) -> ScanPlan:
         span = t.span if t.span is not None else t.segment.interval
         piece = span.intersection(interval)
         if piece is not None:
-            tasks.append(_task(t.segment, piece, timeless))
+            tasks.append(task_for(t.segment, piece, timeless))
     return ScanPlan(plan.table, plan.seq, plan.commit_id, tasks)
 
 
-def _task(seg: Segment, piece: Interval, timeless: bool) -> ScanTask:
-    """Read ``seg`` for the visible ``piece``: whole when every row it holds is inside."""
+def task_for(seg: Segment, piece: Interval, timeless: bool) -> ScanTask:
+    """Read ``seg`` for the visible ``piece``: whole when every row it holds is inside
+    (or the table has no time column)."""
     inside = (
         seg.min_time is not None
         and seg.max_time is not None

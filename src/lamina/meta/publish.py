@@ -156,6 +156,7 @@ def publish(db: Db, table: TableRecord, commit_id: int, plan: PublishPlan) -> Co
             added=tuple(s.id for s in new),
             removed=tuple(sorted(removed)),
             metadata=meta,
+            seq=done.seq,
         )
 
     return db.write(txn)
@@ -239,6 +240,7 @@ def delete_segments(db: Db, name: str, ids: list[str]) -> Commit:
             when,
             name,
             removed=tuple(ids),
+            seq=done.seq,
         )
 
     return db.write(txn)

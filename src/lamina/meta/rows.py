@@ -81,6 +81,7 @@ def commit_of(
         added=added,
         removed=removed,
         metadata=json.loads(row.metadata),
+        seq=None if row.seq is None else int(row.seq),
     )
 
 

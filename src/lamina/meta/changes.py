@@ -1,0 +1,133 @@
+"""Where a table changed between two snapshots: each completed commit and its intervals.
+
+Visibility at an instant changes only where a commit added or removed a segment, or
+moved a lineage entry whose segments lie there; those intervals, per commit in
+completion (seq) order, are all an incremental read needs to diff.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, and_, or_, select
+
+from lamina.core.changes import merge
+from lamina.core.interval import Interval
+from lamina.core.model import CommitState, TableRecord
+from lamina.errors import SnapshotNotFoundError
+from lamina.meta.db import Db
+from lamina.meta.lineage import lists
+from lamina.meta.schema import commits, lineage, segments, tables
+from lamina.meta.segments import rows_by_id
+from lamina.meta.tables import read_table
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    """A completed commit and the intervals where it may have changed visibility."""
+
+    commit_id: int
+    seq: int
+    touched: tuple[Interval, ...]
+
+
+@dataclass(frozen=True)
+class Changes:
+    """The commits completed in ``(after_seq, until_seq]``, in seq order; ``base``:
+    the commit of ``after_seq`` (None for the empty snapshot 0)."""
+
+    table: TableRecord
+    after_seq: int
+    until_seq: int
+    base: int | None
+    points: tuple[ChangePoint, ...]
+
+
+def _in(col: ColumnElement[Any], lo: int, hi: int) -> ColumnElement[bool]:
+    return and_(col > lo, col <= hi)
+
+
+def change_points(db: Db, name: str, after_seq: int, until_seq: int | None) -> Changes:
+    """The commits after ``after_seq`` up to ``until_seq`` (None: the latest) and what
+    each touched. Raises TableNotFoundError, SnapshotNotFoundError."""
+
+    def txn(conn: Connection) -> Changes:
+        rec = read_table(conn, name)
+        last, purged = conn.execute(
+            select(tables.c.last_seq, tables.c.purged_seq).where(tables.c.id == rec.id)
+        ).one()
+        until = int(last) if until_seq is None else until_seq
+        if not 0 <= after_seq <= until <= int(last):
+            raise SnapshotNotFoundError(
+                f"no snapshots {after_seq}..{until} in {name!r}: seqs run from 0 to {last} "
+                "(see Commit.seq in t.history()); after_seq must not exceed until_seq"
+            )
+        if after_seq < int(purged):
+            raise SnapshotNotFoundError(
+                f"the changes after seq {after_seq} of {name!r} are gone: retention deleted "
+                f"segments that snapshot used; read changes after seq {purged} or later"
+            )
+        done = conn.execute(
+            select(commits.c.id, commits.c.seq)
+            .where(
+                commits.c.table_id == rec.id,
+                commits.c.state == CommitState.COMPLETED.value,
+                commits.c.seq >= max(after_seq, 1),
+                commits.c.seq <= until,
+            )
+            .order_by(commits.c.seq)
+        ).all()
+        base = next((int(r.id) for r in done if r.seq == after_seq), None)
+        touched: dict[int, list[Interval]] = defaultdict(list)
+        for s, e, added, removed in conn.execute(
+            select(
+                segments.c.start_us, segments.c.end_us, segments.c.added_seq, segments.c.removed_seq
+            ).where(
+                segments.c.table_id == rec.id,
+                or_(
+                    _in(segments.c.added_seq, after_seq, until),
+                    _in(segments.c.removed_seq, after_seq, until),
+                ),
+            )
+        ):
+            for seq in (added, removed):
+                if seq is not None and after_seq < seq <= until:
+                    touched[int(seq)].append(Interval.of(s, e))
+        _lineage_touches(conn, rec.id, after_seq, until, touched)
+        points = tuple(
+            ChangePoint(int(r.id), int(r.seq), tuple(merge(touched.get(int(r.seq), []))))
+            for r in done
+            if r.seq > after_seq
+        )
+        return Changes(rec, after_seq, until, base, points)
+
+    return db.read(txn, consistent=True)
+
+
+def _lineage_touches(
+    conn: Connection, table_id: int, lo: int, hi: int, touched: dict[int, list[Interval]]
+) -> None:
+    """Add the intervals of lineage entries' segments at the seqs they moved."""
+    rows = conn.execute(
+        select(
+            lineage.c.id, lineage.c.started_seq, lineage.c.completed_seq, lineage.c.reverted_seq
+        ).where(
+            lineage.c.table_id == table_id,
+            or_(
+                _in(lineage.c.started_seq, lo, hi),
+                _in(lineage.c.completed_seq, lo, hi),
+                _in(lineage.c.reverted_seq, lo, hi),
+            ),
+        )
+    ).all()
+    if not rows:
+        return
+    got = lists(conn, [r.id for r in rows])
+    for r in rows:
+        ids = got.get((r.id, "from"), []) + got.get((r.id, "to"), [])
+        spans = [Interval.of(x.start_us, x.end_us) for x in rows_by_id(conn, table_id, ids)]
+        for seq in (r.started_seq, r.completed_seq, r.reverted_seq):
+            if seq is not None and lo < seq <= hi:
+                touched[int(seq)] += spans
