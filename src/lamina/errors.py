@@ -99,3 +99,26 @@ class SqlError(LaminaError):
 
 class InputFileError(LaminaError):
     """An input file is missing, of an unknown format, or holds values that cannot be read."""
+
+
+class CommitConflictError(LaminaError):
+    """A commit that completed after this write began conflicts with it; the write
+    left nothing visible. ``other``: that commit's id; ``retryable``: whether
+    writing again on the newer snapshot is safe (see lamina.core.conflicts)."""
+
+    def __init__(self, message: str, other: int | None = None, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.other = other
+        self.retryable = retryable
+
+
+class LockError(LaminaError, ValueError):
+    """A lock request is malformed (type, interval, priority)."""
+
+
+class LockTimeoutError(LaminaError):
+    """A lock could not be granted within ``wait_s``: other holders kept it."""
+
+
+class LockRevokedError(LaminaError):
+    """A higher-priority lock request revoked this transaction's lock."""
