@@ -154,3 +154,25 @@ def test_spark_chunks_match_local_whatever_the_session_zone(
 
         assert chunks(remote) == chunks(local)
         assert sorted(remote.to_arrow()["x"].to_pylist()) == [1, 2, 3, 4]
+
+
+def test_read_changes_in_spark_equals_the_local_feed(spark: Any, cat: lamina.Catalog) -> None:
+    t = cat.create_table("feed", SCHEMA, time_column="ts", segment_granularity="DAY")
+    t.append(events(days=3, per_day=4))
+    c = t.overwrite(events(days=1, per_day=2, seed=3, start="2024-01-02"))
+    t.append(events(days=1, per_day=1, seed=4))
+    local = t.read_changes(c.seq - 1)
+    df = t.read_changes_spark(spark, c.seq - 1)
+    assert df.columns == [*SCHEMA.names, "_change", "_commit_id", "_commit_seq"]
+    got = sorted((r["_change"], r["_commit_seq"], r["k"], r["v"]) for r in df.collect())
+    want = sorted(
+        zip(
+            local["_change"].to_pylist(),
+            local["_commit_seq"].to_pylist(),
+            local["k"].to_pylist(),
+            local["v"].to_pylist(),
+            strict=True,
+        )
+    )
+    assert got == want and len(got) == 4 + 2 + 1
+    assert t.read_changes_spark(spark, t.history()[-1].seq).count() == 0

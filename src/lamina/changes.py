@@ -8,6 +8,8 @@ the pieces of segments that appeared or disappeared are read.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 
 from lamina.context import CatalogContext
@@ -57,6 +59,44 @@ def read_changes(
             )
             parts.append(data.cast(out_schema))
     return pa.concat_tables(parts) if parts else out_schema.empty_table()
+
+
+def read_changes_spark(
+    spark: Any,
+    ctx: CatalogContext,
+    name: str,
+    after_seq: int,
+    until_seq: int | None = None,
+    columns: list[str] | None = None,
+) -> Any:
+    """:func:`read_changes` as a Spark DataFrame (the files read by Spark's own
+    Parquet reader). Raises as :func:`read_changes`."""
+    from pyspark.sql import functions as F
+
+    from lamina.engines.spark import arrow_to_spark_schema, read_spark
+
+    changes = change_points(ctx.db, name, after_seq, until_seq)
+    schema = changes.table.schema
+    keep = schema.names if columns is None else columns
+    unknown = [c for c in keep if c not in schema.names]
+    if unknown:
+        raise SchemaError(f"unknown columns {unknown}; the table has {schema.names}")
+    frames = []
+    for tag, commit_id, seq, tasks in _pieces(ctx, name, changes):
+        df = read_spark(spark, _plan_of(changes, seq, tasks), ctx.warehouse)
+        frames.append(
+            df.select(*[f"`{c}`" for c in keep])
+            .withColumn(CHANGE, F.lit(tag))
+            .withColumn(COMMIT_ID, F.lit(commit_id).cast("long"))
+            .withColumn(COMMIT_SEQ, F.lit(seq).cast("long"))
+        )
+    if not frames:
+        out = arrow_to_spark_schema(_schema(pa.schema([schema.field(c) for c in keep])))
+        return spark.createDataFrame([], out)
+    result = frames[0]
+    for f in frames[1:]:
+        result = result.unionByName(f)
+    return result
 
 
 def _schema(data: pa.Schema) -> pa.Schema:

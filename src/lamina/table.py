@@ -344,6 +344,19 @@ class Table:
         start snapshot used), SchemaError (unknown columns)."""
         return changes.read_changes(self._ctx, self.name, after_seq, until_seq, columns)
 
+    def read_changes_spark(
+        self,
+        spark: Any,
+        after_seq: int,
+        until_seq: int | None = None,
+        columns: list[str] | None = None,
+    ) -> Any:
+        """:meth:`read_changes` as a Spark DataFrame (read by Spark's Parquet reader;
+        rows in no guaranteed order — sort by ``_commit_seq`` for a feed)."""
+        return changes.read_changes_spark(
+            spark, self._ctx, self.name, after_seq, until_seq, columns
+        )
+
     def history(self) -> list[Commit]:
         return commits.history(self._ctx.db, self.name)
 
