@@ -39,6 +39,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.exc import IntegrityError
 
 from lamina.core.model import OPEN_STATES, Commit, CommitState
 from lamina.errors import CommitError, ConcurrentWriteError, TableNotFoundError
@@ -148,19 +149,19 @@ _UNSETTLED = select(commits.c.id, commits.c.owner, commits.c.heartbeat_at, commi
         and_(commits.c.state == CommitState.ABORTED.value, commits.c.files_cleaned == 0),
     ),
 )
+_STALE = select(commits.c.id).where(
+    commits.c.table_id == bindparam("tid"),
+    commits.c.state == CommitState.ABORTED.value,
+    commits.c.files_cleaned == 0,
+)
 _new = _OPEN.returning(commits.c.id).cte("new")
-_unsettled = _UNSETTLED.cte("unsettled")
-#: PostgreSQL: insert the REQUESTED row and read the table's other unsettled commits
-#: in one statement (one row per unsettled commit, or one of NULLs). Run after the
-#: lock, in its own statement, so it sees every commit the lock waited for; the
-#: caller rolls back when another live writer holds the table.
-_OPEN_READING_UNSETTLED = select(
-    _new.c.id.label("new_id"),
-    _unsettled.c.id,
-    _unsettled.c.owner,
-    _unsettled.c.heartbeat_at,
-    _unsettled.c.state,
-).select_from(_new.outerjoin(_unsettled, true()))
+_stale = _STALE.subquery("stale")
+#: PostgreSQL: insert the REQUESTED row, relax its commit and read the aborted commits
+#: whose files still need removing, in one statement (a row per such commit, or one
+#: with a NULL id). Their list may miss one aborted meanwhile: a later writer sees it.
+_OPEN_RELAXED = select(_new.c.id.label("new_id"), _stale.c.id, _RELAXED).select_from(
+    _new.outerjoin(_stale, true())
+)
 #: the table's row lock taken by a begin (PostgreSQL: also relaxes the COMMIT)
 _BEGIN_LOCK = {
     True: select(tables.c.id).where(tables.c.id == bindparam("tid")),
@@ -268,44 +269,53 @@ def begin_commit(
 
     Also returns the table's aborted commits whose files still need removing.
     Raises ConcurrentWriteError, TableNotFoundError.
+
+    One INSERT when the table has no open commit (PostgreSQL: one autocommitted
+    statement); the unique index on open commits refuses it otherwise, and the open
+    commit is then looked at under the table's lock: aborted when its writer is gone
+    (then the INSERT is made there), else ConcurrentWriteError.
     """
+    now = now_us()
+    row = {
+        "table_id": table_id,
+        "tid": table_id,
+        "action": action,
+        "state": CommitState.REQUESTED.value,
+        "started_at": now,
+        "heartbeat_at": now,
+        "owner": owner,
+        "metadata": json.dumps(metadata, default=str),
+    }
+    try:
+        return db.write(lambda conn: _open(db, conn, row), single=True)
+    except IntegrityError:
+        pass  # another open commit (or the table is gone): look under the lock
 
     def txn(conn: Connection) -> tuple[int, list[int]]:
-        # the lock is its own statement: the next one sees every commit it waited for
+        # the lock is its own statement: the next ones see every commit it waited for
         if conn.execute(_BEGIN_LOCK[db.sqlite], {"tid": table_id}).first() is None:
             raise TableNotFoundError(f"table id {table_id} was dropped meanwhile")
-        now = now_us()
-        row = {
-            "table_id": table_id,
-            "tid": table_id,
-            "action": action,
-            "state": CommitState.REQUESTED.value,
-            "started_at": now,
-            "heartbeat_at": now,
-            "owner": owner,
-            "metadata": json.dumps(metadata, default=str),
-        }
-        unsettled: list[Any]
-        commit_id: int | None = None
-        if db.sqlite:  # no round trips to save: plain statements
-            unsettled = list(conn.execute(_UNSETTLED, row))
-        else:
-            got = conn.execute(_OPEN_READING_UNSETTLED, row).all()
-            unsettled = [r for r in got if r.id is not None]
-            commit_id = int(got[0].new_id)
-        live, stale = _settle_writers(conn, unsettled, stale_after_s, now)
-        if live:  # (the REQUESTED row inserted above is rolled back)
+        unsettled = conn.execute(_UNSETTLED, row).all()
+        live, _ = _settle_writers(conn, unsettled, stale_after_s, now_us())
+        if live:
             raise ConcurrentWriteError(
                 f"commit {live[0].id} by {live[0].owner.rsplit(':', 1)[0]} is writing this "
                 "table; wait for it to finish (or raise writer_wait_s)"
             )
-        if commit_id is None:
-            pk = conn.execute(_OPEN, row).inserted_primary_key
-            assert pk is not None
-            commit_id = int(pk[0])
-        return commit_id, stale
+        return _open(db, conn, row)
 
     return db.write(txn)
+
+
+def _open(db: Db, conn: Connection, row: dict[str, Any]) -> tuple[int, list[int]]:
+    """Insert the REQUESTED row; its id and the table's aborted commits whose files
+    still need removing. Raises IntegrityError while another commit is open."""
+    if db.sqlite:
+        pk = conn.execute(_OPEN, row).inserted_primary_key
+        assert pk is not None
+        return int(pk[0]), sorted(int(r[0]) for r in conn.execute(_STALE, row))
+    got = conn.execute(_OPEN_RELAXED, row).all()
+    return int(got[0].new_id), sorted(int(r.id) for r in got if r.id is not None)
 
 
 def _settle_writers(
