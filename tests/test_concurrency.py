@@ -396,3 +396,21 @@ def test_the_catalog_keeps_a_table_to_one_open_commit(catalog_url: str, tmp_path
     t.append(events(days=1, per_day=2))
     assert t.count() == 2
     cat.close()
+
+
+def test_a_commit_opened_past_the_lock_is_a_concurrent_write(
+    catalog_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer opening its commit takes no lock, so the locked path can miss it (its
+    INSERT committed after that path's snapshot); the locked INSERT is then refused
+    by the index, which is a ConcurrentWriteError like any other."""
+    from lamina.meta import commits
+    from lamina.write import WriteTransaction
+
+    cat = lamina.connect(catalog=catalog_url, warehouse=str(tmp_path / "wh"), writer_wait_s=0)
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    with WriteTransaction(cat.context, t._record, "APPEND", {}):
+        monkeypatch.setattr(commits, "_settle_writers", lambda *_: ([], []))  # missed it
+        with pytest.raises(errors.ConcurrentWriteError, match="meanwhile"):
+            t.append(events(days=1, per_day=1))
+    cat.close()

@@ -302,7 +302,13 @@ def begin_commit(
                 f"commit {live[0].id} by {live[0].owner.rsplit(':', 1)[0]} is writing this "
                 "table; wait for it to finish (or raise writer_wait_s)"
             )
-        return _open(db, conn, row)
+        try:
+            return _open(db, conn, row)
+        except IntegrityError:  # a writer's INSERT (it takes no lock) came first
+            raise ConcurrentWriteError(
+                "another writer opened a commit on this table meanwhile; wait for it to "
+                "finish (or raise writer_wait_s)"
+            ) from None
 
     return db.write(txn)
 
