@@ -250,3 +250,167 @@ def test_idle_postgres_connections_are_checked_before_use(
         with pytest.raises(errors.LaminaError):
             t.count()
     cat.close()
+
+
+def test_open_transitions_skip_the_wal_flush_wait_on_postgres(pg_url: str, tmp_path: Path) -> None:
+    """REQUESTED and INFLIGHT commit with synchronous_commit off (their loss in a
+    server crash is a failed write); COMPLETED commits synchronously; the setting never
+    leaks into the pooled sessions."""
+    from sqlalchemy import text
+
+    cat = lamina.connect(catalog=pg_url, warehouse=str(tmp_path / "wh"))
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    with cat.engine.begin() as conn:  # logs the setting in force at each transition
+        conn.execute(text("CREATE TABLE sync_log (state text, setting text)"))
+        conn.execute(
+            text(
+                "CREATE FUNCTION log_sync() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "INSERT INTO sync_log VALUES (NEW.state, "
+                "current_setting('synchronous_commit')); RETURN NULL; END $$"
+            )
+        )
+        conn.execute(
+            text(
+                "CREATE TRIGGER log_sync AFTER INSERT OR UPDATE ON lamina_commits "
+                "FOR EACH ROW EXECUTE FUNCTION log_sync()"
+            )
+        )
+    for i in range(3):
+        t.append(events(days=1, per_day=2, seed=i))
+    with cat.engine.connect() as conn:
+        log = conn.execute(text("SELECT state, setting FROM sync_log")).all()
+    assert sorted(set(log)) == [("COMPLETED", "on"), ("INFLIGHT", "off"), ("REQUESTED", "off")]
+    assert len(log) == 9
+    conns = [cat.engine.connect() for _ in range(4)]  # every pooled session
+    try:
+        assert {c.execute(text("SHOW synchronous_commit")).scalar() for c in conns} == {"on"}
+    finally:
+        for c in conns:
+            c.close()
+    cat.close()
+
+
+def test_a_writer_touches_only_its_own_commit_row(catalog_url: str, tmp_path: Path) -> None:
+    """Commit ids can come back after a PostgreSQL crash lost the transaction that
+    took one (relaxed REQUESTED/INFLIGHT); a writer whose row turned out to be another
+    writer's neither moves, publishes, aborts nor cleans it."""
+    from sqlalchemy import select, update
+
+    from lamina.meta.schema import commits
+    from lamina.write import WriteTransaction
+
+    cat = lamina.connect(catalog=catalog_url, warehouse=str(tmp_path / "wh"))
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    db = cat.context.db
+
+    def hand_over(commit_id: int) -> None:  # the row now belongs to someone else
+        db.write(
+            lambda c: c.execute(
+                update(commits).where(commits.c.id == commit_id).values(owner="elsewhere:1:x")
+            )
+        )
+
+    def state(commit_id: int) -> str:
+        return str(
+            db.read(
+                lambda c: c.execute(
+                    select(commits.c.state).where(commits.c.id == commit_id)
+                ).scalar_one()
+            )
+        )
+
+    for step in ("inflight", "publish"):
+        with (
+            pytest.raises(errors.CommitError),
+            WriteTransaction(cat.context, t._record, "APPEND", {}) as txn,
+        ):
+            commit_id = txn.id
+            their_file = Path(cat.warehouse.path(txn.dir)) / "theirs.parquet"
+            their_file.parent.mkdir(parents=True)
+            their_file.write_bytes(b"x")
+            if step == "publish":
+                txn.inflight()
+            hand_over(commit_id)
+            if step == "inflight":
+                txn.inflight()
+            from lamina.core.model import PublishPlan
+
+            txn.publish(PublishPlan((), None))
+        assert state(commit_id) == ("REQUESTED" if step == "inflight" else "INFLIGHT")
+        assert their_file.exists()
+        db.write(  # let the next step's writer in
+            lambda c, cid=commit_id: c.execute(
+                update(commits).where(commits.c.id == cid).values(state="ABORTED")
+            )
+        )
+    cat.close()
+
+
+def test_round_trips_of_a_small_append(catalog_url: str, tmp_path: Path) -> None:
+    """The catalog work of an append stays within its statement budget (PostgreSQL:
+    7 round trips: REQUESTED and INFLIGHT one autocommitted statement each, the
+    publish one transaction of 3 statements)."""
+    from sqlalchemy import event
+
+    cat = lamina.connect(catalog=catalog_url, warehouse=str(tmp_path / "wh"))
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    t.append(events(days=1, per_day=2))
+    seen = {"statements": 0, "transactions": 0}
+
+    def statement(*_: object) -> None:
+        seen["statements"] += 1
+
+    def transaction(*_: object) -> None:
+        seen["transactions"] += 1
+
+    event.listen(cat.engine, "before_cursor_execute", statement)
+    event.listen(cat.engine, "commit", transaction)
+    t.append(events(days=1, per_day=2, seed=1))
+    if cat.context.db.sqlite:  # BEGIN IMMEDIATE counts as a statement there
+        assert seen == {"statements": 11, "transactions": 3}
+    else:
+        assert seen == {"statements": 5, "transactions": 1}
+    cat.close()
+
+
+def test_the_catalog_keeps_a_table_to_one_open_commit(catalog_url: str, tmp_path: Path) -> None:
+    """Opening a commit is one INSERT that the database refuses while another commit
+    of the table is open; the refused writer then settles it under the lock."""
+    from sqlalchemy import insert
+    from sqlalchemy.exc import IntegrityError
+
+    from lamina.meta.schema import commits
+    from lamina.write import WriteTransaction
+
+    cat = lamina.connect(catalog=catalog_url, warehouse=str(tmp_path / "wh"), writer_wait_s=0)
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    other = cat.create_table("other", schema=SCHEMA, time_column="ts")
+    with WriteTransaction(cat.context, t._record, "APPEND", {}) as txn:
+        row = {"table_id": t._record.id, "action": "APPEND", "state": "REQUESTED"}
+        row |= {"started_at": 0, "heartbeat_at": 0, "owner": "x:1:y", "metadata": "{}"}
+        with pytest.raises(IntegrityError), cat.engine.begin() as conn:
+            conn.execute(insert(commits).values(row))
+        with pytest.raises(errors.ConcurrentWriteError, match=f"commit {txn.id} by"):
+            t.append(events(days=1, per_day=1))
+        other.append(events(days=1, per_day=1))  # other tables are not held
+    t.append(events(days=1, per_day=2))
+    assert t.count() == 2
+    cat.close()
+
+
+def test_a_commit_opened_past_the_lock_is_a_concurrent_write(
+    catalog_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer opening its commit takes no lock, so the locked path can miss it (its
+    INSERT committed after that path's snapshot); the locked INSERT is then refused
+    by the index, which is a ConcurrentWriteError like any other."""
+    from lamina.meta import commits
+    from lamina.write import WriteTransaction
+
+    cat = lamina.connect(catalog=catalog_url, warehouse=str(tmp_path / "wh"), writer_wait_s=0)
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    with WriteTransaction(cat.context, t._record, "APPEND", {}):
+        monkeypatch.setattr(commits, "_settle_writers", lambda *_: ([], []))  # missed it
+        with pytest.raises(errors.ConcurrentWriteError, match="meanwhile"):
+            t.append(events(days=1, per_day=1))
+    cat.close()

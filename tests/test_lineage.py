@@ -485,6 +485,17 @@ def test_routing_in_progress_shows_from_hides_to(t: lamina.Table, cat: lamina.Ca
     assert a not in live_ids(t) and extra[0] in live_ids(t)
 
 
+def test_plain_append_plans_around_segments_lineage_hides(t: lamina.Table) -> None:
+    """An append outside any entry reads the lineage only when the table has some; it
+    then joins the visible version of a chunk, never one a reverted entry hides."""
+    t.refresh(old())
+    t.refresh(new())
+    t.revert_replace(t.lineage()[-1].id)  # the newer versions are hidden again
+    t.set_properties(consistent_push=False)
+    t.append(events(days=1, per_day=3, value=5.0, seed=5))  # into day 1
+    sees(t, {1.0: 30, 5.0: 3})
+
+
 def test_routing_reverted_shows_from_hides_to(t: lamina.Table) -> None:
     t.refresh(old())
     t.refresh(new())

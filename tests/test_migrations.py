@@ -86,3 +86,20 @@ def test_v2_catalog_gains_span_bound(catalog_url: str, tmp_path: Path) -> None:
         t = cat.load_table("events")
         assert t.to_arrow(interval="2024-01-20/2024-01-21").num_rows == 2
         assert cat.load_table("dim").count() == 3
+
+
+def test_v3_catalog_gains_the_one_open_commit_index(catalog_url: str, tmp_path: Path) -> None:
+    """Upgrading to v4 adds the index that keeps a table to one open commit."""
+    wh = str(tmp_path / "wh")
+    with lamina.connect(catalog=catalog_url, warehouse=wh) as cat:
+        cat.create_table("events", schema=SCHEMA, time_column="ts").append(events())
+        with cat.engine.begin() as conn:  # back to the v3 shape
+            conn.execute(text("DROP INDEX ux_commits_one_open"))
+            conn.execute(text("UPDATE lamina_schema SET version = 3"))
+    with lamina.connect(catalog=catalog_url, warehouse=wh) as cat:
+        with cat.engine.connect() as conn:
+            indexes = {i["name"]: i for i in inspect(conn).get_indexes("lamina_commits")}
+        assert indexes["ux_commits_one_open"]["unique"]
+        t = cat.load_table("events")
+        t.append(events(days=1, per_day=2, start="2024-03-01"))
+        assert t.count() == 302

@@ -24,18 +24,24 @@ class _Heartbeats:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._open: dict[int, tuple[Db, float, float]] = {}  # id -> (db, period, next)
+        # commit id -> (db, owner, period, next beat)
+        self._open: dict[int, tuple[Db, str, float, float]] = {}
         self._wake = threading.Event()
         self._pid = -1
+        self._sleep_until = 0.0  # when the thread wakes up by itself next
 
-    def add(self, db: Db, commit_id: int, period_s: float) -> None:
+    def add(self, db: Db, commit_id: int, owner: str, period_s: float) -> None:
+        due = time.monotonic() + period_s
         with self._lock:
             if self._pid != os.getpid():  # a forked child inherits no thread
                 self._pid = os.getpid()
                 self._open.clear()
+                self._sleep_until = 0.0
                 threading.Thread(target=self._run, daemon=True, name="lamina-hb").start()
-            self._open[commit_id] = (db, period_s, time.monotonic() + period_s)
-        self._wake.set()
+            self._open[commit_id] = (db, owner, period_s, due)
+            wake = due < self._sleep_until  # else it wakes in time anyway
+        if wake:
+            self._wake.set()
 
     def remove(self, commit_id: int) -> None:
         with self._lock:
@@ -44,27 +50,30 @@ class _Heartbeats:
     def _run(self) -> None:
         while True:
             with self._lock:
-                due = [(cid, db, p) for cid, (db, p, at) in self._open.items()]
-                soonest = min((at for _, _, at in self._open.values()), default=None)
+                due = [(cid, db, owner, p) for cid, (db, owner, p, _) in self._open.items()]
             now = time.monotonic()
-            for cid, db, period in due:
+            for cid, db, owner, period in due:
                 with self._lock:
                     entry = self._open.get(cid)
-                if entry is None or entry[2] > now:
+                if entry is None or entry[3] > now:
                     continue
                 try:
-                    alive = commits.heartbeat(db, cid)
+                    alive = commits.heartbeat(db, cid, owner)
                 except Exception:  # noqa: BLE001 - a missed beat is retried next period
                     alive = True
                 with self._lock:
                     if cid in self._open:
                         if alive:
-                            self._open[cid] = (db, period, now + period)
+                            self._open[cid] = (db, owner, period, now + period)
                         else:
                             del self._open[cid]
-            wait = 1.0 if soonest is None else max(0.0, min(1.0, soonest - time.monotonic()))
+            with self._lock:
+                soonest = min((e[3] for e in self._open.values()), default=None)
+                now = time.monotonic()
+                wait = 1.0 if soonest is None else max(0.0, min(1.0, soonest - now))
+                self._sleep_until = now + wait
+                self._wake.clear()
             self._wake.wait(wait)
-            self._wake.clear()
 
 
 _HEARTBEATS = _Heartbeats()
@@ -86,6 +95,7 @@ class WriteTransaction:
         self.action = action
         self.metadata = metadata
         self.id = -1
+        self.owner = commits.owner_token()
         self.commit: Commit | None = None
 
     @property
@@ -105,7 +115,7 @@ class WriteTransaction:
                     ctx.db,
                     self.table.id,
                     self.action,
-                    commits.owner_token(),
+                    self.owner,
                     self.metadata,
                     ctx.stale_after_s,
                 )
@@ -117,16 +127,16 @@ class WriteTransaction:
                 delay = min(delay * 2, 0.5)
         if stale:
             ctx.clean_commits(self.table.name, stale)
-        _HEARTBEATS.add(ctx.db, self.id, ctx.heartbeat_s)
+        _HEARTBEATS.add(ctx.db, self.id, self.owner, ctx.heartbeat_s)
         return self
 
     def inflight(self) -> None:
         """REQUESTED -> INFLIGHT, before the first file is written."""
-        commits.mark_inflight(self.ctx.db, self.id)
+        commits.mark_inflight(self.ctx.db, self.id, self.owner)
 
     def publish(self, plan: PublishPlan) -> Commit:
         """Publish the plan in one catalog transaction (see meta.publish.publish)."""
-        self.commit = publishing.publish(self.ctx.db, self.table, self.id, plan)
+        self.commit = publishing.publish(self.ctx.db, self.table, self.id, self.owner, plan)
         return self.commit
 
     def __exit__(
@@ -138,7 +148,9 @@ class WriteTransaction:
         _HEARTBEATS.remove(self.id)
         if self.commit is None and self.id >= 0:
             try:
-                if commits.abort(self.ctx.db, self.id):  # never the files of a completed one
+                if commits.abort(
+                    self.ctx.db, self.id, self.owner
+                ):  # never the files of a completed one
                     self.ctx.clean_commits(self.table.name, [self.id])
             except Exception:  # noqa: BLE001 - the original error matters more
                 pass  # left for lazy cleanup by the next writer

@@ -4,6 +4,15 @@ A commit is REQUESTED -> INFLIGHT -> COMPLETED, or ABORTED. Every completed comm
 whether it published files or only changed catalog state (a lineage transition, a
 delete), is recorded by :func:`record_commit`: the one place that hands out the next
 snapshot seq, and so the one place where checks against concurrent commits belong.
+
+Durability on PostgreSQL: the REQUESTED and INFLIGHT transitions commit with
+``synchronous_commit = off`` (no wait for the WAL flush); COMPLETED and everything
+else commit synchronously. A server crash can lose the last open transitions, never
+a completed commit: losing one needs the server to crash, which also kills the
+writer's connection, so the write fails and is cleaned up like any failed write, and
+the synchronous COMMIT of a publish flushes all WAL before it (the commit's earlier
+transitions included). After such a crash the commit's id may be handed out again,
+so a writer touches its commit row only together with its owner token.
 """
 
 from __future__ import annotations
@@ -26,15 +35,18 @@ from sqlalchemy import (
     insert,
     or_,
     select,
+    true,
     update,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.exc import IntegrityError
 
 from lamina.core.model import OPEN_STATES, Commit, CommitState
-from lamina.errors import CommitError, ConcurrentWriteError
+from lamina.errors import CommitError, ConcurrentWriteError, TableNotFoundError
 from lamina.meta.db import Db
 from lamina.meta.rows import commit_of
 from lamina.meta.schema import commits, segments, tables
-from lamina.meta.tables import lock_table, now_us, read_table
+from lamina.meta.tables import now_us, read_table
 
 _HOST = socket.gethostname()
 _PROCESS_TOKEN: dict[int, str] = {}
@@ -77,6 +89,10 @@ class Recorded:
 
 
 # Hot statements are built once (their construction costs more than running them).
+
+#: PostgreSQL, in a statement of a transaction: commit it without waiting for the WAL
+#: flush (the transaction's own setting; the session keeps ``synchronous_commit``)
+_RELAXED = func.set_config("synchronous_commit", "off", True)
 _BUMP = (
     update(tables)
     .where(tables.c.id == bindparam("tid"))
@@ -98,19 +114,33 @@ _COMPLETE = (
         metadata=bindparam("meta"),
     )
 )
-_done = _COMPLETE.returning(commits.c.id).cte("done")
-#: PostgreSQL: complete the commit and move the table's counters in one statement
-_COMPLETE_AND_BUMP = _BUMP.where(exists(select(_done.c.id))).returning(tables.c.id)
-_INSERT = insert(commits)
-_INFLIGHT = (
-    update(commits)
-    .where(commits.c.id == bindparam("cid"), commits.c.state == CommitState.REQUESTED.value)
-    .values(state=CommitState.INFLIGHT.value, heartbeat_at=bindparam("now"))
+#: segment columns a publish inserts, and their types (PostgreSQL: one array each)
+_SEGMENT_COLS = [
+    c for c in segments.columns if c.name not in ("pk", "removed_seq", "removed_commit")
+]
+_unnest = (
+    func.unnest(*(bindparam(f"s_{c.name}", type_=ARRAY(c.type)) for c in _SEGMENT_COLS))
+    .table_valued(*(c.name for c in _SEGMENT_COLS), with_ordinality="n")
+    .render_derived()
 )
-_BEAT = (
-    update(commits)
-    .where(commits.c.id == bindparam("cid"), commits.c.state.in_(OPEN_STATES))
-    .values(heartbeat_at=bindparam("now"))
+_ADD_SEGMENTS = insert(segments).from_select(  # in the given order (their pks ascend)
+    [c.name for c in _SEGMENT_COLS],
+    select(*(_unnest.c[c.name] for c in _SEGMENT_COLS)).order_by(_unnest.c.n),
+)
+_done = _COMPLETE.returning(commits.c.id).cte("done")
+#: PostgreSQL: complete the commit, insert its segments (arrays, any number) and move
+#: the table's counters in one statement; the caller rolls back when no row returns
+_COMPLETE_AND_BUMP = (
+    _BUMP.where(exists(select(_done.c.id)))
+    .returning(tables.c.id)
+    .add_cte(_ADD_SEGMENTS.cte("added"))
+)
+_INSERT = insert(commits)
+_OPEN_COLS = ("table_id", "action", "state", "started_at", "heartbeat_at", "owner", "metadata")
+#: the REQUESTED row of a new commit
+_OPEN = insert(commits).values(
+    {name: bindparam(name, type_=commits.c[name].type) for name in _OPEN_COLS}
+    | {"files_cleaned": 0}
 )
 _UNSETTLED = select(commits.c.id, commits.c.owner, commits.c.heartbeat_at, commits.c.state).where(
     commits.c.table_id == bindparam("tid"),
@@ -119,6 +149,43 @@ _UNSETTLED = select(commits.c.id, commits.c.owner, commits.c.heartbeat_at, commi
         and_(commits.c.state == CommitState.ABORTED.value, commits.c.files_cleaned == 0),
     ),
 )
+_STALE = select(commits.c.id).where(
+    commits.c.table_id == bindparam("tid"),
+    commits.c.state == CommitState.ABORTED.value,
+    commits.c.files_cleaned == 0,
+)
+_new = _OPEN.returning(commits.c.id).cte("new")
+_stale = _STALE.subquery("stale")
+#: PostgreSQL: insert the REQUESTED row, relax its commit and read the aborted commits
+#: whose files still need removing, in one statement (a row per such commit, or one
+#: with a NULL id). Their list may miss one aborted meanwhile: a later writer sees it.
+_OPEN_RELAXED = select(_new.c.id.label("new_id"), _stale.c.id, _RELAXED).select_from(
+    _new.outerjoin(_stale, true())
+)
+#: the table's row lock taken by a begin (PostgreSQL: also relaxes the COMMIT)
+_BEGIN_LOCK = {
+    True: select(tables.c.id).where(tables.c.id == bindparam("tid")),
+    False: select(tables.c.id, _RELAXED).where(tables.c.id == bindparam("tid")).with_for_update(),
+}
+_MINE = and_(commits.c.id == bindparam("cid"), commits.c.owner == bindparam("writer"))
+_INFLIGHT = (
+    update(commits)
+    .where(_MINE, commits.c.state == CommitState.REQUESTED.value)
+    .values(state=CommitState.INFLIGHT.value, heartbeat_at=bindparam("now"))
+)
+#: PostgreSQL: one autocommitted statement whose commit does not wait for the flush
+_INFLIGHT_RELAXED = _INFLIGHT.returning(_RELAXED)
+_BEAT = (
+    update(commits)
+    .where(_MINE, commits.c.state.in_(OPEN_STATES))
+    .values(heartbeat_at=bindparam("now"))
+)
+_ABORT = (
+    update(commits)
+    .where(_MINE, commits.c.state.in_(OPEN_STATES))
+    .values(state=CommitState.ABORTED.value, completed_at=bindparam("now"))
+)
+_STATE = select(commits.c.state).where(_MINE)
 
 
 def _not_inflight(commit_id: int) -> CommitError:
@@ -137,17 +204,21 @@ def record_commit(
     commit_id: int | None = None,
     next_version: int | None = None,
     max_span: int | None = None,
+    add: Sequence[dict[str, Any]] = (),
 ) -> Recorded:
     """Record a completed commit of the table whose locked row is ``trow``.
 
-    ``commit_id``: an INFLIGHT commit that wrote files (it becomes COMPLETED);
+    ``commit_id``: an INFLIGHT commit that wrote files (it becomes COMPLETED and its
+    segment rows ``add`` are inserted, ``added_seq`` and ``commit_id`` filled in);
     None: a catalog-only change, recorded as a new COMPLETED commit. Takes the next
     snapshot seq (``last_seq + 1``) and, when given, moves the table's version
     allocator to ``next_version`` and its longest segment span to ``max_span``.
+    Raises CommitError when ``commit_id`` is no longer INFLIGHT.
     """
     seq = int(trow.last_seq) + 1
     now = now_us()
     meta = json.dumps(metadata, default=str)
+    bump = {"tid": trow.id, "seq": seq, "next_version": next_version, "max_span": max_span}
     if commit_id is None:
         result = conn.execute(
             _INSERT,
@@ -167,17 +238,22 @@ def record_commit(
         pk = result.inserted_primary_key
         assert pk is not None
         commit_id = int(pk[0])
-    else:
-        params = {"cid": commit_id, "seq": seq, "now": now, "meta": meta}
-        params |= {"tid": trow.id, "next_version": next_version, "max_span": max_span}
-        if conn.dialect.name == "postgresql":  # both rows in one statement
-            if conn.execute(_COMPLETE_AND_BUMP, params).first() is None:
-                raise _not_inflight(commit_id)
-            return Recorded(commit_id, seq, now)
-        if conn.execute(_COMPLETE, params).rowcount != 1:
-            raise _not_inflight(commit_id)
-    bump = {"tid": trow.id, "seq": seq, "next_version": next_version, "max_span": max_span}
+        assert not add, "a catalog-only commit adds no segments"
+        conn.execute(_BUMP, bump)
+        return Recorded(commit_id, seq, now)
+    rows = [{**r, "commit_id": commit_id, "added_seq": seq} for r in add]
+    params = {"cid": commit_id, "now": now, "meta": meta, **bump}
+    if conn.dialect.name == "postgresql":  # commit, segments and counters: one statement
+        for c in _SEGMENT_COLS:
+            params[f"s_{c.name}"] = [r.get(c.name) for r in rows]
+        if conn.execute(_COMPLETE_AND_BUMP, params).first() is None:
+            raise _not_inflight(commit_id)  # the caller's rollback drops the segments
+        return Recorded(commit_id, seq, now)
+    if conn.execute(_COMPLETE, params).rowcount != 1:
+        raise _not_inflight(commit_id)
     conn.execute(_BUMP, bump)
+    if rows:
+        conn.execute(insert(segments), rows)
     return Recorded(commit_id, seq, now)
 
 
@@ -192,102 +268,123 @@ def begin_commit(
     """Open a REQUESTED commit; refuse while another live writer holds the table.
 
     Also returns the table's aborted commits whose files still need removing.
-    Raises ConcurrentWriteError.
+    Raises ConcurrentWriteError, TableNotFoundError.
+
+    One INSERT when the table has no open commit (PostgreSQL: one autocommitted
+    statement); the unique index on open commits refuses it otherwise, and the open
+    commit is then looked at under the table's lock: aborted when its writer is gone
+    (then the INSERT is made there), else ConcurrentWriteError.
     """
+    now = now_us()
+    row = {
+        "table_id": table_id,
+        "tid": table_id,
+        "action": action,
+        "state": CommitState.REQUESTED.value,
+        "started_at": now,
+        "heartbeat_at": now,
+        "owner": owner,
+        "metadata": json.dumps(metadata, default=str),
+    }
+    try:
+        return db.write(lambda conn: _open(db, conn, row), single=True)
+    except IntegrityError:
+        pass  # another open commit (or the table is gone): look under the lock
 
     def txn(conn: Connection) -> tuple[int, list[int]]:
-        lock_table(db, conn, table_id)  # its own statement: later ones see what it waited for
-        now = now_us()
-        live, stale = _settle_writers(conn, table_id, stale_after_s, now)
+        # the lock is its own statement: the next ones see every commit it waited for
+        if conn.execute(_BEGIN_LOCK[db.sqlite], {"tid": table_id}).first() is None:
+            raise TableNotFoundError(f"table id {table_id} was dropped meanwhile")
+        unsettled = conn.execute(_UNSETTLED, row).all()
+        live, _ = _settle_writers(conn, unsettled, stale_after_s, now_us())
         if live:
-            row = live[0]
             raise ConcurrentWriteError(
-                f"commit {row.id} by {row.owner.rsplit(':', 1)[0]} is writing this "
+                f"commit {live[0].id} by {live[0].owner.rsplit(':', 1)[0]} is writing this "
                 "table; wait for it to finish (or raise writer_wait_s)"
             )
-        result = conn.execute(
-            _INSERT,
-            {
-                "table_id": table_id,
-                "action": action,
-                "state": CommitState.REQUESTED.value,
-                "seq": None,
-                "started_at": now,
-                "completed_at": None,
-                "heartbeat_at": now,
-                "owner": owner,
-                "files_cleaned": 0,
-                "metadata": json.dumps(metadata, default=str),
-            },
-        )
-        pk = result.inserted_primary_key
-        assert pk is not None
-        return int(pk[0]), stale
+        try:
+            return _open(db, conn, row)
+        except IntegrityError:  # a writer's INSERT (it takes no lock) came first
+            raise ConcurrentWriteError(
+                "another writer opened a commit on this table meanwhile; wait for it to "
+                "finish (or raise writer_wait_s)"
+            ) from None
 
     return db.write(txn)
 
 
+def _open(db: Db, conn: Connection, row: dict[str, Any]) -> tuple[int, list[int]]:
+    """Insert the REQUESTED row; its id and the table's aborted commits whose files
+    still need removing. Raises IntegrityError while another commit is open."""
+    if db.sqlite:
+        pk = conn.execute(_OPEN, row).inserted_primary_key
+        assert pk is not None
+        return int(pk[0]), sorted(int(r[0]) for r in conn.execute(_STALE, row))
+    got = conn.execute(_OPEN_RELAXED, row).all()
+    return int(got[0].new_id), sorted(int(r.id) for r in got if r.id is not None)
+
+
 def _settle_writers(
-    conn: Connection, table_id: int, stale_after_s: float, now: int
+    conn: Connection, unsettled: Sequence[Any], stale_after_s: float, now: int
 ) -> tuple[list[Any], list[int]]:
-    """Abort open commits whose writer is gone. Returns the open commits still alive,
-    and the aborted commits whose files are not removed yet (one query for both).
+    """Abort the open commits among ``unsettled`` (rows of ``_UNSETTLED``) whose
+    writer is gone. Returns the open commits still alive, and the aborted commits
+    whose files are not removed yet.
 
     Dead: the owner ran on this host and its pid no longer exists, or (any host)
     its heartbeat is older than ``stale_after_s``.
     """
     alive_rows: list[Any] = []
     stale: list[int] = []
-    for row in conn.execute(_UNSETTLED, {"tid": table_id}).all():
+    for row in unsettled:
         if row.state == CommitState.ABORTED.value:
             stale.append(int(row.id))
             continue
         alive = owner_alive(row.owner)
         expired = row.heartbeat_at < now - int(stale_after_s * 1e6)
         if alive is False or (alive is None and expired):
-            _abort(conn, row.id, now)
+            conn.execute(_ABORT, {"cid": row.id, "writer": row.owner, "now": now})
             stale.append(int(row.id))
         else:
             alive_rows.append(row)
     return alive_rows, sorted(stale)
 
 
-def _abort(conn: Connection, commit_id: int, now: int) -> None:
-    conn.execute(
-        update(commits)
-        .where(commits.c.id == commit_id, commits.c.state.in_(OPEN_STATES))
-        .values(state=CommitState.ABORTED.value, completed_at=now)
-    )
-
-
-def mark_inflight(db: Db, commit_id: int) -> None:
+def mark_inflight(db: Db, commit_id: int, owner: str) -> None:
     """REQUESTED -> INFLIGHT. Raises CommitError if it was aborted meanwhile."""
+    params = {"cid": commit_id, "writer": owner}
 
     def txn(conn: Connection) -> None:
-        n = conn.execute(_INFLIGHT, {"cid": commit_id, "now": now_us()}).rowcount
-        if n != 1:
+        params["now"] = now_us()
+        if db.sqlite:
+            done = conn.execute(_INFLIGHT, params).rowcount == 1
+        else:
+            done = conn.execute(_INFLIGHT_RELAXED, params).first() is not None
+        if not done:
             raise CommitError(f"commit {commit_id} was aborted before it started writing")
 
     db.write(txn, single=True)
 
 
-def heartbeat(db: Db, commit_id: int) -> bool:
+def heartbeat(db: Db, commit_id: int, owner: str) -> bool:
     """Refresh a commit's heartbeat; False once it is no longer open."""
 
     def txn(conn: Connection) -> bool:
-        return bool(conn.execute(_BEAT, {"cid": commit_id, "now": now_us()}).rowcount)
+        params = {"cid": commit_id, "writer": owner, "now": now_us()}
+        return bool(conn.execute(_BEAT, params).rowcount)
 
     return db.write(txn, single=True)
 
 
-def abort(db: Db, commit_id: int) -> bool:
-    """Set an open commit ABORTED; True when it is ABORTED now (False: it completed,
-    e.g. its publish reached the catalog before the connection dropped)."""
+def abort(db: Db, commit_id: int, owner: str) -> bool:
+    """Set an open commit of ``owner`` ABORTED; True when it is ABORTED now (False: it
+    completed, e.g. its publish reached the catalog before the connection dropped, or
+    the row is not the owner's)."""
 
     def txn(conn: Connection) -> bool:
-        _abort(conn, commit_id, now_us())
-        state = conn.execute(select(commits.c.state).where(commits.c.id == commit_id)).scalar()
-        return bool(state == CommitState.ABORTED.value)
+        params = {"cid": commit_id, "writer": owner, "now": now_us()}
+        conn.execute(_ABORT, params)
+        return bool(conn.execute(_STATE, params).scalar() == CommitState.ABORTED.value)
 
     return db.write(txn)
 
@@ -296,7 +393,8 @@ def failed_commits(db: Db, table_id: int, stale_after_s: float) -> list[int]:
     """Abort stale open commits; return aborted commits whose files are not yet removed."""
 
     def txn(conn: Connection) -> list[int]:
-        return _settle_writers(conn, table_id, stale_after_s, now_us())[1]
+        unsettled = conn.execute(_UNSETTLED, {"tid": table_id}).all()
+        return _settle_writers(conn, unsettled, stale_after_s, now_us())[1]
 
     return db.write(txn)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, insert, select
+from sqlalchemy import Connection, and_, bindparam, select
 
 from lamina.core.interval import Interval, from_us
 from lamina.core.lineage import LineageState, hidden_by, protected
@@ -27,7 +27,7 @@ from lamina.meta import lineage as entries_rows
 from lamina.meta.commits import record_commit
 from lamina.meta.db import Db
 from lamina.meta.rows import segment_values
-from lamina.meta.schema import MAX_SPAN_US, commits, segments, tables
+from lamina.meta.schema import MAX_SPAN_US, commits, tables
 from lamina.meta.segments import (
     chunk_versions,
     existing,
@@ -47,6 +47,7 @@ _TABLE_AND_COMMIT = (
         tables.c.next_version,
         tables.c.max_span_us,
         commits.c.action,
+        commits.c.owner,
         commits.c.state.label("commit_state"),
         commits.c.metadata.label("commit_metadata"),
         commits.c.started_at,
@@ -70,8 +71,9 @@ def _span(chunks: list[Interval]) -> Interval:
     return Interval.of(min(c.start for c in chunks), max(c.end for c in chunks))
 
 
-def publish(db: Db, table: TableRecord, commit_id: int, plan: PublishPlan) -> Commit:
+def publish(db: Db, table: TableRecord, commit_id: int, owner: str, plan: PublishPlan) -> Commit:
     """Assign identities to the new files and make them visible, atomically.
+    ``owner``: the token the commit was opened with.
 
     Raises CommitError (the commit was aborted meanwhile, or segments it removes are
     gone), LineageError (its lineage entry was cleaned up, or it removes held segments),
@@ -80,8 +82,8 @@ def publish(db: Db, table: TableRecord, commit_id: int, plan: PublishPlan) -> Co
 
     def txn(conn: Connection) -> Commit:
         trow = _lock_with_commit(db, conn, table.id, commit_id)
-        if trow.commit_state != CommitState.INFLIGHT.value:
-            state = trow.commit_state or "missing"
+        if trow.commit_state != CommitState.INFLIGHT.value or trow.owner != owner:
+            state = trow.commit_state if trow.owner == owner else "missing"
             raise CommitError(
                 f"commit {commit_id} cannot be published: it is {state} (another writer "
                 "took over after its heartbeat expired?); nothing was published, retry"
@@ -95,7 +97,9 @@ def publish(db: Db, table: TableRecord, commit_id: int, plan: PublishPlan) -> Co
                     f"lineage entry {entry.id} is {entry.state}: the push under it was "
                     "cleaned up (by a newer push or retention); nothing was published"
                 )
-        current = entries_rows.entries(conn, table.id)  # after the lock: sees what it waited for
+        # the common append reads no lineage entries unless the table has some
+        lazy = entry is None and plan.overwrite is None and not plan.remove_ids
+        current = [] if lazy else entries_rows.entries(conn, table.id)  # after the lock
         # a push's own earlier batches count as visible when planning its next one
         hidden = hidden_by(e for e in current if entry is None or e.id != entry.id)
         held = protected(current)
@@ -115,9 +119,15 @@ def publish(db: Db, table: TableRecord, commit_id: int, plan: PublishPlan) -> Co
                 removed = {s.id for s in gone} - held
         elif plan.files:
             chunks = sorted({f.chunk for f in plan.files})
-            reps, next_pid = chunk_versions(
-                conn, table.id, table.name, _span(chunks), hidden, int(trow.max_span_us)
+            span, longest = _span(chunks), int(trow.max_span_us)
+            found = chunk_versions(
+                conn, table.id, table.name, span, None if lazy else hidden, longest
             )
+            if found is None:  # the table has lineage entries after all
+                hidden = hidden_by(entries_rows.entries(conn, table.id))
+                found = chunk_versions(conn, table.id, table.name, span, hidden, longest)
+            assert found is not None
+            reps, next_pid = found
             targets, used_new = append_targets(chunks, reps, version)
             fresh = version if used_new else None
             new = append_segments(table.name, plan.files, targets, next_pid, plan.suffix)
@@ -136,14 +146,13 @@ def publish(db: Db, table: TableRecord, commit_id: int, plan: PublishPlan) -> Co
             commit_id=commit_id,
             next_version=version + 1 if fresh is not None else None,
             max_span=_longer_span(trow.max_span_us, new),
+            add=[_row(s, table.id) for s in new],
         )
         if entry is not None:
             own = fresh if plan.overwrite is not None and new else None
             got = entries_rows.add_written(conn, entry, [s.id for s in new], own)
             if plan.complete_entry:  # the push becomes visible with this very commit
                 _complete(conn, table.id, entry.id, got, hidden, done.seq)
-        if new:
-            conn.execute(insert(segments), [_row(s, commit_id, done.seq, table.id) for s in new])
         if removed:
             mark_removed(conn, table.id, removed, done.seq, commit_id)
         return Commit(
@@ -169,8 +178,8 @@ def _longer_span(current: int, new: list[Segment]) -> int | None:
     return longest if longest > current else None
 
 
-def _row(seg: Segment, commit_id: int, seq: int, table_id: int) -> dict[str, object]:
-    return {**segment_values(seg), "table_id": table_id, "commit_id": commit_id, "added_seq": seq}
+def _row(seg: Segment, table_id: int) -> dict[str, object]:
+    return {**segment_values(seg), "table_id": table_id}
 
 
 def _check_removable(

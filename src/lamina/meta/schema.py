@@ -82,6 +82,17 @@ commits = Table(
     Index("ix_commits_table_seq", "table_id", "seq"),
 )
 
+#: The database itself keeps a table to one open commit (one writer at a time): a
+#: writer opens its commit with one INSERT, and only a refused one takes the table's
+#: lock to look at the open commit (abort it if its writer is gone). Since v4.
+ONE_OPEN_COMMIT = Index(
+    "ux_commits_one_open",
+    commits.c.table_id,
+    unique=True,
+    postgresql_where=commits.c.state.in_(("REQUESTED", "INFLIGHT")),
+    sqlite_where=commits.c.state.in_(("REQUESTED", "INFLIGHT")),
+)
+
 segments = Table(
     "lamina_segments",
     metadata,
@@ -140,7 +151,7 @@ lineage_ids = Table(
     Column("ids", Text, nullable=False),  # JSON list of segment ids
 )
 
-# Segment manifests: the live segment rows of one snapshot, as one Parquet file. A
+# Segment manifests (since v5): the live segment rows of one snapshot, in one file. A
 # reader plans a big table from the newest manifest plus the rows that changed since
 # (see lamina.read); the rows stay the truth, a manifest is only a cache of them.
 manifests = Table(
@@ -193,7 +204,18 @@ def _v3_span(conn: Connection) -> None:
     )
 
 
-def _v4_manifests(conn: Connection) -> None:
+def _v4_one_open_commit(conn: Connection) -> None:
+    """At most one open (REQUESTED or INFLIGHT) commit per table, kept by an index
+    (writers always kept to that; now the database does, and opening needs no lock)."""
+    conn.execute(
+        text(
+            "CREATE UNIQUE INDEX IF NOT EXISTS ux_commits_one_open ON lamina_commits "
+            "(table_id) WHERE state IN ('REQUESTED', 'INFLIGHT')"
+        )
+    )
+
+
+def _v5_manifests(conn: Connection) -> None:
     """Segment manifests of big snapshots."""
     manifests.create(conn, checkfirst=True)
 
@@ -203,7 +225,8 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _v1_initial,
     _v2_lineage,
     _v3_span,
-    _v4_manifests,
+    _v4_one_open_commit,
+    _v5_manifests,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -13,8 +13,10 @@ from sqlalchemy import (
     bindparam,
     case,
     delete,
+    exists,
     func,
     select,
+    true,
     update,
 )
 
@@ -23,7 +25,7 @@ from lamina.core.planner import Target
 from lamina.core.segment import Segment
 from lamina.meta.manifests import drop_all as drop_manifests
 from lamina.meta.rows import segment_of
-from lamina.meta.schema import MAX_SPAN_US, segments, tables
+from lamina.meta.schema import MAX_SPAN_US, lineage, segments, tables
 
 _BATCH = 5000  # ids per IN (...) list
 
@@ -141,8 +143,24 @@ def _chunk_versions_stmt(hidden: Collection[str], bounded: bool) -> Select[Any]:
     )
 
 
-#: built once for the common case (no lineage hides anything); construction is costly
-_CHUNK_VERSIONS = {bounded: _chunk_versions_stmt((), bounded) for bounded in (False, True)}
+def _probing_lineage(stmt: Select[Any]) -> Select[Any]:
+    """``stmt``'s rows, each led by whether the table has lineage entries (one row of
+    that flag and NULLs when ``stmt`` has none)."""
+    flag = select(
+        exists().where(lineage.c.table_id == bindparam("tid")).label("has_lineage")
+    ).subquery()
+    rows = stmt.subquery()
+    return select(flag.c.has_lineage, *rows.c).select_from(flag.outerjoin(rows, true()))
+
+
+#: built once for the common case (no lineage hides anything); construction is costly.
+#: Keys: (bounded below, also says whether the table has lineage entries)
+_CHUNK_VERSIONS = {
+    (bounded, probe): _probing_lineage(stmt) if probe else stmt
+    for bounded in (False, True)
+    for stmt in [_chunk_versions_stmt((), bounded)]
+    for probe in (False, True)
+}
 
 
 def chunk_versions(
@@ -150,26 +168,39 @@ def chunk_versions(
     table_id: int,
     table: str,
     span: Interval,
-    hidden: Collection[str],
+    hidden: Collection[str] | None,
     longest: int,
-) -> tuple[list[Segment], dict[Target, int]]:
+) -> tuple[list[Segment], dict[Target, int]] | None:
     """For each (chunk, version) overlapping ``span``, in one aggregate query: a
     stand-in segment when its live partitions (not hidden by lineage) are complete,
     and the first partition id no row of it ever took. ``longest``: the table's
     ``max_span_us``.
+
+    ``hidden`` None: the caller has not read the table's lineage entries; the same
+    query then checks there are none, and returns None when there are (read them,
+    then call again).
 
     The stand-ins give the same visibility as the segments themselves (an appended
     partition never takes a core partition's id), at a cost independent of how many
     partitions a chunk holds.
     """
     bounded = span.start > MIN_US and longest < MAX_SPAN_US
-    stmt = _chunk_versions_stmt(hidden, bounded) if hidden else _CHUNK_VERSIONS[bounded]
+    probe = hidden is None
+    stmt = _chunk_versions_stmt(hidden, bounded) if hidden else _CHUNK_VERSIONS[bounded, probe]
     params = {"tid": table_id, "start": span.start, "end": span.end}
     if bounded:
         params["floor"] = span.start - longest
     reps: list[Segment] = []
     next_pid: dict[Target, int] = {}
-    for s, e, v, top, n_live, n_core, core_present in conn.execute(stmt, params):
+    for row in conn.execute(stmt, params):
+        values = tuple(row)
+        if probe:
+            if values[0]:
+                return None
+            values = values[1:]
+            if values[0] is None:  # no chunk rows, only the flag
+                continue
+        s, e, v, top, n_live, n_core, core_present = values
         iv = Interval.of(s, e)
         next_pid[(iv, v)] = int(top) + 1
         if n_live and int(core_present or 0) >= int(n_core or 0):
