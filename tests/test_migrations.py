@@ -88,18 +88,24 @@ def test_v2_catalog_gains_span_bound(catalog_url: str, tmp_path: Path) -> None:
         assert cat.load_table("dim").count() == 3
 
 
-def test_v3_catalog_gains_the_one_open_commit_index(catalog_url: str, tmp_path: Path) -> None:
-    """Upgrading to v4 adds the index that keeps a table to one open commit."""
+def test_a_v3_catalog_upgrades_to_many_writers(catalog_url: str, tmp_path: Path) -> None:
+    """v4 adds the one-open-commit index, v6 drops it again (optimistic concurrency)
+    and adds the commits' base seq and footprint; two writers can then be open."""
     wh = str(tmp_path / "wh")
     with lamina.connect(catalog=catalog_url, warehouse=wh) as cat:
         cat.create_table("events", schema=SCHEMA, time_column="ts").append(events())
         with cat.engine.begin() as conn:  # back to the v3 shape
-            conn.execute(text("DROP INDEX ux_commits_one_open"))
+            conn.execute(text("ALTER TABLE lamina_commits DROP COLUMN base_seq"))
+            conn.execute(text("ALTER TABLE lamina_commits DROP COLUMN footprint"))
             conn.execute(text("UPDATE lamina_schema SET version = 3"))
     with lamina.connect(catalog=catalog_url, warehouse=wh) as cat:
         with cat.engine.connect() as conn:
-            indexes = {i["name"]: i for i in inspect(conn).get_indexes("lamina_commits")}
-        assert indexes["ux_commits_one_open"]["unique"]
+            indexes = {i["name"] for i in inspect(conn).get_indexes("lamina_commits")}
+            cols = {c["name"] for c in inspect(conn).get_columns("lamina_commits")}
+        assert "ux_commits_one_open" not in indexes
+        assert {"base_seq", "footprint"} <= cols
         t = cat.load_table("events")
-        t.append(events(days=1, per_day=2, start="2024-03-01"))
-        assert t.count() == 302
+        with t.transaction() as a, t.transaction() as b:
+            a.append(events(days=1, per_day=2, start="2024-03-01"))
+            b.append(events(days=1, per_day=3, start="2024-03-02"))
+        assert t.count() == 305

@@ -306,7 +306,7 @@ def test_two_pushes_racing_on_one_table(catalog_url: str, tmp_path: Path) -> Non
     assert ok, f"neither push succeeded: {results}"
     for w, r in results.items():  # a refused push says why
         if w not in ok:
-            assert "ConcurrentWriteError" in r and "writer_wait_s" in r, r
+            assert "CommitConflictError" in r and "conflicts with commit" in r, r
 
     # exactly one complete snapshot: the push that published last, entirely
     last = max(ok, key=lambda w: ok[w])

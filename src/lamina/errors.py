@@ -122,3 +122,8 @@ class LockTimeoutError(LaminaError):
 
 class LockRevokedError(LaminaError):
     """A higher-priority lock request revoked this transaction's lock."""
+
+
+class TransactionError(LaminaError):
+    """A transaction was used wrongly: closed already, unknown isolation, or an
+    append and an overwrite of one chunk in it."""

@@ -26,6 +26,8 @@ from lamina.write import WriteTransaction
 if TYPE_CHECKING:
     import pandas as pd
 
+    from lamina.transaction import Transaction
+
 DEFAULT_TARGET_ROWS = 1_000_000
 READ_ATTEMPTS = 5  # a latest read re-plans when files vanished under it
 
@@ -148,6 +150,22 @@ class Table:
             except BaseException:
                 self._revert_quietly(entry)
                 raise
+
+    def transaction(
+        self, isolation: str = "write_serializable", metadata: dict[str, Any] | None = None
+    ) -> Transaction:
+        """Several writes published as one commit: ``with t.transaction() as tx:
+        tx.append(a); tx.overwrite(b, interval); tx.delete_segments(ids)``.
+
+        Based on the snapshot current when it opens; at commit, checked against the
+        commits completed since (``CommitConflictError``: nothing published).
+        ``isolation``: "write_serializable" (default) keeps rows appended meanwhile
+        into an interval it overwrites, on top of its version; "serializable" refuses
+        them instead. Raises TransactionError for an unknown isolation.
+        """
+        from lamina.transaction import Transaction
+
+        return Transaction(self, isolation, metadata)
 
     def push(self, metadata: dict[str, Any] | None = None) -> ConsistentPush:
         """A multi-batch append that becomes visible all at once (and can be reverted).

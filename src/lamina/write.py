@@ -11,7 +11,6 @@ from typing import Any
 
 from lamina.context import CatalogContext
 from lamina.core.model import Commit, PublishPlan, TableRecord
-from lamina.errors import ConcurrentWriteError
 from lamina.io.warehouse import commit_dir
 from lamina.meta import commits
 from lamina.meta import publish as publishing
@@ -80,7 +79,8 @@ _HEARTBEATS = _Heartbeats()
 
 
 class WriteTransaction:
-    """Holds a table's writer slot while files are written; heartbeats meanwhile.
+    """One open commit while its files are written; heartbeats meanwhile. Any number
+    may be open on a table: conflicts are checked when publishing (optimistic).
 
     Files go under the commit's own directory, so an aborted or killed write is
     removed by deleting one directory: here on failure, or by the next writer of the
@@ -95,6 +95,7 @@ class WriteTransaction:
         self.action = action
         self.metadata = metadata
         self.id = -1
+        self.base_seq = -1  # the snapshot this write starts from
         self.owner = commits.owner_token()
         self.commit: Commit | None = None
 
@@ -104,29 +105,14 @@ class WriteTransaction:
         return commit_dir(self.table.name, self.id)
 
     def __enter__(self) -> WriteTransaction:
-        """Open the commit (waiting up to ``writer_wait_s`` for the writer slot).
-        Raises ConcurrentWriteError when the slot stays taken."""
+        """Open the commit on the table's latest snapshot. Raises TableNotFoundError."""
         ctx = self.ctx
-        deadline = time.monotonic() + ctx.writer_wait_s
-        delay = 0.01
-        while True:
-            try:
-                self.id, stale = commits.begin_commit(
-                    ctx.db,
-                    self.table.id,
-                    self.action,
-                    self.owner,
-                    self.metadata,
-                    ctx.stale_after_s,
-                )
-                break
-            except ConcurrentWriteError:
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 0.5)
-        if stale:
-            ctx.clean_commits(self.table.name, stale)
+        opened = commits.begin_commit(
+            ctx.db, self.table.id, self.action, self.owner, self.metadata, ctx.stale_after_s
+        )
+        self.id, self.base_seq = opened.id, opened.base_seq
+        if opened.stale:
+            ctx.clean_commits(self.table.name, opened.stale)
         _HEARTBEATS.add(ctx.db, self.id, self.owner, ctx.heartbeat_s)
         return self
 

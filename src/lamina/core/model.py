@@ -97,6 +97,13 @@ class PublishPlan:
     suffix: str = ""  # appended to the new segments' names
     remove_ids: tuple[str, ...] = ()  # live segments removed atomically
     complete_entry: bool = False  # end the lineage entry in the same transaction
+    #: what to do with rows appended into an overwritten interval since the write began:
+    #: "write_serializable" keeps them on top, "serializable" refuses to publish
+    isolation: str = "write_serializable"
+    #: appended files of a transaction that also overwrites (other chunks than those)
+    append_files: tuple[NewSegment, ...] = ()
+    #: the commit's action when it differs from the one it was opened with
+    action: str | None = None
 
 
 @dataclass(frozen=True)

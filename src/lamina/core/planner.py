@@ -128,3 +128,48 @@ def hidden_by_newer(visible: Iterable[Segment], mine: Iterable[Segment]) -> Segm
         if any(e.version > seg.version for e in timeline.lookup(seg.interval)):
             return seg
     return None
+
+
+def carried_segments(
+    table: str, carried: Sequence[Segment], new: Sequence[Segment], suffix: str = ""
+) -> list[Segment]:
+    """Copies of ``carried`` (segments appended while an overwrite ran, inside its
+    chunks) on the overwrite's version, so their rows stay visible on top of it —
+    Druid's upgrade of concurrently appended segments. Each copy points at the same
+    file and joins the ``new`` chunk containing it, after that chunk's partitions
+    and with its core count (the chunk stays complete).
+
+    Raises LaminaError when a carried segment lies in no single new chunk (appended
+    into a coarser chunk than the overwrite's): the overwrite must be retried.
+    """
+    chunks: dict[Interval, list[Segment]] = {}
+    for seg in new:
+        chunks.setdefault(seg.interval, []).append(seg)
+    next_pid = {c: max(s.partition_id for s in segs) + 1 for c, segs in chunks.items()}
+    core = {c: max(s.num_core_partitions for s in segs) for c, segs in chunks.items()}
+    out = []
+    for seg in sorted(carried, key=lambda s: (s.interval, s.version, s.partition_id)):
+        home = next((c for c in chunks if c.contains(seg.interval)), None)
+        if home is None:
+            raise LaminaError(
+                f"segment {seg.id}, appended while this overwrite ran, spans more than one "
+                "of its chunks; retry the overwrite (it will replace those rows too)"
+            )
+        version = chunks[home][0].version
+        out.append(
+            Segment(
+                table,
+                home,
+                version,
+                next_pid[home],
+                core[home],
+                seg.location,
+                seg.row_count,
+                seg.size_bytes,
+                seg.min_time,
+                seg.max_time,
+                suffix=suffix,
+            )
+        )
+        next_pid[home] += 1
+    return out

@@ -42,7 +42,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError
 
 from lamina.core.model import OPEN_STATES, Commit, CommitState
-from lamina.errors import CommitError, ConcurrentWriteError, TableNotFoundError
+from lamina.errors import CommitError, TableNotFoundError
 from lamina.meta.db import Db
 from lamina.meta.rows import commit_of
 from lamina.meta.schema import commits, segments, tables
@@ -112,6 +112,8 @@ _COMPLETE = (
         seq=bindparam("seq"),
         completed_at=bindparam("now"),
         metadata=bindparam("meta"),
+        footprint=bindparam("fp"),
+        action=bindparam("action"),
     )
 )
 #: segment columns a publish inserts, and their types (PostgreSQL: one array each)
@@ -137,10 +139,15 @@ _COMPLETE_AND_BUMP = (
 )
 _INSERT = insert(commits)
 _OPEN_COLS = ("table_id", "action", "state", "started_at", "heartbeat_at", "owner", "metadata")
-#: the REQUESTED row of a new commit
+#: the REQUESTED row of a new commit, based on the table's latest snapshot
 _OPEN = insert(commits).values(
     {name: bindparam(name, type_=commits.c[name].type) for name in _OPEN_COLS}
-    | {"files_cleaned": 0}
+    | {
+        "files_cleaned": 0,
+        "base_seq": select(tables.c.last_seq)
+        .where(tables.c.id == bindparam("tid"))
+        .scalar_subquery(),
+    }
 )
 _UNSETTLED = select(commits.c.id, commits.c.owner, commits.c.heartbeat_at, commits.c.state).where(
     commits.c.table_id == bindparam("tid"),
@@ -149,24 +156,22 @@ _UNSETTLED = select(commits.c.id, commits.c.owner, commits.c.heartbeat_at, commi
         and_(commits.c.state == CommitState.ABORTED.value, commits.c.files_cleaned == 0),
     ),
 )
-_STALE = select(commits.c.id).where(
-    commits.c.table_id == bindparam("tid"),
-    commits.c.state == CommitState.ABORTED.value,
-    commits.c.files_cleaned == 0,
-)
-_new = _OPEN.returning(commits.c.id).cte("new")
-_stale = _STALE.subquery("stale")
-#: PostgreSQL: insert the REQUESTED row, relax its commit and read the aborted commits
-#: whose files still need removing, in one statement (a row per such commit, or one
-#: with a NULL id). Their list may miss one aborted meanwhile: a later writer sees it.
-_OPEN_RELAXED = select(_new.c.id.label("new_id"), _stale.c.id, _RELAXED).select_from(
-    _new.outerjoin(_stale, true())
-)
-#: the table's row lock taken by a begin (PostgreSQL: also relaxes the COMMIT)
-_BEGIN_LOCK = {
-    True: select(tables.c.id).where(tables.c.id == bindparam("tid")),
-    False: select(tables.c.id, _RELAXED).where(tables.c.id == bindparam("tid")).with_for_update(),
-}
+_OPEN_RETURNING = _OPEN.returning(commits.c.id, commits.c.base_seq)
+_new = _OPEN_RETURNING.cte("new")
+_others = _UNSETTLED.subquery("others")
+#: PostgreSQL: insert the REQUESTED row, relax its commit and read the table's other
+#: unsettled commits (open ones, and aborted ones whose files still need removing), in
+#: one statement (a row per such commit, or one with a NULL id). The list may miss
+#: one opened or aborted meanwhile: a later writer sees it.
+_OPEN_RELAXED = select(
+    _new.c.id.label("new_id"),
+    _new.c.base_seq.label("new_base"),
+    _others.c.id,
+    _others.c.owner,
+    _others.c.heartbeat_at,
+    _others.c.state,
+    _RELAXED,
+).select_from(_new.outerjoin(_others, true()))
 _MINE = and_(commits.c.id == bindparam("cid"), commits.c.owner == bindparam("writer"))
 _INFLIGHT = (
     update(commits)
@@ -205,6 +210,7 @@ def record_commit(
     next_version: int | None = None,
     max_span: int | None = None,
     add: Sequence[dict[str, Any]] = (),
+    footprint: str = "{}",
 ) -> Recorded:
     """Record a completed commit of the table whose locked row is ``trow``.
 
@@ -213,7 +219,9 @@ def record_commit(
     None: a catalog-only change, recorded as a new COMPLETED commit. Takes the next
     snapshot seq (``last_seq + 1``) and, when given, moves the table's version
     allocator to ``next_version`` and its longest segment span to ``max_span``.
-    Raises CommitError when ``commit_id`` is no longer INFLIGHT.
+    ``footprint``: what later commits check against (see :mod:`lamina.meta.conflicts`;
+    the optimistic check of this commit against earlier ones ran before, under the
+    same lock). Raises CommitError when ``commit_id`` is no longer INFLIGHT.
     """
     seq = int(trow.last_seq) + 1
     now = now_us()
@@ -233,6 +241,7 @@ def record_commit(
                 "owner": process_token(),
                 "files_cleaned": 0,
                 "metadata": meta,
+                "footprint": footprint,
             },
         )
         pk = result.inserted_primary_key
@@ -242,7 +251,8 @@ def record_commit(
         conn.execute(_BUMP, bump)
         return Recorded(commit_id, seq, now)
     rows = [{**r, "commit_id": commit_id, "added_seq": seq} for r in add]
-    params = {"cid": commit_id, "now": now, "meta": meta, **bump}
+    params = {"cid": commit_id, "now": now, "meta": meta, "fp": footprint, "action": action}
+    params |= bump
     if conn.dialect.name == "postgresql":  # commit, segments and counters: one statement
         for c in _SEGMENT_COLS:
             params[f"s_{c.name}"] = [r.get(c.name) for r in rows]
@@ -257,6 +267,16 @@ def record_commit(
     return Recorded(commit_id, seq, now)
 
 
+@dataclass(frozen=True)
+class Opened:
+    """A commit just opened: its id, the snapshot seq it is based on, and the table's
+    aborted commits whose files still need removing."""
+
+    id: int
+    base_seq: int
+    stale: list[int]
+
+
 def begin_commit(
     db: Db,
     table_id: int,
@@ -264,16 +284,13 @@ def begin_commit(
     owner: str,
     metadata: dict[str, Any],
     stale_after_s: float,
-) -> tuple[int, list[int]]:
-    """Open a REQUESTED commit; refuse while another live writer holds the table.
+) -> Opened:
+    """Open a REQUESTED commit based on the table's latest snapshot. Any number of
+    writers may be open at once (conflicts are checked at publish). Other writers'
+    commits whose writer is gone are aborted on the way (lazy cleanup).
+    Raises TableNotFoundError.
 
-    Also returns the table's aborted commits whose files still need removing.
-    Raises ConcurrentWriteError, TableNotFoundError.
-
-    One INSERT when the table has no open commit (PostgreSQL: one autocommitted
-    statement); the unique index on open commits refuses it otherwise, and the open
-    commit is then looked at under the table's lock: aborted when its writer is gone
-    (then the INSERT is made there), else ConcurrentWriteError.
+    PostgreSQL: one autocommitted statement (plus one to abort dead writers, if any).
     """
     now = now_us()
     row = {
@@ -287,41 +304,40 @@ def begin_commit(
         "metadata": json.dumps(metadata, default=str),
     }
     try:
-        return db.write(lambda conn: _open(db, conn, row), single=True)
+        if db.sqlite:
+            return db.write(lambda conn: _open_sqlite(conn, row, stale_after_s))
+        got = db.write(lambda conn: conn.execute(_OPEN_RELAXED, row).all(), single=True)
     except IntegrityError:
-        pass  # another open commit (or the table is gone): look under the lock
-
-    def txn(conn: Connection) -> tuple[int, list[int]]:
-        # the lock is its own statement: the next ones see every commit it waited for
-        if conn.execute(_BEGIN_LOCK[db.sqlite], {"tid": table_id}).first() is None:
-            raise TableNotFoundError(f"table id {table_id} was dropped meanwhile")
-        unsettled = conn.execute(_UNSETTLED, row).all()
-        live, _ = _settle_writers(conn, unsettled, stale_after_s, now_us())
-        if live:
-            raise ConcurrentWriteError(
-                f"commit {live[0].id} by {live[0].owner.rsplit(':', 1)[0]} is writing this "
-                "table; wait for it to finish (or raise writer_wait_s)"
-            )
-        try:
-            return _open(db, conn, row)
-        except IntegrityError:  # a writer's INSERT (it takes no lock) came first
-            raise ConcurrentWriteError(
-                "another writer opened a commit on this table meanwhile; wait for it to "
-                "finish (or raise writer_wait_s)"
-            ) from None
-
-    return db.write(txn)
+        raise TableNotFoundError(f"table id {table_id} was dropped meanwhile") from None
+    new_id, base = int(got[0].new_id), got[0].new_base
+    if base is None:  # the table row is gone: nothing to base on
+        abort(db, new_id, owner)
+        raise TableNotFoundError(f"table id {table_id} was dropped meanwhile")
+    others = [r for r in got if r.id is not None]
+    stale = sorted(int(r.id) for r in others if r.state == CommitState.ABORTED.value)
+    if any(_dead(r, stale_after_s, now) for r in others if r.state != CommitState.ABORTED.value):
+        stale = db.write(
+            lambda conn: _settle_writers(
+                conn, conn.execute(_UNSETTLED, row).all(), stale_after_s, now_us()
+            )[1]
+        )
+        stale = [c for c in stale if c != new_id]
+    return Opened(new_id, int(base), stale)
 
 
-def _open(db: Db, conn: Connection, row: dict[str, Any]) -> tuple[int, list[int]]:
-    """Insert the REQUESTED row; its id and the table's aborted commits whose files
-    still need removing. Raises IntegrityError while another commit is open."""
-    if db.sqlite:
-        pk = conn.execute(_OPEN, row).inserted_primary_key
-        assert pk is not None
-        return int(pk[0]), sorted(int(r[0]) for r in conn.execute(_STALE, row))
-    got = conn.execute(_OPEN_RELAXED, row).all()
-    return int(got[0].new_id), sorted(int(r.id) for r in got if r.id is not None)
+def _open_sqlite(conn: Connection, row: dict[str, Any], stale_after_s: float) -> Opened:
+    new_id, base = conn.execute(_OPEN_RETURNING, row).one()
+    assert base is not None  # the foreign key keeps the table row
+    unsettled = [r for r in conn.execute(_UNSETTLED, row).all() if r.id != new_id]
+    stale = _settle_writers(conn, unsettled, stale_after_s, now_us())[1]
+    return Opened(int(new_id), int(base), stale)
+
+
+def _dead(row: Any, stale_after_s: float, now: int) -> bool:
+    """Whether an open commit's writer is gone (see :func:`_settle_writers`)."""
+    alive = owner_alive(row.owner)
+    expired = row.heartbeat_at < now - int(stale_after_s * 1e6)
+    return alive is False or (alive is None and expired)
 
 
 def _settle_writers(
@@ -340,9 +356,7 @@ def _settle_writers(
         if row.state == CommitState.ABORTED.value:
             stale.append(int(row.id))
             continue
-        alive = owner_alive(row.owner)
-        expired = row.heartbeat_at < now - int(stale_after_s * 1e6)
-        if alive is False or (alive is None and expired):
+        if _dead(row, stale_after_s, now):
             conn.execute(_ABORT, {"cid": row.id, "writer": row.owner, "now": now})
             stale.append(int(row.id))
         else:

@@ -29,6 +29,7 @@ from lamina.core.model import CommitAction
 from lamina.core.planner import hidden_by_newer
 from lamina.errors import LineageEntryNotFoundError, LineageError
 from lamina.meta.commits import record_commit
+from lamina.meta.conflicts import encode
 from lamina.meta.db import Db
 from lamina.meta.rows import entry_of, segment_of
 from lamina.meta.schema import lineage, lineage_ids, segments
@@ -187,7 +188,8 @@ def start_replace(
             )
         entry_id = uuid.uuid4().hex
         meta = {"entry": entry_id, "segments_from": from_ids, "segments_to": segments_to}
-        seq = record_commit(conn, trow, CommitAction.START_REPLACE, meta).seq
+        moved = encode(lineage=[e.id for e in conflicts])  # a new entry clobbers no writer
+        seq = record_commit(conn, trow, CommitAction.START_REPLACE, meta, footprint=moved).seq
         garbage: list[str] = []
         for e in conflicts:  # force_cleanup: revert, delete what they wrote
             set_state(conn, e.id, LineageState.REVERTED, reverted_seq=seq)
@@ -282,7 +284,13 @@ def end_replace(db: Db, name: str, entry_id: str) -> None:
             return
         if row.to_count or expected:
             _check_not_overshadowed(conn, row.id, entry_id)
-        seq = record_commit(conn, row, CommitAction.END_REPLACE, {"entry": entry_id}).seq
+        seq = record_commit(
+            conn,
+            row,
+            CommitAction.END_REPLACE,
+            {"entry": entry_id},
+            footprint=encode(lineage=[entry_id]),
+        ).seq
         set_state(conn, entry_id, LineageState.COMPLETED, completed_seq=seq)
 
     db.write(txn)
@@ -320,7 +328,13 @@ def revert_replace(db: Db, name: str, entry_id: str, force: bool = False) -> Non
             check_rollback_intact(entry_id, int(n), int(row.to_count))
         if not check_revert(entry_id, row.state, force, live):
             return
-        seq = record_commit(conn, row, CommitAction.REVERT_REPLACE, {"entry": entry_id}).seq
+        seq = record_commit(
+            conn,
+            row,
+            CommitAction.REVERT_REPLACE,
+            {"entry": entry_id},
+            footprint=encode(lineage=[entry_id]),
+        ).seq
         set_state(conn, entry_id, LineageState.REVERTED, reverted_seq=seq)
 
     db.write(txn)

@@ -12,21 +12,30 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, select
 
+from lamina.core.conflicts import Footprint, Isolation, Kind, SegmentRef, check
 from lamina.core.interval import Interval, from_us
 from lamina.core.lineage import LineageState, hidden_by, protected
 from lamina.core.model import Commit, CommitAction, CommitState, PublishPlan, TableRecord
 from lamina.core.planner import (
     append_segments,
     append_targets,
+    carried_segments,
     overshadowed,
     overwrite_segments,
 )
 from lamina.core.segment import Segment
-from lamina.errors import CommitError, LineageError, SegmentNotFoundError, TableNotFoundError
+from lamina.errors import (
+    CommitConflictError,
+    CommitError,
+    LineageError,
+    SegmentNotFoundError,
+    TableNotFoundError,
+)
 from lamina.meta import lineage as entries_rows
 from lamina.meta.commits import record_commit
+from lamina.meta.conflicts import encode, since
 from lamina.meta.db import Db
-from lamina.meta.rows import segment_values
+from lamina.meta.rows import segment_of, segment_values
 from lamina.meta.schema import MAX_SPAN_US, commits, tables
 from lamina.meta.segments import (
     chunk_versions,
@@ -34,6 +43,7 @@ from lamina.meta.segments import (
     live_ids,
     live_segments,
     mark_removed,
+    rows_by_id,
 )
 from lamina.meta.tables import lock_table
 
@@ -51,6 +61,7 @@ _TABLE_AND_COMMIT = (
         commits.c.state.label("commit_state"),
         commits.c.metadata.label("commit_metadata"),
         commits.c.started_at,
+        commits.c.base_seq,
     )
     .select_from(_joined)
     .where(tables.c.id == bindparam("tid"))
@@ -89,6 +100,8 @@ def publish(db: Db, table: TableRecord, commit_id: int, owner: str, plan: Publis
                 "took over after its heartbeat expired?); nothing was published, retry"
             )
         version = int(trow.next_version)
+        action = plan.action or trow.action
+        carry = _check_conflicts(conn, table.id, commit_id, trow, action, plan)
         entry = None
         if plan.lineage_entry is not None:
             entry = entries_rows.entry_row(db, conn, table.id, plan.lineage_entry)
@@ -98,7 +111,12 @@ def publish(db: Db, table: TableRecord, commit_id: int, owner: str, plan: Publis
                     "cleaned up (by a newer push or retention); nothing was published"
                 )
         # the common append reads no lineage entries unless the table has some
-        lazy = entry is None and plan.overwrite is None and not plan.remove_ids
+        lazy = (
+            entry is None
+            and plan.overwrite is None
+            and not plan.remove_ids
+            and not plan.append_files
+        )
         current = [] if lazy else entries_rows.entries(conn, table.id)  # after the lock
         # a push's own earlier batches count as visible when planning its next one
         hidden = hidden_by(e for e in current if entry is None or e.id != entry.id)
@@ -117,8 +135,11 @@ def publish(db: Db, table: TableRecord, commit_id: int, owner: str, plan: Publis
                 gone = overshadowed(live, new)
                 # what a lineage entry holds stays until the entry is settled
                 removed = {s.id for s in gone} - held
-        elif plan.files:
-            chunks = sorted({f.chunk for f in plan.files})
+        else:
+            new = []
+        appends = plan.files if plan.overwrite is None else plan.append_files
+        if appends:
+            chunks = sorted({f.chunk for f in appends})
             span, longest = _span(chunks), int(trow.max_span_us)
             found = chunk_versions(
                 conn, table.id, table.name, span, None if lazy else hidden, longest
@@ -129,10 +150,13 @@ def publish(db: Db, table: TableRecord, commit_id: int, owner: str, plan: Publis
             assert found is not None
             reps, next_pid = found
             targets, used_new = append_targets(chunks, reps, version)
-            fresh = version if used_new else None
-            new = append_segments(table.name, plan.files, targets, next_pid, plan.suffix)
-        else:
-            new = []
+            fresh = version if used_new else fresh
+            new += append_segments(table.name, appends, targets, next_pid, plan.suffix)
+        if carry:
+            carried = [
+                segment_of(r._mapping, table.name) for r in rows_by_id(conn, table.id, carry)
+            ]
+            new += carried_segments(table.name, carried, new, plan.suffix or f"c{commit_id}")
         if plan.remove_ids:
             removed |= _check_removable(conn, table.id, plan.remove_ids, hidden, held)
         meta = json.loads(trow.commit_metadata)
@@ -141,12 +165,13 @@ def publish(db: Db, table: TableRecord, commit_id: int, owner: str, plan: Publis
         done = record_commit(
             conn,
             trow,
-            trow.action,
+            action,
             meta,
             commit_id=commit_id,
             next_version=version + 1 if fresh is not None else None,
             max_span=_longer_span(trow.max_span_us, new),
             add=[_row(s, table.id) for s in new],
+            footprint=encode(plan.overwrite or (), [entry.id] if entry is not None else []),
         )
         if entry is not None:
             own = fresh if plan.overwrite is not None and new else None
@@ -157,7 +182,7 @@ def publish(db: Db, table: TableRecord, commit_id: int, owner: str, plan: Publis
             mark_removed(conn, table.id, removed, done.seq, commit_id)
         return Commit(
             id=commit_id,
-            action=trow.action,
+            action=action,
             state=CommitState.COMPLETED.value,
             started_at=from_us(trow.started_at),
             completed_at=from_us(done.at_us),
@@ -169,6 +194,38 @@ def publish(db: Db, table: TableRecord, commit_id: int, owner: str, plan: Publis
         )
 
     return db.write(txn)
+
+
+def _check_conflicts(
+    conn: Connection, table_id: int, commit_id: int, trow: Any, action: str, plan: PublishPlan
+) -> list[str]:
+    """Check the commits completed since the write's base snapshot (none: the common
+    single-writer case costs nothing). Returns the ids of segments appended meanwhile
+    that an overwrite carries. Raises CommitConflictError."""
+    if trow.base_seq is None or int(trow.last_seq) <= int(trow.base_seq):
+        return []
+    removed = tuple(
+        SegmentRef(r.segment_id, Interval.of(r.start_us, r.end_us))
+        for r in rows_by_id(conn, table_id, list(plan.remove_ids))
+    )
+    mine = Footprint(
+        commit_id,
+        Kind.of(action),
+        removed=removed,
+        replaced=tuple(plan.overwrite or ()),
+        lineage=frozenset([plan.lineage_entry] if plan.lineage_entry else []),
+    )
+    verdict = check(mine, since(conn, table_id, int(trow.base_seq)), Isolation(plan.isolation))
+    if verdict.conflict is not None:
+        c = verdict.conflict
+        raise CommitConflictError(
+            f"commit {commit_id} ({action}) conflicts with commit {c.other}, which "
+            f"completed after this write began: {c.reason}; nothing was published"
+            + ("; it is safe to retry" if c.retryable else "; re-read the table and decide"),
+            other=c.other,
+            retryable=c.retryable,
+        )
+    return [s.id for s in verdict.carry]
 
 
 def _longer_span(current: int, new: list[Segment]) -> int | None:

@@ -78,19 +78,12 @@ commits = Table(
     Column("owner", String(256), nullable=False),
     Column("files_cleaned", Integer, nullable=False, default=0),
     Column("metadata", Text, nullable=False, default="{}"),
+    # the snapshot a write started from (its optimistic-concurrency base), since v6
+    Column("base_seq", BigInteger),
+    # what a completed commit did, for the conflict checks of later ones (JSON), since v6
+    Column("footprint", Text),
     Index("ix_commits_table_state", "table_id", "state"),
     Index("ix_commits_table_seq", "table_id", "seq"),
-)
-
-#: The database itself keeps a table to one open commit (one writer at a time): a
-#: writer opens its commit with one INSERT, and only a refused one takes the table's
-#: lock to look at the open commit (abort it if its writer is gone). Since v4.
-ONE_OPEN_COMMIT = Index(
-    "ux_commits_one_open",
-    commits.c.table_id,
-    unique=True,
-    postgresql_where=commits.c.state.in_(("REQUESTED", "INFLIGHT")),
-    sqlite_where=commits.c.state.in_(("REQUESTED", "INFLIGHT")),
 )
 
 segments = Table(
@@ -206,7 +199,7 @@ def _v3_span(conn: Connection) -> None:
 
 def _v4_one_open_commit(conn: Connection) -> None:
     """At most one open (REQUESTED or INFLIGHT) commit per table, kept by an index
-    (writers always kept to that; now the database does, and opening needs no lock)."""
+    (the writer slot of one writer at a time; v6 drops it for optimistic concurrency)."""
     conn.execute(
         text(
             "CREATE UNIQUE INDEX IF NOT EXISTS ux_commits_one_open ON lamina_commits "
@@ -220,6 +213,14 @@ def _v5_manifests(conn: Connection) -> None:
     manifests.create(conn, checkfirst=True)
 
 
+def _v6_optimistic(conn: Connection) -> None:
+    """Many writers per table: no more one-open-commit index; a commit's base seq and
+    footprint for the conflict checks."""
+    conn.execute(text("DROP INDEX IF EXISTS ux_commits_one_open"))
+    _add_column(conn, "lamina_commits", "base_seq", "BIGINT")
+    _add_column(conn, "lamina_commits", "footprint", "TEXT")
+
+
 #: Ordered migrations; append only. Version N = the first N applied.
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _v1_initial,
@@ -227,6 +228,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _v3_span,
     _v4_one_open_commit,
     _v5_manifests,
+    _v6_optimistic,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -225,18 +225,30 @@ def mark_removed(
 
 
 def delete_rows(conn: Connection, table_id: int, ids: Collection[str]) -> list[str]:
-    """Delete segment rows; return the relative locations of their files — and of the
-    table's segment manifests, which may name the rows and so are dropped too."""
+    """Delete segment rows; return the relative locations of their files that no other
+    row names (a carried segment shares its file with the one it was copied from) —
+    and of the table's segment manifests, which may name the rows and so go too."""
     if not ids:
         return []
     id_list = list(ids)
-    locs: list[str] = drop_manifests(conn, table_id)
+    files: list[str] = []
     for i in range(0, len(id_list), _BATCH):
         batch = id_list[i : i + _BATCH]
         cond = (segments.c.table_id == table_id, segments.c.segment_id.in_(batch))
-        locs += [r[0] for r in conn.execute(select(segments.c.location).where(*cond)) if r[0]]
+        files += [r[0] for r in conn.execute(select(segments.c.location).where(*cond)) if r[0]]
         conn.execute(delete(segments).where(*cond))
-    return locs
+    shared: set[str] = set()
+    for i in range(0, len(files), _BATCH):
+        batch = files[i : i + _BATCH]
+        shared |= {
+            r[0]
+            for r in conn.execute(
+                select(segments.c.location).where(
+                    segments.c.table_id == table_id, segments.c.location.in_(batch)
+                )
+            )
+        }
+    return drop_manifests(conn, table_id) + [f for f in files if f not in shared]
 
 
 def purge_before(conn: Connection, table_id: int, seq: int) -> None:

@@ -1,0 +1,87 @@
+"""Footprints of completed commits, read for the optimistic conflict check at publish.
+
+What a commit added and removed is in the segment rows (``commit_id``,
+``removed_commit``); what it replaced, the lineage entries it moved and its
+exactly-once app id are in its ``footprint`` column (JSON), written at completion.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, or_, select
+
+from lamina.core.conflicts import Footprint, Kind, SegmentRef
+from lamina.core.interval import Interval
+from lamina.core.model import CommitState
+from lamina.meta.schema import commits, segments
+
+_SINCE = (
+    select(commits.c.id, commits.c.action, commits.c.footprint)
+    .where(
+        commits.c.table_id == bindparam("tid"),
+        commits.c.state == CommitState.COMPLETED.value,
+        commits.c.seq > bindparam("base"),
+    )
+    .order_by(commits.c.seq)
+)
+_TOUCHED = select(
+    segments.c.segment_id,
+    segments.c.start_us,
+    segments.c.end_us,
+    segments.c.commit_id,
+    segments.c.added_seq,
+    segments.c.removed_commit,
+    segments.c.removed_seq,
+).where(
+    segments.c.table_id == bindparam("tid"),
+    or_(segments.c.added_seq > bindparam("base"), segments.c.removed_seq > bindparam("base")),
+)
+
+
+def encode(
+    replaced: Iterable[Interval] = (), lineage: Iterable[str] = (), app_id: str | None = None
+) -> str:
+    """The ``footprint`` column of a completed commit."""
+    doc: dict[str, Any] = {}
+    spans = [[iv.start, iv.end] for iv in replaced]
+    if spans:
+        doc["replaced"] = spans
+    if lineage:
+        doc["lineage"] = sorted(set(lineage))
+    if app_id is not None:
+        doc["app_id"] = app_id
+    return json.dumps(doc)
+
+
+def since(conn: Connection, table_id: int, base_seq: int) -> list[Footprint]:
+    """Footprints of the table's commits completed after ``base_seq``, in seq order."""
+    params = {"tid": table_id, "base": base_seq}
+    done = conn.execute(_SINCE, params).all()
+    if not done:
+        return []
+    added: dict[int, list[SegmentRef]] = {}
+    removed: dict[int, list[SegmentRef]] = {}
+    for sid, s, e, cid, add_seq, rcid, rseq in conn.execute(_TOUCHED, params):
+        ref = SegmentRef(sid, Interval.of(s, e))
+        if add_seq > base_seq:
+            added.setdefault(int(cid), []).append(ref)
+        if rseq is not None and rseq > base_seq and rcid is not None:
+            removed.setdefault(int(rcid), []).append(ref)
+    out = []
+    for cid, action, raw in done:
+        doc = json.loads(raw) if raw else {}
+        out.append(
+            Footprint(
+                int(cid),
+                Kind.of(action),
+                added=tuple(added.get(int(cid), ())),
+                removed=tuple(removed.get(int(cid), ())),
+                replaced=tuple(Interval.of(a, b) for a, b in doc.get("replaced", ())),
+                lineage=frozenset(doc.get("lineage", ())),
+                app_id=doc.get("app_id"),
+            )
+        )
+    return out

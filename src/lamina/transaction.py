@@ -1,0 +1,174 @@
+"""Multi-operation transactions: several writes of one table published as one commit.
+
+``with t.transaction() as tx: tx.append(a); tx.overwrite(b); tx.delete_segments(ids)``
+opens one commit on the table's latest snapshot (its base), writes each operation's
+files at once under that commit, and publishes them all in one catalog transaction
+when the block ends (or on :meth:`Transaction.commit`) — checked against the commits
+that completed since the base (see :mod:`lamina.core.conflicts`). An exception or
+:meth:`Transaction.abort` discards everything: nothing becomes visible and the files
+are removed.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from lamina.core.conflicts import Isolation
+from lamina.core.interval import Interval
+from lamina.core.model import Commit, CommitAction, NewSegment, PublishPlan
+from lamina.errors import TransactionError
+from lamina.write import WriteTransaction
+
+if TYPE_CHECKING:
+    from lamina.table import Table
+
+
+class Transaction:
+    """Writes of one table that publish together (see the module docs)."""
+
+    def __init__(
+        self,
+        table: Table,
+        isolation: str = "write_serializable",
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        try:
+            self.isolation = Isolation(str(isolation).lower())
+        except ValueError:
+            valid = ", ".join(i.value for i in Isolation)
+            raise TransactionError(f"unknown isolation {isolation!r}; use one of {valid}") from None
+        self._table = table
+        self._write = WriteTransaction(
+            table._ctx, table._record, CommitAction.APPEND, dict(metadata or {})
+        )
+        self._appends: list[NewSegment] = []
+        self._overwrites: list[NewSegment] = []
+        self._chunks: set[Interval] = set()
+        self._removes: list[str] = []
+        self._ops = 0
+        self._state = "new"
+        self.commit_result: Commit | None = None
+
+    # -- life cycle -----------------------------------------------------------------
+
+    def __enter__(self) -> Transaction:
+        self._begin()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._state != "open":
+            return
+        if exc_type is not None:
+            self.abort()
+        else:
+            self.commit()
+
+    @property
+    def base_seq(self) -> int:
+        """The snapshot seq the transaction started from."""
+        self._begin()
+        return self._write.base_seq
+
+    def _begin(self) -> None:
+        if self._state == "new":
+            self._write.__enter__()
+            self._state = "open"
+            try:
+                self._write.inflight()
+            except BaseException:
+                self.abort()
+                raise
+
+    def _check_open(self) -> None:
+        self._begin()
+        if self._state != "open":
+            raise TransactionError(
+                f"this transaction is {self._state}; open a new one with t.transaction()"
+            )
+
+    # -- operations -----------------------------------------------------------------
+
+    def append(self, data: Any) -> None:
+        """Add rows (visible when the transaction commits). Raises as ``t.append``,
+        and TransactionError for a chunk this transaction overwrites."""
+        self._check_open()
+        files = self._produce(data, CommitAction.APPEND, None)
+        self._clash([f.chunk for f in files], self._chunks, "overwrites")
+        self._appends += files
+
+    def overwrite(
+        self, data: Any, interval: Interval | str | tuple[Any, Any] | None = None
+    ) -> None:
+        """Replace every row of ``interval`` (default: the chunks ``data`` touches), as
+        ``t.overwrite``. Raises TransactionError for a chunk this transaction appends to."""
+        self._check_open()
+        iv = self._table._aligned(interval)
+        files = self._produce(data, CommitAction.OVERWRITE, iv)
+        chunks = self._table._overwrite_chunks(CommitAction.OVERWRITE, [f.chunk for f in files], iv)
+        assert chunks is not None
+        self._clash(list(chunks), {f.chunk for f in self._appends}, "appends to")
+        self._overwrites += files
+        self._chunks |= set(chunks)
+
+    def delete_segments(self, segment_ids: list[str]) -> None:
+        """Remove these live segments when the transaction commits."""
+        self._check_open()
+        self._removes += [i for i in segment_ids if i not in self._removes]
+
+    def commit(self) -> Commit:
+        """Publish every operation in one catalog transaction. Raises
+        CommitConflictError (nothing published, files removed), TransactionError."""
+        self._check_open()
+        if self._chunks:
+            action, files, appends = CommitAction.OVERWRITE, self._overwrites, self._appends
+        elif self._appends or not self._removes:
+            action, files, appends = CommitAction.APPEND, self._appends, []
+        else:
+            action, files, appends = CommitAction.DELETE, [], []
+        plan = PublishPlan(
+            tuple(files),
+            tuple(sorted(self._chunks)) if self._chunks else None,
+            remove_ids=tuple(self._removes),
+            isolation=self.isolation.value,
+            append_files=tuple(appends),
+            action=action.value,
+        )
+        try:
+            commit = self._write.publish(plan)
+        except BaseException as exc:
+            self._state = "aborted"
+            self._write.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._write.__exit__(None, None, None)
+        self._state = "committed"
+        self.commit_result = commit
+        return commit
+
+    def abort(self) -> None:
+        """Discard every operation: nothing is published, the files are removed."""
+        if self._state in ("new", "open"):
+            if self._state == "open":
+                self._write.__exit__(TransactionError, None, None)
+            self._state = "aborted"
+
+    # -- helpers --------------------------------------------------------------------
+
+    def _produce(self, data: Any, action: str, interval: Interval | None) -> list[NewSegment]:
+        produce = self._table._producer(data, action, interval)
+        self._ops += 1
+        return produce(f"{self._write.dir}/op{self._ops}")
+
+    @staticmethod
+    def _clash(chunks: list[Interval], other: set[Interval], what: str) -> None:
+        both = sorted(set(chunks) & other)
+        if both:
+            raise TransactionError(
+                f"this transaction already {what} {both[0]}; an append and an overwrite "
+                "of one chunk go in two transactions"
+            )

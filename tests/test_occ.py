@@ -1,0 +1,184 @@
+"""Optimistic concurrency through the catalog: two transactions opened before either
+commits, for every conflict rule; on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import lamina
+from lamina.errors import CommitConflictError, TransactionError
+from tests.helpers import SCHEMA, events
+
+
+@pytest.fixture
+def t(cat: lamina.Catalog) -> lamina.Table:
+    table = cat.create_table("o", SCHEMA, time_column="ts", segment_granularity="DAY")
+    table.append(events(days=3, per_day=10, value=1.0))  # Jan 1-3, v = 1.0
+    return table
+
+
+def day(d: int, rows: int, value: float) -> pa.Table:
+    return events(days=1, per_day=rows, value=value, seed=int(value * 10), start=f"2024-01-0{d}")
+
+
+def values(t: lamina.Table) -> Counter[float]:
+    return Counter(t.to_arrow(columns=["v"]).column("v").to_pylist())
+
+
+def commit_dirs(cat: lamina.Catalog) -> set[str]:
+    return {p.name for p in (Path(cat.warehouse.root) / "o" / "data").iterdir()}
+
+
+def test_two_appends_both_publish(t: lamina.Table) -> None:
+    with t.transaction() as a, t.transaction() as b:
+        assert a.base_seq == b.base_seq
+        a.append(day(2, 3, 2.0))
+        b.append(day(2, 4, 3.0))
+    assert values(t) == {1.0: 30, 2.0: 3, 3.0: 4}
+
+
+def test_overwrites_of_one_chunk_the_later_conflicts(t: lamina.Table, cat: lamina.Catalog) -> None:
+    a, b = t.transaction(), t.transaction()
+    a.overwrite(day(2, 3, 2.0))
+    b.overwrite(day(2, 4, 3.0))
+    first = a.commit()
+    before = commit_dirs(cat)
+    with pytest.raises(CommitConflictError, match=f"commit {first.id}") as err:
+        b.commit()
+    assert err.value.other == first.id and not err.value.retryable
+    assert values(t) == {1.0: 20, 2.0: 3}  # nothing of b
+    assert len(commit_dirs(cat)) == len(before) - 1  # b's files are gone
+    with pytest.raises(TransactionError, match="aborted"):
+        b.append(day(1, 1, 9.0))
+
+
+def test_overwrites_of_other_chunks_both_publish(t: lamina.Table) -> None:
+    with t.transaction() as a, t.transaction() as b:
+        a.overwrite(day(1, 3, 2.0))
+        b.overwrite(day(3, 4, 3.0))
+    assert values(t) == {1.0: 10, 2.0: 3, 3.0: 4}
+
+
+def test_an_overwrite_keeps_rows_appended_meanwhile(t: lamina.Table, cat: lamina.Catalog) -> None:
+    """Druid's concurrent append + replace: the overwrite replaces what it saw; the
+    rows appended while it ran stay visible on top of its version."""
+    ow = t.transaction()
+    ow.overwrite(day(2, 3, 2.0))
+    t.append(day(2, 5, 5.0))  # completes while the overwrite runs
+    c = ow.commit()
+    assert values(t) == {1.0: 20, 2.0: 3, 5.0: 5}
+    chunk = [s for s in t.segments() if s.interval.start_dt.day == 2]
+    assert {s.version for s in chunk} == {max(s.version for s in t.segments())}
+    assert len(c.added) == 2  # its file, and the carried one
+    # the carried file outlives the original's retention (it is shared)
+    t.set_properties(replaced_segments_retention="0s")
+    cat.run_retention(now=dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1))
+    assert values(t) == {1.0: 20, 2.0: 3, 5.0: 5}
+    assert cat.find_orphans() == []
+
+
+def test_a_serializable_overwrite_refuses_rows_appended_meanwhile(t: lamina.Table) -> None:
+    ow = t.transaction(isolation="serializable")
+    ow.overwrite(day(2, 3, 2.0))
+    appended = t.append(day(2, 5, 5.0))
+    with pytest.raises(CommitConflictError, match="serializable") as err:
+        ow.commit()
+    assert err.value.other == appended.id
+    assert values(t) == {1.0: 30, 5.0: 5}
+
+
+def test_an_append_after_an_overwrite_joins_its_version(t: lamina.Table) -> None:
+    ap = t.transaction()
+    ap.append(day(2, 5, 5.0))
+    t.overwrite(day(2, 3, 2.0))  # completes while the append runs
+    ap.commit()
+    assert values(t) == {1.0: 20, 2.0: 3, 5.0: 5}
+
+
+def test_a_delete_of_segments_an_overwrite_replaced_conflicts(t: lamina.Table) -> None:
+    victim = next(s.id for s in t.segments() if s.interval.start_dt.day == 2)
+    dl = t.transaction()
+    dl.delete_segments([victim])
+    ow = t.overwrite(day(2, 3, 2.0))
+    with pytest.raises(CommitConflictError, match=f"commit {ow.id}"):
+        dl.commit()
+    assert values(t) == {1.0: 20, 2.0: 3}
+
+
+def test_deletes_of_one_segment_conflict_and_of_two_do_not(t: lamina.Table) -> None:
+    t.append(day(2, 2, 2.0))
+    segs = [s.id for s in t.segments() if s.interval.start_dt.day == 2]
+    assert len(segs) == 2
+    a, b, c = t.transaction(), t.transaction(), t.transaction()
+    a.delete_segments([segs[0]])
+    b.delete_segments([segs[0]])
+    c.delete_segments([segs[1]])
+    a.commit()
+    with pytest.raises(CommitConflictError, match="removed segment"):
+        b.commit()
+    c.commit()
+    assert values(t) == {1.0: 20}
+
+
+def test_a_write_under_an_entry_reverted_meanwhile_conflicts(t: lamina.Table) -> None:
+    """Never clobber a lineage entry (Pinot #10103): a batch of a push still being
+    written when its entry is reverted does not publish."""
+    from lamina.core.model import PublishPlan
+    from lamina.io.writer import split_by_chunk, write_parts
+    from lamina.write import WriteTransaction
+
+    entry = t.start_replace([], [])
+    with WriteTransaction(t._ctx, t._record, "APPEND", {}) as w:
+        w.inflight()
+        parts = split_by_chunk(day(2, 2, 2.0), "ts", t.granularity, 1000)
+        files = write_parts(t._ctx.warehouse, w.dir, parts)
+        reverted = max(c.seq for c in t.history() if c.seq is not None)
+        t.revert_replace(entry, force=True)  # completes while the batch is written
+        with pytest.raises(CommitConflictError, match=f"lineage entry {entry}") as err:
+            w.publish(PublishPlan(tuple(files), lineage_entry=entry, suffix=f"c{w.id}"))
+    assert err.value.other == next(c.id for c in t.history() if c.seq == reverted + 1)
+    assert values(t) == {1.0: 30}
+
+
+def test_a_transaction_publishes_all_its_operations_as_one_commit(t: lamina.Table) -> None:
+    victim = next(s.id for s in t.segments() if s.interval.start_dt.day == 3)
+    seq = t.history()[-1].seq
+    with t.transaction(metadata={"job": "nightly"}) as tx:
+        tx.append(day(1, 2, 2.0))
+        tx.overwrite(day(2, 3, 3.0))
+        tx.delete_segments([victim])
+        assert values(t) == {1.0: 30}  # nothing visible before the commit
+    c = tx.commit_result
+    assert c is not None and c.seq == seq + 1 and c.action == "OVERWRITE"
+    assert c.metadata["job"] == "nightly"
+    assert values(t) == {1.0: 10, 2.0: 2, 3.0: 3}
+
+
+def test_an_exception_or_abort_discards_everything(t: lamina.Table, cat: lamina.Catalog) -> None:
+    before = commit_dirs(cat)
+    with pytest.raises(RuntimeError), t.transaction() as tx:
+        tx.append(day(1, 2, 2.0))
+        raise RuntimeError("boom")
+    tx2 = t.transaction()
+    tx2.overwrite(day(2, 2, 2.0))
+    tx2.abort()
+    assert values(t) == {1.0: 30} and commit_dirs(cat) == before
+    assert [c.state for c in t.history()][-2:] == ["ABORTED", "ABORTED"]
+
+
+def test_bad_transactions_are_typed_errors(t: lamina.Table) -> None:
+    with pytest.raises(TransactionError, match="write_serializable, serializable"):
+        t.transaction(isolation="snapshot")
+    tx = t.transaction()
+    tx.overwrite(day(2, 1, 2.0))
+    with pytest.raises(TransactionError, match="two transactions"):
+        tx.append(day(2, 1, 3.0))
+    tx.commit()
+    with pytest.raises(TransactionError, match="committed"):
+        tx.commit()
+    assert values(t) == {1.0: 20, 2.0: 1}
