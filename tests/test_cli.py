@@ -575,7 +575,18 @@ def test_unknown_output_format_is_a_usage_error(wh: str, events: lamina.Table) -
 
 # -- start-up: heavy modules only in the commands that need them --------------------------------
 
-HEAVY = ("pyspark", "fastapi", "uvicorn", "pandas", "duckdb", "sqlalchemy", "pyarrow", "py4j")
+HEAVY = (
+    "pyspark",
+    "fastapi",
+    "uvicorn",
+    "pandas",
+    "duckdb",
+    "sqlalchemy",
+    "pyarrow",
+    "numpy",
+    "pydantic",
+    "py4j",
+)
 _PROBE = """
 import sys
 sys.argv[0] = "lamina"
@@ -602,10 +613,16 @@ def _modules_after(*args: str) -> set[str]:
 
 def test_startup_imports_only_what_the_command_needs(wh: str, events: lamina.Table) -> None:
     assert _modules_after("--help") == set()
-    assert _modules_after("--warehouse", wh, "tables") == {"sqlalchemy", "pyarrow"}
-    used = _modules_after("--warehouse", wh, "query", "SELECT count(*) FROM events")
-    assert used == {"sqlalchemy", "pyarrow", "duckdb"}
-    assert _modules_after("--warehouse", wh, "timeline", "events") == {"sqlalchemy", "pyarrow"}
+    # listing tables reads catalog rows only (schemas stay undecoded Arrow IPC bytes);
+    # typer's conversion of the options leaves pydantic alone
+    assert _modules_after("--warehouse", wh, "tables") == {"sqlalchemy"}
+    assert _modules_after("--warehouse", wh, "tables", "-f", "json") == {"sqlalchemy"}
+    # plain result columns are read with DuckDB's fetchall, not through Arrow
+    used = _modules_after("--warehouse", wh, "query", "-n", "5", "SELECT count(*) FROM events")
+    assert used == {"sqlalchemy", "duckdb"}
+    used = _modules_after("--warehouse", wh, "query", "SELECT [1, 2] AS l")  # a list: Arrow
+    assert used == {"sqlalchemy", "duckdb", "pyarrow", "numpy"}
+    assert _modules_after("--warehouse", wh, "timeline", "events") == {"sqlalchemy"}
     assert _modules_after("ingest", "--help") == set()
 
 

@@ -5,25 +5,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
 from lamina.context import CatalogContext
 from lamina.core.interval import ETERNITY, Granularity, Interval
-from lamina.core.lineage import LineageEntry
 from lamina.core.model import Commit, CommitAction, NewSegment, PublishPlan, Snapshot, TableRecord
 from lamina.core.scan import ScanPlan, plan_scan
 from lamina.core.segment import Segment
 from lamina.core.timeline import Timeline
 from lamina.errors import DataOutsideIntervalError, SnapshotNotFoundError
-from lamina.io.arrow import conform, is_spark_dataframe, to_arrow_table
-from lamina.io.reader import read_arrow
-from lamina.io.writer import split_by_chunk, write_parts
-from lamina.maintenance.retention import run_retention
-from lamina.meta import commits, lineage, publish, snapshots, tables
-from lamina.write import WriteTransaction
+from lamina.meta import snapshots, tables
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
+
+    from lamina.core.lineage import LineageEntry
+
+# The write path (pyarrow, numpy, the commit modules) is imported by the methods that
+# write: reading a table's segments needs none of it.
 
 DEFAULT_TARGET_ROWS = 1_000_000
 READ_ATTEMPTS = 5  # a latest read re-plans when files vanished under it
@@ -122,6 +120,8 @@ class Table:
         entry on the spot, and :meth:`revert_replace` rolls a bad push back. Without
         it, the swap is still one atomic commit, but not revertible.
         """
+        from lamina.write import WriteTransaction
+
         iv = self._aligned(interval)
         produce = self._producer(data, CommitAction.REFRESH, iv)
         meta = dict(metadata or {})
@@ -169,6 +169,9 @@ class Table:
         self, data: Any, action: str, interval: Interval | None
     ) -> Callable[[str], list[NewSegment]]:
         """Validate ``data`` now; return the step that writes its files under a commit."""
+        from lamina.io.arrow import conform, is_spark_dataframe, to_arrow_table
+        from lamina.io.writer import split_by_chunk, write_parts
+
         if is_spark_dataframe(data):
             from lamina.engines.spark import spark_producer
 
@@ -194,6 +197,8 @@ class Table:
         complete: bool = False,
     ) -> Commit:
         """One commit writing ``data`` (or a producer from :meth:`_producer`)."""
+        from lamina.write import WriteTransaction
+
         produce = data if callable(data) else self._producer(data, action, interval)
         with WriteTransaction(self._ctx, self._record, action, dict(metadata or {})) as txn:
             txn.inflight()
@@ -228,6 +233,8 @@ class Table:
 
     def lineage(self) -> list[LineageEntry]:
         """The table's lineage entries (oldest first)."""
+        from lamina.meta import lineage
+
         return lineage.list_entries(self._ctx.db, self.name)
 
     def start_replace(
@@ -245,6 +252,8 @@ class Table:
         ``replace_live``: instead of ``segments_from``, every live segment overlapping
         this interval, read in the same transaction.
         """
+        from lamina.meta import lineage
+
         entry, garbage = lineage.start_replace(
             self._ctx.db,
             self.name,
@@ -258,19 +267,27 @@ class Table:
 
     def end_replace(self, entry_id: str) -> None:
         """Complete an entry: readers switch to its segments_to at once (idempotent)."""
+        from lamina.meta import lineage
+
         lineage.end_replace(self._ctx.db, self.name, entry_id)
 
     def revert_replace(self, entry_id: str, force: bool = False) -> None:
         """Undo an entry: readers see its segments_from again. IN_PROGRESS needs force;
         a COMPLETED one (a rollback) must be the newest link of its chain."""
+        from lamina.meta import lineage
+
         lineage.revert_replace(self._ctx.db, self.name, entry_id, force)
 
     def delete_segments(self, segment_ids: list[str]) -> Commit:
         """Remove live segments in one commit; refuses segments a lineage entry holds."""
+        from lamina.meta import publish
+
         return publish.delete_segments(self._ctx.db, self.name, list(segment_ids))
 
     def _revert_quietly(self, entry_id: str) -> None:
         """Best effort after a failed push: revert now, delete what it wrote."""
+        from lamina.maintenance.retention import run_retention
+
         try:
             self.revert_replace(entry_id, force=True)
             run_retention(self._ctx, [self.name], lineage_only=True)
@@ -303,6 +320,8 @@ class Table:
         A latest read whose files a concurrent push or retention removed is planned
         again on the newer snapshot (never a mix: each attempt reads one snapshot).
         """
+        from lamina.io.reader import read_arrow
+
         for attempt in range(READ_ATTEMPTS):
             try:
                 return read_arrow(self.scan(as_of, interval), self._ctx.warehouse, columns)
@@ -333,6 +352,8 @@ class Table:
         return Timeline.build(self.snapshot(as_of, all_published=all_published).segments)
 
     def history(self) -> list[Commit]:
+        from lamina.meta import commits
+
         return commits.history(self._ctx.db, self.name)
 
     def count(self, as_of: int | None = None) -> int:

@@ -20,12 +20,15 @@ from typing import TYPE_CHECKING, Annotated, ParamSpec, TypeVar
 
 import typer
 
+from lamina.cli import _coerce
 from lamina.cli.output import OutputFormat, error_line
 from lamina.errors import LaminaError, SnapshotNotFoundError, TableNotFoundError
 
 if TYPE_CHECKING:
     import lamina
     from lamina.core.model import Snapshot
+
+_coerce.install()
 
 P = ParamSpec("P")
 R = TypeVar("R")
