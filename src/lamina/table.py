@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from lamina.context import CatalogContext
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 # write: reading a table's segments needs none of it.
 
 DEFAULT_TARGET_ROWS = 1_000_000
+#: A RecordBatchReader is written in pieces of about this many bytes of Arrow data.
+STREAM_FLUSH_BYTES = 256 * 1024 * 1024
 READ_ATTEMPTS = 5  # a latest read re-plans when files vanished under it
 
 
@@ -168,9 +170,17 @@ class Table:
     def _producer(
         self, data: Any, action: str, interval: Interval | None
     ) -> Callable[[str], list[NewSegment]]:
-        """Validate ``data`` now; return the step that writes its files under a commit."""
+        """Validate ``data`` now; return the step that writes its files under a commit.
+
+        A ``pyarrow.RecordBatchReader`` is written a piece at a time: its batches are
+        gathered until they hold :data:`STREAM_FLUSH_BYTES`, then split by chunk and
+        written, so memory stays bounded whatever the input's size. The first piece is
+        read and checked here, before the commit opens; a later piece that fails
+        aborts the commit (its files are deleted)."""
+        import pyarrow as pa
+
         from lamina.io.arrow import conform, is_spark_dataframe, to_arrow_table
-        from lamina.io.writer import split_by_chunk, write_parts
+        from lamina.io.writer import ChunkPart, split_by_chunk, write_parts
 
         if is_spark_dataframe(data):
             from lamina.engines.spark import spark_producer
@@ -179,13 +189,38 @@ class Table:
                 self._record, self._ctx.warehouse, self.target_rows_per_segment, data
             )
         rec = self._record
-        arrow = conform(to_arrow_table(data), rec.schema)
-        parts = split_by_chunk(
-            arrow, rec.time_column, rec.granularity, self.target_rows_per_segment
-        )
-        self._overwrite_chunks(action, [p.chunk for p in parts], interval)  # fail before writing
+        if isinstance(data, pa.RecordBatchReader):
+            pieces = _gathered(data, STREAM_FLUSH_BYTES)
+        else:
+            pieces = iter([to_arrow_table(data)])
+
+        def split(piece: pa.Table) -> list[ChunkPart]:
+            parts = split_by_chunk(
+                conform(piece, rec.schema),
+                rec.time_column,
+                rec.granularity,
+                self.target_rows_per_segment,
+            )
+            self._overwrite_chunks(action, [p.chunk for p in parts], interval)
+            return parts
+
+        first = [split(next(pieces))]  # fail before writing
+
+        def parts() -> Iterator[list[ChunkPart]]:
+            yield first.pop()  # not kept once written
+            for piece in pieces:
+                yield split(piece)
+
         wh = self._ctx.warehouse
-        return lambda commit_rel: write_parts(wh, commit_rel, parts)
+
+        def produce(commit_rel: str) -> list[NewSegment]:
+            files: list[NewSegment] = []
+            for some in parts():
+                files += write_parts(wh, commit_rel, some)
+                del some
+            return files
+
+        return produce
 
     def _write(
         self,
@@ -396,3 +431,23 @@ class ConsistentPush:
                 raise
         else:
             self.table._revert_quietly(self.entry)
+
+
+def _gathered(reader: pa.RecordBatchReader, flush_bytes: int) -> Iterator[pa.Table]:
+    """The reader's rows as tables of consecutive batches holding at least
+    ``flush_bytes`` each (the last one: the rest); an empty stream gives one empty
+    table."""
+    import pyarrow as pa
+
+    batches: list[pa.RecordBatch] = []
+    size = 0
+    given = False
+    for batch in reader:
+        batches.append(batch)
+        size += batch.nbytes
+        if size >= flush_bytes:
+            yield pa.Table.from_batches(batches, reader.schema)
+            given = True
+            batches, size = [], 0
+    if batches or not given:
+        yield pa.Table.from_batches(batches, reader.schema)
