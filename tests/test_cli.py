@@ -626,6 +626,36 @@ def test_startup_imports_only_what_the_command_needs(wh: str, events: lamina.Tab
     assert _modules_after("ingest", "--help") == set()
 
 
+def test_a_command_imports_only_its_own_module(wh: str, events: lamina.Table) -> None:
+    code = (
+        "import sys; from lamina.cli import app\n"
+        "try:\n    app(sys.argv[1:])\nexcept SystemExit as exc:\n    assert not exc.code\n"
+        "print(sorted(m for m in sys.modules if m.startswith('lamina.cli.')))"
+    )
+    src = str(Path(lamina.__file__).resolve().parent.parent)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "--warehouse", wh, "tables"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": src},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    loaded = proc.stdout.strip().splitlines()[-1]
+    assert loaded == "['lamina.cli._coerce', 'lamina.cli.output', 'lamina.cli.tables']"
+
+
+def test_command_modules_are_as_listed() -> None:
+    from typer.core import TyperGroup
+    from typer.main import get_command
+
+    from lamina.cli import COMMANDS, app
+
+    group = get_command(app)
+    assert isinstance(group, TyperGroup)
+    defined = {n: str(c.callback.__module__).rsplit(".", 1)[1] for n, c in group.commands.items()}
+    assert defined == COMMANDS
+    assert list(group.commands)[:3] == ["init", "create-table", "tables"]  # --help order
+
+
 def test_top_level_names_are_lazy() -> None:
     code = (
         "import sys, lamina; assert 'lamina.catalog' not in sys.modules; "
