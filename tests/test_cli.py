@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import typer
 from typer.testing import CliRunner, Result
 
 import lamina
@@ -640,7 +641,7 @@ def test_a_command_imports_only_its_own_module(wh: str, events: lamina.Table) ->
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     loaded = proc.stdout.strip().splitlines()[-1]
-    assert loaded == "['lamina.cli._coerce', 'lamina.cli.output', 'lamina.cli.tables']"
+    assert loaded == "['lamina.cli.coerce', 'lamina.cli.output', 'lamina.cli.tables']"
 
 
 def test_command_modules_are_as_listed() -> None:
@@ -821,3 +822,45 @@ def test_spark_ingest_prints_no_spark_logs(wh: str, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "2 rows, 2 segments added" in proc.stdout and "Spark task" in proc.stdout
     assert proc.stderr.strip() == "", proc.stderr  # no log4j, JVM or pyspark lines
+
+
+def test_direct_option_conversion_agrees_with_typer() -> None:
+    from typer._adapters import try_build_adapter
+
+    from lamina import Granularity
+    from lamina.cli.coerce import converter
+    from lamina.cli.output import OutputFormat
+
+    cases: list[tuple[Any, Any, list[Any]]] = [
+        (str, typer.Option(), ["x", "", "ü", "-1", "2024-01-01/2024-02-01"]),
+        (str, typer.Argument(), ["select 1"]),
+        (int, typer.Option(min=0), ["0", "7", "123456789012", 50]),
+        (int, typer.Option(min=0, max=65535), ["65535", "8080"]),
+        (Granularity, typer.Option(case_sensitive=False), ["day", "DAY", "Week", Granularity.ALL]),
+        (OutputFormat, typer.Option(), ["json", OutputFormat.table]),
+        (list[str], typer.Argument(), [["a", "b"], ("c",), "d"]),
+        (bool, typer.Option(), [True, False]),
+    ]
+    for annotation, info, values in cases:
+        convert = converter(annotation, info)
+        adapter = try_build_adapter(annotation, info)
+        assert convert is not None and adapter is not None
+        for value in values:
+            got = convert(value, None)
+            assert got == adapter.validate_python(value) and type(got) is type(
+                adapter.validate_python(value)
+            ), (annotation, value)
+    left_to_typer = [
+        (int, typer.Option(min=0), "-1"),
+        (int, typer.Option(), "1_000"),
+        (int, typer.Option(), " 7"),
+        (int, typer.Option(), "+7"),
+        (int, typer.Option(), "007"),
+        (OutputFormat, typer.Option(), "JSON"),
+        (bool, typer.Option(), "yes"),
+    ]
+    for annotation, info, value in left_to_typer:
+        convert = converter(annotation, info)
+        assert convert is not None
+        with pytest.raises(Exception):  # noqa: B017 - any: typer converts or explains
+            convert(value, None)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
-from lamina.cli import _coerce
+from lamina.cli import coerce
 from lamina.cli.output import OutputFormat, error_line
 from lamina.errors import LaminaError, SnapshotNotFoundError, TableNotFoundError
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import lamina
     from lamina.core.model import Snapshot
 
-_coerce.install()
+coerce.install()
 
 P = ParamSpec("P")
 R = TypeVar("R")

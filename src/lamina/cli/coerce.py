@@ -37,7 +37,7 @@ def _flag(value: Any, _ctx: Any) -> Any:
     return value
 
 
-def _converter(annotation: Any, info: Any) -> Convert | None:
+def converter(annotation: Any, info: Any) -> Convert | None:
     """A direct conversion for ``annotation``, or None to keep typer's."""
     from typer._param_types import coerce_cli_choice, routes_to_path
 
@@ -45,7 +45,7 @@ def _converter(annotation: Any, info: Any) -> Convert | None:
         return None
     if get_origin(annotation) is list:
         (item_type,) = get_args(annotation)
-        item = _converter(item_type, info)
+        item = converter(item_type, info)
         if item is None:
             return None
 
@@ -113,7 +113,7 @@ def install() -> None:
     def direct(descriptor: TypeDescriptor) -> RuntimeParam:
         convert = None
         if descriptor.file_annotation is None:
-            convert = _converter(descriptor.annotation, descriptor.parameter_info)
+            convert = converter(descriptor.annotation, descriptor.parameter_info)
         if convert is None:
             return build_runtime_param(descriptor)
         return DirectParam(
