@@ -106,6 +106,10 @@ class TableRecord:
     def _key(self) -> tuple[Any, ...]:
         return (self.id, self.name, self.schema, self.time_column, self.granularity)
 
+    def __reduce__(self) -> tuple[Any, ...]:  # pickle, copy: through __init__
+        values = (self.id, self.name, self._schema, self.time_column, self.granularity)
+        return (TableRecord, (*values, self.properties))
+
     def __setattr__(self, name: str, value: Any) -> None:
         raise FrozenInstanceError(f"cannot assign to field {name!r}")
 
