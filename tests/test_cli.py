@@ -644,6 +644,20 @@ def test_a_command_imports_only_its_own_module(wh: str, events: lamina.Table) ->
     assert loaded == "['lamina.cli.coerce', 'lamina.cli.output', 'lamina.cli.tables']"
 
 
+def test_program_exits_cleanly(wh: str, events: lamina.Table) -> None:
+    """``python -m lamina.cli`` (which keeps start-up objects out of the collection at
+    exit) prints nothing more than the command does, e.g. no DuckDB leak reports."""
+    src = str(Path(lamina.__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": src, "NO_COLOR": "1"}
+    for args in (["tables"], ["query", "SELECT count(*) AS n, [1] AS l FROM events"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "lamina.cli", "--warehouse", wh, *args],
+            capture_output=True, text=True, env=env, timeout=120, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+        assert "events" in proc.stdout or "1 row" in proc.stdout
+
+
 def test_command_modules_are_as_listed() -> None:
     from typer.core import TyperGroup
     from typer.main import get_command
