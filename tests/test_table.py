@@ -190,3 +190,21 @@ def test_interval_reads_find_segments_longer_than_the_granularity(cat: lamina.Ca
     assert t.count() == 62 + 5
     got = cat.sql("select count(*) n from events where ts >= '2024-01-30' and ts < '2024-01-31'")
     assert got.to_pydict() == {"n": [2]}
+
+
+def test_table_record_schema_is_decoded_on_use(cat: lamina.Catalog) -> None:
+    import copy
+    import pickle
+
+    from lamina.core.model import TableRecord
+    from lamina.meta.tables import get_table
+
+    t = cat.create_table("ev", SCHEMA, "ts", properties={"a": "1"})
+    rec = get_table(cat.context.db, "ev")
+    assert isinstance(rec._schema, bytes)  # listing tables decodes no schema
+    assert rec.schema.equals(SCHEMA) and isinstance(rec._schema, pa.Schema)
+    again = pickle.loads(pickle.dumps(get_table(cat.context.db, "ev")))
+    assert again == rec == copy.deepcopy(rec) and hash(again) == hash(rec)
+    assert again.properties == t.properties and again.schema.equals(SCHEMA)
+    assert rec.with_properties({}) == rec  # properties are not compared
+    assert TableRecord(rec.id, "ev", SCHEMA, "ts", rec.granularity, {}) == rec

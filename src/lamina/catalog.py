@@ -9,23 +9,23 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
 from lamina.context import CatalogContext
 from lamina.core.interval import Granularity
-from lamina.core.properties import check_properties
 from lamina.errors import InvalidGranularityError, InvalidTableNameError, WarehouseError
-from lamina.io.arrow import check_time_column, table_schema
 from lamina.io.warehouse import Warehouse
-from lamina.maintenance import retention
-from lamina.maintenance.retention import RetentionReport
 from lamina.meta import tables as table_rows
 from lamina.meta.db import Db, create_catalog_engine
 from lamina.meta.schema import migrate
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from lamina.engines.duckdb import SqlEngine
+    from lamina.maintenance.retention import RetentionReport
     from lamina.table import Table
+
+# pyarrow, DuckDB and the write and maintenance modules are imported where used: a
+# command line that lists tables starts without them.
 
 DEFAULT_WAREHOUSE = "./warehouse"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -109,6 +109,8 @@ class Catalog:
         ``ingestion_type`` (APPEND or REFRESH) and ``consistent_push`` are stored as
         table properties and can be changed later with ``t.set_properties``.
         """
+        from lamina.core.properties import check_properties
+        from lamina.io.arrow import check_time_column, table_schema
         from lamina.table import Table
 
         check_table_name(name)
@@ -162,6 +164,11 @@ class Catalog:
 
         Raises SqlError when the query cannot be parsed or fails.
         """
+        return self.sql_engine().sql(query)
+
+    def sql_engine(self) -> SqlEngine:
+        """The catalog's DuckDB engine (``.run(query, fetch)`` reads results other
+        than as Arrow tables)."""
         with self._sql_lock:
             if self._sql is None:
                 from lamina.engines.duckdb import SqlEngine
@@ -172,7 +179,7 @@ class Catalog:
                     lambda names: table_rows.latest_seqs(ctx.db, names),
                     lambda name: plan(ctx, name),
                 )
-        return self._sql.sql(query)
+            return self._sql
 
     # -- maintenance ----------------------------------------------------------------
 
@@ -190,6 +197,8 @@ class Catalog:
         ``lineage_cleanup_retention``; files no catalog row names, older than
         ``orphan_grace_period``. ``now`` lets a caller catch up or test.
         """
+        from lamina.maintenance import retention
+
         names = tables if tables is not None else self.list_tables()
         return retention.run_retention(self.context, names, now, lineage_only)
 
@@ -202,11 +211,15 @@ class Catalog:
         """Files under the tables' data directories that no catalog row names
         (relative paths). ``with_grace``: only those older than ``orphan_grace_period``
         — a writer that is still writing is never robbed."""
+        from lamina.maintenance import retention
+
         names = tables if tables is not None else self.list_tables()
         return retention.find_orphans(self.context, names, now, with_grace)
 
     def clean_failed_writes(self) -> int:
         """Abort writes whose writer died, and delete every aborted write's files."""
+        from lamina.maintenance import retention
+
         return retention.clean_failed_writes(self.context, self.list_tables())
 
     def close(self) -> None:
@@ -233,6 +246,8 @@ def check_table_name(name: str) -> None:
 
 
 def _arrow_schema(schema: Any) -> pa.Schema:
+    import pyarrow as pa
+
     if isinstance(schema, pa.Schema):
         return schema
     if type(schema).__module__.startswith("pyspark."):

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lamina.io.warehouse import Warehouse, commit_dir
-from lamina.meta import commits
 from lamina.meta.db import Db
 
 
@@ -29,6 +28,8 @@ class CatalogContext:
 
     def clean_commits(self, table: str, commit_ids: Sequence[int]) -> None:
         """Delete the files of aborted commits, then record that they are gone."""
+        from lamina.meta import commits
+
         for cid in commit_ids:
             self.warehouse.delete_dir(self.warehouse.path(commit_dir(table, cid)))
         commits.mark_cleaned(self.db, commit_ids)

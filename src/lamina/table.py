@@ -2,33 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
-from lamina import changes, read
 from lamina.context import CatalogContext
 from lamina.core.interval import ETERNITY, Granularity, Interval
-from lamina.core.lineage import LineageEntry
 from lamina.core.model import Commit, CommitAction, NewSegment, PublishPlan, Snapshot, TableRecord
 from lamina.core.scan import ScanPlan
 from lamina.core.segment import Segment
 from lamina.core.timeline import Timeline
 from lamina.errors import DataOutsideIntervalError, SnapshotNotFoundError
-from lamina.io.arrow import conform, is_spark_dataframe, to_arrow_table
-from lamina.io.reader import read_arrow
-from lamina.io.writer import split_by_chunk, write_parts
-from lamina.maintenance.retention import run_retention
-from lamina.meta import commits, lineage, publish, snapshots, tables
-from lamina.write import WriteTransaction
+from lamina.meta import snapshots, tables
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
+    from lamina.core.lineage import LineageEntry
     from lamina.transaction import Transaction
 
+# The write path (pyarrow, numpy, the commit modules) is imported by the methods that
+# write: reading a table's segments needs none of it.
+
 DEFAULT_TARGET_ROWS = 1_000_000
+#: A RecordBatchReader is written in pieces of about this many bytes of Arrow data.
+STREAM_FLUSH_BYTES = 256 * 1024 * 1024
 READ_ATTEMPTS = 5  # a latest read re-plans when files vanished under it
 
 
@@ -125,6 +123,8 @@ class Table:
         entry on the spot, and :meth:`revert_replace` rolls a bad push back. Without
         it, the swap is still one atomic commit, but not revertible.
         """
+        from lamina.write import WriteTransaction
+
         iv = self._aligned(interval)
         produce = self._producer(data, CommitAction.REFRESH, iv)
         meta = dict(metadata or {})
@@ -187,7 +187,18 @@ class Table:
     def _producer(
         self, data: Any, action: str, interval: Interval | None
     ) -> Callable[[str], list[NewSegment]]:
-        """Validate ``data`` now; return the step that writes its files under a commit."""
+        """Validate ``data`` now; return the step that writes its files under a commit.
+
+        A ``pyarrow.RecordBatchReader`` is written a piece at a time: its batches are
+        gathered until they hold :data:`STREAM_FLUSH_BYTES`, then split by chunk and
+        written, so memory stays bounded whatever the input's size. The first piece is
+        read and checked here, before the commit opens; a later piece that fails
+        aborts the commit (its files are deleted)."""
+        import pyarrow as pa
+
+        from lamina.io.arrow import conform, is_spark_dataframe, to_arrow_table
+        from lamina.io.writer import ChunkPart, split_by_chunk, write_parts
+
         if is_spark_dataframe(data):
             from lamina.engines.spark import spark_producer
 
@@ -195,13 +206,38 @@ class Table:
                 self._record, self._ctx.warehouse, self.target_rows_per_segment, data
             )
         rec = self._record
-        arrow = conform(to_arrow_table(data), rec.schema)
-        parts = split_by_chunk(
-            arrow, rec.time_column, rec.granularity, self.target_rows_per_segment
-        )
-        self._overwrite_chunks(action, [p.chunk for p in parts], interval)  # fail before writing
+        if isinstance(data, pa.RecordBatchReader):
+            pieces = _gathered(data, STREAM_FLUSH_BYTES)
+        else:
+            pieces = iter([to_arrow_table(data)])
+
+        def split(piece: pa.Table) -> list[ChunkPart]:
+            parts = split_by_chunk(
+                conform(piece, rec.schema),
+                rec.time_column,
+                rec.granularity,
+                self.target_rows_per_segment,
+            )
+            self._overwrite_chunks(action, [p.chunk for p in parts], interval)
+            return parts
+
+        first = [split(next(pieces))]  # fail before writing
+
+        def parts() -> Iterator[list[ChunkPart]]:
+            yield first.pop()  # not kept once written
+            for piece in pieces:
+                yield split(piece)
+
         wh = self._ctx.warehouse
-        return lambda commit_rel: write_parts(wh, commit_rel, parts)
+
+        def produce(commit_rel: str) -> list[NewSegment]:
+            files: list[NewSegment] = []
+            for some in parts():
+                files += write_parts(wh, commit_rel, some)
+                del some
+            return files
+
+        return produce
 
     def _write(
         self,
@@ -213,6 +249,8 @@ class Table:
         complete: bool = False,
     ) -> Commit:
         """One commit writing ``data`` (or a producer from :meth:`_producer`)."""
+        from lamina.write import WriteTransaction
+
         produce = data if callable(data) else self._producer(data, action, interval)
         with WriteTransaction(self._ctx, self._record, action, dict(metadata or {})) as txn:
             txn.inflight()
@@ -247,6 +285,8 @@ class Table:
 
     def lineage(self) -> list[LineageEntry]:
         """The table's lineage entries (oldest first)."""
+        from lamina.meta import lineage
+
         return lineage.list_entries(self._ctx.db, self.name)
 
     def start_replace(
@@ -264,6 +304,8 @@ class Table:
         ``replace_live``: instead of ``segments_from``, every live segment overlapping
         this interval, read in the same transaction.
         """
+        from lamina.meta import lineage
+
         entry, garbage = lineage.start_replace(
             self._ctx.db,
             self.name,
@@ -277,19 +319,27 @@ class Table:
 
     def end_replace(self, entry_id: str) -> None:
         """Complete an entry: readers switch to its segments_to at once (idempotent)."""
+        from lamina.meta import lineage
+
         lineage.end_replace(self._ctx.db, self.name, entry_id)
 
     def revert_replace(self, entry_id: str, force: bool = False) -> None:
         """Undo an entry: readers see its segments_from again. IN_PROGRESS needs force;
         a COMPLETED one (a rollback) must be the newest link of its chain."""
+        from lamina.meta import lineage
+
         lineage.revert_replace(self._ctx.db, self.name, entry_id, force)
 
     def delete_segments(self, segment_ids: list[str]) -> Commit:
         """Remove live segments in one commit; refuses segments a lineage entry holds."""
+        from lamina.meta import publish
+
         return publish.delete_segments(self._ctx.db, self.name, list(segment_ids))
 
     def _revert_quietly(self, entry_id: str) -> None:
         """Best effort after a failed push: revert now, delete what it wrote."""
+        from lamina.maintenance.retention import run_retention
+
         try:
             self.revert_replace(entry_id, force=True)
             run_retention(self._ctx, [self.name], lineage_only=True)
@@ -312,6 +362,8 @@ class Table:
     def scan(self, as_of: int | None = None, interval: Any = None) -> ScanPlan:
         """Plan a read: the files of one snapshot, pruned to ``interval``."""
         iv = None if interval is None else Interval.coerce(interval)
+        from lamina import read  # columnar planning: pyarrow, numpy
+
         return read.plan(self._ctx, self.name, as_of, iv)
 
     def to_arrow(
@@ -322,6 +374,8 @@ class Table:
         A latest read whose files a concurrent push or retention removed is planned
         again on the newer snapshot (never a mix: each attempt reads one snapshot).
         """
+        from lamina.io.reader import read_arrow
+
         for attempt in range(READ_ATTEMPTS):
             try:
                 return read_arrow(self.scan(as_of, interval), self._ctx.warehouse, columns)
@@ -360,6 +414,8 @@ class Table:
         Seqs are ``Commit.seq`` of :meth:`history` (0: the empty table).
         Raises SnapshotNotFoundError (seqs out of range, or retention deleted what the
         start snapshot used), SchemaError (unknown columns)."""
+        from lamina import changes
+
         return changes.read_changes(self._ctx, self.name, after_seq, until_seq, columns)
 
     def read_changes_spark(
@@ -371,11 +427,15 @@ class Table:
     ) -> Any:
         """:meth:`read_changes` as a Spark DataFrame (read by Spark's Parquet reader;
         rows in no guaranteed order — sort by ``_commit_seq`` for a feed)."""
+        from lamina import changes
+
         return changes.read_changes_spark(
             spark, self._ctx, self.name, after_seq, until_seq, columns
         )
 
     def history(self) -> list[Commit]:
+        from lamina.meta import commits
+
         return commits.history(self._ctx.db, self.name)
 
     def count(self, as_of: int | None = None) -> int:
@@ -418,3 +478,23 @@ class ConsistentPush:
                 raise
         else:
             self.table._revert_quietly(self.entry)
+
+
+def _gathered(reader: pa.RecordBatchReader, flush_bytes: int) -> Iterator[pa.Table]:
+    """The reader's rows as tables of consecutive batches holding at least
+    ``flush_bytes`` each (the last one: the rest); an empty stream gives one empty
+    table."""
+    import pyarrow as pa
+
+    batches: list[pa.RecordBatch] = []
+    size = 0
+    given = False
+    for batch in reader:
+        batches.append(batch)
+        size += batch.nbytes
+        if size >= flush_bytes:
+            yield pa.Table.from_batches(batches, reader.schema)
+            given = True
+            batches, size = [], 0
+    if batches or not given:
+        yield pa.Table.from_batches(batches, reader.schema)

@@ -6,31 +6,96 @@ for bad input print one red line and exit with status 1; usage errors exit with 
 
 Start-up stays fast: this package imports typer and rich only; the catalog (SQLAlchemy,
 pyarrow), DuckDB, Spark, pandas and the REST server are imported by the commands that
-use them.
+use them, and the modules defining the commands when they are needed (running one
+command imports only its own module).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import gc
+import importlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
+from lamina.cli import coerce
 from lamina.cli.output import OutputFormat, error_line
 from lamina.errors import LaminaError, SnapshotNotFoundError, TableNotFoundError
 
 if TYPE_CHECKING:
+    from typer.models import CommandInfo
+
     import lamina
     from lamina.core.model import Snapshot
+
+coerce.install()
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-app = typer.Typer(
+#: The module (in ``lamina.cli``) defining each command.
+COMMANDS = {
+    **dict.fromkeys(("init", "create-table", "tables"), "tables"),
+    **dict.fromkeys(("segments", "timeline", "history", "lineage"), "inspect"),
+    **dict.fromkeys(("ingest", "revert", "push"), "write"),
+    **dict.fromkeys(("query", "retention", "orphans", "serve"), "admin"),
+}
+_MODULES = ("tables", "inspect", "write", "admin")  # their commands in this order in --help
+
+
+def _command_name(argv: Sequence[str]) -> str | None:
+    """The command a command line names after the global options, if any."""
+    args = iter(argv)
+    for arg in args:
+        if arg in ("--catalog", "--warehouse"):
+            next(args, None)
+        elif not arg.startswith(("--catalog=", "--warehouse=")):
+            return None if arg.startswith("-") else arg
+    return None
+
+
+class _Lamina(typer.Typer):
+    """The app; the modules defining its commands are imported when its commands are
+    first read: all of them, or while a command line runs (``app()``) that names a
+    known command, only the module defining that command."""
+
+    _only: str | None = None
+    _loading = False
+    program = False  # run(): this process is the lamina program
+
+    @property
+    def registered_commands(self) -> list[CommandInfo]:
+        if not self._loading:
+            self._loading = True  # the modules register their commands meanwhile
+            try:
+                for name in (self._only,) if self._only else _MODULES:
+                    importlib.import_module(f"lamina.cli.{name}")
+            finally:
+                self._loading = False
+            order = {f"lamina.cli.{name}": i for i, name in enumerate(_MODULES)}
+            self._commands.sort(key=lambda c: order.get(getattr(c.callback, "__module__", ""), 0))
+        return self._commands
+
+    @registered_commands.setter
+    def registered_commands(self, commands: list[CommandInfo]) -> None:
+        self._commands = commands
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        argv = args[0] if args else kwargs.get("args", sys.argv[1:])
+        name = _command_name(argv) if isinstance(argv, list | tuple) else None
+        self._only = COMMANDS.get(name or "")
+        try:
+            return super().__call__(*args, **kwargs)
+        finally:
+            self._only = None
+
+
+app = _Lamina(
     name="lamina",
     help="Time-partitioned tables of immutable Parquet segments on a transactional catalog.",
     no_args_is_help=True,
@@ -131,6 +196,12 @@ def connect(
     """The catalog named by the command's options, else the global ones, else the env."""
     from lamina.catalog import connect as open_catalog
 
+    if app.program:
+        # The catalog's imports (SQLAlchemy) made most of the objects this short
+        # process holds: leave them out of garbage collections, the one at exit
+        # included (tens of ms). Before DuckDB is imported: its bindings report
+        # objects that the collection at exit did not free.
+        gc.freeze()
     cat_url, wh = locations(ctx, catalog, warehouse)
     cat = open_catalog(catalog=cat_url, warehouse=wh)
     try:
@@ -160,10 +231,13 @@ def snapshot(t: lamina.Table, as_of: int | None, all_published: bool) -> Snapsho
         ) from None
 
 
-# the command groups register themselves on `app`, in this order in --help
-from lamina.cli import tables, inspect, write, admin  # noqa: E402, I001
+def run() -> None:
+    """The ``lamina`` program (console script, ``python -m lamina.cli``)."""
+    app.program = True
+    app()
 
-__all__ = ["admin", "app", "command", "connect", "inspect", "load", "tables", "write"]
+
+__all__ = ["COMMANDS", "app", "command", "connect", "load", "run"]
 
 if __name__ == "__main__":
-    app()
+    run()

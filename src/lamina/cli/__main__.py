@@ -1,5 +1,5 @@
 """``python -m lamina.cli``."""
 
-from lamina.cli import app
+from lamina.cli import run
 
-app()
+run()

@@ -10,7 +10,17 @@ from typing import Annotated
 import typer
 
 from lamina.cli import CatalogOpt, OutputOpt, WarehouseOpt, command, connect, load, locations
-from lamina.cli.output import Column, OutputFormat, done, emit, emit_arrow, n_of, note, warn
+from lamina.cli.output import (
+    Column,
+    OutputFormat,
+    done,
+    emit,
+    emit_result,
+    fetch_result,
+    n_of,
+    note,
+    warn,
+)
 from lamina.core.interval import MAX_US, MIN_US, from_us, to_us
 from lamina.errors import InvalidIntervalError
 
@@ -42,10 +52,10 @@ def query(
     if sql == "-":
         sql = sys.stdin.read()
     with connect(ctx, catalog, warehouse) as cat:
-        result = cat.sql(sql)
+        result = cat.sql_engine().run(sql, fetch_result)  # plain rows need no pyarrow
     if limit is None:
         limit = 50 if fmt is OutputFormat.table else 0
-    emit_arrow(result, fmt, limit)
+    emit_result(result, fmt, limit)
 
 
 def _parse_now(text: str) -> dt.datetime:

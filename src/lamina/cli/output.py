@@ -9,6 +9,7 @@ import decimal
 import enum
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 if TYPE_CHECKING:
+    import duckdb
     import pyarrow as pa
 
 
@@ -203,6 +205,55 @@ def emit_arrow(result: pa.Table, fmt: OutputFormat, limit: int) -> None:
     rows = result.slice(0, limit).to_pylist() if limit else result.to_pylist()
     numeric = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal)
     columns = [Column(f.name, right=any(t(f.type) for t in numeric)) for f in result.schema]
+    _emit_result(columns, rows, result.num_rows, fmt)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A query result read without pyarrow: its columns and rows."""
+
+    columns: list[Column]
+    rows: list[tuple[Any, ...]]
+
+
+# DuckDB types whose Python values (``fetchall``) equal those of the Arrow result
+# (``to_pylist``); a result with another type (lists, intervals, UUIDs, HUGEINT...)
+# is read as Arrow.
+_NUMERIC = re.compile(r"U?(TINYINT|SMALLINT|INTEGER|BIGINT)|FLOAT|DOUBLE|DECIMAL\(\d+,\d+\)")
+_PLAIN = re.compile(r"VARCHAR|BOOLEAN|BLOB|DATE|TIME|TIMESTAMP|TIMESTAMP WITH TIME ZONE")
+
+
+def fetch_result(rel: duckdb.DuckDBPyRelation | None) -> Rows | pa.Table:
+    """A DuckDB result as plain rows when every column has a plain type, else as an
+    Arrow table (see :func:`emit_result`)."""
+    if rel is None:
+        return Rows([], [])
+    types = [str(t) for t in rel.types]
+    if not all(_NUMERIC.fullmatch(t) or _PLAIN.fullmatch(t) for t in types):
+        from lamina.engines.duckdb import to_arrow
+
+        return to_arrow(rel)
+    columns = [
+        Column(name, right=_NUMERIC.fullmatch(t) is not None)
+        for name, t in zip(rel.columns, types, strict=True)
+    ]
+    return Rows(columns, rel.fetchall())
+
+
+def emit_result(result: Rows | pa.Table, fmt: OutputFormat, limit: int) -> None:
+    """Print the first ``limit`` rows (0: all) of a query result, as :func:`emit_arrow`."""
+    if not isinstance(result, Rows):
+        emit_arrow(result, fmt, limit)
+        return
+    keys = [c.key for c in result.columns]
+    kept = result.rows[:limit] if limit else result.rows
+    rows = [dict(zip(keys, r, strict=True)) for r in kept]
+    _emit_result(result.columns, rows, len(result.rows), fmt)
+
+
+def _emit_result(
+    columns: Sequence[Column], rows: Sequence[Row], total: int, fmt: OutputFormat
+) -> None:
     if fmt is not OutputFormat.table:
         emit(columns, rows, fmt)
         return
@@ -210,8 +261,8 @@ def emit_arrow(result: pa.Table, fmt: OutputFormat, limit: int) -> None:
         note("(no result)")
         return
     emit(columns, rows, fmt)
-    text = n_of(result.num_rows, "row")
-    if len(rows) < result.num_rows:
+    text = n_of(total, "row")
+    if len(rows) < total:
         text = f"{count(len(rows))} of {text} shown (--limit 0 prints all)"
     note(text)
 

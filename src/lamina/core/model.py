@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-from dataclasses import dataclass, field
-from typing import Any
-
-import pyarrow as pa
+from dataclasses import FrozenInstanceError, dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from lamina.core.interval import Granularity, Interval, from_us
 from lamina.core.segment import Segment
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class CommitState(enum.StrEnum):
@@ -63,16 +64,75 @@ class Commit:
         return None if us is None else from_us(us)
 
 
-@dataclass(frozen=True)
 class TableRecord:
-    """A table's catalog row."""
+    """A table's catalog row (immutable). ``schema`` may be given as its Arrow IPC
+    bytes, decoded on first use: reading table rows needs no pyarrow."""
 
+    __slots__ = ("id", "name", "_schema", "time_column", "granularity", "properties")
     id: int
     name: str
-    schema: pa.Schema
+    _schema: pa.Schema | bytes
     time_column: str | None
     granularity: Granularity
-    properties: dict[str, str] = field(compare=False)
+    properties: dict[str, str]  # not compared
+
+    def __init__(
+        self,
+        id: int,
+        name: str,
+        schema: pa.Schema | bytes,
+        time_column: str | None,
+        granularity: Granularity,
+        properties: dict[str, str],
+    ) -> None:
+        values = (id, name, schema, time_column, granularity, properties)
+        for slot, value in zip(self.__slots__, values, strict=True):
+            object.__setattr__(self, slot, value)
+
+    @property
+    def schema(self) -> pa.Schema:
+        found = self._schema
+        if isinstance(found, bytes):
+            import pyarrow as pa
+
+            found = pa.ipc.read_schema(pa.py_buffer(found))
+            object.__setattr__(self, "_schema", found)
+        return found
+
+    def with_properties(self, properties: dict[str, str]) -> TableRecord:
+        """The same table with other properties."""
+        return TableRecord(
+            self.id, self.name, self._schema, self.time_column, self.granularity, properties
+        )
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.id, self.name, self.schema, self.time_column, self.granularity)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickle, copy: through __init__
+        values = (self.id, self.name, self._schema, self.time_column, self.granularity)
+        return (TableRecord, (*values, self.properties))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, TableRecord)
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (
+            f"TableRecord(id={self.id!r}, name={self.name!r}, schema={self.schema!r}, "
+            f"time_column={self.time_column!r}, granularity={self.granularity!r}, "
+            f"properties={self.properties!r})"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,10 @@ query runs on its own cursor. When the query is a plain SELECT over one table wi
 top-level ``AND`` conditions bounding the time column, the bound prunes the cached
 plan in memory and a TEMP view (private to the query's cursor) shadows the shared
 one, so a one-day query opens only that day's segments.
+
+Results come as Arrow tables (:meth:`SqlEngine.sql`), or through a function of DuckDB's
+result relation (:meth:`SqlEngine.run`): the command line reads plain rows without
+loading pyarrow.
 """
 
 from __future__ import annotations
@@ -15,18 +19,23 @@ import json
 import re
 import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import duckdb
-import pyarrow as pa
 
 from lamina.core.interval import MAX_US, MIN_US, Interval, format_us
 from lamina.core.scan import ScanPlan, prune_plan
 from lamina.errors import SqlError
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+T = TypeVar("T")
 Versions = Callable[[Sequence[str]], Mapping[str, Hashable]]
 Planner = Callable[[str], ScanPlan]
 _BOUNDS_KEPT = 1024
+#: Reads a query's result: DuckDB's relation, or None for a statement without one.
+Fetch = Callable[[duckdb.DuckDBPyRelation | None], T]
 
 
 class SqlEngine:
@@ -52,9 +61,14 @@ class SqlEngine:
         self._bounds: dict[tuple[str, str, str, str], Interval | None] = {}
 
     def sql(self, query: str) -> pa.Table:
-        """Run ``query`` over the latest snapshots. If a push or retention removed a file
-        under the query, plan again on the newer snapshots and rerun (each run reads
-        one consistent snapshot per table). Statements other than SELECT run on a
+        """:meth:`run` with the result as an Arrow table."""
+        return self.run(query, to_arrow)
+
+    def run(self, query: str, fetch: Fetch[T]) -> T:
+        """Run ``query`` over the latest snapshots; ``fetch`` reads its result (while
+        the query's cursor is open). If a push or retention removed a file under the
+        query, plan again on the newer snapshots and rerun (each run reads one
+        consistent snapshot per table). Statements other than SELECT run on a
         fresh connection of their own (nothing they create outlives the call).
 
         Raises SqlError when the query cannot be parsed or fails, and
@@ -62,7 +76,7 @@ class SqlEngine:
         """
         for attempt in range(self._attempts):
             try:
-                return self._run_once(query, stale=attempt > 0)
+                return self._run_once(query, fetch, stale=attempt > 0)
             except duckdb.IOException as exc:
                 if attempt == self._attempts - 1:
                     raise SqlError(f"query failed: {exc}") from None
@@ -79,27 +93,30 @@ class SqlEngine:
 
     # -- one attempt ------------------------------------------------------------------
 
-    def _cursors(self) -> tuple[duckdb.DuckDBPyConnection, duckdb.DuckDBPyConnection]:
-        """A new cursor on the shared connection, and one on the parser's."""
+    def _parse(self, query: str) -> tuple[duckdb.DuckDBPyConnection, set[str], set[Any]]:
+        """A new cursor on the shared connection, and the query's table names and
+        statement kinds. Parsing needs a database without views (one holding views
+        resolves them): the shared one while it holds none (views are only made under
+        the lock), else the parser's, opened then (a DuckDB database takes some 20 ms
+        to open: a one-query process opens one)."""
         with self._lock:
-            if self._con is None or self._parser is None:
+            if self._con is None:
                 con = duckdb.connect()
                 con.execute("SET GLOBAL TimeZone='UTC'")
-                self._con, self._parser = con, duckdb.connect()
-            return self._con.cursor(), self._parser.cursor()
+                self._con = con
+            cur = self._con.cursor()
+            if not self._cache:  # no views yet
+                return _parsed(cur, self._con.cursor(), query)
+            if self._parser is None:
+                self._parser = duckdb.connect()
+            parser = self._parser.cursor()
+        return _parsed(cur, parser, query)
 
-    def _run_once(self, query: str, stale: bool) -> pa.Table:
-        cur, parser = self._cursors()
+    def _run_once(self, query: str, fetch: Fetch[T], stale: bool) -> T:
+        cur, named, kinds = self._parse(query)
         try:
-            try:
-                named = parser.get_table_names(query)
-                kinds = {s.type for s in parser.extract_statements(query)}
-            except duckdb.Error as exc:
-                raise SqlError(f"cannot parse the query: {exc}") from None
-            finally:
-                parser.close()
             if kinds == {duckdb.StatementType.SELECT}:
-                return self._select(cur, query, named, stale)
+                return self._select(cur, query, fetch, named, stale)
         finally:
             cur.close()
         con = duckdb.connect()  # DDL, DML, SET, ...: a throwaway connection
@@ -107,19 +124,24 @@ class SqlEngine:
             con.execute("SET TimeZone='UTC'")
             for name, plan in self._plans(named, stale).items():
                 register_view(con, name, self._narrow(con, query, name, plan))
-            return _execute(con, query)
+            return _execute(con, query, fetch)
         finally:
             con.close()
 
     def _select(
-        self, cur: duckdb.DuckDBPyConnection, query: str, named: set[str], stale: bool
-    ) -> pa.Table:
+        self,
+        cur: duckdb.DuckDBPyConnection,
+        query: str,
+        fetch: Fetch[T],
+        named: set[str],
+        stale: bool,
+    ) -> T:
         for name, plan in self._plans(named, stale).items():
             narrowed = self._narrow(cur, query, name, plan)
             if narrowed is not plan or not len(plan):  # else the shared view answers
                 sql = view_sql(cur, name, narrowed)
                 cur.execute(f"CREATE TEMP VIEW {_quote(name)} AS {sql}")
-        return _execute(cur, query)
+        return _execute(cur, query, fetch)
 
     def _plans(self, named: set[str], stale: bool) -> dict[str, ScanPlan]:
         """Latest plans of the catalog tables among ``named``, by catalog name; their
@@ -181,20 +203,44 @@ class SqlEngine:
         return plan if bound is None else prune_plan(plan, bound)
 
 
+def _parsed(
+    cur: duckdb.DuckDBPyConnection, parser: duckdb.DuckDBPyConnection, query: str
+) -> tuple[duckdb.DuckDBPyConnection, set[str], set[Any]]:
+    """``cur``, and the table names and statement kinds of ``query`` read with
+    ``parser`` (closed then; ``cur`` too on failure). SqlError if it does not parse."""
+    try:
+        named = parser.get_table_names(query)
+        return cur, named, {s.type for s in parser.extract_statements(query)}
+    except duckdb.Error as exc:
+        cur.close()
+        raise SqlError(f"cannot parse the query: {exc}") from None
+    except BaseException:
+        cur.close()
+        raise
+    finally:
+        parser.close()
+
+
 def _mentions(query: str, column: str) -> bool:
     """Whether ``column`` occurs in ``query`` as a whole identifier (any case)."""
     pattern = rf"(?<![A-Za-z0-9_$]){re.escape(column)}(?![A-Za-z0-9_$])"
     return re.search(pattern, query, re.IGNORECASE) is not None
 
 
-def _execute(con: duckdb.DuckDBPyConnection, query: str) -> pa.Table:
+def to_arrow(rel: duckdb.DuckDBPyRelation | None) -> pa.Table:
+    """A result as an Arrow table (no columns for a statement without a result)."""
+    import pyarrow as pa
+
+    if rel is None:
+        return pa.table({})
+    fetch = getattr(rel, "to_arrow_table", None) or rel.arrow
+    result: pa.Table = fetch()
+    return result
+
+
+def _execute(con: duckdb.DuckDBPyConnection, query: str, fetch: Fetch[T]) -> T:
     try:
-        rel = con.sql(query)
-        if rel is None:  # a statement without a result
-            return pa.table({})
-        fetch = getattr(rel, "to_arrow_table", None) or rel.arrow
-        result: pa.Table = fetch()
-        return result
+        return fetch(con.sql(query))  # None: a statement without a result
     except duckdb.IOException:
         raise
     except duckdb.Error as exc:
@@ -210,6 +256,8 @@ def _files(paths: list[str]) -> str:
 
 
 def _literal(t: pa.DataType, us: int) -> str:
+    import pyarrow as pa
+
     if pa.types.is_date(t):  # whole days: d >= b <=> d >= ceil(b), d < b <=> d < ceil(b)
         day = 86_400_000_000
         return f"DATE '{format_us(-((-us) // day) * day)[:10]}'"
@@ -220,7 +268,6 @@ def _literal(t: pa.DataType, us: int) -> str:
 
 def view_sql(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan) -> str:
     """SQL of a relation holding exactly the plan's rows."""
-    schema = plan.table.schema
     branches = []
     if plan.whole_files:
         branches.append(
@@ -232,7 +279,7 @@ def view_sql(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan) -> str:
     tc = plan.table.time_column
     for keep, paths in groups.items():
         assert tc is not None
-        t = schema.field(tc).type
+        t = plan.table.schema.field(tc).type
         lo = f"{_quote(tc)} >= {_literal(t, keep.start)}" if keep.start > MIN_US else "TRUE"
         hi = f"{_quote(tc)} < {_literal(t, keep.end)}" if keep.end < MAX_US else "TRUE"
         branches.append(
@@ -241,7 +288,7 @@ def view_sql(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan) -> str:
         )
     if not branches:  # a registered Arrow table is private to ``con``
         empty = f"__lamina_empty_{name}"
-        con.register(empty, schema.empty_table())
+        con.register(empty, plan.table.schema.empty_table())
         return f"SELECT * FROM {_quote(empty)}"
     return " UNION ALL ".join(branches)
 
@@ -296,6 +343,8 @@ def time_bound(
 
 
 def _cast_type(t: pa.DataType) -> str:
+    import pyarrow as pa
+
     if pa.types.is_date(t):
         return "DATE"
     return "TIMESTAMPTZ" if t.tz is not None else "TIMESTAMP"

@@ -138,14 +138,14 @@ def _parse_times(column: pa.Array, target: pa.DataType) -> pa.Array:
     without one are read as UTC (as Spark does with lamina's UTC session).
 
     Raises ``pa.ArrowInvalid`` for text that is not a time."""
-    import pyarrow.compute as pc
-
     aware, naive = pa.timestamp("us", tz="UTC"), pa.timestamp("us")
     for as_type in (aware, naive):
         try:
             return column.cast(as_type).cast(target)
         except pa.ArrowInvalid:
             continue
+    import pyarrow.compute as pc  # only for a mix of zoned and naive values
+
     zoned = pc.fill_null(pc.match_substring_regex(column, _ZONED), False)  # some of each
     none = pa.scalar(None, pa.string())
     with_zone = pc.if_else(zoned, column, none).cast(aware)

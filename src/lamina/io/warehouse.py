@@ -4,33 +4,55 @@ from __future__ import annotations
 
 import os
 import uuid
-
-import pyarrow.fs as pafs
+from typing import TYPE_CHECKING
 
 from lamina.errors import WarehouseError
 
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
 
 class Warehouse:
-    """Files under one root. Segment files are written once and never modified."""
+    """Files under one root. Segment files are written once and never modified.
+
+    A local warehouse opens its pyarrow filesystem on first use (``fs``), so opening a
+    catalog to read its rows needs no pyarrow.
+    """
 
     def __init__(self, location: str) -> None:
+        self._fs: pafs.FileSystem | None = None
         if "://" in location:
+            import pyarrow.fs as pafs
+
             try:
-                self.fs, path = pafs.FileSystem.from_uri(location)
+                self._fs, path = pafs.FileSystem.from_uri(location)
             except (pafs.ArrowInvalid, ValueError, OSError) as exc:
                 raise WarehouseError(f"cannot open warehouse {location!r}: {exc}") from None
-            self.local = isinstance(self.fs, pafs.LocalFileSystem)
+            self.local = isinstance(self._fs, pafs.LocalFileSystem)
             self.root = path.rstrip("/")
         else:
-            self.fs = pafs.LocalFileSystem()
             self.local = True
             self.root = os.path.abspath(location)
         self.location = location
+
+    @property
+    def fs(self) -> pafs.FileSystem:
+        if self._fs is None:
+            import pyarrow.fs as pafs
+
+            self._fs = pafs.LocalFileSystem()
+        return self._fs
 
     def ensure_writable(self) -> None:
         """Create the root if needed and prove a file can be written there."""
         probe = f"{self.root}/.lamina-probe-{uuid.uuid4().hex}"
         try:
+            if self._fs is None:  # local: no need to load pyarrow for this
+                os.makedirs(self.root, exist_ok=True)
+                with open(probe, "wb") as f:
+                    f.write(b"ok")
+                os.remove(probe)
+                return
             self.fs.create_dir(self.root, recursive=True)
             with self.fs.open_output_stream(probe) as out:
                 out.write(b"ok")
@@ -56,6 +78,8 @@ class Warehouse:
         return int(info.size or 0)
 
     def exists(self, path: str) -> bool:
+        import pyarrow.fs as pafs
+
         return self.fs.get_file_info(path).type != pafs.FileType.NotFound
 
     def delete_dir(self, path: str) -> None:
@@ -69,6 +93,8 @@ class Warehouse:
                 raise WarehouseError(f"cannot remove {path}: {exc}") from None
 
     def list_files(self, path: str) -> list[pafs.FileInfo]:
+        import pyarrow.fs as pafs
+
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(path, recursive=True))
         except FileNotFoundError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, and_, bindparam, delete, func, insert, literal, select, update
 
@@ -28,8 +28,6 @@ from lamina.core.lineage import (
 from lamina.core.model import CommitAction
 from lamina.core.planner import hidden_by_newer
 from lamina.errors import LineageEntryNotFoundError, LineageError
-from lamina.meta.commits import record_commit
-from lamina.meta.conflicts import encode
 from lamina.meta.db import Db
 from lamina.meta.rows import entry_of, segment_of
 from lamina.meta.schema import lineage, lineage_ids, segments
@@ -44,7 +42,22 @@ from lamina.meta.segments import (
 )
 from lamina.meta.tables import lock_table, now_us, read_table
 
+if TYPE_CHECKING:
+    from lamina.meta.commits import Recorded
+
 # -- entry rows ---------------------------------------------------------------------
+
+
+def _record_commit(
+    conn: Connection, row: Any, action: str, metadata: dict[str, Any], moved: list[str]
+) -> Recorded:
+    """:func:`lamina.meta.commits.record_commit` of a lineage transition that moved the
+    entries ``moved`` (its footprint), imported by the first write (reading lineage
+    needs none of the commit module)."""
+    from lamina.meta.commits import record_commit
+    from lamina.meta.conflicts import encode
+
+    return record_commit(conn, row, action, metadata, footprint=encode(lineage=moved))
 
 
 def lists(conn: Connection, entry_ids: list[str]) -> dict[tuple[str, str], list[str]]:
@@ -188,8 +201,9 @@ def start_replace(
             )
         entry_id = uuid.uuid4().hex
         meta = {"entry": entry_id, "segments_from": from_ids, "segments_to": segments_to}
-        moved = encode(lineage=[e.id for e in conflicts])  # a new entry clobbers no writer
-        seq = record_commit(conn, trow, CommitAction.START_REPLACE, meta, footprint=moved).seq
+        # its footprint: the entries it reverts (a new entry clobbers no writer)
+        moved = [e.id for e in conflicts]
+        seq = _record_commit(conn, trow, CommitAction.START_REPLACE, meta, moved).seq
         garbage: list[str] = []
         for e in conflicts:  # force_cleanup: revert, delete what they wrote
             set_state(conn, e.id, LineageState.REVERTED, reverted_seq=seq)
@@ -284,13 +298,8 @@ def end_replace(db: Db, name: str, entry_id: str) -> None:
             return
         if row.to_count or expected:
             _check_not_overshadowed(conn, row.id, entry_id)
-        seq = record_commit(
-            conn,
-            row,
-            CommitAction.END_REPLACE,
-            {"entry": entry_id},
-            footprint=encode(lineage=[entry_id]),
-        ).seq
+        meta = {"entry": entry_id}
+        seq = _record_commit(conn, row, CommitAction.END_REPLACE, meta, [entry_id]).seq
         set_state(conn, entry_id, LineageState.COMPLETED, completed_seq=seq)
 
     db.write(txn)
@@ -328,13 +337,8 @@ def revert_replace(db: Db, name: str, entry_id: str, force: bool = False) -> Non
             check_rollback_intact(entry_id, int(n), int(row.to_count))
         if not check_revert(entry_id, row.state, force, live):
             return
-        seq = record_commit(
-            conn,
-            row,
-            CommitAction.REVERT_REPLACE,
-            {"entry": entry_id},
-            footprint=encode(lineage=[entry_id]),
-        ).seq
+        meta = {"entry": entry_id}
+        seq = _record_commit(conn, row, CommitAction.REVERT_REPLACE, meta, [entry_id]).seq
         set_state(conn, entry_id, LineageState.REVERTED, reverted_seq=seq)
 
     db.write(txn)

@@ -6,8 +6,6 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-import pyarrow as pa
-
 from lamina.core.interval import Granularity, Interval, from_us
 from lamina.core.lineage import LineageEntry, LineageState
 from lamina.core.model import Commit, TableRecord
@@ -15,11 +13,11 @@ from lamina.core.segment import Segment
 
 
 def table_record(row: Any) -> TableRecord:
-    """A ``lamina_tables`` row as a :class:`TableRecord`."""
+    """A ``lamina_tables`` row as a :class:`TableRecord` (its schema decoded on use)."""
     return TableRecord(
         id=int(row.id),
         name=row.name,
-        schema=pa.ipc.read_schema(pa.py_buffer(row.schema_ipc)),
+        schema=bytes(row.schema_ipc),
         time_column=row.time_column,
         granularity=Granularity(row.granularity),
         properties=json.loads(row.properties),

@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from sqlalchemy import Connection, bindparam, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
@@ -17,6 +16,9 @@ from lamina.errors import TableExistsError, TableNotFoundError
 from lamina.meta.db import Db
 from lamina.meta.rows import table_record
 from lamina.meta.schema import commits, lineage, lineage_ids, manifests, segments, tables
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def now_us() -> int:
@@ -90,7 +92,7 @@ def set_properties(db: Db, name: str, updates: dict[str, str]) -> TableRecord:
             .where(tables.c.id == rec.id)
             .values(properties=json.dumps(props, sort_keys=True))
         )
-        return TableRecord(rec.id, rec.name, rec.schema, rec.time_column, rec.granularity, props)
+        return rec.with_properties(props)
 
     return db.write(txn)
 
