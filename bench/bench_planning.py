@@ -149,7 +149,7 @@ def breakdown(cat: lamina.Catalog) -> tuple[int, float, float, float]:
     """Segments, and seconds of catalog delta / manifest read / columnar plan."""
     from lamina.core.columnar import plan_columns, without
     from lamina.io.manifest import read_manifest
-    from lamina.meta.snapshots import SnapshotDelta, snapshot_or_delta
+    from lamina.meta.deltas import SnapshotDelta, snapshot_or_delta
     from lamina.read import COLUMNAR_AT
 
     ctx = cat.context
@@ -171,7 +171,7 @@ def warm_up(cat: lamina.Catalog) -> None:
 
     from lamina.core.columnar import plan_columns, segment_table
     from lamina.io.manifest import read_manifest
-    from lamina.meta.snapshots import SnapshotDelta, snapshot_or_delta
+    from lamina.meta.deltas import SnapshotDelta, snapshot_or_delta
     from lamina.read import COLUMNAR_AT
 
     one = segment_table(

@@ -176,3 +176,44 @@ def test_read_changes_in_spark_equals_the_local_feed(spark: Any, cat: lamina.Cat
     )
     assert got == want and len(got) == 4 + 2 + 1
     assert t.read_changes_spark(spark, t.history()[-1].seq).count() == 0
+
+
+def test_structured_streaming_restart_applies_no_batch_twice(
+    spark: Any, cat: lamina.Catalog, tmp_path: Path
+) -> None:
+    """A query killed after writing a batch but before its checkpoint recorded it
+    replays the batch on restart: foreach_batch's txn skips it."""
+    import pyarrow.parquet as pq
+
+    t = cat.create_table("stream", SCHEMA, time_column="ts")
+    src, ckpt = tmp_path / "in", tmp_path / "ckpt"
+    src.mkdir()
+    pq.write_table(events(days=1, per_day=4), src / "a.parquet")
+    from lamina.engines.spark import arrow_to_spark_schema
+
+    write, delivered = t.foreach_batch("it"), []
+
+    def batch(df: Any, batch_id: int) -> None:
+        delivered.append(batch_id)
+        write(df, batch_id)
+
+    def run() -> None:
+        stream = spark.readStream.schema(arrow_to_spark_schema(SCHEMA)).parquet(str(src))
+        query = (
+            stream.writeStream.foreachBatch(batch)
+            .option("checkpointLocation", str(ckpt))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+
+    run()
+    assert t.count() == 4
+    for f in ("0", ".0.crc"):  # as if the driver died before the checkpoint
+        (ckpt / "commits" / f).unlink(missing_ok=True)
+    run()
+    assert delivered == [0, 0], "Spark replayed the batch"
+    assert t.count() == 4 and len(t.history()) == 1
+    pq.write_table(events(days=1, per_day=3, seed=1), src / "b.parquet")
+    run()
+    assert t.count() == 7

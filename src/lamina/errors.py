@@ -127,3 +127,13 @@ class LockRevokedError(LaminaError):
 class TransactionError(LaminaError):
     """A transaction was used wrongly: closed already, unknown isolation, or an
     append and an overwrite of one chunk in it."""
+
+
+class AlreadyAppliedError(LaminaError):
+    """An exactly-once write whose version its application already recorded: skipped.
+    ``commit_id``: the commit that recorded it. Writes return that commit instead of
+    raising; the error reaches callers of the lower layers only."""
+
+    def __init__(self, message: str, commit_id: int) -> None:
+        super().__init__(message)
+        self.commit_id = commit_id

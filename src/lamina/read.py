@@ -12,18 +12,18 @@ next reader (best effort: a read-only warehouse only plans slower).
 from __future__ import annotations
 
 import contextlib
-
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from lamina.context import CatalogContext
-from lamina.core.columnar import SEGMENT_SCHEMA, plan_columns, without
 from lamina.core.interval import Interval
 from lamina.core.model import Snapshot
 from lamina.core.scan import ScanPlan, plan_scan
 from lamina.errors import LaminaError
-from lamina.io.manifest import manifest_path, read_manifest, write_manifest
-from lamina.meta import manifests, snapshots
+from lamina.meta import deltas, manifests
 from lamina.meta.tables import now_us
+
+if TYPE_CHECKING:  # columnar planning (pyarrow, numpy) is imported by big plans only
+    import pyarrow as pa
 
 #: Segments overlapping a plan from which it is planned over columns.
 COLUMNAR_AT = 10_000
@@ -36,28 +36,33 @@ def plan(
 ) -> ScanPlan:
     """The scan plan of one snapshot of ``name``, pruned to ``interval``.
     Raises TableNotFoundError, SnapshotNotFoundError, TimelineError."""
-    got = snapshots.snapshot_or_delta(ctx.db, name, as_of, interval, COLUMNAR_AT)
+    got = deltas.snapshot_or_delta(ctx.db, name, as_of, interval, COLUMNAR_AT)
     if isinstance(got, Snapshot):
         return plan_scan(got, interval)
     cache = interval is None and as_of is None  # a whole latest plan may write a manifest
     try:
         segs = _segments(ctx, got, interval, cache)
     except FileNotFoundError:  # retention dropped the manifest meanwhile, or it is lost
-        got = snapshots.snapshot_or_delta(
-            ctx.db, name, as_of, interval, COLUMNAR_AT, manifest=False
-        )
+        got = deltas.snapshot_or_delta(ctx.db, name, as_of, interval, COLUMNAR_AT, manifest=False)
         if isinstance(got, Snapshot):
             return plan_scan(got, interval)
         segs = _segments(ctx, got, interval, cache)
+    from lamina.core.columnar import plan_columns, without
+
     segs = without(segs, got.hidden)
     return plan_columns(got.table, got.seq, got.commit_id, segs, interval, ctx.db.root)
 
 
 def _segments(
-    ctx: CatalogContext, got: snapshots.SnapshotDelta, interval: Interval | None, cache: bool
+    ctx: CatalogContext, got: deltas.SnapshotDelta, interval: Interval | None, cache: bool
 ) -> pa.Table:
     """The snapshot's live segments (lineage not applied) overlapping ``interval``;
     ``cache``: write them as a new manifest if enough changed."""
+    import pyarrow as pa
+
+    from lamina.core.columnar import SEGMENT_SCHEMA, without
+    from lamina.io.manifest import read_manifest
+
     if got.manifest is None:
         segs = got.added
         changed = segs.num_rows
@@ -70,8 +75,10 @@ def _segments(
     return segs
 
 
-def _write(ctx: CatalogContext, got: snapshots.SnapshotDelta, segs: pa.Table) -> None:
+def _write(ctx: CatalogContext, got: deltas.SnapshotDelta, segs: pa.Table) -> None:
     """Record ``segs`` as the manifest of the snapshot; never fails the read."""
+    from lamina.io.manifest import manifest_path, write_manifest
+
     rel = manifest_path(got.table.name, got.seq)
     try:
         write_manifest(ctx.warehouse, rel, segs)

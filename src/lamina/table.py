@@ -82,14 +82,28 @@ class Table:
         """Whether appends and refreshes go through a lineage entry (atomic, revertible)."""
         return self._record.properties.get("consistent_push", "false") == "true"
 
-    def append(self, data: Any, metadata: dict[str, Any] | None = None) -> Commit:
+    def append(
+        self,
+        data: Any,
+        metadata: dict[str, Any] | None = None,
+        *,
+        txn: tuple[str, int] | None = None,
+        retries: int = 0,
+    ) -> Commit:
         """Add rows. New segments join existing chunks at their current version.
 
         On a ``consistent_push`` table the append runs under a lineage entry
         (``segments_from=[]``), so it can be rolled back with :meth:`revert_replace`.
+        ``txn=(app_id, version)``: exactly once — skipped (returning the commit that
+        recorded it) unless ``version`` is above the application's recorded one.
+        ``retries``: publish again this many times after a conflict that is safe to
+        retry (see ``CommitConflictError.retryable``).
+        Raises CommitConflictError, SchemaError, TimeColumnError.
         """
         if not self.consistent_push:
-            return self._write(CommitAction.APPEND, data, None, metadata)
+            return self._retrying(
+                retries, lambda: self._write(CommitAction.APPEND, data, None, metadata, txn=txn)
+            )
         produce = self._producer(
             data, CommitAction.APPEND, None
         )  # validate before opening an entry
@@ -105,10 +119,31 @@ class Table:
         data: Any,
         interval: Interval | str | tuple[Any, Any] | None = None,
         metadata: dict[str, Any] | None = None,
+        *,
+        txn: tuple[str, int] | None = None,
+        retries: int = 0,
     ) -> Commit:
         """Replace every row in ``interval`` (default: the chunks the data touches)
-        with ``data``, under a new, higher version, in one commit."""
-        return self._write(CommitAction.OVERWRITE, data, self._aligned(interval), metadata)
+        with ``data``, under a new, higher version, in one commit. ``txn``,
+        ``retries``: as :meth:`append` (an overwrite that lost to another overwrite is
+        never retried: that would silently drop the other's rows).
+        Raises CommitConflictError, DataOutsideIntervalError."""
+        iv = self._aligned(interval)
+        return self._retrying(
+            retries, lambda: self._write(CommitAction.OVERWRITE, data, iv, metadata, txn=txn)
+        )
+
+    @staticmethod
+    def _retrying(retries: int, write: Callable[[], Commit]) -> Commit:
+        from lamina.errors import CommitConflictError
+
+        for attempt in range(retries + 1):
+            try:
+                return write()
+            except CommitConflictError as exc:
+                if not exc.retryable or attempt == retries:
+                    raise
+        raise AssertionError("unreachable")
 
     def refresh(
         self,
@@ -152,7 +187,10 @@ class Table:
                 raise
 
     def transaction(
-        self, isolation: str = "write_serializable", metadata: dict[str, Any] | None = None
+        self,
+        isolation: str = "write_serializable",
+        metadata: dict[str, Any] | None = None,
+        txn: tuple[str, int] | None = None,
     ) -> Transaction:
         """Several writes published as one commit: ``with t.transaction() as tx:
         tx.append(a); tx.overwrite(b, interval); tx.delete_segments(ids)``.
@@ -161,11 +199,33 @@ class Table:
         commits completed since (``CommitConflictError``: nothing published).
         ``isolation``: "write_serializable" (default) keeps rows appended meanwhile
         into an interval it overwrites, on top of its version; "serializable" refuses
-        them instead. Raises TransactionError for an unknown isolation.
+        them instead. ``txn=(app_id, version)``: exactly once, as :meth:`append`.
+        Raises TransactionError for an unknown isolation or a malformed ``txn``.
         """
         from lamina.transaction import Transaction
 
-        return Transaction(self, isolation, metadata)
+        return Transaction(self, isolation, metadata, txn)
+
+    def foreach_batch(self, app_id: str, mode: str = "append") -> Callable[[Any, int], None]:
+        """A Spark Structured Streaming ``foreachBatch`` function writing each
+        micro-batch exactly once (``txn=(app_id, batch_id)``): a query restarted from
+        its checkpoint never applies a batch twice. ``mode``: "append" or
+        "overwrite" (each batch replaces the chunks it touches).
+        ``df.writeStream.foreachBatch(t.foreach_batch("orders-stream")).start()``
+        Raises TransactionError for an unknown mode or an empty ``app_id``."""
+        from lamina.errors import TransactionError
+
+        if mode not in ("append", "overwrite") or not app_id:
+            raise TransactionError(
+                f"foreach_batch(app_id={app_id!r}, mode={mode!r}): give a non-empty app id "
+                "and mode 'append' or 'overwrite'"
+            )
+        write = self.append if mode == "append" else self.overwrite
+
+        def batch(df: Any, batch_id: int) -> None:
+            write(df, txn=(app_id, int(batch_id)), retries=3)
+
+        return batch
 
     def push(self, metadata: dict[str, Any] | None = None) -> ConsistentPush:
         """A multi-batch append that becomes visible all at once (and can be reverted).
@@ -247,23 +307,39 @@ class Table:
         metadata: dict[str, Any] | None,
         lineage_entry: str | None = None,
         complete: bool = False,
+        txn: tuple[str, int] | None = None,
     ) -> Commit:
         """One commit writing ``data`` (or a producer from :meth:`_producer`)."""
+        from lamina.core.model import txn_of
+        from lamina.errors import AlreadyAppliedError
+        from lamina.meta import app_txns
         from lamina.write import WriteTransaction
 
+        if txn is not None:
+            txn = txn_of(txn)
+            got = app_txns.latest(self._ctx.db, self._record.id, txn[0])
+            if got is not None and txn[1] <= got[0]:  # applied already: write nothing
+                return self._commit(got[1])
         produce = data if callable(data) else self._producer(data, action, interval)
-        with WriteTransaction(self._ctx, self._record, action, dict(metadata or {})) as txn:
-            txn.inflight()
-            files = produce(txn.dir)
-            overwrite = self._overwrite_chunks(action, [f.chunk for f in files], interval)
-            plan = PublishPlan(
-                tuple(files),
-                overwrite,
-                lineage_entry=lineage_entry,
-                suffix="" if lineage_entry is None else f"c{txn.id}",
-                complete_entry=complete,
-            )
-            return txn.publish(plan)
+        try:
+            with WriteTransaction(self._ctx, self._record, action, dict(metadata or {})) as w:
+                w.inflight()
+                files = produce(w.dir)
+                overwrite = self._overwrite_chunks(action, [f.chunk for f in files], interval)
+                plan = PublishPlan(
+                    tuple(files),
+                    overwrite,
+                    lineage_entry=lineage_entry,
+                    suffix="" if lineage_entry is None else f"c{w.id}",
+                    complete_entry=complete,
+                    txn=txn,
+                )
+                return w.publish(plan)
+        except AlreadyAppliedError as exc:  # a twin published first: nothing of ours shows
+            return self._commit(exc.commit_id)
+
+    def _commit(self, commit_id: int) -> Commit:
+        return next(c for c in self.history() if c.id == commit_id)
 
     def _overwrite_chunks(
         self, action: str, chunks: list[Interval], interval: Interval | None

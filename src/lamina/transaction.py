@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from lamina.core.conflicts import Isolation
 from lamina.core.interval import Interval
-from lamina.core.model import Commit, CommitAction, NewSegment, PublishPlan
-from lamina.errors import TransactionError
+from lamina.core.model import Commit, CommitAction, NewSegment, PublishPlan, txn_of
+from lamina.errors import AlreadyAppliedError, TransactionError
 from lamina.write import WriteTransaction
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ class Transaction:
         table: Table,
         isolation: str = "write_serializable",
         metadata: dict[str, Any] | None = None,
+        txn: tuple[str, int] | None = None,
     ) -> None:
         try:
             self.isolation = Isolation(str(isolation).lower())
@@ -39,6 +40,7 @@ class Transaction:
             valid = ", ".join(i.value for i in Isolation)
             raise TransactionError(f"unknown isolation {isolation!r}; use one of {valid}") from None
         self._table = table
+        self.txn = None if txn is None else txn_of(txn)
         self._write = WriteTransaction(
             table._ctx, table._record, CommitAction.APPEND, dict(metadata or {})
         )
@@ -138,9 +140,16 @@ class Transaction:
             isolation=self.isolation.value,
             append_files=tuple(appends),
             action=action.value,
+            txn=self.txn,
         )
         try:
             commit = self._write.publish(plan)
+        except AlreadyAppliedError as exc:  # the application wrote this version already
+            self._state = "skipped"
+            self._write.__exit__(type(exc), exc, exc.__traceback__)
+            commit = self._table._commit(exc.commit_id)
+            self.commit_result = commit
+            return commit
         except BaseException as exc:
             self._state = "aborted"
             self._write.__exit__(type(exc), exc, exc.__traceback__)

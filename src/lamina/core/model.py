@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from lamina.core.interval import Granularity, Interval, from_us
 from lamina.core.segment import Segment
+from lamina.errors import TransactionError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -164,6 +165,8 @@ class PublishPlan:
     append_files: tuple[NewSegment, ...] = ()
     #: the commit's action when it differs from the one it was opened with
     action: str | None = None
+    #: exactly-once: (application id, version); skipped unless above the recorded one
+    txn: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -174,3 +177,23 @@ class Snapshot:
     seq: int
     commit_id: int | None
     segments: list[Segment]
+
+
+def txn_of(txn: Any) -> tuple[str, int]:
+    """``(app_id, version)``: a non-empty string and a non-negative int.
+    Raises TransactionError."""
+    ok = (
+        isinstance(txn, tuple)
+        and len(txn) == 2
+        and isinstance(txn[0], str)
+        and txn[0]
+        and isinstance(txn[1], int)
+        and not isinstance(txn[1], bool)
+        and txn[1] >= 0
+    )
+    if not ok:
+        raise TransactionError(
+            f"txn={txn!r}: pass (app_id, version) — a non-empty string and a version >= 0, "
+            "e.g. txn=('nightly-load', 42)"
+        )
+    return txn[0], txn[1]

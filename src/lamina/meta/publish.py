@@ -31,6 +31,7 @@ from lamina.errors import (
     SegmentNotFoundError,
     TableNotFoundError,
 )
+from lamina.meta import app_txns
 from lamina.meta import lineage as entries_rows
 from lamina.meta.commits import record_commit
 from lamina.meta.conflicts import encode, since
@@ -102,6 +103,8 @@ def publish(db: Db, table: TableRecord, commit_id: int, owner: str, plan: Publis
         version = int(trow.next_version)
         action = plan.action or trow.action
         carry = _check_conflicts(conn, table.id, commit_id, trow, action, plan)
+        if plan.txn is not None:
+            app_txns.check(conn, table.id, *plan.txn)
         entry = None
         if plan.lineage_entry is not None:
             entry = entries_rows.entry_row(db, conn, table.id, plan.lineage_entry)
@@ -171,8 +174,14 @@ def publish(db: Db, table: TableRecord, commit_id: int, owner: str, plan: Publis
             next_version=version + 1 if fresh is not None else None,
             max_span=_longer_span(trow.max_span_us, new),
             add=[_row(s, table.id) for s in new],
-            footprint=encode(plan.overwrite or (), [entry.id] if entry is not None else []),
+            footprint=encode(
+                plan.overwrite or (),
+                [entry.id] if entry is not None else [],
+                plan.txn[0] if plan.txn is not None else None,
+            ),
         )
+        if plan.txn is not None:
+            app_txns.record(conn, table.id, *plan.txn, commit_id)
         if entry is not None:
             own = fresh if plan.overwrite is not None and new else None
             got = entries_rows.add_written(conn, entry, [s.id for s in new], own)
@@ -214,6 +223,7 @@ def _check_conflicts(
         removed=removed,
         replaced=tuple(plan.overwrite or ()),
         lineage=frozenset([plan.lineage_entry] if plan.lineage_entry else []),
+        app_id=plan.txn[0] if plan.txn is not None else None,
     )
     verdict = check(mine, since(conn, table_id, int(trow.base_seq)), Isolation(plan.isolation))
     if verdict.conflict is not None:

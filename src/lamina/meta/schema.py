@@ -157,6 +157,18 @@ manifests = Table(
     Column("created_at", BigInteger, nullable=False),
 )
 
+# Exactly-once writes: the latest version each application recorded on a table, set
+# in the transaction of the commit that carried it (Delta's txnAppId/txnVersion).
+app_txns = Table(
+    "lamina_app_txns",
+    metadata,
+    Column("table_id", BigInteger, ForeignKey("lamina_tables.id"), primary_key=True),
+    Column("app_id", String(256), primary_key=True),
+    Column("version", BigInteger, nullable=False),
+    Column("commit_id", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+)
+
 
 def _v1_initial(conn: Connection) -> None:
     for t in (tables, commits, segments):
@@ -221,6 +233,11 @@ def _v6_optimistic(conn: Connection) -> None:
     _add_column(conn, "lamina_commits", "footprint", "TEXT")
 
 
+def _v7_app_txns(conn: Connection) -> None:
+    """Exactly-once writes: the latest version per application id."""
+    app_txns.create(conn, checkfirst=True)
+
+
 #: Ordered migrations; append only. Version N = the first N applied.
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _v1_initial,
@@ -229,6 +246,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _v4_one_open_commit,
     _v5_manifests,
     _v6_optimistic,
+    _v7_app_txns,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

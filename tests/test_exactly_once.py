@@ -1,0 +1,85 @@
+"""Exactly-once writes: txn=(app_id, version), recorded in the commit's transaction."""
+
+from __future__ import annotations
+
+import pytest
+
+import lamina
+from lamina.errors import CommitConflictError, TransactionError
+from tests.helpers import SCHEMA, events
+
+
+@pytest.fixture
+def t(cat: lamina.Catalog) -> lamina.Table:
+    return cat.create_table("x", SCHEMA, time_column="ts", segment_granularity="DAY")
+
+
+def test_a_version_is_applied_once(t: lamina.Table) -> None:
+    first = t.append(events(days=1, per_day=3), txn=("loader", 1))
+    again = t.append(events(days=1, per_day=3, seed=1), txn=("loader", 1))
+    assert again.id == first.id and t.count() == 3
+    assert t.append(events(days=1, per_day=2, seed=2), txn=("loader", 0)).id == first.id
+    second = t.append(events(days=1, per_day=2, seed=3), txn=("loader", 2))
+    assert second.id != first.id and t.count() == 5
+    other_app = t.append(events(days=1, per_day=1, seed=4), txn=("other", 1))
+    assert other_app.id not in (first.id, second.id) and t.count() == 6
+    assert [c.state for c in t.history()] == ["COMPLETED"] * 3  # skips open no commit
+
+
+def test_overwrites_and_transactions_carry_versions_too(t: lamina.Table) -> None:
+    t.overwrite(events(days=1, per_day=4), txn=("job", 7))
+    t.overwrite(events(days=1, per_day=9, seed=1), txn=("job", 7))
+    assert t.count() == 4
+    with t.transaction(txn=("job", 8)) as tx:
+        tx.append(events(days=1, per_day=1, seed=2, start="2024-02-01"))
+    with t.transaction(txn=("job", 8)) as tx2:
+        tx2.append(events(days=1, per_day=1, seed=3, start="2024-02-01"))
+    assert tx2.commit_result is not None and tx2.commit_result.id == tx.commit_result.id  # type: ignore[union-attr]
+    assert t.count() == 5
+
+
+def test_two_writers_of_one_application_one_fails(t: lamina.Table) -> None:
+    a = t.transaction(txn=("stream", 1))
+    b = t.transaction(txn=("stream", 2))
+    a.append(events(days=1, per_day=1))
+    b.append(events(days=1, per_day=2, seed=1))
+    a.commit()
+    with pytest.raises(CommitConflictError, match="same app id 'stream'") as err:
+        b.commit()
+    assert err.value.retryable
+    assert t.count() == 1
+
+
+def test_a_retried_twin_is_skipped_not_doubled(t: lamina.Table) -> None:
+    """The same micro-batch written twice at once (a restarted query racing its
+    predecessor): one publishes, the retry of the other finds the version applied."""
+    a = t.transaction(txn=("stream", 5))
+    a.append(events(days=1, per_day=2))
+    twin = t.transaction(txn=("stream", 5))
+    twin.append(events(days=1, per_day=2))
+    first = a.commit()
+    with pytest.raises(CommitConflictError):
+        twin.commit()
+    assert t.append(events(days=1, per_day=2), txn=("stream", 5), retries=2).id == first.id
+    assert t.count() == 2
+
+
+@pytest.mark.parametrize(
+    "bad", [("", 1), ("app", -1), ("app", "1"), ("app",), "app", ("app", True)]
+)
+def test_malformed_txn_is_a_typed_error(t: lamina.Table, bad: object) -> None:
+    with pytest.raises(TransactionError, match="app_id, version"):
+        t.append(events(days=1, per_day=1), txn=bad)  # type: ignore[arg-type]
+    with pytest.raises(TransactionError, match="app_id, version"):
+        t.transaction(txn=bad)  # type: ignore[arg-type]
+    assert t.count() == 0 and t.history() == []
+
+
+def test_foreach_batch_writes_each_batch_once(t: lamina.Table) -> None:
+    write = t.foreach_batch("orders")
+    write(events(days=1, per_day=2), 0)
+    write(events(days=1, per_day=2), 0)  # replayed after a restart from the checkpoint
+    write(events(days=1, per_day=3, seed=1), 1)
+    assert t.count() == 5
+    with pytest.raises(TransactionError, match="mode"):
+        t.foreach_batch("orders", mode="upsert")
