@@ -10,6 +10,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/python -m compileall -q src  # bytecode once: the CLI starts without compiling
 	touch $@
 
 test: install
