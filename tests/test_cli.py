@@ -260,8 +260,9 @@ def test_tables_segments_history(wh: str, events: lamina.Table) -> None:
     out = ok(wh, "history", "events")
     commits = [line.split() for line in out.splitlines()[1:]]
     assert [c[0] for c in commits] == ["1", "2", "3", "4"]
-    assert [c[1] for c in commits] == ["APPEND", "APPEND", "OVERWRITE", "OVERWRITE"]
-    assert all(c[2] == "COMPLETED" for c in commits)
+    assert [(c[1], c[2]) for c in commits] == [("0", "1"), ("1", "2"), ("2", "3"), ("3", "4")]
+    assert [c[3] for c in commits] == ["APPEND", "APPEND", "OVERWRITE", "OVERWRITE"]
+    assert all(c[4] == "COMPLETED" for c in commits)
     assert '{"job": "load"}' in out
 
 

@@ -282,6 +282,8 @@ def timeline(
 _COMMIT_STATES = {"COMPLETED": "green", "ABORTED": "red"}
 _HISTORY = [
     Column("commit", right=True),
+    Column("base_seq", "base", right=True, show=lambda v: "" if v is None else str(v)),
+    Column("seq", right=True, show=lambda v: "" if v is None else str(v)),
     Column("action"),
     Column("state", show=_styled(_COMMIT_STATES, "yellow")),
     Column("started_at", "started (UTC)", show=when),
@@ -306,12 +308,15 @@ def history(
     catalog: CatalogOpt = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
-    """List a table's commits, oldest first."""
+    """List a table's commits, oldest first: the snapshot each started from (base)
+    and the seq its completion produced."""
     with connect(ctx, catalog, warehouse) as cat:
         commits = load(cat, name).history()
     rows = [
         {
             "commit": c.id,
+            "base_seq": c.base_seq,
+            "seq": c.seq,
             "action": c.action,
             "state": c.state,
             "started_at": c.started_at,

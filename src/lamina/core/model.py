@@ -59,6 +59,8 @@ class Commit:
     metadata: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     #: completion order: the snapshot seq this commit produced (None until completed)
     seq: int | None = None
+    #: the snapshot seq the write started from (its optimistic-concurrency base)
+    base_seq: int | None = None
 
     @staticmethod
     def time(us: int | None) -> dt.datetime | None:

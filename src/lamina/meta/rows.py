@@ -80,6 +80,7 @@ def commit_of(
         removed=removed,
         metadata=json.loads(row.metadata),
         seq=None if row.seq is None else int(row.seq),
+        base_seq=None if row.base_seq is None else int(row.base_seq),
     )
 
 
