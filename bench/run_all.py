@@ -39,6 +39,7 @@ BENCHMARKS = {
     "spark_append": "bench_spark_append.py",
     "sql": "bench_sql.py",
     "catalog": "bench_catalog.py",
+    "writers": "bench_writers.py",
     "planning": "bench_planning.py",
     "timeline": "bench_timeline.py",
     "lineage": "bench_lineage.py",
