@@ -213,13 +213,16 @@ def _check_conflicts(
     that an overwrite carries. Raises CommitConflictError."""
     if trow.base_seq is None or int(trow.last_seq) <= int(trow.base_seq):
         return []
+    kind = Kind.of(action)
+    if kind is Kind.APPEND and plan.txn is None and plan.lineage_entry is None:
+        return []  # a plain append conflicts with nothing: read no footprints
     removed = tuple(
         SegmentRef(r.segment_id, Interval.of(r.start_us, r.end_us))
         for r in rows_by_id(conn, table_id, list(plan.remove_ids))
     )
     mine = Footprint(
         commit_id,
-        Kind.of(action),
+        kind,
         removed=removed,
         replaced=tuple(plan.overwrite or ()),
         lineage=frozenset([plan.lineage_entry] if plan.lineage_entry else []),
