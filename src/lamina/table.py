@@ -191,6 +191,11 @@ class Table:
         isolation: str = "write_serializable",
         metadata: dict[str, Any] | None = None,
         txn: tuple[str, int] | None = None,
+        *,
+        lock: str | None = None,
+        interval: Interval | str | tuple[Any, Any] | None = None,
+        priority: int | None = None,
+        wait_s: float | None = None,
     ) -> Transaction:
         """Several writes published as one commit: ``with t.transaction() as tx:
         tx.append(a); tx.overwrite(b, interval); tx.delete_segments(ids)``.
@@ -200,11 +205,24 @@ class Table:
         ``isolation``: "write_serializable" (default) keeps rows appended meanwhile
         into an interval it overwrites, on top of its version; "serializable" refuses
         them instead. ``txn=(app_id, version)``: exactly once, as :meth:`append`.
-        Raises TransactionError for an unknown isolation or a malformed ``txn``.
+
+        ``lock``: take a task lock first (EXCLUSIVE, SHARED, REPLACE or APPEND; Druid's
+        rules, see docs/concurrency.md) on ``interval`` (default: all time) with
+        ``priority`` (default 50), waiting in arrival order up to ``wait_s`` (default:
+        the catalog's ``writer_wait_s``). Writes inside locks it holds publish without
+        optimistic conflicts; a revoked lock fails the commit (LockRevokedError).
+        Raises TransactionError, LockError, LockTimeoutError, InvalidIntervalError.
         """
         from lamina.transaction import Transaction
 
-        return Transaction(self, isolation, metadata, txn)
+        return Transaction(self, isolation, metadata, txn, lock, interval, priority, wait_s)
+
+    def locks(self) -> list[Any]:
+        """The table's task locks and waiting requests (type, interval, priority,
+        state, holder commit and host:pid)."""
+        from lamina.meta.locks import list_locks
+
+        return list_locks(self._ctx.db, self.name)
 
     def foreach_batch(self, app_id: str, mode: str = "append") -> Callable[[Any, int], None]:
         """A Spark Structured Streaming ``foreachBatch`` function writing each

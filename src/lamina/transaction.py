@@ -11,17 +11,47 @@ are removed.
 
 from __future__ import annotations
 
+import time
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from lamina.core.conflicts import Isolation
-from lamina.core.interval import Interval
+from lamina.core.interval import ETERNITY, Interval
+from lamina.core.locks import PRIORITY_BATCH, LockType
 from lamina.core.model import Commit, CommitAction, NewSegment, PublishPlan, txn_of
-from lamina.errors import AlreadyAppliedError, TransactionError
+from lamina.errors import AlreadyAppliedError, LockError, LockTimeoutError, TransactionError
 from lamina.write import WriteTransaction
 
 if TYPE_CHECKING:
     from lamina.table import Table
+
+
+def _lock_request(
+    table: Table,
+    lock: str | None,
+    interval: Interval | str | tuple[Any, Any] | None,
+    priority: int | None,
+    wait_s: float | None,
+) -> tuple[LockType, Interval, int, float] | None:
+    """The validated lock request of a transaction (None: optimistic only).
+    Raises LockError, InvalidIntervalError."""
+    if lock is None:
+        if interval is not None or priority is not None or wait_s is not None:
+            raise LockError(
+                "interval=, priority= and wait_s= go with lock=; pass lock='APPEND', ..."
+            )
+        return None
+    kind = LockType.parse(lock)
+    iv = ETERNITY if interval is None else Interval.coerce(interval)
+    if iv != ETERNITY:
+        table.granularity.check_aligned(iv)
+    prio = PRIORITY_BATCH if priority is None else priority
+    if isinstance(prio, bool) or not isinstance(prio, int) or prio < 0:
+        raise LockError(f"priority must be a whole number >= 0, not {priority!r}")
+    wait = table._ctx.writer_wait_s if wait_s is None else float(wait_s)
+    if wait < 0:
+        raise LockError(f"wait_s must be >= 0, not {wait_s!r}")
+    return kind, iv, prio, wait
 
 
 class Transaction:
@@ -33,7 +63,12 @@ class Transaction:
         isolation: str = "write_serializable",
         metadata: dict[str, Any] | None = None,
         txn: tuple[str, int] | None = None,
+        lock: str | None = None,
+        interval: Interval | str | tuple[Any, Any] | None = None,
+        priority: int | None = None,
+        wait_s: float | None = None,
     ) -> None:
+        self._lock = _lock_request(table, lock, interval, priority, wait_s)
         try:
             self.isolation = Isolation(str(isolation).lower())
         except ValueError:
@@ -82,10 +117,33 @@ class Transaction:
             self._write.__enter__()
             self._state = "open"
             try:
+                if self._lock is not None:
+                    self._acquire(*self._lock)
                 self._write.inflight()
             except BaseException:
                 self.abort()
                 raise
+
+    def _acquire(self, kind: LockType, interval: Interval, priority: int, wait_s: float) -> None:
+        """Take the lock, waiting in arrival order up to ``wait_s``; then read from the
+        snapshot of that moment. Raises LockTimeoutError."""
+        from lamina.meta import commits, locks
+
+        w, ctx = self._write, self._table._ctx
+        lock_id = locks.request(ctx.db, w.table.id, w.id, kind, interval, priority)
+        deadline = time.monotonic() + wait_s
+        delay = 0.005
+        while not locks.try_grant(ctx.db, w.table.id, lock_id, ctx.stale_after_s).granted:
+            if time.monotonic() >= deadline:
+                locks.cancel(ctx.db, lock_id)
+                raise LockTimeoutError(
+                    f"no {kind.value} lock on {interval} of {w.table.name!r} within {wait_s:g} s: "
+                    "other transactions hold it (see t.locks()); wait longer (wait_s=), or "
+                    "raise this transaction's priority"
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+        w.base_seq = commits.rebase(ctx.db, w.id, w.owner)
 
     def _check_open(self) -> None:
         self._begin()
@@ -141,6 +199,7 @@ class Transaction:
             append_files=tuple(appends),
             action=action.value,
             txn=self.txn,
+            locked=self._lock is not None,
         )
         try:
             commit = self._write.publish(plan)

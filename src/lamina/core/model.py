@@ -169,6 +169,8 @@ class PublishPlan:
     action: str | None = None
     #: exactly-once: (application id, version); skipped unless above the recorded one
     txn: tuple[str, int] | None = None
+    #: the commit holds task locks (checked, and released, when it publishes)
+    locked: bool = False
 
 
 @dataclass(frozen=True)

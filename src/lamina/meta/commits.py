@@ -403,6 +403,33 @@ def abort(db: Db, commit_id: int, owner: str) -> bool:
     return db.write(txn)
 
 
+def settle_open(conn: Connection, table_id: int, stale_after_s: float) -> None:
+    """Abort the table's open commits whose writer is gone (inside a transaction)."""
+    _settle_writers(
+        conn, conn.execute(_UNSETTLED, {"tid": table_id}).all(), stale_after_s, now_us()
+    )
+
+
+def rebase(db: Db, commit_id: int, owner: str) -> int:
+    """Move an open commit's base to the table's latest snapshot (a write that waited
+    for a lock reads what exists once it holds it); returns the new base seq."""
+
+    def txn(conn: Connection) -> int:
+        latest = (
+            select(tables.c.last_seq).where(tables.c.id == commits.c.table_id).scalar_subquery()
+        )
+        conn.execute(
+            update(commits)
+            .where(commits.c.id == commit_id, commits.c.owner == owner)
+            .values(base_seq=latest)
+        )
+        return int(
+            conn.execute(select(commits.c.base_seq).where(commits.c.id == commit_id)).scalar_one()
+        )
+
+    return db.write(txn)
+
+
 def failed_commits(db: Db, table_id: int, stale_after_s: float) -> list[int]:
     """Abort stale open commits; return aborted commits whose files are not yet removed."""
 

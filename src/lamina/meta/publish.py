@@ -15,6 +15,7 @@ from sqlalchemy import Connection, and_, bindparam, select
 from lamina.core.conflicts import Footprint, Isolation, Kind, SegmentRef, check
 from lamina.core.interval import Interval, from_us
 from lamina.core.lineage import LineageState, hidden_by, protected
+from lamina.core.locks import LockState
 from lamina.core.model import Commit, CommitAction, CommitState, PublishPlan, TableRecord
 from lamina.core.planner import (
     append_segments,
@@ -28,11 +29,13 @@ from lamina.errors import (
     CommitConflictError,
     CommitError,
     LineageError,
+    LockRevokedError,
     SegmentNotFoundError,
     TableNotFoundError,
 )
 from lamina.meta import app_txns
 from lamina.meta import lineage as entries_rows
+from lamina.meta import locks as lock_rows
 from lamina.meta.commits import record_commit
 from lamina.meta.conflicts import encode, since
 from lamina.meta.db import Db
@@ -102,7 +105,8 @@ def publish(db: Db, table: TableRecord, commit_id: int, owner: str, plan: Publis
             )
         version = int(trow.next_version)
         action = plan.action or trow.action
-        carry = _check_conflicts(conn, table.id, commit_id, trow, action, plan)
+        covered = _held_locks(conn, commit_id) if plan.locked else []
+        carry = _check_conflicts(conn, table.id, commit_id, trow, action, plan, covered)
         if plan.txn is not None:
             app_txns.check(conn, table.id, *plan.txn)
         entry = None
@@ -182,6 +186,8 @@ def publish(db: Db, table: TableRecord, commit_id: int, owner: str, plan: Publis
         )
         if plan.txn is not None:
             app_txns.record(conn, table.id, *plan.txn, commit_id)
+        if plan.locked:
+            lock_rows.release(conn, commit_id)
         if entry is not None:
             own = fresh if plan.overwrite is not None and new else None
             got = entries_rows.add_written(conn, entry, [s.id for s in new], own)
@@ -205,12 +211,35 @@ def publish(db: Db, table: TableRecord, commit_id: int, owner: str, plan: Publis
     return db.write(txn)
 
 
+def _held_locks(conn: Connection, commit_id: int) -> list[Interval]:
+    """Intervals of the commit's granted locks. Raises LockRevokedError if a
+    higher-priority request revoked one (nothing is published then)."""
+    rows = lock_rows.of_commit(conn, commit_id)
+    revoked = [r for r in rows if r.state == LockState.REVOKED.value]
+    if revoked:
+        r = revoked[0]
+        raise LockRevokedError(
+            f"commit {commit_id}'s {r.type} lock on {Interval.of(r.start_us, r.end_us)} was "
+            "revoked by a higher-priority request; nothing was published — retry, or raise "
+            "this transaction's priority"
+        )
+    return [Interval.of(r.start_us, r.end_us) for r in rows if r.state == LockState.GRANTED.value]
+
+
 def _check_conflicts(
-    conn: Connection, table_id: int, commit_id: int, trow: Any, action: str, plan: PublishPlan
+    conn: Connection,
+    table_id: int,
+    commit_id: int,
+    trow: Any,
+    action: str,
+    plan: PublishPlan,
+    covered: list[Interval],
 ) -> list[str]:
     """Check the commits completed since the write's base snapshot (none: the common
     single-writer case costs nothing). Returns the ids of segments appended meanwhile
-    that an overwrite carries. Raises CommitConflictError."""
+    that an overwrite carries. A write whose intervals all lie in locks it holds has
+    no optimistic conflicts there (the locks excluded them); it still carries appends.
+    Raises CommitConflictError."""
     if trow.base_seq is None or int(trow.last_seq) <= int(trow.base_seq):
         return []
     kind = Kind.of(action)
@@ -228,7 +257,12 @@ def _check_conflicts(
         lineage=frozenset([plan.lineage_entry] if plan.lineage_entry else []),
         app_id=plan.txn[0] if plan.txn is not None else None,
     )
-    verdict = check(mine, since(conn, table_id, int(trow.base_seq)), Isolation(plan.isolation))
+    others = since(conn, table_id, int(trow.base_seq))
+    spans = [*mine.replaced, *(s.interval for s in removed)]
+    spans += [f.chunk for f in (*plan.files, *plan.append_files)]
+    if covered and all(any(c.contains(iv) for c in covered) for iv in spans):
+        others = [o for o in others if o.kind is Kind.APPEND]
+    verdict = check(mine, others, Isolation(plan.isolation))
     if verdict.conflict is not None:
         c = verdict.conflict
         raise CommitConflictError(

@@ -169,6 +169,23 @@ app_txns = Table(
     Column("updated_at", BigInteger, nullable=False),
 )
 
+# Task locks on intervals (Druid's TaskLockbox, rules in lamina.core.locks): held by
+# an open commit, alive while its writer is; WAITING requests queue by id.
+locks = Table(
+    "lamina_locks",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("table_id", BigInteger, ForeignKey("lamina_tables.id"), nullable=False),
+    Column("commit_id", BigInteger, nullable=False),
+    Column("type", String(16), nullable=False),
+    Column("start_us", BigInteger, nullable=False),
+    Column("end_us", BigInteger, nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Index("ix_locks_table", "table_id"),
+)
+
 
 def _v1_initial(conn: Connection) -> None:
     for t in (tables, commits, segments):
@@ -238,6 +255,11 @@ def _v7_app_txns(conn: Connection) -> None:
     app_txns.create(conn, checkfirst=True)
 
 
+def _v8_locks(conn: Connection) -> None:
+    """Task locks."""
+    locks.create(conn, checkfirst=True)
+
+
 #: Ordered migrations; append only. Version N = the first N applied.
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _v1_initial,
@@ -247,6 +269,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _v5_manifests,
     _v6_optimistic,
     _v7_app_txns,
+    _v8_locks,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -1,0 +1,145 @@
+"""Task lock rows: request, grant or wait, revoke, release; the rules are
+:mod:`lamina.core.locks`'.
+
+A lock belongs to an open commit and lives as long as it does: a commit that
+completed or aborted holds nothing, and one whose writer died is aborted by the
+next lock decision on the table (pid gone on this host, or heartbeat expired).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, delete, insert, select, update
+
+from lamina.core.interval import Interval
+from lamina.core.locks import Decision, Lock, LockState, LockType, decide
+from lamina.core.model import OPEN_STATES
+from lamina.meta.commits import settle_open
+from lamina.meta.db import Db
+from lamina.meta.schema import commits, locks
+from lamina.meta.tables import lock_table, now_us, read_table
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    """One lock as ``t.locks()`` shows it."""
+
+    id: int
+    type: str
+    interval: Interval
+    priority: int
+    state: str
+    commit_id: int
+    holder: str
+
+
+def _lock_of(row: Any) -> Lock:
+    return Lock(
+        int(row.id),
+        str(row.commit_id),
+        LockType(row.type),
+        Interval.of(row.start_us, row.end_us),
+        int(row.priority),
+        LockState(row.state),
+    )
+
+
+def request(
+    db: Db, table_id: int, commit_id: int, kind: LockType, interval: Interval, priority: int
+) -> int:
+    """Queue a WAITING request of commit ``commit_id``; returns its id."""
+
+    def txn(conn: Connection) -> int:
+        row = {
+            "table_id": table_id,
+            "commit_id": commit_id,
+            "type": kind.value,
+            "start_us": interval.start,
+            "end_us": interval.end,
+            "priority": priority,
+            "state": LockState.WAITING.value,
+            "created_at": now_us(),
+        }
+        pk = conn.execute(insert(locks).values(row)).inserted_primary_key
+        assert pk is not None
+        return int(pk[0])
+
+    return db.write(txn)
+
+
+def try_grant(db: Db, table_id: int, lock_id: int, stale_after_s: float) -> Decision:
+    """Grant the request now (revoking what it outranks) or leave it waiting; one
+    transaction under the table's lock, after dropping the locks of dead holders."""
+
+    def txn(conn: Connection) -> Decision:
+        lock_table(db, conn, table_id)
+        settle_open(conn, table_id, stale_after_s)
+        live = select(commits.c.id).where(
+            commits.c.table_id == table_id, commits.c.state.in_(OPEN_STATES)
+        )
+        conn.execute(
+            delete(locks).where(locks.c.table_id == table_id, locks.c.commit_id.not_in(live))
+        )
+        rows = conn.execute(select(locks).where(locks.c.table_id == table_id)).all()
+        mine = next((r for r in rows if r.id == lock_id), None)
+        if mine is None:
+            return Decision(False)  # its commit is gone
+        decision = decide(_lock_of(mine), [_lock_of(r) for r in rows])
+        if decision.granted:
+            if decision.revoke:
+                conn.execute(
+                    update(locks)
+                    .where(locks.c.id.in_(decision.revoke))
+                    .values(state=LockState.REVOKED.value)
+                )
+            conn.execute(
+                update(locks).where(locks.c.id == lock_id).values(state=LockState.GRANTED.value)
+            )
+        return decision
+
+    return db.write(txn)
+
+
+def cancel(db: Db, lock_id: int) -> None:
+    """Withdraw a request (or a lock)."""
+    db.write(lambda conn: conn.execute(delete(locks).where(locks.c.id == lock_id)))
+
+
+def of_commit(conn: Connection, commit_id: int) -> list[Any]:
+    """The lock rows of a commit."""
+    return list(conn.execute(select(locks).where(locks.c.commit_id == commit_id)).all())
+
+
+def release(conn: Connection, commit_id: int) -> None:
+    """Drop a commit's locks (inside the transaction that completes it)."""
+    conn.execute(delete(locks).where(locks.c.commit_id == commit_id))
+
+
+def list_locks(db: Db, name: str) -> list[LockInfo]:
+    """The table's locks and waiting requests (locks of ended commits excluded).
+    Raises TableNotFoundError."""
+
+    def txn(conn: Connection) -> list[LockInfo]:
+        rec = read_table(conn, name)
+        rows = conn.execute(
+            select(locks, commits.c.owner)
+            .join(commits, commits.c.id == locks.c.commit_id)
+            .where(locks.c.table_id == rec.id, commits.c.state.in_(OPEN_STATES))
+            .order_by(locks.c.id)
+        ).all()
+        return [
+            LockInfo(
+                int(r.id),
+                r.type,
+                Interval.of(r.start_us, r.end_us),
+                int(r.priority),
+                r.state,
+                int(r.commit_id),
+                str(r.owner).rsplit(":", 1)[0],
+            )
+            for r in rows
+        ]
+
+    return db.read(txn)

@@ -1,0 +1,128 @@
+"""Task locks through the catalog (Druid's TaskLockbox): wait or fail, priorities and
+revocation, APPEND inside REPLACE, locks that die with their holder; both catalogs."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections import Counter
+
+import pyarrow as pa
+import pytest
+from sqlalchemy import update
+
+import lamina
+from lamina.errors import (
+    InvalidIntervalError,
+    LockError,
+    LockRevokedError,
+    LockTimeoutError,
+    TableNotFoundError,
+)
+from lamina.meta.schema import commits
+from tests.helpers import SCHEMA, events
+
+JAN = ("2024-01-01", "2024-02-01")
+
+
+@pytest.fixture
+def t(cat: lamina.Catalog) -> lamina.Table:
+    table = cat.create_table("k", SCHEMA, time_column="ts", segment_granularity="DAY")
+    table.append(events(days=3, per_day=10, value=1.0))
+    return table
+
+
+def day(d: int, rows: int, value: float) -> pa.Table:
+    return events(days=1, per_day=rows, value=value, seed=int(value * 10), start=f"2024-01-0{d}")
+
+
+def values(t: lamina.Table) -> Counter[float]:
+    return Counter(t.to_arrow(columns=["v"]).column("v").to_pylist())
+
+
+def test_a_conflicting_request_waits_then_times_out(t: lamina.Table) -> None:
+    with t.transaction(lock="REPLACE", interval=JAN) as a:
+        a.overwrite(day(2, 3, 2.0))
+        held = t.locks()
+        assert [(x.type, x.state, x.priority) for x in held] == [("REPLACE", "GRANTED", 50)]
+        assert str(held[0].interval) == "2024-01-01T00:00:00Z/2024-02-01T00:00:00Z"
+        with pytest.raises(LockTimeoutError, match="t.locks()"):
+            t.transaction(
+                lock="EXCLUSIVE", interval=("2024-01-02", "2024-01-03"), wait_s=0.3
+            ).commit()
+    assert values(t) == {1.0: 20, 2.0: 3}
+    assert t.locks() == []  # released with the commit
+    with t.transaction(lock="EXCLUSIVE", wait_s=0) as b:  # free now
+        b.append(day(3, 1, 3.0))
+    assert values(t) == {1.0: 20, 2.0: 3, 3.0: 1}
+
+
+def test_a_higher_priority_request_revokes_and_the_holder_fails_at_publish(
+    t: lamina.Table,
+) -> None:
+    low = t.transaction(lock="REPLACE", interval=JAN, priority=25)
+    low.overwrite(day(2, 3, 2.0))
+    with t.transaction(lock="REPLACE", interval=JAN, priority=75, wait_s=0) as high:
+        high.overwrite(day(1, 2, 5.0))
+    with pytest.raises(LockRevokedError, match="higher-priority"):
+        low.commit()
+    assert values(t) == {1.0: 20, 5.0: 2}
+
+
+def test_an_append_inside_a_replace_coexists_and_is_carried(t: lamina.Table) -> None:
+    replace = t.transaction(lock="REPLACE", interval=JAN, priority=25)
+    replace.overwrite(day(2, 3, 2.0))
+    with t.transaction(lock="APPEND", interval=("2024-01-02", "2024-01-03"), wait_s=0) as ap:
+        ap.append(day(2, 4, 4.0))
+    replace.commit()
+    assert values(t) == {1.0: 20, 2.0: 3, 4.0: 4}
+
+
+def test_locked_writes_publish_without_optimistic_conflicts(t: lamina.Table) -> None:
+    locked = t.transaction(lock="REPLACE", interval=JAN)
+    locked.overwrite(day(2, 3, 2.0))
+    t.overwrite(day(2, 7, 7.0))  # an optimistic writer that took no lock
+    locked.commit()  # its lock covered the interval: it wins
+    assert values(t) == {1.0: 20, 2.0: 3}
+
+
+def test_a_lock_dies_with_its_holder(t: lamina.Table, cat: lamina.Catalog) -> None:
+    dead = t.transaction(lock="EXCLUSIVE", interval=JAN)
+    dead.append(day(1, 1, 9.0))
+    gone = f"{socket.gethostname()}:{2**22 + os.getpid()}:dead"  # no such pid
+    with cat.engine.begin() as conn:
+        conn.execute(update(commits).where(commits.c.id == dead._write.id).values(owner=gone))
+    with t.transaction(lock="EXCLUSIVE", interval=JAN, wait_s=5) as tx:
+        tx.append(day(3, 1, 3.0))
+    assert values(t) == {1.0: 30, 3.0: 1}
+    states = {c.id: c.state for c in t.history()}
+    assert states[dead._write.id] == "ABORTED"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"lock": "WRITE"}, LockError, "EXCLUSIVE, SHARED, REPLACE, APPEND"),
+        (
+            {"lock": "REPLACE", "interval": ("2024-01-01T06:00", "2024-01-02")},
+            InvalidIntervalError,
+            "",
+        ),
+        ({"lock": "REPLACE", "priority": -1}, LockError, "priority"),
+        ({"lock": "REPLACE", "wait_s": -1}, LockError, "wait_s"),
+        ({"priority": 10}, LockError, "go with lock="),
+    ],
+)
+def test_bad_lock_requests_are_typed_errors(
+    t: lamina.Table, kwargs: dict, error: type[Exception], match: str
+) -> None:
+    before = len(t.history())
+    with pytest.raises(error, match=match):
+        t.transaction(**kwargs)
+    assert len(t.history()) == before and t.locks() == []
+
+
+def test_locks_of_an_unknown_table(cat: lamina.Catalog, t: lamina.Table) -> None:
+    cat.drop_table("k")
+    with pytest.raises(TableNotFoundError):
+        t.locks()
