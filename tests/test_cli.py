@@ -879,3 +879,15 @@ def test_direct_option_conversion_agrees_with_typer() -> None:
         assert convert is not None
         with pytest.raises(Exception):  # noqa: B017 - any: typer converts or explains
             convert(value, None)
+
+
+def test_locks_lists_the_task_locks(wh: str, events: lamina.Table) -> None:
+    assert "has no locks" in ok(wh, "locks", "events")
+    tx = events.transaction(lock="REPLACE", interval=("2024-01-01", "2024-01-08"), priority=25)
+    tx.overwrite(_rows([1], 1, k0=300))
+    out = ok(wh, "locks", "events", "--format", "csv")
+    header, row = out.strip().splitlines()
+    assert header == "lock,type,interval,priority,state,commit,holder"
+    assert ",REPLACE,2024-01-01T00:00:00Z/2024-01-08T00:00:00Z,25,GRANTED," in row
+    tx.abort()
+    assert "has no locks" in ok(wh, "locks", "events")

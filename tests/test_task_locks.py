@@ -106,7 +106,7 @@ def test_a_lock_dies_with_its_holder(t: lamina.Table, cat: lamina.Catalog) -> No
         (
             {"lock": "REPLACE", "interval": ("2024-01-01T06:00", "2024-01-02")},
             InvalidIntervalError,
-            "",
+            "day boundary",
         ),
         ({"lock": "REPLACE", "priority": -1}, LockError, "priority"),
         ({"lock": "REPLACE", "wait_s": -1}, LockError, "wait_s"),

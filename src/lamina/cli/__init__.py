@@ -41,7 +41,7 @@ R = TypeVar("R")
 #: The module (in ``lamina.cli``) defining each command.
 COMMANDS = {
     **dict.fromkeys(("init", "create-table", "tables"), "tables"),
-    **dict.fromkeys(("segments", "timeline", "history", "lineage"), "inspect"),
+    **dict.fromkeys(("segments", "timeline", "history", "lineage", "locks"), "inspect"),
     **dict.fromkeys(("ingest", "revert", "push"), "write"),
     **dict.fromkeys(("query", "retention", "orphans", "serve"), "admin"),
 }

@@ -330,6 +330,44 @@ def history(
     emit(_HISTORY, rows, fmt, empty=f"table {name} has no commits yet")
 
 
+_LOCK_STATES = {"GRANTED": "green", "REVOKED": "red", "WAITING": "yellow"}
+_LOCKS = [
+    Column("lock", right=True),
+    Column("type"),
+    Column("interval"),
+    Column("priority", right=True, show=str),
+    Column("state", show=_styled(_LOCK_STATES)),
+    Column("commit", right=True),
+    Column("holder"),
+]
+
+
+@command("locks")
+def locks(
+    ctx: typer.Context,
+    name: TableArg,
+    fmt: OutputOpt = OutputFormat.table,
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """List a table's task locks and waiting lock requests."""
+    with connect(ctx, catalog, warehouse) as cat:
+        held = load(cat, name).locks()
+    rows = [
+        {
+            "lock": x.id,
+            "type": x.type,
+            "interval": str(x.interval),
+            "priority": x.priority,
+            "state": x.state,
+            "commit": x.commit_id,
+            "holder": x.holder,
+        }
+        for x in held
+    ]
+    emit(_LOCKS, rows, fmt, empty=f"table {name} has no locks")
+
+
 _ENTRY_STATES = {"COMPLETED": "green", "REVERTED": "red", "IN_PROGRESS": "yellow"}
 _LINEAGE = [
     Column("entry"),
