@@ -126,3 +126,48 @@ def test_locks_of_an_unknown_table(cat: lamina.Catalog, t: lamina.Table) -> None
     cat.drop_table("k")
     with pytest.raises(TableNotFoundError):
         t.locks()
+
+
+@pytest.fixture
+def fast(catalog_url: str, tmp_path) -> lamina.Catalog:  # type: ignore[no-untyped-def]
+    cat = lamina.connect(catalog=catalog_url, warehouse=str(tmp_path / "whb"), heartbeat_s=0.05)
+    yield cat
+    cat.close()
+
+
+def _beats() -> None:
+    import time
+
+    time.sleep(0.5)  # several heartbeat periods
+
+
+def test_a_writer_stops_within_a_heartbeat_once_its_commit_is_aborted(
+    fast: lamina.Catalog,
+) -> None:
+    from lamina.errors import CommitError
+
+    t = fast.create_table("k", SCHEMA, time_column="ts", segment_granularity="DAY")
+    tx = t.transaction()
+    tx.append(day(1, 2, 1.0))
+    with fast.engine.begin() as conn:  # as another writer's lazy cleanup would
+        conn.execute(update(commits).where(commits.c.id == tx._write.id).values(state="ABORTED"))
+    _beats()
+    with pytest.raises(CommitError, match="aborted meanwhile"):
+        tx.append(day(2, 2, 2.0))  # the next file is never written
+    assert t.count() == 0
+
+
+def test_a_writer_stops_within_a_heartbeat_once_its_lock_is_revoked(
+    fast: lamina.Catalog,
+) -> None:
+    from lamina.errors import CommitError
+
+    t = fast.create_table("k", SCHEMA, time_column="ts", segment_granularity="DAY")
+    low = t.transaction(lock="REPLACE", interval=JAN, priority=25)
+    low.overwrite(day(1, 2, 1.0))
+    with t.transaction(lock="EXCLUSIVE", interval=JAN, priority=75, wait_s=0) as high:
+        high.append(day(2, 1, 2.0))
+        _beats()
+        with pytest.raises(CommitError, match="revoked"):
+            low.overwrite(day(3, 2, 3.0))
+    assert values(t) == {2.0: 1}

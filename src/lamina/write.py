@@ -11,6 +11,8 @@ from typing import Any
 
 from lamina.context import CatalogContext
 from lamina.core.model import Commit, PublishPlan, TableRecord
+from lamina.errors import CommitError
+from lamina.io import writer
 from lamina.io.warehouse import commit_dir
 from lamina.meta import commits
 from lamina.meta import publish as publishing
@@ -23,9 +25,10 @@ class _Heartbeats:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        # commit id -> (db, owner, period, next beat)
-        self._open: dict[int, tuple[Db, str, float, float]] = {}
+        # owner token (one per write) -> (db, commit id, period, next beat)
+        self._open: dict[str, tuple[Db, int, float, float]] = {}
         self._wake = threading.Event()
+        self._lost: set[str] = set()  # writes whose commit a beat found gone (or revoked)
         self._pid = -1
         self._sleep_until = 0.0  # when the thread wakes up by itself next
 
@@ -35,25 +38,32 @@ class _Heartbeats:
             if self._pid != os.getpid():  # a forked child inherits no thread
                 self._pid = os.getpid()
                 self._open.clear()
+                self._lost.clear()
                 self._sleep_until = 0.0
                 threading.Thread(target=self._run, daemon=True, name="lamina-hb").start()
-            self._open[commit_id] = (db, owner, period_s, due)
+            self._open[owner] = (db, commit_id, period_s, due)
             wake = due < self._sleep_until  # else it wakes in time anyway
         if wake:
             self._wake.set()
 
-    def remove(self, commit_id: int) -> None:
+    def remove(self, owner: str) -> None:
         with self._lock:
-            self._open.pop(commit_id, None)
+            self._open.pop(owner, None)
+            self._lost.discard(owner)
+
+    def lost(self, owner: str) -> bool:
+        """Whether a beat found the write's commit aborted (or its task lock revoked)."""
+        with self._lock:
+            return owner in self._lost
 
     def _run(self) -> None:
         while True:
             with self._lock:
-                due = [(cid, db, owner, p) for cid, (db, owner, p, _) in self._open.items()]
+                due = [(o, db, cid, p) for o, (db, cid, p, _) in self._open.items()]
             now = time.monotonic()
-            for cid, db, owner, period in due:
+            for owner, db, cid, period in due:
                 with self._lock:
-                    entry = self._open.get(cid)
+                    entry = self._open.get(owner)
                 if entry is None or entry[3] > now:
                     continue
                 try:
@@ -61,11 +71,12 @@ class _Heartbeats:
                 except Exception:  # noqa: BLE001 - a missed beat is retried next period
                     alive = True
                 with self._lock:
-                    if cid in self._open:
+                    if owner in self._open:
                         if alive:
-                            self._open[cid] = (db, owner, period, now + period)
+                            self._open[owner] = (db, cid, period, now + period)
                         else:
-                            del self._open[cid]
+                            del self._open[owner]
+                            self._lost.add(owner)
             with self._lock:
                 soonest = min((e[3] for e in self._open.values()), default=None)
                 now = time.monotonic()
@@ -114,7 +125,19 @@ class WriteTransaction:
         if opened.stale:
             ctx.clean_commits(self.table.name, opened.stale)
         _HEARTBEATS.add(ctx.db, self.id, self.owner, ctx.heartbeat_s)
+        writer.guard(ctx.warehouse.path(self.dir), self.check)
         return self
+
+    def check(self) -> None:
+        """Raise if a heartbeat found this commit aborted or its task lock revoked:
+        the write stops within one heartbeat instead of finishing for nothing.
+        Raises CommitError."""
+        if _HEARTBEATS.lost(self.owner):
+            raise CommitError(
+                f"commit {self.id} of {self.table.name!r} was aborted meanwhile (its "
+                "heartbeat found it no longer open, or a higher-priority request revoked its "
+                "lock); the write stopped and nothing was published"
+            )
 
     def inflight(self) -> None:
         """REQUESTED -> INFLIGHT, before the first file is written."""
@@ -131,7 +154,8 @@ class WriteTransaction:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        _HEARTBEATS.remove(self.id)
+        _HEARTBEATS.remove(self.owner)
+        writer.guard(self.ctx.warehouse.path(self.dir), None)
         if self.commit is None and self.id >= 0:
             try:
                 if commits.abort(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -115,12 +116,37 @@ def _pieces(rows: slice, target_rows: int) -> list[slice]:
 DICTIONARY_PAGE_LIMIT = 16 * 1024
 
 
+#: Checks run before each file written under a directory (a commit's, by full path):
+#: they raise to stop a write whose commit was aborted meanwhile. Registered by the
+#: write protocol.
+_GUARDS: dict[str, Callable[[], None]] = {}
+
+
+def guard(commit_path: str, check: Callable[[], None] | None) -> None:
+    """Register (or, with None, remove) the check of files under ``commit_path``."""
+    if check is None:
+        _GUARDS.pop(commit_path, None)
+    else:
+        _GUARDS[commit_path] = check
+
+
+def _guard_of(path: str) -> Callable[[], None] | None:
+    for prefix, check in list(_GUARDS.items()):
+        if path == prefix or path.startswith(prefix + "/"):
+            return check
+    return None
+
+
 def write_parts(wh: Warehouse, commit_rel: str, parts: list[ChunkPart]) -> list[NewSegment]:
-    """Write each part as one Parquet file under the commit's directory (in parallel)."""
+    """Write each part as one Parquet file under the commit's directory (in parallel).
+    Stops (raising the registered guard's error) once the commit is known aborted."""
     tag = uuid.uuid4().hex[:8]
+    check = _guard_of(wh.path(commit_rel))
 
     def write(item: tuple[int, ChunkPart]) -> NewSegment:
         i, part = item
+        if check is not None:
+            check()
         rel = f"{commit_rel}/__lamina_chunk={part.chunk.start}/part-{i:05d}-{tag}.parquet"
         path = wh.path(rel)
         wh.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)

@@ -45,7 +45,7 @@ from lamina.core.model import OPEN_STATES, Commit, CommitState
 from lamina.errors import CommitError, TableNotFoundError
 from lamina.meta.db import Db
 from lamina.meta.rows import commit_of
-from lamina.meta.schema import commits, segments, tables
+from lamina.meta.schema import commits, locks, segments, tables
 from lamina.meta.tables import now_us, read_table
 
 _HOST = socket.gethostname()
@@ -180,9 +180,14 @@ _INFLIGHT = (
 )
 #: PostgreSQL: one autocommitted statement whose commit does not wait for the flush
 _INFLIGHT_RELAXED = _INFLIGHT.returning(_RELAXED)
+#: a commit whose task lock was revoked stops beating: its writer stops (and, if it
+#: died, the commit is aborted once the beat is stale)
+_REVOKED = exists(
+    select(locks.c.id).where(locks.c.commit_id == commits.c.id, locks.c.state == "REVOKED")
+)
 _BEAT = (
     update(commits)
-    .where(_MINE, commits.c.state.in_(OPEN_STATES))
+    .where(_MINE, commits.c.state.in_(OPEN_STATES), ~_REVOKED)
     .values(heartbeat_at=bindparam("now"))
 )
 _ABORT = (
