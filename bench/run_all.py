@@ -40,6 +40,7 @@ BENCHMARKS = {
     "sql": "bench_sql.py",
     "catalog": "bench_catalog.py",
     "writers": "bench_writers.py",
+    "locks": "bench_locks.py",
     "planning": "bench_planning.py",
     "timeline": "bench_timeline.py",
     "lineage": "bench_lineage.py",
