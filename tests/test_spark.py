@@ -217,3 +217,64 @@ def test_structured_streaming_restart_applies_no_batch_twice(
     pq.write_table(events(days=1, per_day=3, seed=1), src / "b.parquet")
     run()
     assert t.count() == 7
+
+
+_SPARK_APPENDER = """
+import sys
+import lamina
+from lamina.engines.spark import arrow_to_spark_schema, get_spark
+from tests.helpers import SCHEMA, events
+
+catalog, wh, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+spark = get_spark(master="local[1]", app_name=f"appender-{seed}")
+spark.sparkContext.setLogLevel("ERROR")
+cat = lamina.connect(catalog=catalog, warehouse=wh)
+rows = events(days=2, per_day=50, seed=seed).to_pandas()
+df = spark.createDataFrame(rows, schema=arrow_to_spark_schema(SCHEMA))
+print("ok", cat.load_table("apps").append(df).id)
+"""
+
+
+def test_two_spark_applications_append_at_once(catalog_url: str, tmp_path: Path) -> None:
+    """Two Spark applications (separate processes and JVMs) append to one table at
+    the same time: both publish."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    wh = str(tmp_path / "wh")
+    with lamina.connect(catalog=catalog_url, warehouse=wh) as cat:
+        cat.create_table("apps", SCHEMA, time_column="ts")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _SPARK_APPENDER, catalog_url, wh, str(seed)],
+            cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for seed in (1, 2)
+    ]  # fmt: skip
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0 and "ok" in out, err[-2000:]
+    with lamina.connect(catalog=catalog_url, warehouse=wh) as cat:
+        t = cat.load_table("apps")
+        assert t.count() == 200
+        assert [c.state for c in t.history()] == ["COMPLETED", "COMPLETED"]
+
+
+def test_a_spark_overwrite_keeps_a_local_append_made_meanwhile(
+    spark: Any, cat: lamina.Catalog
+) -> None:
+    t = cat.create_table("mix", SCHEMA, time_column="ts", segment_granularity="DAY")
+    t.append(events(days=2, per_day=10, value=1.0))
+    tx = t.transaction()
+    from lamina.engines.spark import arrow_to_spark_schema
+
+    rows = events(days=1, per_day=3, value=2.0).to_pandas()
+    tx.overwrite(spark.createDataFrame(rows, schema=arrow_to_spark_schema(SCHEMA)))
+    t.append(events(days=1, per_day=4, value=4.0, seed=4))  # local, while Spark's runs
+    tx.commit()
+    got = t.to_arrow(columns=["v"]).column("v").to_pylist()
+    assert sorted(set(got)) == [1.0, 2.0, 4.0]
+    assert (got.count(1.0), got.count(2.0), got.count(4.0)) == (10, 3, 4)
