@@ -13,10 +13,18 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m compileall -q src  # bytecode once: the CLI starts without compiling
 	touch $@
 
+SPARK_STATE := .spark-cluster
+
+# The Spark tests run on a standalone cluster (one master, one worker, started from
+# pyspark's own spark-class): executors live in other JVMs than the driver. Each
+# application takes one of the worker's two cores, so a test's second one can run.
 test: install
-	$(BIN)/ruff check src tests bench demo
+	$(BIN)/ruff check src tests bench demo scripts
 	$(BIN)/mypy
-	$(BIN)/pytest -q
+	$(BIN)/python scripts/spark_cluster.py start $(SPARK_STATE)
+	SPARK_MASTER=$$(cat $(SPARK_STATE)/master) \
+	  PYSPARK_SUBMIT_ARGS="--conf spark.cores.max=1 pyspark-shell" $(BIN)/pytest -q; \
+	  rc=$$?; $(BIN)/python scripts/spark_cluster.py stop $(SPARK_STATE); exit $$rc
 
 demo: install
 	rm -rf demo/warehouse
@@ -31,4 +39,4 @@ lint: install
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) demo/warehouse warehouse bench/results/*.tmp
+	rm -rf $(VENV) demo/warehouse warehouse bench/results/*.tmp .spark-cluster

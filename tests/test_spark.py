@@ -278,3 +278,18 @@ def test_a_spark_overwrite_keeps_a_local_append_made_meanwhile(
     got = t.to_arrow(columns=["v"]).column("v").to_pylist()
     assert sorted(set(got)) == [1.0, 2.0, 4.0]
     assert (got.count(1.0), got.count(2.0), got.count(4.0)) == (10, 3, 4)
+
+
+def test_spark_runs_on_the_configured_cluster(spark: Any) -> None:
+    """Under ``make test`` the Spark tests run on a standalone cluster: executors
+    live in other JVMs than the driver."""
+    import os
+
+    master = os.environ.get("SPARK_MASTER", "")
+    if not master.startswith("spark://"):
+        pytest.skip("SPARK_MASTER is not a standalone cluster (make test starts one)")
+    assert spark.sparkContext.master == master
+    status = spark.sparkContext._jsc.sc().getExecutorMemoryStatus()
+    assert status.size() >= 2, "no executor besides the driver"
+    pids = spark.sparkContext.parallelize(range(4), 2).map(lambda _: os.getpid()).distinct()
+    assert os.getpid() not in pids.collect()
