@@ -89,16 +89,16 @@ _PUSHER = textwrap.dedent(
 
         publish_module.publish = publish
     elif step == "push_batch":  # a multi-batch push: first batch published, hidden
-        from lamina import table
+        from lamina import push
 
-        real_append = table.ConsistentPush.append
+        real_append = push.ConsistentPush.append
 
         def append(self, data):
             commit = real_append(self, data)
             stop_here()
             return commit
 
-        table.ConsistentPush.append = append
+        push.ConsistentPush.append = append
 
     cat = lamina.connect(catalog=url, warehouse=wh)
     if step == "inside_publish":  # every statement of publish ran; COMMIT not sent

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from lamina.core.lineage import LineageEntry
+    from lamina.push import ConsistentPush
     from lamina.transaction import Transaction
 
 # The write path (pyarrow, numpy, the commit modules) is imported by the methods that
@@ -250,6 +251,8 @@ class Table:
 
         ``with t.push() as p: p.append(batch1); p.append(batch2)``
         """
+        from lamina.push import ConsistentPush
+
         return ConsistentPush(self, dict(metadata or {}))
 
     def _aligned(self, interval: Interval | str | tuple[Any, Any] | None) -> Interval | None:
@@ -274,7 +277,7 @@ class Table:
         aborts the commit (its files are deleted)."""
         import pyarrow as pa
 
-        from lamina.io.arrow import conform, is_spark_dataframe, to_arrow_table
+        from lamina.io.arrow import conform, gathered, is_spark_dataframe, to_arrow_table
         from lamina.io.writer import ChunkPart, split_by_chunk, write_parts
 
         if is_spark_dataframe(data):
@@ -285,7 +288,7 @@ class Table:
             )
         rec = self._record
         if isinstance(data, pa.RecordBatchReader):
-            pieces = _gathered(data, STREAM_FLUSH_BYTES)
+            pieces = gathered(data, STREAM_FLUSH_BYTES)
         else:
             pieces = iter([to_arrow_table(data)])
 
@@ -541,54 +544,3 @@ class Table:
 
     def __repr__(self) -> str:
         return f"Table({self.name!r}, time_column={self.time_column!r}, {self.granularity.value})"
-
-
-class ConsistentPush:
-    """Batches written under one lineage entry; visible together when the block ends."""
-
-    def __init__(self, table: Table, metadata: dict[str, Any]) -> None:
-        self.table = table
-        self.metadata = metadata
-        self.entry = ""
-        self.commits: list[Commit] = []
-
-    def __enter__(self) -> ConsistentPush:
-        self.entry = self.table.start_replace([], [])
-        return self
-
-    def append(self, data: Any) -> Commit:
-        commit = self.table._write(
-            CommitAction.APPEND, data, None, self.metadata, lineage_entry=self.entry
-        )
-        self.commits.append(commit)
-        return commit
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            try:
-                self.table.end_replace(self.entry)
-            except BaseException:
-                self.table._revert_quietly(self.entry)
-                raise
-        else:
-            self.table._revert_quietly(self.entry)
-
-
-def _gathered(reader: pa.RecordBatchReader, flush_bytes: int) -> Iterator[pa.Table]:
-    """The reader's rows as tables of consecutive batches holding at least
-    ``flush_bytes`` each (the last one: the rest); an empty stream gives one empty
-    table."""
-    import pyarrow as pa
-
-    batches: list[pa.RecordBatch] = []
-    size = 0
-    given = False
-    for batch in reader:
-        batches.append(batch)
-        size += batch.nbytes
-        if size >= flush_bytes:
-            yield pa.Table.from_batches(batches, reader.schema)
-            given = True
-            batches, size = [], 0
-    if batches or not given:
-        yield pa.Table.from_batches(batches, reader.schema)

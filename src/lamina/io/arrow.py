@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -413,3 +414,21 @@ def _bound(field: pa.Field, us: int, op: str) -> pc.Expression:
 
     col = pc.field(field.name)
     return col >= value if op == ">=" else col < value
+
+
+def gathered(reader: pa.RecordBatchReader, flush_bytes: int) -> Iterator[pa.Table]:
+    """The reader's rows as tables of consecutive batches holding at least
+    ``flush_bytes`` each (the last one: the rest); an empty stream gives one empty
+    table."""
+    batches: list[pa.RecordBatch] = []
+    size = 0
+    given = False
+    for batch in reader:
+        batches.append(batch)
+        size += batch.nbytes
+        if size >= flush_bytes:
+            yield pa.Table.from_batches(batches, reader.schema)
+            given = True
+            batches, size = [], 0
+    if batches or not given:
+        yield pa.Table.from_batches(batches, reader.schema)
