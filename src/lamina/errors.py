@@ -120,8 +120,9 @@ class LockTimeoutError(LaminaError):
     """A lock could not be granted within ``wait_s``: other holders kept it."""
 
 
-class LockRevokedError(LaminaError):
-    """A higher-priority lock request revoked this transaction's lock."""
+class LockRevokedError(CommitError):
+    """A higher-priority lock request revoked this transaction's lock: its commit is
+    not published (a :class:`CommitError`)."""
 
 
 class TransactionError(LaminaError):

@@ -3,18 +3,20 @@ clean up."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
 from lamina.context import CatalogContext
 from lamina.core.model import Commit, PublishPlan, TableRecord
-from lamina.errors import CommitError
+from lamina.errors import CommitError, LockRevokedError
 from lamina.io import writer
 from lamina.io.warehouse import commit_dir
-from lamina.meta import commits
+from lamina.meta import commits, locks
 from lamina.meta import publish as publishing
 from lamina.meta.db import Db
 
@@ -29,6 +31,7 @@ class _Heartbeats:
         self._open: dict[str, tuple[Db, int, float, float]] = {}
         self._wake = threading.Event()
         self._lost: set[str] = set()  # writes whose commit a beat found gone (or revoked)
+        self._stop: dict[str, Callable[[], None]] = {}  # owner -> cancels its running work
         self._pid = -1
         self._sleep_until = 0.0  # when the thread wakes up by itself next
 
@@ -39,6 +42,7 @@ class _Heartbeats:
                 self._pid = os.getpid()
                 self._open.clear()
                 self._lost.clear()
+                self._stop.clear()
                 self._sleep_until = 0.0
                 threading.Thread(target=self._run, daemon=True, name="lamina-hb").start()
             self._open[owner] = (db, commit_id, period_s, due)
@@ -50,11 +54,23 @@ class _Heartbeats:
         with self._lock:
             self._open.pop(owner, None)
             self._lost.discard(owner)
+            self._stop.pop(owner, None)
 
     def lost(self, owner: str) -> bool:
         """Whether a beat found the write's commit aborted (or its task lock revoked)."""
         with self._lock:
             return owner in self._lost
+
+    def on_lost(self, owner: str, stop: Callable[[], None] | None) -> None:
+        """Have the heartbeat thread call ``stop`` once the write is found lost (at
+        once if it is already); None unregisters."""
+        with self._lock:
+            if stop is None or owner not in self._lost:
+                self._stop.pop(owner, None)
+                if stop is not None:
+                    self._stop[owner] = stop
+                return
+        _quietly(stop)
 
     def _run(self) -> None:
         while True:
@@ -70,6 +86,7 @@ class _Heartbeats:
                     alive = commits.heartbeat(db, cid, owner)
                 except Exception:  # noqa: BLE001 - a missed beat is retried next period
                     alive = True
+                stop = None
                 with self._lock:
                     if owner in self._open:
                         if alive:
@@ -77,6 +94,9 @@ class _Heartbeats:
                         else:
                             del self._open[owner]
                             self._lost.add(owner)
+                            stop = self._stop.pop(owner, None)
+                if stop is not None:
+                    _quietly(stop)
             with self._lock:
                 soonest = min((e[3] for e in self._open.values()), default=None)
                 now = time.monotonic()
@@ -84,6 +104,11 @@ class _Heartbeats:
                 self._sleep_until = now + wait
                 self._wake.clear()
             self._wake.wait(wait)
+
+
+def _quietly(fn: Callable[[], None]) -> None:
+    with contextlib.suppress(Exception):  # the write still fails at its check or publish
+        fn()
 
 
 _HEARTBEATS = _Heartbeats()
@@ -125,19 +150,34 @@ class WriteTransaction:
         if opened.stale:
             ctx.clean_commits(self.table.name, opened.stale)
         _HEARTBEATS.add(ctx.db, self.id, self.owner, ctx.heartbeat_s)
-        writer.guard(ctx.warehouse.path(self.dir), self.check)
+        writer.guard(ctx.warehouse.path(self.dir), self)
         return self
 
     def check(self) -> None:
         """Raise if a heartbeat found this commit aborted or its task lock revoked:
         the write stops within one heartbeat instead of finishing for nothing.
-        Raises CommitError."""
-        if _HEARTBEATS.lost(self.owner):
-            raise CommitError(
-                f"commit {self.id} of {self.table.name!r} was aborted meanwhile (its "
-                "heartbeat found it no longer open, or a higher-priority request revoked its "
-                "lock); the write stopped and nothing was published"
+        Raises LockRevokedError (revoked), CommitError (aborted)."""
+        if not _HEARTBEATS.lost(self.owner):
+            return
+        revoked = locks.revoked(self.ctx.db, self.id)
+        if revoked is not None:
+            kind, interval = revoked
+            raise LockRevokedError(
+                f"commit {self.id}'s {kind} lock on {interval} of {self.table.name!r} was "
+                "revoked by a higher-priority request; the write stopped and nothing was "
+                "published — retry, or raise this transaction's priority"
             )
+        raise CommitError(
+            f"commit {self.id} of {self.table.name!r} was aborted meanwhile (its heartbeat "
+            "found it no longer open, e.g. another writer's cleanup took it for dead after a "
+            "pause longer than stale_after_s); the write stopped and nothing was published "
+            "— write again"
+        )
+
+    def on_lost(self, stop: Callable[[], None] | None) -> None:
+        """Have the heartbeat thread call ``stop`` (e.g. cancel a Spark job) within one
+        heartbeat once this commit is aborted or its lock revoked; None unregisters."""
+        _HEARTBEATS.on_lost(self.owner, stop)
 
     def inflight(self) -> None:
         """REQUESTED -> INFLIGHT, before the first file is written."""

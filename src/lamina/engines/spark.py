@@ -5,6 +5,9 @@ A write partitions rows by time chunk (``partitionBy`` on a computed chunk colum
 ``maxRecordsPerFile`` = the table's target rows per segment) into the commit's own
 directory, then reads the Parquet footers and publishes every file in one commit. A
 failing job aborts the commit and removes its directory: the table is unchanged.
+The write's jobs carry a job tag of their own: once a heartbeat finds the commit
+aborted or its lock revoked, the heartbeat thread cancels them (tasks interrupted)
+and the write raises lamina's error instead of running to the end.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +28,7 @@ from lamina.core.scan import ScanPlan
 from lamina.errors import SchemaError, TimeColumnError
 from lamina.io.arrow import castable, storage_schema
 from lamina.io.warehouse import Warehouse
+from lamina.io.writer import Guard, guard_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -100,6 +105,36 @@ def _micros_parquet(spark: SparkSession) -> Iterator[None]:
             spark.conf.unset(key)
         else:
             spark.conf.set(key, old)
+
+
+@contextlib.contextmanager
+def _cancelled_when_lost(spark: SparkSession, g: Guard | None, name: str) -> Iterator[None]:
+    """Run the block's Spark jobs (started from this thread) under a job tag of their
+    own, which the heartbeat thread cancels, interrupting the tasks, once the commit is
+    lost; the block then raises the commit's error (CommitError, LockRevokedError), not
+    Spark's. The thread's tags and interrupt setting are restored afterwards.
+    Spark Connect sessions are not cancelled (they fail at the check or publish)."""
+    if g is None or type(spark).__module__.startswith("pyspark.sql.connect"):
+        yield
+        return
+    sc = spark.sparkContext
+    tag = f"lamina:{name}:{uuid.uuid4().hex[:8]}"  # no commas
+    interrupt = sc.getLocalProperty("spark.job.interruptOnCancel") == "true"
+    sc.addJobTag(tag)  # thread-local (pinned threads): only this write's jobs
+    sc.setInterruptOnCancel(True)
+    g.on_lost(lambda: sc.cancelJobsWithTag(tag))
+    try:
+        g.check()  # lost already: start nothing
+        try:
+            yield
+        except Exception:
+            g.check()  # cancelled: say why
+            raise
+        g.check()  # lost after the job's end: publishing would fail anyway
+    finally:
+        g.on_lost(None)
+        sc.removeJobTag(tag)
+        sc.setInterruptOnCancel(interrupt)
 
 
 def _conform(df: DataFrame, schema: pa.Schema) -> DataFrame:
@@ -182,8 +217,9 @@ def spark_producer(
         writer = data.write.mode("errorifexists").option("maxRecordsPerFile", target_rows)
         if partitioned:
             writer = writer.partitionBy(CHUNK_COLUMN)
-        with _micros_parquet(spark):
-            writer.parquet(wh.uri(wh.path(commit_rel)))
+        path = wh.path(commit_rel)
+        with _micros_parquet(spark), _cancelled_when_lost(spark, guard_of(path), commit_rel):
+            writer.parquet(wh.uri(path))
         return _collect_files(wh, commit_rel, rec.granularity, rec.time_column)
 
     return produce

@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -116,24 +117,36 @@ def _pieces(rows: slice, target_rows: int) -> list[slice]:
 DICTIONARY_PAGE_LIMIT = 16 * 1024
 
 
-#: Checks run before each file written under a directory (a commit's, by full path):
-#: they raise to stop a write whose commit was aborted meanwhile. Registered by the
-#: write protocol.
-_GUARDS: dict[str, Callable[[], None]] = {}
+class Guard(Protocol):
+    """What a writer knows of its commit: whether it is lost (aborted meanwhile, or its
+    lock revoked), and how to be stopped the moment it is."""
+
+    def check(self) -> None:
+        """Raise (CommitError) once the commit is lost."""
+
+    def on_lost(self, stop: Callable[[], None] | None) -> None:
+        """Call ``stop`` from the heartbeat thread once the commit is lost; None unregisters."""
 
 
-def guard(commit_path: str, check: Callable[[], None] | None) -> None:
-    """Register (or, with None, remove) the check of files under ``commit_path``."""
-    if check is None:
+#: The guard of files under a directory (a commit's, by full path): checked before
+#: each file written, to stop a write whose commit was aborted meanwhile. Registered
+#: by the write protocol.
+_GUARDS: dict[str, Guard] = {}
+
+
+def guard(commit_path: str, g: Guard | None) -> None:
+    """Register (or, with None, remove) the guard of files under ``commit_path``."""
+    if g is None:
         _GUARDS.pop(commit_path, None)
     else:
-        _GUARDS[commit_path] = check
+        _GUARDS[commit_path] = g
 
 
-def _guard_of(path: str) -> Callable[[], None] | None:
-    for prefix, check in list(_GUARDS.items()):
+def guard_of(path: str) -> Guard | None:
+    """The guard of the commit whose directory holds ``path`` (None: unguarded)."""
+    for prefix, g in list(_GUARDS.items()):
         if path == prefix or path.startswith(prefix + "/"):
-            return check
+            return g
     return None
 
 
@@ -141,12 +154,12 @@ def write_parts(wh: Warehouse, commit_rel: str, parts: list[ChunkPart]) -> list[
     """Write each part as one Parquet file under the commit's directory (in parallel).
     Stops (raising the registered guard's error) once the commit is known aborted."""
     tag = uuid.uuid4().hex[:8]
-    check = _guard_of(wh.path(commit_rel))
+    g = guard_of(wh.path(commit_rel))
 
     def write(item: tuple[int, ChunkPart]) -> NewSegment:
         i, part = item
-        if check is not None:
-            check()
+        if g is not None:
+            g.check()
         rel = f"{commit_rel}/__lamina_chunk={part.chunk.start}/part-{i:05d}-{tag}.parquet"
         path = wh.path(rel)
         wh.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)

@@ -112,6 +112,18 @@ def of_commit(conn: Connection, commit_id: int) -> list[Any]:
     return list(conn.execute(select(locks).where(locks.c.commit_id == commit_id)).all())
 
 
+def revoked(db: Db, commit_id: int) -> tuple[str, Interval] | None:
+    """Type and interval of a lock of the commit that was revoked, if any."""
+    row = db.read(
+        lambda conn: conn.execute(
+            select(locks.c.type, locks.c.start_us, locks.c.end_us)
+            .where(locks.c.commit_id == commit_id, locks.c.state == LockState.REVOKED.value)
+            .limit(1)
+        ).first()
+    )
+    return None if row is None else (str(row.type), Interval.of(row.start_us, row.end_us))
+
+
 def release(conn: Connection, commit_id: int) -> None:
     """Drop a commit's locks (inside the transaction that completes it)."""
     conn.execute(delete(locks).where(locks.c.commit_id == commit_id))
