@@ -164,8 +164,8 @@ class Table:
         iv = self._aligned(interval)
         produce = self._producer(data, CommitAction.REFRESH, iv)
         meta = dict(metadata or {})
-        with WriteTransaction(self._ctx, self._record, CommitAction.REFRESH, meta) as txn:
-            txn.inflight()
+        action = CommitAction.REFRESH
+        with WriteTransaction(self._ctx, self._record, action, meta, inflight=True) as txn:
             if not self.consistent_push:
                 live = [s.id for s in self.snapshot(interval=iv).segments]
                 files = produce(txn.dir)
@@ -343,8 +343,8 @@ class Table:
                 return self._commit(got[1])
         produce = data if callable(data) else self._producer(data, action, interval)
         try:
-            with WriteTransaction(self._ctx, self._record, action, dict(metadata or {})) as w:
-                w.inflight()
+            meta = dict(metadata or {})
+            with WriteTransaction(self._ctx, self._record, action, meta, inflight=True) as w:
                 files = produce(w.dir)
                 overwrite = self._overwrite_chunks(action, [f.chunk for f in files], interval)
                 plan = PublishPlan(

@@ -120,13 +120,21 @@ class WriteTransaction:
 
     Files go under the commit's own directory, so an aborted or killed write is
     removed by deleting one directory: here on failure, or by the next writer of the
-    table (lazy cleanup) when this process died.
+    table (lazy cleanup) when this process died. ``inflight``: open the commit INFLIGHT
+    (for a write that starts writing at once) instead of REQUESTED, saving a catalog
+    transaction.
     """
 
     def __init__(
-        self, ctx: CatalogContext, table: TableRecord, action: str, metadata: dict[str, Any]
+        self,
+        ctx: CatalogContext,
+        table: TableRecord,
+        action: str,
+        metadata: dict[str, Any],
+        inflight: bool = False,
     ) -> None:
         self.ctx = ctx
+        self._open_inflight = inflight
         self.table = table
         self.action = action
         self.metadata = metadata
@@ -144,7 +152,13 @@ class WriteTransaction:
         """Open the commit on the table's latest snapshot. Raises TableNotFoundError."""
         ctx = self.ctx
         opened = commits.begin_commit(
-            ctx.db, self.table.id, self.action, self.owner, self.metadata, ctx.stale_after_s
+            ctx.db,
+            self.table.id,
+            self.action,
+            self.owner,
+            self.metadata,
+            ctx.stale_after_s,
+            inflight=self._open_inflight,
         )
         self.id, self.base_seq = opened.id, opened.base_seq
         if opened.stale:

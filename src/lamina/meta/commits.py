@@ -289,8 +289,10 @@ def begin_commit(
     owner: str,
     metadata: dict[str, Any],
     stale_after_s: float,
+    inflight: bool = False,
 ) -> Opened:
-    """Open a REQUESTED commit based on the table's latest snapshot. Any number of
+    """Open a REQUESTED commit (INFLIGHT with ``inflight``: a write that starts
+    writing files at once skips a transition) based on the table's latest snapshot. Any number of
     writers may be open at once (conflicts are checked at publish). Other writers'
     commits whose writer is gone are aborted on the way (lazy cleanup).
     Raises TableNotFoundError.
@@ -302,7 +304,7 @@ def begin_commit(
         "table_id": table_id,
         "tid": table_id,
         "action": action,
-        "state": CommitState.REQUESTED.value,
+        "state": (CommitState.INFLIGHT if inflight else CommitState.REQUESTED).value,
         "started_at": now,
         "heartbeat_at": now,
         "owner": owner,
