@@ -218,6 +218,23 @@ def test_open_writes_heartbeat_until_they_end(catalog_url: str, tmp_path: Path) 
     cat.close()
 
 
+def test_a_pinged_connection_serves_every_kind_of_transaction(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The idle ping leaves no transaction open on the connection: the autocommitted
+    statement of a commit's opening and a REPEATABLE READ snapshot read can still set
+    their modes (under load every connection sits idle long enough to be pinged)."""
+    monkeypatch.setenv("LAMINA_PG_PING_IDLE_S", "0.05")
+    cat = lamina.connect(catalog=pg_url, warehouse=str(tmp_path / "wh"))
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    for i in range(3):
+        time.sleep(0.1)
+        t.append(events(days=1, per_day=2, seed=i))  # opens with one autocommitted statement
+        time.sleep(0.1)
+        assert t.count() == 2 * (i + 1)  # a consistent (REPEATABLE READ) read
+    cat.close()
+
+
 @pytest.mark.parametrize("idle_s, survives", [("0.2", True), ("3600", False)])
 def test_idle_postgres_connections_are_checked_before_use(
     pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, idle_s: str, survives: bool

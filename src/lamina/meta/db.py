@@ -92,6 +92,7 @@ def _ping_when_idle(engine: Engine, idle_s: float) -> None:
             cur = dbapi_conn.cursor()
             cur.execute("SELECT 1")
             cur.close()
+            dbapi_conn.rollback()  # the ping opened a transaction: the next use sets modes
         except Exception as exc:  # noqa: BLE001 - any failure: take a new connection
             raise DisconnectionError(f"idle catalog connection is gone: {exc}") from exc
 
