@@ -2,8 +2,11 @@
 
 Builds a timeline of hourly chunks x 10 partitions (num_core_partitions = 10) starting
 2010-01-01 -- 1,000,000 segments = 100,000 hours by default -- and measures build time
-(bulk and incremental), day lookups, single add/remove, ``overshadowed()`` and the peak
-memory of a build. Prints a table and writes ``bench/results/timeline.json``.
+(bulk and incremental), day lookups, single add/remove, minor compactions (a group of
+later-generation segments replacing an hour's partitions, and its removal),
+``overshadowed()`` and the peak memory of a build; then one chunk of 10,000 appended
+partitions compacted by 100 groups (minor versions at scale). Prints a table and writes
+``bench/results/timeline.json``.
 
     .venv/bin/python bench/bench_timeline.py [--segments N] [--seed S]
 """
@@ -25,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lamina.core.interval import US_PER_DAY, US_PER_HOUR, Interval, to_us
-from lamina.core.segment import Segment
+from lamina.core.segment import OVERWRITE_PARTITION_START, Segment
 from lamina.core.timeline import Timeline
 
 PARTITIONS = 10
@@ -144,6 +147,95 @@ def bench_single_ops(tl: Timeline, n_hours: int, rng: random.Random) -> dict[str
     }
 
 
+def compaction_output(iv: Interval, k: int, roots: tuple[int, int], size: int) -> Segment:
+    """Segment k of a minor compaction (minor version 1) replacing ``roots``."""
+    return Segment(
+        "bench",
+        iv,
+        1,
+        OVERWRITE_PARTITION_START + k,
+        num_core_partitions=PARTITIONS,
+        location=f"c{k}",
+        minor_version=1,
+        root_partition_range=roots,
+        atomic_update_group_size=size,
+    )
+
+
+def bench_minor_compaction(tl: Timeline, n_hours: int, rng: random.Random) -> dict[str, float]:
+    """Median µs: compacting an hour's 10 partitions into a group of two segments (the
+    first waits on standby, the second shows the group), then removing one of them
+    (falls back to the 10 partitions) and the other."""
+    hours = rng.sample(range(n_hours), min(SINGLE_OPS, n_hours))
+    first, second, fall, last = [], [], [], []
+    for h in hours:
+        iv = Interval.of(START + h * US_PER_HOUR, START + (h + 1) * US_PER_HOUR)
+        a, b = (compaction_output(iv, k, (0, PARTITIONS), 2) for k in range(2))
+        first.append(timed_ns(lambda s=a: tl.add(s)))
+        second.append(timed_ns(lambda s=b: tl.add(s)))
+        assert [s.location for s in tl.lookup(iv)[0].segments] == ["c0", "c1"]
+        fall.append(timed_ns(lambda s=a: tl.remove(s)))
+        last.append(timed_ns(lambda s=b: tl.remove(s)))
+    return {
+        "ops_each": len(hours),
+        "add_standby_segment_us": median_us(first),
+        "add_completing_segment_us": median_us(second),
+        "remove_one_falls_back_us": median_us(fall),
+        "remove_the_other_us": median_us(last),
+        "add_completing_segment_p99_us": quantile(second, 0.99),
+        "remove_one_falls_back_p99_us": quantile(fall, 0.99),
+    }
+
+
+BIG_ROOTS = 10_000
+BIG_GROUPS = 100
+
+
+def bench_big_chunk(rng: random.Random) -> dict[str, float | int]:
+    """One hour of ``BIG_ROOTS`` appended partitions, compacted by ``BIG_GROUPS`` groups
+    of two segments (each replacing 100 consecutive partitions)."""
+    iv = Interval.of(START, START + US_PER_HOUR)
+    roots = [Segment("bench", iv, 1, p, location=f"r{p}", row_count=10) for p in range(BIG_ROOTS)]
+    width = BIG_ROOTS // BIG_GROUPS
+    outs = [
+        Segment(
+            "bench",
+            iv,
+            1,
+            OVERWRITE_PARTITION_START + 2 * g + j,
+            location=f"c{g}.{j}",
+            minor_version=1,
+            root_partition_range=(g * width, (g + 1) * width),
+            atomic_update_group_size=2,
+        )
+        for g in range(BIG_GROUPS)
+        for j in range(2)
+    ]
+    t0 = time.perf_counter()
+    built = Timeline.build(roots + outs)
+    build_s = time.perf_counter() - t0
+    assert len(built.lookup(iv)[0].segments) == 2 * BIG_GROUPS
+    tl = Timeline.build(roots)
+    adds = []
+    for s in outs:  # each add, then a lookup (the lazy state is settled by the query)
+        adds.append(timed_ns(lambda s=s: (tl.add(s), tl.lookup(iv))))
+    assert tl.entries() == built.entries()
+    appends, removals = [], []
+    for i in range(200):
+        extra = Segment("bench", iv, 1, BIG_ROOTS + i, location="x")
+        appends.append(timed_ns(lambda s=extra: (tl.add(s), tl.lookup(iv))))
+    for s in rng.sample(outs, 50):
+        removals.append(timed_ns(lambda s=s: (tl.remove(s), tl.lookup(iv))))
+    return {
+        "roots": BIG_ROOTS,
+        "groups": BIG_GROUPS,
+        "build_seconds": build_s,
+        "add_output_then_lookup_median_us": median_us(adds),
+        "append_then_lookup_median_us": median_us(appends),
+        "remove_output_then_lookup_median_us": median_us(removals),
+    }
+
+
 def bench_overshadowed(tl: Timeline, n_hours: int, rng: random.Random) -> dict[str, float | int]:
     t0 = time.perf_counter()
     none = tl.overshadowed()
@@ -195,6 +287,8 @@ def render(results: dict) -> None:
     lk = results["lookup_day"]
     op = results["single_ops"]
     ov = results["overshadowed"]
+    mc = results["minor_compaction"]
+    big = results["big_chunk"]
     mem = results["memory"]
     rows += [
         ("segments / hourly chunks", f"{p['segments']:,} / {p['chunks']:,}"),
@@ -234,6 +328,26 @@ def render(results: dict) -> None:
             "remove it (falls back)",
             f"{op['remove_higher_version_hour_us']:.1f} µs (median), "
             f"p99 {op['remove_higher_version_hour_p99_us']:.1f}",
+        ),
+        (
+            "minor compaction of an hour: 1st / 2nd of its group",
+            f"{mc['add_standby_segment_us']:.1f} / {mc['add_completing_segment_us']:.1f} µs "
+            f"(median), p99 {mc['add_completing_segment_p99_us']:.1f}",
+        ),
+        (
+            "remove one (falls back) / the other",
+            f"{mc['remove_one_falls_back_us']:.1f} / {mc['remove_the_other_us']:.1f} µs "
+            f"(median), p99 {mc['remove_one_falls_back_p99_us']:.1f}",
+        ),
+        (
+            f"1 chunk, {big['roots']:,} partitions + {big['groups']} groups: build",
+            f"{big['build_seconds'] * 1000:.0f} ms",
+        ),
+        (
+            "  add output / append / remove output (+lookup)",
+            f"{big['add_output_then_lookup_median_us']:.0f} / "
+            f"{big['append_then_lookup_median_us']:.0f} / "
+            f"{big['remove_output_then_lookup_median_us']:.0f} µs (median)",
         ),
         ("overshadowed(), nothing hidden", f"{ov['none_hidden_seconds'] * 1000:.0f} ms"),
         (
@@ -315,10 +429,12 @@ def main(argv: list[str] | None = None) -> int:
 
     lookups = bench_lookups(tl, n_hours, rng)
     single = bench_single_ops(tl, n_hours, rng)
+    minor = bench_minor_compaction(tl, n_hours, rng)
     overshadowed = bench_overshadowed(tl, n_hours, rng)
     assert len(tl.entries()) == n_hours  # the benchmarks left the timeline as built
     del tl
     memory = bench_build_memory(segs)
+    big = bench_big_chunk(rng)
     memory["maxrss_after_segments_mib"] = rss_segments
     memory["maxrss_build_delta_mib"] = rss_build - rss_segments
 
@@ -345,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
         "incremental_add": incremental,
         "lookup_day": lookups,
         "single_ops": single,
+        "minor_compaction": minor,
+        "big_chunk": big,
         "overshadowed": overshadowed,
         "memory": memory,
         "total_seconds": time.perf_counter() - t_start,

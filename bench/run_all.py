@@ -64,6 +64,7 @@ def timeline_figures(r: dict[str, Any]) -> list[dict[str, Any]]:
     b, inc = r.get("build", {}), r.get("incremental_add", {})
     lk, op = r.get("lookup_day", {}), r.get("single_ops", {})
     ov, mem = r.get("overshadowed", {}), r.get("memory", {})
+    mc = r.get("minor_compaction", {})
     inc_note = "" if inc.get("complete", True) else f"first {inc.get('segments', 0):,} only"
     return [
         figure("Timeline.build", b.get("seconds"), "s", note=f"{segs:,} segments" if segs else ""),
@@ -72,6 +73,8 @@ def timeline_figures(r: dict[str, Any]) -> list[dict[str, Any]]:
         figure("lookup 1 day, p99", lk.get("p99_us"), "µs", "< 1000"),
         figure("add higher-version hour", op.get("add_higher_version_hour_us"), "µs"),
         figure("remove it (falls back)", op.get("remove_higher_version_hour_us"), "µs"),
+        figure("minor compaction, group shows", mc.get("add_completing_segment_us"), "µs"),
+        figure("minor compaction, falls back", mc.get("remove_one_falls_back_us"), "µs"),
         figure("overshadowed(), 1% hidden", ov.get("one_percent_hidden_seconds"), "s"),
         figure("build peak (tracemalloc)", mem.get("tracemalloc_peak_mib"), "MB"),
     ]

@@ -150,3 +150,38 @@ def test_time_travel_plans_from_an_older_manifest_without_writing_one(
     written = manifest_rows(cat)
     assert t.scan(as_of=first) == object_plan(t, first, None)
     assert manifest_rows(cat) == written
+
+
+def test_a_manifest_written_before_the_overwrite_columns_reads_with_defaults(
+    tmp_path: Path,
+) -> None:
+    """Manifests from before minor versions lack four columns: they read as first
+    generation (minor 0, root range (p, p + 1), group of 1) and plan as before."""
+    import pyarrow as pa
+
+    from lamina.core.columnar import SEGMENT_SCHEMA, segment_table
+    from lamina.io.manifest import read_manifest
+    from lamina.io.warehouse import Warehouse
+
+    new = segment_table(
+        {
+            "start_us": [JAN1, JAN1],
+            "end_us": [JAN1 + DAY, JAN1 + DAY],
+            "version": [1, 1],
+            "partition_id": [0, 1],
+            "num_core_partitions": [2, 2],
+            "location": ["m/a.parquet", "m/b.parquet"],
+        }
+    )
+    old_fields = [
+        f
+        for f in SEGMENT_SCHEMA
+        if f.name not in ("minor_version", "root_start", "root_end", "aug_size")
+    ]
+    old = new.select([f.name for f in old_fields])
+    wh = Warehouse(str(tmp_path))
+    with pa.OSFile(str(tmp_path / "old.arrow"), "wb") as out, pa.ipc.new_file(out, old.schema) as w:
+        w.write_table(old)
+    got = read_manifest(wh, "old.arrow")
+    assert got.schema == SEGMENT_SCHEMA
+    assert got.equals(new)

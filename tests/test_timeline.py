@@ -9,9 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lamina.core.interval import MAX_US, MIN_US, Interval
-from lamina.core.segment import Segment
+from lamina.core.segment import OVERWRITE_PARTITION_START, Segment
 from lamina.core.timeline import Timeline, TimelineEntry
 from lamina.errors import TimelineError
+from tests.overshadow_oracle import chunk_view
 
 # ---------------------------------------------------------------------------------------
 # helpers
@@ -25,6 +26,24 @@ def seg(start: int, end: int, version: int, pid: int = 0, n: int = 0, table: str
         pid,
         num_core_partitions=n,
         location=f"{table}/{start}_{end}/v{version}/p{pid}.parquet",
+    )
+
+
+def oseg(
+    start: int, end: int, version: int, k: int, root: tuple[int, int], minor: int, n: int = 0
+) -> Segment:
+    """A later-generation segment (the k-th of its chunk); its group's size is a
+    function of its root range and minor version, so groups stay consistent."""
+    return Segment(
+        "t",
+        Interval.of(start, end),
+        version,
+        OVERWRITE_PARTITION_START + k,
+        num_core_partitions=n,
+        location=f"t/{start}_{end}/v{version}/o{k}.parquet",
+        minor_version=minor,
+        root_partition_range=root,
+        atomic_update_group_size=1 + (root[0] + root[1] + minor) % 3,
     )
 
 
@@ -713,11 +732,18 @@ class Oracle:
             segs.sort(key=lambda s: s.partition_id)
         return out
 
+    def overfull(self, s: Segment) -> bool:
+        """Would ``s`` be one segment too many for its atomic update group?"""
+        key = (s.interval, s.version, s.root_range, s.minor_version)
+        return s not in self and s.atomic_update_group_size <= sum(
+            1
+            for o in self.segs.values()
+            if (o.interval, o.version, o.root_range, o.minor_version) == key
+        )
+
     @staticmethod
     def complete(segs: list[Segment]) -> bool:
-        n = max(s.num_core_partitions for s in segs)
-        pids = {s.partition_id for s in segs}
-        return bool(segs) and all(p in pids for p in range(n))
+        return chunk_view(segs).complete
 
     def winners(self) -> dict[int, tuple[int, int, int]]:
         """instant -> key of the visible chunk."""
@@ -746,16 +772,29 @@ class Oracle:
                 s,
                 e,
                 k[2],
-                tuple((x.id, x.num_core_partitions) for x in chunks[k]),
+                tuple((x.id, x.num_core_partitions) for x in chunk_view(chunks[k]).visible),
                 (k[0], k[1]),
             )
             for s, e, k in out
         ]
 
     def hidden(self, s: Segment) -> bool:
-        complete = [k for k, segs in self.chunks().items() if self.complete(segs)]
+        """At every instant of ``s``: a higher complete version, or ``s``'s own chunk,
+        complete, with a visible group overshadowing ``s``."""
+        chunks = self.chunks()
+        complete = [k for k, segs in chunks.items() if self.complete(segs)]
+        own = (s.interval.start, s.interval.end, s.version)
+        by_own = False
+        if own in complete:
+            rs, re = s.root_range
+            by_own = any(
+                v.root_range[0] <= rs
+                and re <= v.root_range[1]
+                and v.minor_version > s.minor_version
+                for v in chunk_view(chunks[own]).visible
+            )
         return all(
-            any(k[0] <= t < k[1] and k[2] > s.version for k in complete)
+            any(k[0] <= t < k[1] and k[2] > s.version for k in complete) or by_own
             for t in range(s.interval.start, s.interval.end)
         )
 
@@ -768,7 +807,7 @@ class Oracle:
         for _, k in sorted(self.winners().items()):
             if k not in seen:
                 seen.append(k)
-        return [s.id for k in seen for s in chunks[k]]
+        return [s.id for k in seen for s in chunk_view(chunks[k]).visible]
 
 
 def check_against(tl: Timeline, oracle: Oracle, query: tuple[int, int]) -> None:
@@ -791,8 +830,11 @@ def check_against(tl: Timeline, oracle: Oracle, query: tuple[int, int]) -> None:
 
 
 @st.composite
-def scenarios(draw: st.DrawFn, wild: float) -> list[tuple]:
+def scenarios(draw: st.DrawFn, wild: float, overwrites: float = 0.0) -> list[tuple]:
     """A list of (op, segment or index, query) steps.
+
+    With probability ``overwrites`` a segment is of a later generation (root range,
+    minor version, atomic update group) instead of a plain partition.
 
     Each version gets its own grid of chunks (length, offset), so same-version intervals
     are identical or disjoint; with probability ``wild`` an interval is drawn freely
@@ -817,8 +859,14 @@ def scenarios(draw: st.DrawFn, wild: float) -> list[tuple]:
             s, e = draw(st.sampled_from(ALL_INTERVALS))
         else:
             s, e = draw(st.sampled_from(grids[v]))
-        pid = draw(st.integers(0, 3))
         n = draw(st.integers(0, 3))
+        if draw(st.floats(0, 1)) < overwrites:
+            rs = draw(st.integers(0, 3))
+            root = (rs, draw(st.integers(rs + 1, 4)))
+            k, minor = draw(st.integers(0, 3)), draw(st.integers(1, 2))
+            steps.append((kind, oseg(s, e, v, k, root, minor, n), query))
+            continue
+        pid = draw(st.integers(0, 3))
         steps.append((kind, seg(s, e, v, pid, n), query))
     return steps
 
@@ -837,7 +885,7 @@ def run_scenario(steps: list[tuple]) -> tuple[Timeline, Oracle]:
         elif kind == "remove":
             assert tl.remove(arg) == oracle.remove(arg)
             assert arg not in tl
-        elif arg not in oracle and oracle.clashes(arg):
+        elif arg not in oracle and (oracle.clashes(arg) or oracle.overfull(arg)):
             before = snapshot(tl)
             with pytest.raises(TimelineError):
                 tl.add(arg)
@@ -887,6 +935,14 @@ def test_random_operations_match_oracle(steps: list[tuple], seed: int) -> None:
 @settings(PROPERTY_SETTINGS, max_examples=120)
 @given(steps=scenarios(wild=1.0), seed=st.integers(0, 2**16))
 def test_random_free_intervals_match_oracle(steps: list[tuple], seed: int) -> None:
+    tl, oracle = run_scenario(steps)
+    check_build(tl, oracle, seed)
+
+
+@settings(PROPERTY_SETTINGS, max_examples=200)
+@given(steps=scenarios(wild=0.1, overwrites=0.5), seed=st.integers(0, 2**16))
+def test_random_operations_with_minor_versions_match_oracle(steps: list[tuple], seed: int) -> None:
+    """Versions and minor versions together: a chunk counts by its visible groups."""
     tl, oracle = run_scenario(steps)
     check_build(tl, oracle, seed)
 

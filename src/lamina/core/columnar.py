@@ -10,8 +10,10 @@ segments are sorted by ``(start, end, version, partition)``; chunks and their
 completeness come from run boundaries; distinct intervals are grouped into clusters
 of overlapping ones. A cluster of one interval (every chunk of a single-granularity
 table) shows its highest complete version whole. Clusters where intervals of different
-lengths overlap — a re-partitioned or partly overwritten stretch — go through the
-object :class:`Timeline`, only their own segments.
+lengths overlap — a re-partitioned or partly overwritten stretch — and clusters holding
+a later-generation segment (minor version, root partition range, atomic update group:
+:mod:`lamina.core.overshadow`) go through the object :class:`Timeline`, only their own
+segments.
 """
 
 from __future__ import annotations
@@ -33,7 +35,10 @@ from lamina.core.timeline import Timeline
 #: One row per published segment, as the catalog and segment manifests hold them.
 #: A location (relative to the warehouse root) is split into its directory, shared by
 #: a commit's files of one chunk and so dictionary-encoded, and its file name; a null
-#: file is a tombstone.
+#: file is a tombstone. The last four columns are the overwrite fields of a segment
+#: (:class:`~lamina.core.segment.Segment`): minor version, root partition range
+#: ``[root_start, root_end)`` and atomic update group size; a first-generation segment
+#: has 0, ``[partition_id, partition_id + 1)`` and 1.
 SEGMENT_SCHEMA = pa.schema(
     [
         ("start_us", pa.int64()),
@@ -49,13 +54,21 @@ SEGMENT_SCHEMA = pa.schema(
         ("max_time", pa.int64()),
         ("commit_id", pa.int64()),
         ("suffix", pa.string()),
+        ("minor_version", pa.int32()),
+        ("root_start", pa.int32()),
+        ("root_end", pa.int32()),
+        ("aug_size", pa.int32()),
     ]
 )
+
+#: The overwrite columns, which tables written before them lack.
+OVERWRITE_COLUMNS = ("minor_version", "root_start", "root_end", "aug_size")
 
 
 def segment_table(columns: dict[str, Sequence[Any]]) -> pa.Table:
     """An Arrow table of segments from columns of Python values; ``location`` (a
-    relative path or None) is split into ``dir`` and ``file``; missing ones are null."""
+    relative path or None) is split into ``dir`` and ``file``; missing ones are null,
+    but missing (or null) overwrite columns get the first-generation values."""
     cols = dict(columns)
     if "location" in cols:
         split = [
@@ -73,7 +86,28 @@ def segment_table(columns: dict[str, Sequence[Any]]) -> pa.Table:
             arrays.append(pa.array(cols[f.name], f.type))
         else:
             arrays.append(pa.nulls(n, f.type))
-    return pa.Table.from_arrays(arrays, schema=SEGMENT_SCHEMA)
+    return with_overwrite_columns(pa.Table.from_arrays(arrays, schema=SEGMENT_SCHEMA))
+
+
+def with_overwrite_columns(segs: pa.Table) -> pa.Table:
+    """``segs`` with the overwrite columns present and without nulls: missing (a table
+    written before they existed) or null values become the first-generation ones."""
+    if all(c in segs.column_names and segs[c].null_count == 0 for c in OVERWRITE_COLUMNS):
+        return segs
+    pid = segs["partition_id"].cast(pa.int32())
+    defaults = {
+        "minor_version": pa.repeat(pa.scalar(0, pa.int32()), segs.num_rows),
+        "root_start": pid,
+        "root_end": pc.add(pid, pa.scalar(1, pa.int32())),
+        "aug_size": pa.repeat(pa.scalar(1, pa.int32()), segs.num_rows),
+    }
+    for name in OVERWRITE_COLUMNS:
+        if name not in segs.column_names:
+            segs = segs.append_column(pa.field(name, pa.int32()), defaults[name])
+        elif segs[name].null_count:
+            filled = pc.coalesce(segs[name].cast(pa.int32()), defaults[name])
+            segs = segs.set_column(segs.column_names.index(name), name, filled)
+    return segs
 
 
 def overlapping(segs: pa.Table, interval: Interval) -> pa.Table:
@@ -170,6 +204,7 @@ class ColumnarTasks:
                 r["max_time"],
                 r["commit_id"],
                 r["suffix"] or "",
+                **_overwrite_fields(r),
             )
             span = Interval.of(a, b)
             out.append(ScanTask(seg, None if whole else span, span))
@@ -204,7 +239,8 @@ def plan_columns(
     overlapping ``interval``, as a columnar plan. Raises TimelineError when two chunks
     of one version overlap with different intervals."""
     iv = interval or ETERNITY
-    segs = overlapping(segs, iv)  # chunked: combining would unify dictionaries
+    # chunked: combining would unify dictionaries
+    segs = overlapping(with_overwrite_columns(segs), iv)
     n = segs.num_rows
     if n == 0:
         empty = np.zeros(0, dtype=np.int64)
@@ -231,6 +267,10 @@ def plan_columns(
     new_cluster[1:] = iv_s[1:] >= reach[:-1]
     cluster_of = np.cumsum(new_cluster) - 1
     alone = (np.bincount(cluster_of) == 1)[cluster_of]  # per distinct interval
+    later = _later_generation(segs, order, p)
+    if later.any():  # clusters holding a later-generation segment need the timeline
+        fancy = np.bincount(cluster_of[iv_of[later]], minlength=len(cluster_of)) > 0
+        alone &= ~fancy[cluster_of]
 
     # chunks (interval, version) and their completeness
     new_chunk = _starts(s, e, v)
@@ -304,6 +344,27 @@ def _starts(*keys: np.ndarray) -> np.ndarray:
     return out
 
 
+def _later_generation(segs: pa.Table, order: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Per sorted row: does the segment carry overwrite fields other than the
+    first-generation ones?"""
+    minor = _ints(segs, "minor_version")[order]
+    size = _ints(segs, "aug_size")[order]
+    rs = _ints(segs, "root_start")[order]
+    re = _ints(segs, "root_end")[order]
+    return (minor != 0) | (size != 1) | (rs != p) | (re != p + 1)
+
+
+def _overwrite_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """Segment keyword arguments for a row's overwrite columns (none: first generation)."""
+    if not row["minor_version"]:
+        return {}
+    return {
+        "minor_version": row["minor_version"],
+        "root_partition_range": (row["root_start"], row["root_end"]),
+        "atomic_update_group_size": row["aug_size"],
+    }
+
+
 def _is_sorted(*keys: np.ndarray) -> bool:
     """Whether rows are in ascending lexicographic order of ``keys``."""
     if len(keys[0]) < 2:
@@ -344,13 +405,29 @@ def _through_timeline(
     built = []
     cols = [
         part[c].to_pylist()
-        for c in ("start_us", "end_us", "version", "partition_id", "num_core_partitions")
+        for c in (
+            "start_us",
+            "end_us",
+            "version",
+            "partition_id",
+            "num_core_partitions",
+            *OVERWRITE_COLUMNS,
+        )
     ]
     has_file = part["file"].is_valid().to_pylist()
-    for i, (a, b, ver, pid, ncore) in enumerate(zip(*cols, strict=True)):
+    for i, (a, b, ver, pid, ncore, minor, rs, re, size) in enumerate(zip(*cols, strict=True)):
         by_identity[(a, b, ver, pid)] = int(rows[i])
         loc = "" if has_file[i] else None
-        built.append(Segment(name, Interval.of(a, b), ver, pid, ncore, loc))
+        extra = (
+            {}
+            if minor == 0
+            else {
+                "minor_version": minor,
+                "root_partition_range": (rs, re),
+                "atomic_update_group_size": size,
+            }
+        )
+        built.append(Segment(name, Interval.of(a, b), ver, pid, ncore, loc, **extra))
     out_r, out_s, out_e = [], [], []
     for entry in Timeline.build(built).lookup(iv):
         for seg in entry.segments:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lamina.core.interval import ETERNITY, Granularity, Interval, from_us
+from lamina.core.overshadow import AtomicGroups
 from lamina.core.segment import Segment
 from lamina.core.timeline import Timeline
 
@@ -29,10 +30,21 @@ class Chunk:
 
     @property
     def missing(self) -> list[int]:
-        """Core partitions not present (the chunk is incomplete while any are missing)."""
+        """Core partitions neither present nor replaced by a visible group of a later
+        generation (the chunk is incomplete while any are missing)."""
         core = max(s.num_core_partitions for s in self.segments)
-        have = {s.partition_id for s in self.segments}
-        return [p for p in range(core) if p not in have]
+        if all(s.is_first_generation for s in self.segments):
+            have = {s.partition_id for s in self.segments}
+            return [p for p in range(core) if p not in have]
+        return AtomicGroups(self.segments).uncovered(core)
+
+    @property
+    def partial_groups(self) -> list[tuple[int, int, int, int, int]]:
+        """Visible atomic update groups still missing segments (see
+        :meth:`AtomicGroups.partial_visible`); they keep the chunk incomplete."""
+        if all(s.is_first_generation for s in self.segments):
+            return []
+        return AtomicGroups(self.segments).partial_visible()
 
 
 @dataclass(frozen=True)
@@ -62,6 +74,14 @@ def chunk_status(tl: Timeline, chunk: Chunk) -> ChunkStatus:
     if missing:
         extra = f"; overshadowed by {by}" if tl.is_overshadowed(chunk.segments[0]) else ""
         return ChunkStatus("incomplete", f"incomplete: missing {partitions_label(missing)}{extra}")
+    partial = chunk.partial_groups
+    if partial:
+        extra = f"; overshadowed by {by}" if tl.is_overshadowed(chunk.segments[0]) else ""
+        groups = ", ".join(
+            f"roots {partitions_label(range(a, b))} minor {m} has {k} of {n} segments"
+            for a, b, m, k, n in partial
+        )
+        return ChunkStatus("incomplete", f"incomplete: {groups}{extra}")
     if own and sum(e.interval.end - e.interval.start for e in own) == (
         chunk.interval.end - chunk.interval.start
     ):

@@ -8,7 +8,11 @@ Pure, in-memory, no I/O. Semantics follow Druid's VersionedIntervalTimeline:
 * at every instant, the complete chunk with the highest version wins; what a higher
   version does not cover of a lower one stays visible (partial overlap);
 * removing a segment falls back to whatever it hid;
-* two chunks of one version with different but overlapping intervals are an error.
+* two chunks of one version with different but overlapping intervals are an error;
+* inside a chunk, later-generation segments (minor versions, root partition ranges,
+  atomic update groups: :mod:`lamina.core.overshadow`) replace the partitions they
+  were made from; a chunk's visible segments are those of its visible groups, and its
+  completeness counts root partitions covered by them.
 
 Unlike Druid, nothing here scans the whole timeline: the visible pieces live in a
 sorted map (lookup is a bisection), and overlap queries over all chunks go through an
@@ -25,6 +29,7 @@ from dataclasses import dataclass
 from sortedcontainers import SortedDict, SortedList
 
 from lamina.core.interval import MAX_US, MIN_US, Interval
+from lamina.core.overshadow import AtomicGroups
 from lamina.core.segment import Segment
 from lamina.errors import TimelineError
 
@@ -51,9 +56,15 @@ class TimelineEntry:
 
 
 class _Chunk:
-    """All partitions of one (interval, version)."""
+    """All partitions of one (interval, version).
 
-    __slots__ = ("start", "end", "version", "partitions", "core", "core_present")
+    Only first-generation segments (the usual case): every partition is visible and
+    the chunk is complete once partitions ``0..core-1`` are there. From the first
+    later-generation segment on (minor version > 0), :class:`AtomicGroups` decides
+    (``ow``); it is dropped again when the last such segment goes.
+    """
+
+    __slots__ = ("start", "end", "version", "partitions", "core", "core_present", "ow")
 
     def __init__(self, start: int, end: int, version: int) -> None:
         self.start = start
@@ -62,9 +73,12 @@ class _Chunk:
         self.partitions: dict[int, Segment] = {}
         self.core = 0
         self.core_present = 0
+        self.ow: AtomicGroups | None = None
 
     @property
     def complete(self) -> bool:
+        if self.ow is not None:
+            return self.ow.complete(self.core)
         return bool(self.partitions) and self.core_present == self.core
 
     def _recount(self) -> None:
@@ -77,6 +91,10 @@ class _Chunk:
             self._recount()
         elif seg.partition_id < self.core:
             self.core_present += 1
+        if self.ow is not None:
+            self.ow.put(seg)
+        elif seg._overwrite is not None and seg._overwrite[0]:  # minor_version, unwrapped
+            self.ow = AtomicGroups(self.partitions.values())
 
     def pop(self, partition_id: int) -> None:
         seg = self.partitions.pop(partition_id)
@@ -84,9 +102,27 @@ class _Chunk:
             self._recount()
         elif partition_id < self.core:
             self.core_present -= 1
+        if self.ow is not None:
+            self.ow.pop(seg)
+            if not self.ow.overwrites:
+                self.ow = None
 
     def segments(self) -> tuple[Segment, ...]:
+        """The visible segments (every partition, without later generations)."""
+        if self.ow is not None:
+            return self.ow.visible_segments()
         return tuple(self.partitions[p] for p in sorted(self.partitions))
+
+    def all_segments(self) -> list[Segment]:
+        return [self.partitions[p] for p in sorted(self.partitions)]
+
+    def hides(self, seg: Segment) -> bool:
+        """Whether a visible group of this chunk overshadows ``seg`` (same chunk)."""
+        return (
+            self.ow is not None
+            and (seg.interval.start, seg.interval.end) == (self.start, self.end)
+            and self.ow.hides(seg)
+        )
 
     def interval(self) -> Interval:
         return Interval.of(self.start, self.end)
@@ -203,6 +239,8 @@ class Timeline:
                 f"segment {seg.id} of table {seg.table!r} clashes with one of table "
                 f"{chunk.partitions[seg.partition_id].table!r}; a timeline holds one table"
             )
+        elif chunk.ow is not None:
+            chunk.ow.check(seg)
         self._size += 1
         chunk.put(seg)
         return True
@@ -313,25 +351,54 @@ class Timeline:
         return self.lookup(Interval.of(MIN_US, MAX_US))
 
     def is_overshadowed(self, segment: Segment) -> bool:
-        """True when higher complete versions hide the segment's whole interval."""
+        """True when, all over the segment's interval, a higher complete version hides
+        it, or its own chunk shows and a visible group of that chunk overshadows it
+        (higher minor version, root range containing the segment's)."""
         iv = segment.interval
         cursor = iv.start
         vis = self._visible
         for start in self._pieces_overlapping(iv.start, iv.end):
             end, chunk = vis[start]
-            if start > cursor or chunk.version <= segment.version:
+            if start > cursor or chunk.version < segment.version:
+                return False
+            if chunk.version == segment.version and not chunk.hides(segment):
                 return False
             cursor = end
         return cursor >= iv.end
 
+    def _hidden_by_higher(self, chunk: _Chunk) -> bool:
+        """True when higher complete versions hide the chunk's whole interval."""
+        cursor = chunk.start
+        vis = self._visible
+        for start in self._pieces_overlapping(chunk.start, chunk.end):
+            end, other = vis[start]
+            if start > cursor or other.version <= chunk.version:
+                return False
+            cursor = end
+        return cursor >= chunk.end
+
     def overshadowed(self) -> list[Segment]:
-        """Segments hidden everywhere by higher versions."""
+        """Segments for which :meth:`is_overshadowed` holds: all of a chunk that higher
+        versions hide everywhere, and the overshadowed groups of a complete chunk."""
         out: list[Segment] = []
         for chunk in self._chunks.values():
-            probe = next(iter(chunk.partitions.values()))
-            if self.is_overshadowed(probe):
-                out.extend(chunk.segments())
+            if self._hidden_by_higher(chunk):
+                out.extend(chunk.all_segments())
+            elif chunk.ow is not None and chunk.complete:
+                out.extend(chunk.ow.overshadowed_segments())
         return out
+
+    def partition_state(self, segment: Segment) -> str | None:
+        """The state of ``segment`` inside its chunk — ``"visible"``, ``"standby"``
+        (its atomic update group still lacks segments while all it would replace is
+        there: it hides nothing yet) or ``"overshadowed"`` (a visible group of a higher
+        minor version replaces it) — or None if it is not in the timeline. Says
+        nothing about other versions: see :meth:`is_overshadowed` for that."""
+        iv = segment.interval
+        chunk = self._chunks.get((iv.start, iv.end, segment.version))
+        if chunk is None or chunk.partitions.get(segment.partition_id) != segment:
+            return None
+        return "visible" if chunk.ow is None else chunk.ow.state(segment)
 
     def visible(self) -> list[Segment]:
         """Segments visible somewhere in the timeline (each once, in time order)."""

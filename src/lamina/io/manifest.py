@@ -12,7 +12,7 @@ import uuid
 import numpy as np
 import pyarrow as pa
 
-from lamina.core.columnar import SEGMENT_SCHEMA, overlapping
+from lamina.core.columnar import SEGMENT_SCHEMA, overlapping, with_overwrite_columns
 from lamina.core.interval import Interval
 from lamina.io.warehouse import Warehouse
 
@@ -41,8 +41,9 @@ def write_manifest(wh: Warehouse, rel: str, segs: pa.Table) -> None:
 
 
 def read_manifest(wh: Warehouse, rel: str, interval: Interval | None = None) -> pa.Table:
-    """The manifest's segments (only those overlapping ``interval`` if given).
-    Raises FileNotFoundError when it was deleted."""
+    """The manifest's segments (only those overlapping ``interval`` if given); one
+    written before the overwrite columns existed reads with their first-generation
+    values. Raises FileNotFoundError when it was deleted."""
     with wh.fs.open_input_file(wh.path(rel)) as f:
-        table = pa.ipc.open_file(f).read_all()
+        table = with_overwrite_columns(pa.ipc.open_file(f).read_all())
     return table if interval is None else overlapping(table, interval)
