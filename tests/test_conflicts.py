@@ -48,6 +48,10 @@ def footprint(
         )
     if kind is Kind.DELETE:
         return Footprint(cid, kind, removed=(seg(name, d),), lineage=lineage)
+    if kind is Kind.COMPACT:  # merges segment ``name`` (with others) into a new one
+        return Footprint(
+            cid, kind, added=(seg(f"{name}-c", d),), removed=(seg(name, d),), lineage=lineage
+        )
     return Footprint(cid, kind, lineage=lineage)
 
 
@@ -62,6 +66,13 @@ EXPECTED = {
     (Kind.DELETE, Kind.APPEND): (False, False),
     (Kind.DELETE, Kind.REPLACE): (True, True),
     (Kind.DELETE, Kind.DELETE): (True, True),  # the same segment
+    (Kind.APPEND, Kind.COMPACT): (False, False),
+    (Kind.REPLACE, Kind.COMPACT): (False, False),  # it compacted rows mine replaces
+    (Kind.DELETE, Kind.COMPACT): (True, True),  # the same segment
+    (Kind.COMPACT, Kind.APPEND): (False, False),
+    (Kind.COMPACT, Kind.REPLACE): (True, True),
+    (Kind.COMPACT, Kind.DELETE): (True, True),  # the same segment
+    (Kind.COMPACT, Kind.COMPACT): (True, True),  # the same segment
 }
 
 
@@ -103,6 +114,19 @@ def test_a_carried_segment_deleted_later_is_not_carried() -> None:
     assert check(mine, [appended, later_elsewhere]).carry == (seg("a", 5),)
 
 
+def test_a_replace_refuses_a_compaction_of_rows_appended_after_it_began() -> None:
+    """Rows appended meanwhile are carried; once a minor compaction merged them with
+    rows the replace rewrites, they can be neither carried nor dropped."""
+    mine = footprint(Kind.REPLACE, 5, cid=9)
+    appended = Footprint(3, Kind.APPEND, added=(seg("a", 5),))
+    merged = Footprint(4, Kind.COMPACT, added=(seg("c", 5),), removed=(seg("a", 5), seg("old", 5)))
+    conflict = check(mine, [appended, merged]).conflict
+    assert conflict is not None and conflict.other == 4 and not conflict.retryable
+    base_only = Footprint(4, Kind.COMPACT, added=(seg("c", 5),), removed=(seg("old", 5),))
+    verdict = check(mine, [appended, base_only])
+    assert verdict.conflict is None and verdict.carry == (seg("a", 5),)  # outputs not carried
+
+
 def test_deletes_of_different_segments_of_one_chunk_both_publish() -> None:
     mine = Footprint(2, Kind.DELETE, removed=(seg("a", 5),))
     other = Footprint(1, Kind.DELETE, removed=(seg("b", 5),))
@@ -132,6 +156,7 @@ def test_the_same_app_id_conflicts_whatever_was_written(mine_kind: Kind, other_k
 def test_kinds_of_actions() -> None:
     assert Kind.of(CommitAction.OVERWRITE) is Kind.REPLACE is Kind.of("REFRESH")
     assert Kind.of(CommitAction.END_REPLACE) is Kind.LINEAGE
+    assert Kind.of(CommitAction.COMPACT) is Kind.COMPACT
 
 
 # -- properties over random footprints --------------------------------------------------
@@ -140,6 +165,13 @@ kind_st = st.sampled_from([Kind.APPEND, Kind.REPLACE, Kind.DELETE])
 write_st = st.builds(
     lambda kind, d, name: footprint(kind, d, name=name),
     kind_st,
+    st.integers(0, 6),
+    st.sampled_from(["a", "b", "c"]),
+)
+#: with minor compactions, whose rule against a replace depends on earlier appends
+any_write_st = st.builds(
+    lambda kind, d, name: footprint(kind, d, name=name),
+    st.sampled_from([Kind.APPEND, Kind.REPLACE, Kind.DELETE, Kind.COMPACT]),
     st.integers(0, 6),
     st.sampled_from(["a", "b", "c"]),
 )
@@ -160,7 +192,11 @@ def test_a_conflict_with_many_is_a_conflict_with_one(
         assert verdict.conflict.other == others[alone.index(True)].commit_id
 
 
-@given(mine=write_st, others=st.lists(write_st, max_size=6), iso=st.sampled_from(list(Isolation)))
+@given(
+    mine=any_write_st,
+    others=st.lists(any_write_st, max_size=6),
+    iso=st.sampled_from(list(Isolation)),
+)
 def test_writes_touching_disjoint_times_never_conflict(
     mine: Footprint, others: list[Footprint], iso: Isolation
 ) -> None:
@@ -171,12 +207,12 @@ def test_writes_touching_disjoint_times_never_conflict(
     assert check(mine, far, iso).conflict is None
 
 
-@given(others=st.lists(write_st, max_size=6), iso=st.sampled_from(list(Isolation)))
+@given(others=st.lists(any_write_st, max_size=6), iso=st.sampled_from(list(Isolation)))
 def test_appends_never_conflict(others: list[Footprint], iso: Isolation) -> None:
     assert check(footprint(Kind.APPEND, 3), others, iso).conflict is None
 
 
-@given(mine=write_st, others=st.lists(write_st, max_size=6))
+@given(mine=any_write_st, others=st.lists(any_write_st, max_size=6))
 def test_carried_segments_are_appends_inside_the_replaced_intervals(
     mine: Footprint, others: list[Footprint]
 ) -> None:

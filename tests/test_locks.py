@@ -159,3 +159,32 @@ def test_granted_locks_always_coexist_and_revocations_only_go_down(
         for a, b in itertools.combinations(granted, 2):
             if a.interval.overlaps(b.interval):
                 assert coexist(a, b) and coexist(b, a), (a, b)
+
+
+# -- segment locks (seed 001: a minor compaction locks its input segments) -------------
+
+SEG = LockType.SEGMENT
+
+
+def seglock(ids: set[str], priority: int = 25, id: int | None = None) -> Lock:
+    n = next(_ids) if id is None else id
+    return Lock(n, f"tx{n}", SEG, days(0, 1), priority, GRANTED, frozenset(ids))
+
+
+def test_segment_locks_coexist_with_appends_and_with_locks_of_other_segments() -> None:
+    mine = seglock({"p0", "p1"})
+    assert coexist(mine, lock(AP, 0, 1)) and coexist(lock(AP, 0, 1), mine)
+    assert coexist(seglock({"p2"}), mine) and coexist(mine, seglock({"p2"}))
+    assert not coexist(seglock({"p1", "p2"}), mine)  # one segment in common
+    for other in (EX, SH, RE):
+        assert not coexist(mine, lock(other, 0, 1)) and not coexist(lock(other, 0, 1), mine)
+
+
+def test_appends_never_revoke_a_compaction_and_a_replace_of_higher_priority_does() -> None:
+    compaction = seglock({"p0", "p1"}, priority=25, id=1)
+    streaming = lock(AP, 0, 1, priority=75, id=2)
+    assert decide(streaming, [compaction]) == decide(streaming, [])  # granted, revokes none
+    batch = lock(RE, 0, 1, priority=50, id=3)
+    assert decide(batch, [compaction]).revoke == (1,)
+    low = lock(RE, 0, 1, priority=10, id=4)
+    assert not decide(low, [compaction]).granted  # waits for the compaction

@@ -45,11 +45,19 @@ _HOMES = {
 
 def __getattr__(name: str) -> Any:
     home = _HOMES.get(name)
-    if home is None:
+    if home is None and name.endswith("Error"):  # every error: lamina.CommitConflictError
+        home = "lamina.errors"
+    if home is None or (home == "lamina.errors" and not _is_error(name)):
         raise AttributeError(f"module 'lamina' has no attribute {name!r}")
     value = getattr(importlib.import_module(home), name)
     globals()[name] = value  # later lookups skip this function
     return value
+
+
+def _is_error(name: str) -> bool:
+    from lamina import errors
+
+    return isinstance(getattr(errors, name, None), type)
 
 
 def __dir__() -> list[str]:

@@ -138,3 +138,8 @@ class AlreadyAppliedError(LaminaError):
     def __init__(self, message: str, commit_id: int) -> None:
         super().__init__(message)
         self.commit_id = commit_id
+
+
+class CompactionError(LaminaError, ValueError):
+    """A compaction request breaks a rule: inputs not adjacent, an unknown column to
+    sort or roll up by, an impossible granularity change, a non-numeric metric."""

@@ -246,6 +246,60 @@ class Table:
 
         return batch
 
+    def compact(
+        self,
+        interval: Interval | str | tuple[Any, Any] | None = None,
+        mode: str = "minor",
+        target_rows_per_segment: int | None = None,
+        *,
+        segment_granularity: str | None = None,
+        sort_by: list[str] | None = None,
+        rollup: dict[str, Any] | None = None,
+        priority: int | None = None,
+        wait_s: float | None = None,
+    ) -> Commit | None:
+        """Compact segments; returns the commit, or None when there was nothing to do.
+
+        ``mode="minor"``: per chunk, runs of adjacent small segments become fewer
+        segments at the same version and a higher minor version (one atomic update
+        group per run), under SEGMENT locks on the inputs; appends into the same
+        chunks carry on meanwhile and never revoke it. Only whole chunks inside
+        ``interval`` (default: all) are compacted.
+
+        ``mode="major"``: rewrites every chunk of ``interval`` (default: all data) at a
+        new version under a REPLACE lock — into ``segment_granularity`` chunks if
+        given, sorted by ``sort_by``, rolled up by ``rollup`` (``{"dimensions": [...],
+        "metrics": {"v": "sum", "n": "count"}, "query_granularity": "HOUR"}``, see
+        :mod:`lamina.core.rollup`). Rows appended meanwhile are kept.
+
+        ``priority``: the locks' (default 25, below batch writes and streaming);
+        ``wait_s``: how long to wait for them (default: the catalog's writer_wait_s).
+        Raises CompactionError (bad request: nothing changed), CommitConflictError (an
+        input was replaced or deleted meanwhile: nothing published), LockTimeoutError,
+        LockRevokedError, InvalidIntervalError.
+        """
+        from lamina import compaction
+        from lamina.core.locks import PRIORITY_COMPACTION
+        from lamina.errors import CompactionError
+
+        if mode not in ("minor", "major"):
+            raise CompactionError(f"mode={mode!r}: use 'minor' or 'major'")
+        if mode == "minor" and (segment_granularity or sort_by or rollup):
+            raise CompactionError(
+                "segment_granularity, sort_by and rollup rewrite whole chunks: use mode='major'"
+            )
+        if priority is not None and (isinstance(priority, bool) or priority < 0):
+            raise CompactionError(f"priority must be a whole number >= 0, not {priority!r}")
+        prio = PRIORITY_COMPACTION if priority is None else int(priority)
+        target = compaction.target_rows(self, target_rows_per_segment)
+        if mode == "major":
+            iv = None if interval is None else Interval.coerce(interval)
+            return compaction.compact_major(
+                self, iv, segment_granularity, sort_by, rollup, target, prio, wait_s
+            )
+        runs = compaction.plan(self, self._aligned(interval), target)
+        return compaction.compact_minor(self, runs, prio, wait_s)
+
     def push(self, metadata: dict[str, Any] | None = None) -> ConsistentPush:
         """A multi-batch append that becomes visible all at once (and can be reverted).
 
@@ -266,7 +320,11 @@ class Table:
         return iv
 
     def _producer(
-        self, data: Any, action: str, interval: Interval | None
+        self,
+        data: Any,
+        action: str,
+        interval: Interval | None,
+        layout: tuple[Granularity, int] | None = None,
     ) -> Callable[[str], list[NewSegment]]:
         """Validate ``data`` now; return the step that writes its files under a commit.
 
@@ -287,6 +345,7 @@ class Table:
                 self._record, self._ctx.warehouse, self.target_rows_per_segment, data
             )
         rec = self._record
+        granularity, target = layout or (rec.granularity, self.target_rows_per_segment)
         if isinstance(data, pa.RecordBatchReader):
             pieces = gathered(data, STREAM_FLUSH_BYTES)
         else:
@@ -296,10 +355,10 @@ class Table:
             parts = split_by_chunk(
                 conform(piece, rec.schema),
                 rec.time_column,
-                rec.granularity,
-                self.target_rows_per_segment,
+                granularity,
+                target,
             )
-            self._overwrite_chunks(action, [p.chunk for p in parts], interval)
+            self._overwrite_chunks(action, [p.chunk for p in parts], interval, granularity)
             return parts
 
         first = [split(next(pieces))]  # fail before writing
@@ -363,9 +422,14 @@ class Table:
         return next(c for c in self.history() if c.id == commit_id)
 
     def _overwrite_chunks(
-        self, action: str, chunks: list[Interval], interval: Interval | None
+        self,
+        action: str,
+        chunks: list[Interval],
+        interval: Interval | None,
+        granularity: Granularity | None = None,
     ) -> tuple[Interval, ...] | None:
-        """The chunks an overwrite replaces; checks rows stay inside ``interval``."""
+        """The chunks (of ``granularity``, default the table's) an overwrite replaces;
+        checks rows stay inside ``interval``."""
         if action == CommitAction.APPEND:
             return None
         if interval is None:
@@ -376,7 +440,9 @@ class Table:
                 f"rows in {min(outside)} fall outside the {action.lower()} interval {interval}; "
                 "widen the interval or filter the data"
             )
-        return tuple(self.granularity.chunks(interval)) if interval != ETERNITY else (ETERNITY,)
+        if interval == ETERNITY:
+            return (ETERNITY,)
+        return tuple((granularity or self.granularity).chunks(interval))
 
     # -- lineage --------------------------------------------------------------------
 

@@ -11,15 +11,14 @@ are removed.
 
 from __future__ import annotations
 
-import time
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from lamina.core.conflicts import Isolation
-from lamina.core.interval import ETERNITY, Interval
+from lamina.core.interval import ETERNITY, Granularity, Interval
 from lamina.core.locks import PRIORITY_BATCH, LockType
 from lamina.core.model import Commit, CommitAction, NewSegment, PublishPlan, txn_of
-from lamina.errors import AlreadyAppliedError, LockError, LockTimeoutError, TransactionError
+from lamina.errors import AlreadyAppliedError, LockError, TransactionError
 from lamina.write import WriteTransaction
 
 if TYPE_CHECKING:
@@ -118,32 +117,11 @@ class Transaction:
             self._state = "open"
             try:
                 if self._lock is not None:
-                    self._acquire(*self._lock)
+                    self._write.acquire(*self._lock)
                 self._write.inflight()
             except BaseException:
                 self.abort()
                 raise
-
-    def _acquire(self, kind: LockType, interval: Interval, priority: int, wait_s: float) -> None:
-        """Take the lock, waiting in arrival order up to ``wait_s``; then read from the
-        snapshot of that moment. Raises LockTimeoutError."""
-        from lamina.meta import commits, locks
-
-        w, ctx = self._write, self._table._ctx
-        lock_id = locks.request(ctx.db, w.table.id, w.id, kind, interval, priority)
-        deadline = time.monotonic() + wait_s
-        delay = 0.005
-        while not locks.try_grant(ctx.db, w.table.id, lock_id, ctx.stale_after_s).granted:
-            if time.monotonic() >= deadline:
-                locks.cancel(ctx.db, lock_id)
-                raise LockTimeoutError(
-                    f"no {kind.value} lock on {interval} of {w.table.name!r} within {wait_s:g} s: "
-                    "other transactions hold it (see t.locks()); wait longer (wait_s=), or "
-                    "raise this transaction's priority"
-                )
-            time.sleep(delay)
-            delay = min(delay * 2, 0.2)
-        w.base_seq = commits.rebase(ctx.db, w.id, w.owner)
 
     def _check_open(self) -> None:
         self._begin()
@@ -168,9 +146,18 @@ class Transaction:
         """Replace every row of ``interval`` (default: the chunks ``data`` touches), as
         ``t.overwrite``. Raises TransactionError for a chunk this transaction appends to."""
         self._check_open()
-        iv = self._table._aligned(interval)
-        files = self._produce(data, CommitAction.OVERWRITE, iv)
-        chunks = self._table._overwrite_chunks(CommitAction.OVERWRITE, [f.chunk for f in files], iv)
+        self._overwrite(data, self._table._aligned(interval))
+
+    def _overwrite(
+        self, data: Any, iv: Interval | None, layout: tuple[Granularity, int] | None = None
+    ) -> None:
+        """Overwrite with chunks of ``layout`` = (granularity, target rows per segment)
+        when given (a major compaction's re-partitioning), else the table's."""
+        files = self._produce(data, CommitAction.OVERWRITE, iv, layout)
+        gran = None if layout is None else layout[0]
+        chunks = self._table._overwrite_chunks(
+            CommitAction.OVERWRITE, [f.chunk for f in files], iv, gran
+        )
         assert chunks is not None
         self._clash(list(chunks), {f.chunk for f in self._appends}, "appends to")
         self._overwrites += files
@@ -227,8 +214,14 @@ class Transaction:
 
     # -- helpers --------------------------------------------------------------------
 
-    def _produce(self, data: Any, action: str, interval: Interval | None) -> list[NewSegment]:
-        produce = self._table._producer(data, action, interval)
+    def _produce(
+        self,
+        data: Any,
+        action: str,
+        interval: Interval | None,
+        layout: tuple[Granularity, int] | None = None,
+    ) -> list[NewSegment]:
+        produce = self._table._producer(data, action, interval, layout)
         self._ops += 1
         return produce(f"{self._write.dir}/op{self._ops}")
 

@@ -12,8 +12,10 @@ from types import TracebackType
 from typing import Any
 
 from lamina.context import CatalogContext
+from lamina.core.interval import Interval
+from lamina.core.locks import LockType
 from lamina.core.model import Commit, PublishPlan, TableRecord
-from lamina.errors import CommitError, LockRevokedError
+from lamina.errors import CommitError, LockRevokedError, LockTimeoutError
 from lamina.io import writer
 from lamina.io.warehouse import commit_dir
 from lamina.meta import commits, locks
@@ -192,6 +194,35 @@ class WriteTransaction:
         """Have the heartbeat thread call ``stop`` (e.g. cancel a Spark job) within one
         heartbeat once this commit is aborted or its lock revoked; None unregisters."""
         _HEARTBEATS.on_lost(self.owner, stop)
+
+    def acquire(
+        self,
+        kind: LockType,
+        interval: Interval,
+        priority: int,
+        wait_s: float,
+        segments: frozenset[str] = frozenset(),
+    ) -> None:
+        """Take a task lock for this commit, waiting in arrival order up to ``wait_s``;
+        then rebase: the write reads from the snapshot of that moment.
+        Raises LockTimeoutError."""
+        from lamina.meta import locks
+
+        ctx = self.ctx
+        lock_id = locks.request(ctx.db, self.table.id, self.id, kind, interval, priority, segments)
+        deadline = time.monotonic() + wait_s
+        delay = 0.005
+        while not locks.try_grant(ctx.db, self.table.id, lock_id, ctx.stale_after_s).granted:
+            if time.monotonic() >= deadline:
+                locks.cancel(ctx.db, lock_id)
+                raise LockTimeoutError(
+                    f"no {kind.value} lock on {interval} of {self.table.name!r} within "
+                    f"{wait_s:g} s: other transactions hold it (see t.locks()); wait longer "
+                    "(wait_s=), or raise this transaction's priority"
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+        self.base_seq = commits.rebase(ctx.db, self.id, self.owner)
 
     def inflight(self) -> None:
         """REQUESTED -> INFLIGHT, before the first file is written."""

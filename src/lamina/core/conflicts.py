@@ -8,7 +8,8 @@ the catalog reads the footprints, this module decides.
 
 Kinds of write (``Kind``): an APPEND adds segments and reads nothing; a REPLACE
 (overwrite, refresh) replaces what was visible in its intervals at its base snapshot;
-a DELETE removes named segments; a LINEAGE transition changes a lineage entry.
+a DELETE removes named segments; a LINEAGE transition changes a lineage entry; a
+COMPACT (minor compaction) replaces named segments by segments holding the same rows.
 
 The rules, ``mine`` = the write publishing now, ``other`` = a commit that completed
 after ``mine``'s base (see :data:`RULES`):
@@ -28,6 +29,15 @@ REPLACE  DELETE    conflict if a deleted segment overlaps ``mine``'s intervals
 DELETE   REPLACE   conflict if one of ``mine``'s segments overlaps its intervals
 DELETE   DELETE    conflict if both removed the same segment
 DELETE   APPEND    no conflict
+DELETE   COMPACT   conflict if it compacted a segment ``mine`` deletes
+REPLACE  COMPACT   conflict if it compacted a segment appended after ``mine``'s
+                   base into ``mine``'s intervals (its rows could be neither
+                   carried nor dropped); else none: its outputs hold rows ``mine``
+                   replaces
+COMPACT  APPEND    no conflict: a minor compaction never touches what others append
+COMPACT  REPLACE   conflict if it replaced an interval where ``mine``'s inputs lie
+COMPACT  DELETE    conflict if it deleted one of ``mine``'s inputs
+COMPACT  COMPACT   conflict if both compacted the same segment
 any      LINEAGE   conflict if ``other`` transitioned a lineage entry ``mine``
                    writes under (the entry ``mine`` builds on was ended or
                    reverted: never clobber an entry, Pinot #10103)
@@ -60,6 +70,7 @@ class Kind(enum.StrEnum):
     REPLACE = "REPLACE"
     DELETE = "DELETE"
     LINEAGE = "LINEAGE"
+    COMPACT = "COMPACT"
 
     @classmethod
     def of(cls, action: CommitAction | str) -> Kind:
@@ -75,6 +86,7 @@ _KIND_OF = {
     CommitAction.START_REPLACE: Kind.LINEAGE,
     CommitAction.END_REPLACE: Kind.LINEAGE,
     CommitAction.REVERT_REPLACE: Kind.LINEAGE,
+    CommitAction.COMPACT: Kind.COMPACT,
 }
 
 
@@ -176,6 +188,19 @@ def _delete_vs_delete(mine: Footprint, other: Footprint, iso: Isolation) -> str 
     return f"it removed segment {same[0]} already" if same else None
 
 
+def _compact_vs_replace(mine: Footprint, other: Footprint, iso: Isolation) -> str | None:
+    for seg in mine.removed:
+        if _overlap([seg.interval], other.replaced) is not None:
+            return f"it replaced {seg.interval}, where input segment {seg.id} lies"
+    return None
+
+
+def _vs_compact(mine: Footprint, other: Footprint, iso: Isolation) -> str | None:
+    theirs = {s.id for s in other.removed}
+    same = sorted(s.id for s in mine.removed if s.id in theirs)
+    return f"it compacted segment {same[0]} meanwhile" if same else None
+
+
 def _vs_lineage(mine: Footprint, other: Footprint, iso: Isolation) -> str | None:
     shared = sorted(mine.lineage & other.lineage)
     return f"it changed lineage entry {shared[0]}, which this write builds on" if shared else None
@@ -197,6 +222,14 @@ RULES: dict[tuple[Kind, Kind], Rule] = {
     (Kind.LINEAGE, Kind.APPEND): _none,
     (Kind.LINEAGE, Kind.REPLACE): _none,
     (Kind.LINEAGE, Kind.DELETE): _none,
+    (Kind.LINEAGE, Kind.COMPACT): _none,
+    (Kind.APPEND, Kind.COMPACT): _none,
+    (Kind.REPLACE, Kind.COMPACT): _none,  # see check(): it depends on the carry
+    (Kind.DELETE, Kind.COMPACT): _vs_compact,
+    (Kind.COMPACT, Kind.APPEND): _none,
+    (Kind.COMPACT, Kind.REPLACE): _compact_vs_replace,
+    (Kind.COMPACT, Kind.DELETE): _vs_compact,
+    (Kind.COMPACT, Kind.COMPACT): _vs_compact,
     **{(k, Kind.LINEAGE): _vs_lineage for k in Kind},
 }
 
@@ -216,6 +249,14 @@ def check(
         why = RULES[(mine.kind, other.kind)](mine, other, isolation)
         if why is not None:
             return Verdict(Conflict(other.commit_id, why))
+        if mine.kind is Kind.REPLACE and other.kind is Kind.COMPACT:
+            merged = sorted({s.id for s in other.removed} & {s.id for s in carry})
+            if merged:
+                why = (
+                    f"it compacted segment {merged[0]}, appended after this replace began, "
+                    "together with rows this replace rewrites"
+                )
+                return Verdict(Conflict(other.commit_id, why))
         if mine.kind is Kind.REPLACE and other.kind is Kind.APPEND:
             carry += [s for s in other.added if _overlap(mine.replaced, [s.interval])]
     gone = {s.id for o in others for s in o.removed}

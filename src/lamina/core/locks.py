@@ -17,6 +17,10 @@ APPEND      no          no     yes, if it holds the      yes
 
 (so at most one REPLACE contains an APPEND: two overlapping REPLACEs never coexist).
 
+A SEGMENT lock (seed 001's segment lock: a minor compaction locks its input
+segments) covers named segments of a chunk, not the chunk: it coexists with APPEND
+locks and with SEGMENT locks on other segments, and with nothing else that overlaps.
+
 A request that cannot coexist is granted only if every lock it cannot coexist with
 has a strictly lower priority; those are then all revoked at once. A revoked lock
 is never granted again and counts for nothing; its holder fails at publish.
@@ -39,6 +43,7 @@ class LockType(enum.StrEnum):
     SHARED = "SHARED"
     REPLACE = "REPLACE"
     APPEND = "APPEND"
+    SEGMENT = "SEGMENT"
 
     @classmethod
     def parse(cls, value: str | LockType) -> LockType:
@@ -72,6 +77,8 @@ class Lock:
     interval: Interval
     priority: int
     state: LockState = LockState.GRANTED
+    #: a SEGMENT lock's segment ids
+    segments: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,10 @@ def coexist(requested: Lock, held: Lock) -> bool:
     """Whether ``requested`` can be granted while ``held`` stays (overlapping, other
     holders; see the module table)."""
     r, h = requested.type, held.type
+    if LockType.SEGMENT in (r, h):
+        if r is h:
+            return not requested.segments & held.segments
+        return LockType.APPEND in (r, h)
     if r is LockType.SHARED and h is LockType.SHARED:
         return True
     if r is LockType.APPEND and h is LockType.APPEND:

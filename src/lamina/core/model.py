@@ -42,6 +42,7 @@ class CommitAction(enum.StrEnum):
     START_REPLACE = "START_REPLACE"
     END_REPLACE = "END_REPLACE"
     REVERT_REPLACE = "REVERT_REPLACE"
+    COMPACT = "COMPACT"  # a minor compaction (a major one is an OVERWRITE)
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,20 @@ class NewSegment:
 
 
 @dataclass(frozen=True)
+class CompactedRun:
+    """A minor compaction's written outputs for one run: they replace ``inputs`` (ids)
+    at the same ``version``, as one atomic update group of a higher minor version."""
+
+    chunk: Interval
+    version: int
+    inputs: tuple[str, ...]
+    root_range: tuple[int, int]
+    minor_version: int
+    num_core_partitions: int
+    files: tuple[NewSegment, ...]
+
+
+@dataclass(frozen=True)
 class PublishPlan:
     """What a commit publishes: new files, and for an overwrite the chunks it replaces."""
 
@@ -171,6 +186,8 @@ class PublishPlan:
     txn: tuple[str, int] | None = None
     #: the commit holds task locks (checked, and released, when it publishes)
     locked: bool = False
+    #: a minor compaction's runs (their inputs are in ``remove_ids`` too)
+    compacted: tuple[CompactedRun, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from lamina.core.interval import Interval
-from lamina.core.model import NewSegment
+from lamina.core.model import CompactedRun, NewSegment
 from lamina.core.segment import Segment
 from lamina.core.timeline import Timeline
 from lamina.errors import LaminaError
@@ -173,3 +173,26 @@ def carried_segments(
         )
         next_pid[home] += 1
     return out
+
+
+def compacted_segments(table: str, run: CompactedRun, first_pid: int) -> list[Segment]:
+    """A minor compaction run's outputs: partition ids from ``first_pid`` (later
+    generations' space), one atomic update group over the run's root range."""
+    return [
+        Segment(
+            table,
+            run.chunk,
+            run.version,
+            first_pid + i,
+            run.num_core_partitions,
+            f.location,
+            f.row_count,
+            f.size_bytes,
+            f.min_time,
+            f.max_time,
+            minor_version=run.minor_version,
+            root_partition_range=run.root_range,
+            atomic_update_group_size=len(run.files),
+        )
+        for i, f in enumerate(run.files)
+    ]

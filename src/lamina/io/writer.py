@@ -60,7 +60,7 @@ def split_by_chunk(
     if n == 0:
         return []
     if time_column is None:
-        return [ChunkPart(ETERNITY, data, r, None) for r in _pieces(slice(0, n), target_rows)]
+        return [ChunkPart(ETERNITY, data, r, None) for r in pieces(slice(0, n), target_rows)]
     col = data.column(time_column)
     if col.null_count:
         raise TimeColumnError(
@@ -83,7 +83,7 @@ def split_by_chunk(
             continue
         start = int(starts[code])
         chunk = Interval.of(start, granularity.next_start(start))
-        for piece in _pieces(slice(lo, hi), target_rows):
+        for piece in pieces(slice(lo, hi), target_rows):
             rows: slice | np.ndarray = piece if order is None else order[piece]
             parts.append(ChunkPart(chunk, data, rows, t))
     return parts
@@ -104,7 +104,7 @@ def _chunk_codes(t: np.ndarray, granularity: Granularity) -> tuple[np.ndarray, n
     return int64_numpy(encoded.dictionary), int64_numpy(encoded.indices)
 
 
-def _pieces(rows: slice, target_rows: int) -> list[slice]:
+def pieces(rows: slice, target_rows: int) -> list[slice]:
     """Cut a range into near-equal ranges of at most ``target_rows``."""
     n = rows.stop - rows.start
     count = max(1, -(-n // max(1, target_rows)))

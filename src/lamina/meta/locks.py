@@ -8,6 +8,7 @@ next lock decision on the table (pid gone on this host, or heartbeat expired).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,8 @@ class LockInfo:
     state: str
     commit_id: int
     holder: str
+    #: a SEGMENT lock's segment ids
+    segments: tuple[str, ...] = ()
 
 
 def _lock_of(row: Any) -> Lock:
@@ -43,13 +46,21 @@ def _lock_of(row: Any) -> Lock:
         Interval.of(row.start_us, row.end_us),
         int(row.priority),
         LockState(row.state),
+        frozenset(json.loads(row.segment_ids)) if row.segment_ids else frozenset(),
     )
 
 
 def request(
-    db: Db, table_id: int, commit_id: int, kind: LockType, interval: Interval, priority: int
+    db: Db,
+    table_id: int,
+    commit_id: int,
+    kind: LockType,
+    interval: Interval,
+    priority: int,
+    segments: frozenset[str] = frozenset(),
 ) -> int:
-    """Queue a WAITING request of commit ``commit_id``; returns its id."""
+    """Queue a WAITING request of commit ``commit_id`` (``segments``: a SEGMENT lock's
+    segment ids); returns its id."""
 
     def txn(conn: Connection) -> int:
         row = {
@@ -61,6 +72,7 @@ def request(
             "priority": priority,
             "state": LockState.WAITING.value,
             "created_at": now_us(),
+            "segment_ids": json.dumps(sorted(segments)) if segments else None,
         }
         pk = conn.execute(insert(locks).values(row)).inserted_primary_key
         assert pk is not None
@@ -150,6 +162,7 @@ def list_locks(db: Db, name: str) -> list[LockInfo]:
                 r.state,
                 int(r.commit_id),
                 str(r.owner).rsplit(":", 1)[0],
+                tuple(json.loads(r.segment_ids)) if r.segment_ids else (),
             )
             for r in rows
         ]

@@ -15,12 +15,13 @@ from sqlalchemy import Connection, and_, bindparam, select
 from lamina.core.conflicts import Footprint, Isolation, Kind, SegmentRef, check
 from lamina.core.interval import Interval, from_us
 from lamina.core.lineage import LineageState, hidden_by, protected
-from lamina.core.locks import LockState
+from lamina.core.locks import LockState, LockType
 from lamina.core.model import Commit, CommitAction, CommitState, PublishPlan, TableRecord
 from lamina.core.planner import (
     append_segments,
     append_targets,
     carried_segments,
+    compacted_segments,
     overshadowed,
     overwrite_segments,
 )
@@ -47,6 +48,7 @@ from lamina.meta.segments import (
     live_ids,
     live_segments,
     mark_removed,
+    next_overwrite_pid,
     rows_by_id,
 )
 from lamina.meta.tables import lock_table
@@ -159,6 +161,9 @@ def publish(db: Db, table: TableRecord, commit_id: int, owner: str, plan: Publis
             targets, used_new = append_targets(chunks, reps, version)
             fresh = version if used_new else fresh
             new += append_segments(table.name, appends, targets, next_pid, plan.suffix)
+        for run in plan.compacted:
+            first = next_overwrite_pid(conn, table.id, run.chunk, run.version)
+            new += compacted_segments(table.name, run, first)
         if carry:
             carried = [
                 segment_of(r._mapping, table.name) for r in rows_by_id(conn, table.id, carry)
@@ -223,7 +228,11 @@ def _held_locks(conn: Connection, commit_id: int) -> list[Interval]:
             "revoked by a higher-priority request; nothing was published — retry, or raise "
             "this transaction's priority"
         )
-    return [Interval.of(r.start_us, r.end_us) for r in rows if r.state == LockState.GRANTED.value]
+    return [
+        Interval.of(r.start_us, r.end_us)
+        for r in rows
+        if r.state == LockState.GRANTED.value and r.type != LockType.SEGMENT.value
+    ]
 
 
 def _check_conflicts(
@@ -290,12 +299,17 @@ def _check_removable(
     conn: Connection, table_id: int, ids: tuple[str, ...], hidden: set[str], held: set[str]
 ) -> set[str]:
     """The segments a commit removes, all still live and held by no lineage entry.
-    Raises CommitError, LineageError."""
+    Raises CommitConflictError, LineageError."""
     live = existing(conn, table_id, list(ids))
     gone = [i for i in ids if i not in live or i in hidden]
     if gone:
-        raise CommitError(
-            f"segments {gone[:5]} were removed meanwhile; nothing was published, retry"
+        by = {r.segment_id: r.removed_commit for r in rows_by_id(conn, table_id, gone[:5])}
+        other = next((int(c) for c in by.values() if c is not None), None)
+        raise CommitConflictError(
+            f"segments {gone[:5]} were removed meanwhile"
+            + (f" by commit {other}" if other is not None else "")
+            + "; nothing was published — re-read the table and decide",
+            other=other,
         )
     busy = sorted(set(ids) & held)
     if busy:

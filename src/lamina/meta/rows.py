@@ -41,6 +41,9 @@ def segment_of(m: Mapping[str, Any], table: str, root: str | None = None) -> Seg
         max_time=m["max_time"],
         commit_id=m.get("commit_id"),
         suffix=m.get("suffix") or "",
+        minor_version=m.get("minor_version") or 0,
+        root_partition_range=(m["root_start"], m["root_end"]) if m.get("minor_version") else None,
+        atomic_update_group_size=(m.get("aug_size") or 1) if m.get("minor_version") else 1,
     )
 
 
@@ -59,6 +62,10 @@ def segment_values(seg: Segment) -> dict[str, Any]:
         "size_bytes": seg.size_bytes,
         "min_time": seg.min_time,
         "max_time": seg.max_time,
+        "minor_version": seg.minor_version,
+        "root_start": seg.root_range[0],
+        "root_end": seg.root_range[1],
+        "aug_size": seg.atomic_update_group_size,
     }
 
 

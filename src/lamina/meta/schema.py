@@ -107,6 +107,12 @@ segments = Table(
     Column("removed_seq", BigInteger),
     Column("removed_commit", BigInteger),
     Column("suffix", String(64), default=""),  # since v2
+    # Druid's overwrite shard fields (since v9): minor version, root partition range
+    # [root_start, root_end) and the size of the segment's atomic update group
+    Column("minor_version", Integer, nullable=False, default=0),
+    Column("root_start", Integer),
+    Column("root_end", Integer),
+    Column("aug_size", Integer, nullable=False, default=1),
     UniqueConstraint("table_id", "segment_id", name="uq_segments_id"),
     UniqueConstraint(
         "table_id", "start_us", "end_us", "version", "partition_id", name="uq_segments_identity"
@@ -183,6 +189,8 @@ locks = Table(
     Column("priority", Integer, nullable=False),
     Column("state", String(16), nullable=False),
     Column("created_at", BigInteger, nullable=False),
+    # a SEGMENT lock's segment ids (JSON list), since v9
+    Column("segment_ids", Text),
     Index("ix_locks_table", "table_id"),
 )
 
@@ -260,6 +268,21 @@ def _v8_locks(conn: Connection) -> None:
     locks.create(conn, checkfirst=True)
 
 
+def _v9_minor_versions(conn: Connection) -> None:
+    """Segments carry minor versions, root partition ranges and atomic update group
+    sizes; every existing segment is first-generation: roots (pid, pid + 1)."""
+    _add_column(conn, "lamina_segments", "minor_version", "INTEGER NOT NULL DEFAULT 0")
+    _add_column(conn, "lamina_segments", "root_start", "INTEGER")
+    _add_column(conn, "lamina_segments", "root_end", "INTEGER")
+    _add_column(conn, "lamina_segments", "aug_size", "INTEGER NOT NULL DEFAULT 1")
+    conn.execute(
+        update(segments)
+        .where(segments.c.root_start.is_(None))
+        .values(root_start=segments.c.partition_id, root_end=segments.c.partition_id + 1)
+    )
+    _add_column(conn, "lamina_locks", "segment_ids", "TEXT")
+
+
 #: Ordered migrations; append only. Version N = the first N applied.
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _v1_initial,
@@ -270,6 +293,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _v6_optimistic,
     _v7_app_txns,
     _v8_locks,
+    _v9_minor_versions,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

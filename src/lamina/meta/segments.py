@@ -22,7 +22,7 @@ from sqlalchemy import (
 
 from lamina.core.interval import MIN_US, Interval
 from lamina.core.planner import Target
-from lamina.core.segment import Segment
+from lamina.core.segment import OVERWRITE_PARTITION_START, Segment
 from lamina.meta.manifests import drop_all as drop_manifests
 from lamina.meta.rows import segment_of
 from lamina.meta.schema import MAX_SPAN_US, lineage, segments, tables
@@ -120,7 +120,13 @@ def _chunk_versions_stmt(hidden: Collection[str], bounded: bool) -> Select[Any]:
     live: ColumnElement[bool] = segments.c.removed_seq.is_(None)
     if hidden:
         live = and_(live, segments.c.segment_id.not_in(list(hidden)))
-    core = and_(live, segments.c.partition_id < segments.c.num_core_partitions)
+    # core partitions covered by live segments, through their root ranges (a minor
+    # compaction's output stands for the core partitions it merged; live ranges of one
+    # chunk and version never overlap)
+    n, lo, hi = segments.c.num_core_partitions, segments.c.root_start, segments.c.root_end
+    core = and_(live, lo < n)
+    covered = case((hi < n, hi), else_=n) - lo
+    first_gen = segments.c.partition_id < OVERWRITE_PARTITION_START
     conds = [
         segments.c.table_id == bindparam("tid"),
         segments.c.start_us < bindparam("end"),
@@ -133,10 +139,10 @@ def _chunk_versions_stmt(hidden: Collection[str], bounded: bool) -> Select[Any]:
             segments.c.start_us,
             segments.c.end_us,
             segments.c.version,
-            func.max(segments.c.partition_id),
+            func.max(case((first_gen, segments.c.partition_id), else_=-1)),
             func.sum(case((live, 1), else_=0)),
             func.max(case((live, segments.c.num_core_partitions), else_=0)),
-            func.sum(case((core, 1), else_=0)),
+            func.sum(case((core, covered), else_=0)),
         )
         .where(*conds)
         .group_by(segments.c.start_us, segments.c.end_us, segments.c.version)
@@ -173,7 +179,7 @@ def chunk_versions(
 ) -> tuple[list[Segment], dict[Target, int]] | None:
     """For each (chunk, version) overlapping ``span``, in one aggregate query: a
     stand-in segment when its live partitions (not hidden by lineage) are complete,
-    and the first partition id no row of it ever took. ``longest``: the table's
+    and the first first-generation partition id no row of it ever took. ``longest``: the table's
     ``max_span_us``.
 
     ``hidden`` None: the caller has not read the table's lineage entries; the same
@@ -206,6 +212,20 @@ def chunk_versions(
         if n_live and int(core_present or 0) >= int(n_core or 0):
             reps.append(Segment(table, iv, v, 0, 0, "", 0))
     return reps, next_pid
+
+
+def next_overwrite_pid(conn: Connection, table_id: int, chunk: Interval, version: int) -> int:
+    """The first later-generation partition id of (chunk, version) no row ever took."""
+    top = conn.execute(
+        select(func.max(segments.c.partition_id)).where(
+            segments.c.table_id == table_id,
+            segments.c.start_us == chunk.start,
+            segments.c.end_us == chunk.end,
+            segments.c.version == version,
+            segments.c.partition_id >= OVERWRITE_PARTITION_START,
+        )
+    ).scalar()
+    return OVERWRITE_PARTITION_START if top is None else int(top) + 1
 
 
 def mark_removed(

@@ -31,6 +31,10 @@ COLUMNS = (
     segments.c.max_time,
     segments.c.commit_id,
     segments.c.suffix,
+    segments.c.minor_version,
+    segments.c.root_start,
+    segments.c.root_end,
+    segments.c.aug_size,
     segments.c.segment_id,
 )
 
@@ -98,12 +102,21 @@ def snapshot(
 def segments_of(root: str, tname: str, rows: Sequence[Any], hidden: set[str]) -> list[Segment]:
     intervals: dict[tuple[int, int], Interval] = {}  # shared, not one per segment
     segs = []
-    for s, e, v, p, n, loc, rc, sb, mn, mx, cid, sfx, sid in rows:
+    for s, e, v, p, n, loc, rc, sb, mn, mx, cid, sfx, minor, lo, hi, aug, sid in rows:
         if sid in hidden:
             continue
         iv = intervals.get((s, e))
         if iv is None:
             iv = intervals[(s, e)] = Interval.of(s, e)
         location = f"{root}/{loc}" if loc else None
-        segs.append(Segment(tname, iv, v, p, n, location, rc, sb, mn, mx, cid, sfx or ""))
+        if minor:  # a later generation
+            seg = Segment(
+                tname, iv, v, p, n, location, rc, sb, mn, mx, cid, sfx or "",
+                minor_version=minor,
+                root_partition_range=(lo, hi),
+                atomic_update_group_size=aug,
+            )  # fmt: skip
+        else:
+            seg = Segment(tname, iv, v, p, n, location, rc, sb, mn, mx, cid, sfx or "")
+        segs.append(seg)
     return segs

@@ -1,0 +1,217 @@
+"""Compaction of a table's segments (seed 001): minor and major.
+
+A *minor* compaction merges runs of adjacent small segments of a chunk into fewer
+segments at the same major version and a higher minor version (one atomic update
+group per run, see :mod:`lamina.core.compaction`). It reads only its input segments
+and publishes as one commit of kind COMPACT: appends into the same chunks carry on
+meanwhile and never conflict with it; readers see either the inputs or the outputs,
+never both.
+
+A *major* compaction rewrites whole chunks at a new version under a REPLACE lock
+(priority 25 by default): optionally to another segment granularity, sorted, and
+rolled up. It reads the rows visible when it took its lock; segments appended
+meanwhile under APPEND locks (or optimistically) are carried onto its version.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lamina.core.compaction import MinorRun, plan_minor
+from lamina.core.interval import ETERNITY, Granularity, Interval
+from lamina.core.lineage import LineageState
+from lamina.core.locks import PRIORITY_COMPACTION, LockType
+from lamina.core.model import Commit, CommitAction, CompactedRun, PublishPlan
+from lamina.core.rollup import Rollup
+from lamina.core.segment import Segment
+from lamina.core.timeline import Timeline
+from lamina.errors import CompactionError, InvalidGranularityError, InvalidIntervalError
+from lamina.io.arrow import time_values_us
+from lamina.io.rollup import roll_up
+from lamina.io.writer import ChunkPart, pieces, write_parts
+from lamina.write import WriteTransaction
+
+if TYPE_CHECKING:
+    from lamina.table import Table
+
+#: the table property giving the target rows of a compacted segment
+TARGET_PROPERTY = "compaction.target_rows_per_segment"
+
+
+def target_rows(table: Table, given: int | None) -> int:
+    """The target rows per compacted segment: ``given``, else the table's
+    ``compaction.target_rows_per_segment`` property, else its target for writes.
+    Raises CompactionError."""
+    value = given if given is not None else table.properties.get(TARGET_PROPERTY)
+    if value is None:
+        return table.target_rows_per_segment
+    if isinstance(value, bool) or not str(value).isdigit() or int(value) < 1:
+        raise CompactionError(f"target_rows_per_segment={value!r}: pass a whole number >= 1")
+    return int(value)
+
+
+def candidates(table: Table, interval: Interval | None) -> tuple[int, list[Segment]]:
+    """(base seq, segments a minor compaction may take): the visible whole data
+    segments of the latest snapshot, in chunks inside ``interval``, that no lineage
+    entry still names (a push in progress, or one that may be rolled back)."""
+    snap = table.snapshot(interval=interval)
+    named = {
+        i
+        for e in table.lineage()
+        if e.state in (LineageState.IN_PROGRESS, LineageState.COMPLETED)
+        for i in e.ids
+    }
+    out = []
+    for entry in Timeline.build(snap.segments).entries():
+        if entry.is_partial or (interval is not None and not interval.contains(entry.interval)):
+            continue
+        out += [s for s in entry.segments if s.location is not None and s.id not in named]
+    return snap.seq, out
+
+
+def plan(table: Table, interval: Interval | None, target: int) -> list[MinorRun]:
+    """The runs a minor compaction of ``interval`` (None: the whole table) would merge."""
+    return plan_minor(candidates(table, interval)[1], target)
+
+
+def _merged(table: Table, run: MinorRun) -> pa.Table:
+    """The rows of a run's inputs, in root order."""
+    wh = table._ctx.warehouse
+    parts = []
+    for seg in run.inputs:
+        assert seg.location is not None
+        parts.append(pq.read_table(seg.location, filesystem=wh.fs))
+    return pa.concat_tables(parts, promote_options="permissive").cast(table.schema)
+
+
+def _write_run(table: Table, commit_rel: str, run: MinorRun) -> CompactedRun:
+    data = _merged(table, run)
+    col = table.time_column
+    times = time_values_us(data.column(col)) if col is not None and data.num_rows else None
+    size = -(-data.num_rows // run.outputs) if data.num_rows else 1
+    parts = [ChunkPart(run.chunk, data, r, times) for r in pieces(slice(0, data.num_rows), size)]
+    files = write_parts(table._ctx.warehouse, commit_rel, parts)
+    return CompactedRun(
+        chunk=run.chunk,
+        version=run.version,
+        inputs=tuple(s.id for s in run.inputs),
+        root_range=run.root_range,
+        minor_version=run.minor_version,
+        num_core_partitions=max(s.num_core_partitions for s in run.inputs),
+        files=tuple(files),
+    )
+
+
+def compact_minor(
+    table: Table,
+    runs: list[MinorRun],
+    priority: int = PRIORITY_COMPACTION,
+    wait_s: float | None = None,
+) -> Commit | None:
+    """Write and publish ``runs`` as one COMPACT commit (None when there are none),
+    holding a SEGMENT lock on each run's inputs (``priority``; waiting up to
+    ``wait_s``, default the catalog's ``writer_wait_s``). Raises CommitConflictError
+    when an input was removed or replaced meanwhile, LockTimeoutError,
+    LockRevokedError (a higher-priority REPLACE or EXCLUSIVE lock took the chunk)."""
+    if not runs:
+        return None
+    ctx = table._ctx
+    wait = ctx.writer_wait_s if wait_s is None else wait_s
+    meta = {"compaction": "minor", "runs": len(runs)}
+    with WriteTransaction(ctx, table._record, CommitAction.COMPACT, meta) as w:
+        for run in runs:
+            ids = frozenset(s.id for s in run.inputs)
+            w.acquire(LockType.SEGMENT, run.chunk, priority, wait, ids)
+        w.inflight()
+        done = tuple(_write_run(table, w.dir, run) for run in runs)
+        inputs = tuple(i for r in done for i in r.inputs)
+        return w.publish(PublishPlan(compacted=done, remove_ids=inputs, locked=True))
+
+
+def _span(table: Table, granularity: Granularity) -> Interval | None:
+    """The live data's extent, widened to whole chunks of ``granularity``."""
+    segs = [s for s in table.snapshot().segments if s.location is not None]
+    if not segs:
+        return None
+    lo = min(s.interval.start for s in segs)
+    hi = max(s.interval.end for s in segs)
+    return Interval.of(granularity.floor(lo), granularity.chunk(hi - 1).end)
+
+
+def _layout(table: Table, interval: Interval | None, granularity: Granularity) -> Interval | None:
+    """The interval a major compaction rewrites: aligned to the table's chunks and to
+    the target granularity's. Raises CompactionError."""
+    if table.time_column is None:
+        if granularity is not Granularity.ALL and granularity is not table.granularity:
+            raise CompactionError("a table without a time column has one chunk: no granularity")
+        return ETERNITY
+    iv = interval if interval is not None else _span(table, granularity)
+    if iv is None:
+        return None
+    for g in (table.granularity, granularity):
+        try:
+            g.check_aligned(iv)
+        except InvalidIntervalError:
+            raise CompactionError(
+                f"cannot rewrite {iv} into {granularity.value} segments: it must align with "
+                f"both {table.granularity.value} (the table's chunks) and "
+                f"{granularity.value} chunks — choose an interval (or granularity) where "
+                "they nest"
+            ) from None
+    return iv
+
+
+def compact_major(
+    table: Table,
+    interval: Interval | None,
+    segment_granularity: str | None,
+    sort_by: list[str] | None,
+    rollup: dict[str, Any] | None,
+    target_rows: int,
+    priority: int = PRIORITY_COMPACTION,
+    wait_s: float | None = None,
+) -> Commit | None:
+    """Rewrite the chunks of ``interval`` (default: all data) at a new version, under a
+    REPLACE lock. Raises CompactionError, LockTimeoutError, LockRevokedError,
+    CommitConflictError."""
+    try:
+        gran = (
+            table.granularity
+            if segment_granularity is None
+            else Granularity.parse(segment_granularity)
+        )
+    except InvalidGranularityError as exc:
+        raise CompactionError(f"segment_granularity: {exc}") from None
+    names = set(table.schema.names)
+    missing = [c for c in sort_by or () if c not in names]
+    if missing:
+        raise CompactionError(
+            f"sort_by column {missing[0]!r} is not a column of the table "
+            f"(columns: {', '.join(table.schema.names)})"
+        )
+    spec = None if rollup is None else Rollup.parse(rollup, table.schema, table.time_column)
+    iv = _layout(table, interval, gran)
+    if iv is None:
+        return None
+    meta: dict[str, Any] = {"compaction": "major", "granularity": gran.value}
+    if sort_by:
+        meta["sort_by"] = list(sort_by)
+    if rollup is not None:
+        meta["rollup"] = rollup
+    with table.transaction(
+        metadata=meta, lock="REPLACE", interval=iv, priority=priority, wait_s=wait_s
+    ) as tx:
+        base = tx.base_seq
+        as_of = next((c.id for c in table.history() if c.seq == base), None)
+        data = table.schema.empty_table() if as_of is None else table.to_arrow(as_of, interval=iv)
+        if spec is not None:
+            data = roll_up(data, spec, table.time_column)
+        if sort_by:
+            data = data.sort_by([(c, "ascending") for c in sort_by])
+        elif table.time_column is not None:
+            data = data.sort_by([(table.time_column, "ascending")])
+        tx._overwrite(data, iv, (gran, target_rows))
+    return tx.commit_result

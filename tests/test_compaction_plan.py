@@ -1,0 +1,123 @@
+"""Minor compaction planning: the seed's three restrictions and the choice of runs."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lamina.core.compaction import check_inputs, minor_run, plan_minor
+from lamina.core.interval import Interval
+from lamina.core.segment import Segment
+from lamina.errors import CompactionError
+
+DAY = Interval("2024-01-01", "2024-01-02")
+NEXT = 32768  # the first id of later generations
+
+
+def first(pid: int, rows: int = 10) -> Segment:
+    """A first-generation segment P``pid``."""
+    return Segment("t", DAY, 1, pid, location=f"p{pid}", row_count=rows)
+
+
+def later(pid: int, lo: int, hi: int, minor: int = 1, size: int = 1, rows: int = 10) -> Segment:
+    """A later-generation segment covering roots ``lo..hi-1``."""
+    return Segment(
+        "t",
+        DAY,
+        1,
+        pid,
+        location=f"p{pid}",
+        row_count=rows,
+        minor_version=minor,
+        root_partition_range=(lo, hi),
+        atomic_update_group_size=size,
+    )
+
+
+def test_adjacent_first_generation_partitions_compact_together() -> None:
+    """Restriction 1: P0 and P1 are adjacent; P2 and P4 are not."""
+    p = [first(i) for i in range(5)]
+    assert check_inputs([p[1], p[0]], p) == (0, 2)
+    with pytest.raises(CompactionError, match="P2 and P4 are not adjacent partitions"):
+        check_inputs([p[2], p[4]], p)
+
+
+def test_later_generations_compact_with_adjacent_roots_only() -> None:
+    """Restriction 2 (the seed's figure): P6, P7 from P0..P2 and P8 from P4, P5 cannot
+    compact together; P3 and P8 can."""
+    p6, p7 = later(NEXT, 0, 3, size=2), later(NEXT + 1, 0, 3, size=2)
+    p8 = later(NEXT + 2, 4, 6)
+    visible = [p6, p7, first(3), p8]
+    with pytest.raises(CompactionError, match="not adjacent roots"):
+        check_inputs([p6, p7, p8], [p6, p7, p8])
+    assert check_inputs([first(3), p8], visible) == (3, 6)
+
+
+def test_segments_from_the_same_roots_compact_together() -> None:
+    """Restriction 3: P6 and P7 (both from P0..P2) compact with P3 only together."""
+    p6, p7 = later(NEXT, 0, 3, size=2), later(NEXT + 1, 0, 3, size=2)
+    visible = [p6, p7, first(3)]
+    with pytest.raises(CompactionError, match="include it"):
+        check_inputs([p6, first(3)], visible)
+    assert check_inputs([p6, p7, first(3)], visible) == (0, 4)
+
+
+def test_only_visible_segments_of_one_chunk_and_version() -> None:
+    p = [first(i) for i in range(3)]
+    with pytest.raises(CompactionError, match="not visible"):
+        check_inputs([p[0], p[1]], [p[0]])
+    other = Segment("t", Interval("2024-01-02", "2024-01-03"), 1, 1, location="x")
+    with pytest.raises(CompactionError, match="one chunk and version"):
+        check_inputs([p[0], other], [*p, other])
+    with pytest.raises(CompactionError, match="at least one"):
+        check_inputs([], p)
+
+
+def test_a_run_overshadows_exactly_its_inputs() -> None:
+    p6, p7 = later(NEXT, 0, 3, minor=2, size=2), later(NEXT + 1, 0, 3, minor=2, size=2)
+    run = minor_run([first(3), p7, p6], [p6, p7, first(3)], target_rows=100)
+    assert run.root_range == (0, 4) and run.minor_version == 3 and run.outputs == 1
+    assert [s.partition_id for s in run.inputs] == [NEXT, NEXT + 1, 3]
+    assert minor_run([first(0), first(1)], [first(0), first(1)], target_rows=15).outputs == 2
+
+
+def test_plan_merges_runs_of_small_adjacent_segments() -> None:
+    big = first(2, rows=80)
+    segs = [first(0), first(1), big, first(3), first(4), first(5), first(7)]
+    runs = plan_minor(segs, target_rows=100)
+    # P2 is big (>= half the target), P6 is gone: runs P0-P1 and P3-P5; P7 alone stays
+    assert [[s.partition_id for s in r.inputs] for r in runs] == [[0, 1], [3, 4, 5]]
+    assert all(r.outputs == 1 for r in runs)
+
+
+def test_plan_respects_the_target_and_skips_tombstones() -> None:
+    segs = [first(i, rows=40) for i in range(5)]
+    assert [[s.partition_id for s in r.inputs] for r in plan_minor(segs, 100)] == [
+        [0, 1],
+        [2, 3],
+    ]
+    tomb = Segment("t", DAY, 2, 0)
+    assert plan_minor([tomb], 100) == []
+    with pytest.raises(CompactionError, match=">= 1"):
+        plan_minor(segs, 0)
+
+
+@given(
+    rows=st.lists(st.integers(0, 60), min_size=0, max_size=12),
+    gaps=st.sets(st.integers(0, 11)),
+    target=st.integers(1, 150),
+)
+def test_every_planned_run_is_valid_and_disjoint(
+    rows: list[int], gaps: set[int], target: int
+) -> None:
+    segs = [first(i, r) for i, r in enumerate(rows) if i not in gaps]
+    runs = plan_minor(segs, target)
+    used: set[str] = set()
+    for run in runs:
+        assert check_inputs(run.inputs, segs) == run.root_range  # the restrictions hold
+        assert len(run.inputs) >= 2 and run.rows <= target
+        assert all(s.row_count * 2 < target for s in run.inputs)
+        ids = {s.id for s in run.inputs}
+        assert not ids & used
+        used |= ids
