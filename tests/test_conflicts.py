@@ -229,3 +229,26 @@ def test_carried_segments_are_appends_inside_the_replaced_intervals(
         if any(s.interval.overlaps(r) for r in mine.replaced) and s.id not in removed
     ]
     assert list(verdict.carry) == want
+
+
+def test_a_locked_replace_carries_appends_but_not_what_was_removed_since() -> None:
+    """Its locks excluded other locked writers (no conflicts), yet an append deleted
+    or replaced meanwhile is not carried back."""
+    mine = footprint(Kind.REPLACE, 5, cid=9)
+    kept, deleted = seg("a", 5), seg("b", 5)
+    appended = Footprint(3, Kind.APPEND, added=(kept, deleted))
+    delete = Footprint(4, Kind.DELETE, removed=(deleted,))
+    other_replace = footprint(Kind.REPLACE, 5, cid=5)
+    assert check(mine, [appended, delete]).conflict is not None  # optimistic: refused
+    verdict = check(mine, [appended, delete, other_replace], locked=True)
+    assert verdict.conflict is None and verdict.carry == (kept,)
+
+
+def test_what_a_replacing_transaction_appended_elsewhere_is_carried() -> None:
+    mine = footprint(Kind.REPLACE, 5, cid=9)
+    tx = Footprint(
+        3, Kind.REPLACE, added=(seg("x", 4), seg("y", 5)), replaced=(day(4),)
+    )  # overwrote day 4, appended y into day 5
+    assert check(mine, [tx]).carry == (seg("y", 5),)
+    conflict = check(mine, [tx], SER).conflict
+    assert conflict is not None and "appended rows" in conflict.reason

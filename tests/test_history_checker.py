@@ -30,13 +30,13 @@ the visible rows and checks, on SQLite and PostgreSQL:
 
 Days 1-2 take the optimistic replacing writes (overwrites, refreshes) and deletes, day 3
 the locked replaces, day 4 the lineage writes (pushes, replacements) and deletes;
-appends go anywhere. The separation keeps the run clear of three src bugs the
-``test_known_bug_*`` tests below reproduce (xfail): a replace carries a push's hidden
-batches into view; a locked replace brings back appended rows that a delete or another
-replace removed meanwhile; a transaction's appends are not carried by a replace when
-the transaction also overwrites (so transactions here either overwrite or append).
-A fourth, deleting the core partition of a chunk that holds a carried copy hides the
-whole chunk, is avoided by never deleting such a segment.
+appends go anywhere; transactions either overwrite or append; a delete never picks the
+core partition of a chunk holding a carried copy. These separations kept the run clear
+of four bugs it found, now fixed, whose regression tests are at the end: a replace carried a
+push's hidden batches into view; a locked replace brought back appended rows that a
+delete or another replace removed meanwhile; a transaction's appends were not carried
+by a replace when the transaction also overwrote; deleting the core partition of a
+chunk holding a carried copy hid the whole chunk.
 """
 
 from __future__ import annotations
@@ -805,8 +805,7 @@ def _vals(t: lamina.Table) -> list[float]:
     return sorted(t.to_arrow(columns=["v"])["v"].to_pylist())
 
 
-@pytest.mark.xfail(strict=True, reason="src bug: a replace carries a push's hidden batch")
-def test_known_bug_an_overwrite_shows_an_unfinished_push(day_table: lamina.Table) -> None:
+def test_an_overwrite_never_shows_an_unfinished_push(day_table: lamina.Table) -> None:
     t = day_table
     t.append(events(days=1, per_day=3, value=1.0))
     tx = t.transaction()
@@ -819,9 +818,8 @@ def test_known_bug_an_overwrite_shows_an_unfinished_push(day_table: lamina.Table
     assert _vals(t) == [2.0, 2.0]  # got: still there after the push was reverted
 
 
-@pytest.mark.xfail(strict=True, reason="src bug: a locked replace resurrects removed rows")
 @pytest.mark.parametrize("remove", ["delete", "overwrite"])
-def test_known_bug_a_locked_replace_brings_back_rows_removed_meanwhile(
+def test_a_locked_replace_never_brings_back_rows_removed_meanwhile(
     day_table: lamina.Table, remove: str
 ) -> None:
     t = day_table
@@ -837,8 +835,7 @@ def test_known_bug_a_locked_replace_brings_back_rows_removed_meanwhile(
     assert _vals(t) == [2.0, 2.0]  # got: the four removed rows back
 
 
-@pytest.mark.xfail(strict=True, reason="src bug: a carried copy takes the core count")
-def test_known_bug_deleting_an_overwrites_segment_hides_rows_appended_since(
+def test_deleting_an_overwrites_segment_keeps_rows_appended_since(
     day_table: lamina.Table,
 ) -> None:
     t = day_table
@@ -856,8 +853,7 @@ def test_known_bug_deleting_an_overwrites_segment_hides_rows_appended_since(
     assert _vals(t) == [4.0] * 4 + [5.0]
 
 
-@pytest.mark.xfail(strict=True, reason="src bug: a transaction's appends are not carried")
-def test_known_bug_a_replace_drops_what_an_overwriting_transaction_appended(
+def test_a_replace_keeps_what_an_overwriting_transaction_appended(
     day_table: lamina.Table,
 ) -> None:
     t = day_table

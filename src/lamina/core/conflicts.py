@@ -24,7 +24,9 @@ REPLACE  APPEND    write-serializable (default): no conflict; the appended
                    segments inside ``mine``'s intervals are *carried*: they stay
                    visible on top of ``mine``'s version. serializable: conflict
                    if they overlap ``mine``'s intervals
-REPLACE  REPLACE   conflict if the intervals overlap
+REPLACE  REPLACE   conflict if the intervals overlap; else what it appended
+                   outside its own intervals (a transaction that overwrites and
+                   appends) counts as an APPEND's
 REPLACE  DELETE    conflict if a deleted segment overlaps ``mine``'s intervals
 DELETE   REPLACE   conflict if one of ``mine``'s segments overlaps its intervals
 DELETE   DELETE    conflict if both removed the same segment
@@ -165,7 +167,13 @@ def _replace_vs_append(mine: Footprint, other: Footprint, iso: Isolation) -> str
 
 def _replace_vs_replace(mine: Footprint, other: Footprint, iso: Isolation) -> str | None:
     hit = _overlap(mine.replaced, other.replaced)
-    return None if hit is None else f"it replaced {hit} too"
+    if hit is not None:
+        return f"it replaced {hit} too"
+    if iso is Isolation.SERIALIZABLE:  # its appends elsewhere, as an APPEND's
+        return _replace_vs_append(
+            mine, Footprint(other.commit_id, Kind.APPEND, tuple(appended(other))), iso
+        )
+    return None
 
 
 def _replace_vs_delete(mine: Footprint, other: Footprint, iso: Isolation) -> str | None:
@@ -234,19 +242,34 @@ RULES: dict[tuple[Kind, Kind], Rule] = {
 }
 
 
+def appended(footprint: Footprint) -> list[SegmentRef]:
+    """The segments a commit appended: all it added for an APPEND; for a REPLACE (a
+    transaction that also appends), those outside the intervals it replaced."""
+    if footprint.kind is Kind.APPEND:
+        return list(footprint.added)
+    if footprint.kind is Kind.REPLACE:
+        return [s for s in footprint.added if _overlap(footprint.replaced, [s.interval]) is None]
+    return []
+
+
 def check(
     mine: Footprint,
     others: Sequence[Footprint],
     isolation: Isolation = Isolation.WRITE_SERIALIZABLE,
+    locked: bool = False,
 ) -> Verdict:
     """May ``mine`` publish after ``others`` (the commits completed since its base,
-    in completion order)? The first conflict found, else the segments to carry."""
+    in completion order)? The first conflict found, else the segments to carry.
+
+    ``locked``: ``mine`` holds task locks covering everything it writes, which kept
+    every other locked writer out: only exactly-once app ids can conflict; what
+    others appended is still carried, unless a later commit removed it."""
     carry: list[SegmentRef] = []
     for other in others:
         if mine.app_id is not None and mine.app_id == other.app_id:
             reason = f"it wrote for the same app id {mine.app_id!r}"
             return Verdict(Conflict(other.commit_id, reason, retryable=True))
-        why = RULES[(mine.kind, other.kind)](mine, other, isolation)
+        why = None if locked else RULES[(mine.kind, other.kind)](mine, other, isolation)
         if why is not None:
             return Verdict(Conflict(other.commit_id, why))
         if mine.kind is Kind.REPLACE and other.kind is Kind.COMPACT:
@@ -257,7 +280,7 @@ def check(
                     "together with rows this replace rewrites"
                 )
                 return Verdict(Conflict(other.commit_id, why))
-        if mine.kind is Kind.REPLACE and other.kind is Kind.APPEND:
-            carry += [s for s in other.added if _overlap(mine.replaced, [s.interval])]
+        if mine.kind is Kind.REPLACE:
+            carry += [s for s in appended(other) if _overlap(mine.replaced, [s.interval])]
     gone = {s.id for o in others for s in o.removed}
     return Verdict(None, tuple(s for s in carry if s.id not in gone))

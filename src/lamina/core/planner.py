@@ -136,8 +136,8 @@ def carried_segments(
     """Copies of ``carried`` (segments appended while an overwrite ran, inside its
     chunks) on the overwrite's version, so their rows stay visible on top of it —
     Druid's upgrade of concurrently appended segments. Each copy points at the same
-    file and joins the ``new`` chunk containing it, after that chunk's partitions
-    and with its core count (the chunk stays complete).
+    file and joins the ``new`` chunk containing it after that chunk's partitions, as
+    an appended partition would (no core count of its own).
 
     Raises LaminaError when a carried segment lies in no single new chunk (appended
     into a coarser chunk than the overwrite's): the overwrite must be retried.
@@ -146,7 +146,6 @@ def carried_segments(
     for seg in new:
         chunks.setdefault(seg.interval, []).append(seg)
     next_pid = {c: max(s.partition_id for s in segs) + 1 for c, segs in chunks.items()}
-    core = {c: max(s.num_core_partitions for s in segs) for c, segs in chunks.items()}
     out = []
     for seg in sorted(carried, key=lambda s: (s.interval, s.version, s.partition_id)):
         home = next((c for c in chunks if c.contains(seg.interval)), None)
@@ -162,7 +161,7 @@ def carried_segments(
                 home,
                 version,
                 next_pid[home],
-                core[home],
+                0,  # not a core partition: removing the chunk's own ones hides no copy
                 seg.location,
                 seg.row_count,
                 seg.size_bytes,

@@ -164,6 +164,7 @@ def publish(db: Db, table: TableRecord, commit_id: int, owner: str, plan: Publis
         for run in plan.compacted:
             first = next_overwrite_pid(conn, table.id, run.chunk, run.version)
             new += compacted_segments(table.name, run, first)
+        carry = [i for i in carry if i not in hidden]  # an unfinished push stays hidden
         if carry:
             carried = [
                 segment_of(r._mapping, table.name) for r in rows_by_id(conn, table.id, carry)
@@ -269,9 +270,8 @@ def _check_conflicts(
     others = since(conn, table_id, int(trow.base_seq))
     spans = [*mine.replaced, *(s.interval for s in removed)]
     spans += [f.chunk for f in (*plan.files, *plan.append_files)]
-    if covered and all(any(c.contains(iv) for c in covered) for iv in spans):
-        others = [o for o in others if o.kind is Kind.APPEND]
-    verdict = check(mine, others, Isolation(plan.isolation))
+    locked = bool(covered) and all(any(c.contains(iv) for c in covered) for iv in spans)
+    verdict = check(mine, others, Isolation(plan.isolation), locked)
     if verdict.conflict is not None:
         c = verdict.conflict
         raise CommitConflictError(
