@@ -891,3 +891,23 @@ def test_locks_lists_the_task_locks(wh: str, events: lamina.Table) -> None:
     assert ",REPLACE,2024-01-01T00:00:00Z/2024-01-08T00:00:00Z,25,GRANTED," in row
     tx.abort()
     assert "has no locks" in ok(wh, "locks", "events")
+
+
+def test_compact_minor_major_and_auto(wh: str, events: lamina.Table) -> None:
+    n = events.count()
+    out = ok(wh, "compact", "--auto", "--dry-run", "--format", "csv")
+    assert "events,2024-01-01T00:00:00Z/2024-01-02T00:00:00Z,PENDING,minor,2,2," in out
+    assert "COMPLETE" in out and events.count() == n  # day 1 (one segment): nothing to do
+    assert "compacted events (minor): 3 -> 2 segments" in ok(wh, "compact", "events")
+    timeline = ok(wh, "timeline", "events")
+    assert "m1 p0..p1 -> p32768: visible" in timeline
+    assert "nothing to compact" in ok(wh, "compact", "events")
+    out = ok(wh, "compact", "events", "--mode", "major", "--sort-by", "v")
+    assert "compacted events (major)" in out and events.count() == n
+    auto = ok(wh, "compact", "--auto", "--format", "csv")
+    assert "PENDING" not in auto
+    assert "mode='odd'" in fails(wh, "compact", "events", "--mode", "odd")
+    assert "--dry-run goes with --auto" in fails(wh, "compact", "events", "--dry-run")
+    assert "name a table" in fails(wh, "compact")
+    assert "round 1:" in ok(wh, "services", "--rounds", "1", "--every", "0.1")
+    assert events.count() == n

@@ -431,3 +431,28 @@ def test_lamina_serve_subprocess(tmp_path: Path) -> None:
             proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_compaction_status_and_trigger(cat: lamina.Catalog, client: TestClient) -> None:
+    t = cat.create_table("small", SCHEMA, "ts", "DAY")
+    for seed in range(3):
+        t.append(events(days=2, per_day=5, seed=seed))
+    got = client.get("/tables/small/compaction").json()
+    assert [(c["status"], c["action"], c["segments"]) for c in got] == [("PENDING", "minor", 3)] * 2
+    assert "small segments" in got[0]["reason"]
+    assert client.post("/tables/small/compact", json={}).status_code == 401  # a write: token
+    r = client.post("/tables/small/compact", json={"mode": "minor"}, headers=AUTH)
+    assert r.status_code == 200 and r.json()["segmentsBefore"] == 6
+    assert r.json()["segmentsAfter"] == 2 and r.json()["commitId"] is not None
+    done = client.get("/tables/small/compaction").json()
+    assert {c["status"] for c in done} == {"COMPLETE"}
+    before = state(t)
+    bad = client.post(
+        "/tables/small/compact", json={"mode": "major", "sortBy": ["zz"]}, headers=AUTH
+    )
+    assert bad.status_code == 400 and "zz" in bad.json()["detail"]
+    assert (
+        client.post("/tables/small/compact", json={"mode": "odd"}, headers=AUTH).status_code == 400
+    )
+    assert state(t) == before
+    assert t.count() == 30

@@ -20,6 +20,7 @@ from lamina.meta.schema import migrate
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from lamina.compaction import AutoResult
     from lamina.engines.duckdb import SqlEngine
     from lamina.maintenance.retention import RetentionReport
     from lamina.table import Table
@@ -215,6 +216,22 @@ class Catalog:
 
         names = tables if tables is not None else self.list_tables()
         return retention.find_orphans(self.context, names, now, with_grace)
+
+    def compact_auto(
+        self, tables: Sequence[str] | None = None, dry_run: bool = False
+    ) -> list[AutoResult]:
+        """Auto-compaction: per table (default: all), each chunk's status under its
+        ``compaction.*`` policy, newest first; PENDING chunks are compacted (minor
+        ones in one commit, then one major compaction per interval) unless
+        ``dry_run``. A chunk whose compaction met a conflict or a busy lock carries
+        the error and is retried next run. Raises PropertyError, CompactionError (a
+        bad policy), TableNotFoundError."""
+        from lamina import compaction
+
+        out: list[AutoResult] = []
+        for name in tables if tables is not None else self.list_tables():
+            out += compaction.compact_auto(self.load_table(name), dry_run)
+        return out
 
     def clean_failed_writes(self) -> int:
         """Abort writes whose writer died, and delete every aborted write's files."""

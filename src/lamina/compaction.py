@@ -15,11 +15,15 @@ meanwhile under APPEND locks (or optimistically) are carried onto its version.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lamina.core.autocompact import ChunkStatus, Policy, check_policy, policy_of, statuses
 from lamina.core.compaction import MinorRun, plan_minor
 from lamina.core.interval import ETERNITY, Granularity, Interval
 from lamina.core.lineage import LineageState
@@ -28,7 +32,14 @@ from lamina.core.model import Commit, CommitAction, CompactedRun, PublishPlan
 from lamina.core.rollup import Rollup
 from lamina.core.segment import Segment
 from lamina.core.timeline import Timeline
-from lamina.errors import CompactionError, InvalidGranularityError, InvalidIntervalError
+from lamina.errors import (
+    CommitConflictError,
+    CompactionError,
+    InvalidGranularityError,
+    InvalidIntervalError,
+    LockRevokedError,
+    LockTimeoutError,
+)
 from lamina.io.arrow import time_values_us
 from lamina.io.rollup import roll_up
 from lamina.io.writer import ChunkPart, pieces, write_parts
@@ -72,9 +83,11 @@ def candidates(table: Table, interval: Interval | None) -> tuple[int, list[Segme
     return snap.seq, out
 
 
-def plan(table: Table, interval: Interval | None, target: int) -> list[MinorRun]:
+def plan(
+    table: Table, interval: Interval | None, target: int, small: int | None = None
+) -> list[MinorRun]:
     """The runs a minor compaction of ``interval`` (None: the whole table) would merge."""
-    return plan_minor(candidates(table, interval)[1], target)
+    return plan_minor(candidates(table, interval)[1], target, small)
 
 
 def _merged(table: Table, run: MinorRun) -> pa.Table:
@@ -110,6 +123,7 @@ def compact_minor(
     runs: list[MinorRun],
     priority: int = PRIORITY_COMPACTION,
     wait_s: float | None = None,
+    fingerprint: str | None = None,
 ) -> Commit | None:
     """Write and publish ``runs`` as one COMPACT commit (None when there are none),
     holding a SEGMENT lock on each run's inputs (``priority``; waiting up to
@@ -120,7 +134,7 @@ def compact_minor(
         return None
     ctx = table._ctx
     wait = ctx.writer_wait_s if wait_s is None else wait_s
-    meta = {"compaction": "minor", "runs": len(runs)}
+    meta = {"compaction": "minor", "runs": len(runs), "fingerprint": fingerprint}
     with WriteTransaction(ctx, table._record, CommitAction.COMPACT, meta) as w:
         for run in runs:
             ids = frozenset(s.id for s in run.inputs)
@@ -197,6 +211,12 @@ def compact_major(
     if iv is None:
         return None
     meta: dict[str, Any] = {"compaction": "major", "granularity": gran.value}
+    meta["fingerprint"] = Policy(
+        target_rows,
+        segment_granularity=None if gran is table.granularity else gran,
+        sort_by=tuple(sort_by or ()),
+        rollup=rollup,
+    ).fingerprint
     if sort_by:
         meta["sort_by"] = list(sort_by)
     if rollup is not None:
@@ -215,3 +235,88 @@ def compact_major(
             data = data.sort_by([(table.time_column, "ascending")])
         tx._overwrite(data, iv, (gran, target_rows))
     return tx.commit_result
+
+
+# -- auto-compaction -------------------------------------------------------------------
+
+
+def policy(table: Table) -> Policy:
+    """The table's compaction policy. Raises PropertyError, CompactionError."""
+    got = policy_of(table.properties, table.target_rows_per_segment)
+    if got.segment_granularity is table.granularity:
+        got = dataclasses.replace(got, segment_granularity=None)
+    check_policy(got, table.schema.names)
+    return got
+
+
+def auto_status(table: Table) -> list[ChunkStatus]:
+    """Every chunk's compaction status under the table's policy, newest first."""
+    pol = policy(table)
+    compacted = {
+        c.id: str(c.metadata.get("fingerprint"))
+        for c in table.history()
+        if c.state == "COMPLETED" and c.metadata.get("compaction")
+    }
+    return statuses(candidates(table, None)[1], compacted, pol)
+
+
+@dataclass(frozen=True)
+class AutoResult:
+    """What auto-compaction did with one chunk: its status, and the commit or the
+    error that stopped it (a conflict or a lock timeout: retried next run)."""
+
+    table: str
+    status: ChunkStatus
+    commit: Commit | None = None
+    error: str | None = None
+
+
+def compact_auto(table: Table, dry_run: bool = False) -> list[AutoResult]:
+    """Compact the chunks the policy makes PENDING: one minor compaction of all
+    minor ones, then a major compaction per interval (newest first)."""
+    pol = policy(table)
+    found = auto_status(table)
+    if dry_run:
+        return [AutoResult(table.name, st) for st in found]
+    out: list[AutoResult] = []
+    minor = [st for st in found if st.action == "minor"]
+    if minor:
+        chunks = {st.chunk for st in minor}
+        segs = [s for s in candidates(table, None)[1] if s.interval in chunks]
+        runs = plan_minor(segs, pol.target_rows, pol.small)
+        fp = Policy(pol.target_rows).fingerprint
+        commit, error = _attempt(lambda: compact_minor(table, runs, fingerprint=fp))
+        out += [AutoResult(table.name, st, commit, error) for st in minor]
+    gran = pol.segment_granularity or table.granularity
+    done: set[Interval] = set()
+    for st in (st for st in found if st.action == "major"):
+        iv = (
+            st.chunk
+            if table.time_column is None
+            else Interval.of(gran.floor(st.chunk.start), gran.chunk(st.chunk.end - 1).end)
+        )
+        if iv in done:
+            out.append(AutoResult(table.name, st, out[-1].commit, out[-1].error))
+            continue
+        done.add(iv)
+        commit, error = _attempt(
+            lambda iv=iv: compact_major(  # type: ignore[misc]
+                table,
+                iv,
+                None if pol.segment_granularity is None else pol.segment_granularity.value,
+                list(pol.sort_by) or None,
+                None if pol.rollup is None else dict(pol.rollup),
+                pol.target_rows,
+            )
+        )
+        out.append(AutoResult(table.name, st, commit, error))
+    out += [AutoResult(table.name, st) for st in found if st.action == "none"]
+    return out
+
+
+def _attempt(run: Callable[[], Commit | None]) -> tuple[Commit | None, str | None]:
+    """Run one compaction; a conflict or a busy lock is reported, not raised."""
+    try:
+        return run(), None
+    except (CommitConflictError, LockTimeoutError, LockRevokedError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"

@@ -32,10 +32,13 @@ from lamina.core.lineage import LineageEntry, LineageState
 from lamina.core.segment import Segment
 from lamina.errors import (
     CatalogUnavailableError,
+    CommitConflictError,
     ConcurrentWriteError,
     LaminaError,
     LineageEntryNotFoundError,
     LineageError,
+    LockRevokedError,
+    LockTimeoutError,
     TableNotFoundError,
 )
 
@@ -110,6 +113,29 @@ class StartReplaceResponse(_Model):
 class ReplaceResult(_Model):
     segment_lineage_entry_id: str = Field(alias="segmentLineageEntryId")
     state: str = Field(description="The entry's state after the call.")
+
+
+class ChunkCompactionInfo(_Model):
+    interval: str = Field(description="The chunk, START/END.")
+    status: str = Field(description="PENDING, COMPLETE or SKIPPED under the table's policy.")
+    action: str = Field(description="What auto-compaction does: minor, major or none.")
+    segments: int
+    small: int = Field(description="Segments below the policy's small-segment size.")
+    reason: str
+
+
+class CompactRequest(_Model):
+    mode: str = Field("minor", description="minor (merge small segments) or major (rewrite).")
+    interval: str | None = Field(None, description="START/END; default: the whole table.")
+    segment_granularity: str | None = Field(None, alias="segmentGranularity")
+    sort_by: list[str] | None = Field(None, alias="sortBy")
+    target_rows_per_segment: int | None = Field(None, alias="targetRowsPerSegment", ge=1)
+
+
+class CompactResult(_Model):
+    commit_id: int | None = Field(alias="commitId", description="None: nothing to compact.")
+    segments_before: int = Field(alias="segmentsBefore")
+    segments_after: int = Field(alias="segmentsAfter")
 
 
 class ErrorResponse(BaseModel):
@@ -324,13 +350,56 @@ def revert_replace_segments(
     return _result(t, entry_id, LineageState.REVERTED)
 
 
+@reads.get(
+    "/tables/{table}/compaction",
+    response_model=list[ChunkCompactionInfo],
+    responses={404: _ERRORS[404]},
+)
+def compaction_status(t: TableDep) -> list[ChunkCompactionInfo]:
+    """Each chunk's compaction status under the table's ``compaction.*`` policy, newest
+    first, with the reason (what ``lamina compact --auto --dry-run`` lists)."""
+    from lamina.compaction import auto_status
+
+    return [
+        ChunkCompactionInfo(
+            interval=str(st.chunk),
+            status=st.status,
+            action=st.action,
+            segments=st.segments,
+            small=st.small,
+            reason=st.reason,
+        )
+        for st in auto_status(t)
+    ]
+
+
+@writes.post("/tables/{table}/compact", response_model=CompactResult, tags=["compaction"])
+def compact(t: TableDep, body: CompactRequest) -> CompactResult:
+    """Compact now: ``minor`` merges small segments beside running appends; ``major``
+    rewrites chunks at a new version (re-partitioned, sorted) under a REPLACE lock."""
+    before = len(t.segments())
+    c = t.compact(
+        interval=body.interval,
+        mode=body.mode,
+        target_rows_per_segment=body.target_rows_per_segment,
+        segment_granularity=body.segment_granularity,
+        sort_by=body.sort_by,
+    )
+    return CompactResult(
+        commitId=None if c is None else c.id,
+        segmentsBefore=before,
+        segmentsAfter=len(t.segments()),
+    )
+
+
 # -- app ------------------------------------------------------------------------------------
 
 
 def _status_of(exc: LaminaError) -> int:
     if isinstance(exc, TableNotFoundError | LineageEntryNotFoundError):
         return status.HTTP_404_NOT_FOUND
-    if isinstance(exc, LineageError | ConcurrentWriteError):
+    busy = CommitConflictError | LockTimeoutError | LockRevokedError
+    if isinstance(exc, LineageError | ConcurrentWriteError | busy):
         return status.HTTP_409_CONFLICT
     if isinstance(exc, CatalogUnavailableError):
         return status.HTTP_503_SERVICE_UNAVAILABLE

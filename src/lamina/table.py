@@ -298,7 +298,8 @@ class Table:
                 self, iv, segment_granularity, sort_by, rollup, target, prio, wait_s
             )
         runs = compaction.plan(self, self._aligned(interval), target)
-        return compaction.compact_minor(self, runs, prio, wait_s)
+        fingerprint = compaction.Policy(target).fingerprint
+        return compaction.compact_minor(self, runs, prio, wait_s, fingerprint)
 
     def push(self, metadata: dict[str, Any] | None = None) -> ConsistentPush:
         """A multi-batch append that becomes visible all at once (and can be reverted).

@@ -44,8 +44,15 @@ COMMANDS = {
     **dict.fromkeys(("segments", "timeline", "history", "lineage", "locks"), "inspect"),
     **dict.fromkeys(("ingest", "revert", "push"), "write"),
     **dict.fromkeys(("query", "retention", "orphans", "serve"), "admin"),
+    **dict.fromkeys(("compact", "services"), "services"),
 }
-_MODULES = ("tables", "inspect", "write", "admin")  # their commands in this order in --help
+_MODULES = (
+    "tables",
+    "inspect",
+    "write",
+    "admin",
+    "services",
+)  # their commands in this order in --help
 
 
 def _command_name(argv: Sequence[str]) -> str | None:

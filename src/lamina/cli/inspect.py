@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -168,6 +169,7 @@ _TIMELINE = [
     Column("status", only="data"),
     Column("detail", only="data"),
     Column("state", only="table", show=lambda v: v),
+    Column("groups", "minor versions (roots -> partitions: state)"),
 ]
 _LEGEND = Text.assemble(
     ("█", "green"),
@@ -252,6 +254,7 @@ def timeline(
                     "status": st.kind,
                     "detail": detail,
                     "state": state,
+                    "groups": _groups(tl, c.segments),
                 }
             )
             styles.append("dim" if st.kind in ("overshadowed", "hidden") else None)
@@ -277,6 +280,23 @@ def timeline(
             "(--limit 0 shows all; --interval START/END narrows)"
         )
     note(_LEGEND)
+
+
+def _groups(tl: Any, segments: Sequence[Any]) -> str:
+    """The atomic update groups of a version's later generations: minor version, the
+    root partitions they replace, their own partitions and their state."""
+    from lamina.core.inspect import partitions_label
+
+    groups: dict[tuple[int, tuple[int, int]], list[Any]] = {}
+    for s in segments:
+        if s.minor_version:
+            groups.setdefault((s.minor_version, s.root_range), []).append(s)
+    return "; ".join(
+        f"m{minor} {partitions_label(range(*roots))} -> "
+        f"{partitions_label([s.partition_id for s in segs])}: "
+        f"{tl.partition_state(segs[0]) or 'removed'}"
+        for (minor, roots), segs in sorted(groups.items())
+    )
 
 
 _COMMIT_STATES = {"COMPLETED": "green", "ABORTED": "red"}

@@ -120,13 +120,17 @@ def minor_run(inputs: Sequence[Segment], visible: Sequence[Segment], target_rows
     )
 
 
-def plan_minor(visible: Iterable[Segment], target_rows: int) -> list[MinorRun]:
+def plan_minor(
+    visible: Iterable[Segment], target_rows: int, small_rows: int | None = None
+) -> list[MinorRun]:
     """Runs of adjacent small segments to merge, per chunk and version, from a
     snapshot's visible (whole) segments: consecutive units whose rows stay within
-    ``target_rows`` in all, each run holding at least two segments. A unit already at
-    half the target or more, a gap in the roots, or a tombstone ends a run."""
+    ``target_rows`` in all, each run holding at least two segments. A unit of
+    ``small_rows`` or more (default: half the target), a gap in the roots, or a
+    tombstone ends a run."""
     if target_rows < 1:
         raise CompactionError(f"target_rows_per_segment={target_rows}: pass a number >= 1")
+    small_rows = -(-target_rows // 2) if small_rows is None else small_rows
     by_chunk: dict[tuple[Interval, int], list[Segment]] = {}
     for s in visible:
         by_chunk.setdefault((s.interval, s.version), []).append(s)
@@ -136,7 +140,7 @@ def plan_minor(visible: Iterable[Segment], target_rows: int) -> list[MinorRun]:
         groups: list[list[list[Segment]]] = [[]]  # runs of units; the last one is open
         for unit in _units(segs):
             rows = sum(s.row_count for s in unit)
-            small = rows * 2 < target_rows and not any(s.is_tombstone for s in unit)
+            small = rows < small_rows and not any(s.is_tombstone for s in unit)
             current = groups[-1]
             if current and (
                 not small

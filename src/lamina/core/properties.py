@@ -52,6 +52,10 @@ def check_properties(props: dict[str, str]) -> dict[str, str]:
             ok = False
         if not ok:
             raise PropertyError("target_rows_per_segment must be a positive whole number")
+    if any(k.startswith("compaction.") for k in out):
+        from lamina.core.autocompact import policy_of  # its own rules
+
+        policy_of(out, 1)
     return out
 
 

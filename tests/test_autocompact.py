@@ -1,0 +1,133 @@
+"""Auto-compaction: statuses and reasons under a table's policy (pure), and runs on a
+real catalog — never re-picking a compacted chunk, re-picking exactly the chunks a
+policy change affects, late data, the skip offset, dry runs, bad policies."""
+
+from __future__ import annotations
+
+import pytest
+
+import lamina
+from lamina.core.autocompact import Policy, policy_of, statuses
+from lamina.core.interval import Granularity, Interval
+from lamina.core.segment import Segment
+from tests.helpers import SCHEMA, events
+
+D = 86_400_000_000
+
+
+def seg(day: int, pid: int, rows: int, commit: int, suffix: str = "") -> Segment:
+    iv = Interval.of(day * D, (day + 1) * D)
+    return Segment("t", iv, 1, pid, location="x", row_count=rows, commit_id=commit, suffix=suffix)
+
+
+def test_statuses_and_reasons() -> None:
+    pol = Policy(target_rows=100)
+    segs = [seg(1, 0, 10, 1), seg(1, 1, 10, 2), seg(2, 0, 90, 3), seg(3, 0, 80, 9)]
+    got = {st.chunk.start // D: st for st in statuses(segs, {9: pol.fingerprint}, pol)}
+    assert [st.chunk.start // D for st in statuses(segs, {9: pol.fingerprint}, pol)] == [3, 2, 1]
+    assert (got[1].status, got[1].action) == ("PENDING", "minor")
+    assert "2 small segments" in got[1].reason
+    assert (got[2].status, got[2].reason) == ("COMPLETE", "no small segments to merge")
+    assert (got[3].status, got[3].reason) == ("COMPLETE", "compacted under this policy")
+
+
+def test_late_data_and_policy_changes() -> None:
+    pol = Policy(target_rows=100)
+    fp = pol.fingerprint
+    late = [seg(1, 32768, 40, 9), seg(1, 5, 3, 10)]
+    (st,) = statuses(late, {9: fp}, pol)
+    assert st.action == "minor" and "1 segment(s) written since its compaction" in st.reason
+    sorted_pol = Policy(target_rows=100, sort_by=("v",))
+    (st,) = statuses([seg(1, 32768, 40, 9)], {9: fp}, sorted_pol)
+    assert st.action == "major" and "compacted under another policy" in st.reason
+    (st,) = statuses([seg(1, 0, 40, 9)], {9: sorted_pol.fingerprint}, sorted_pol)
+    assert st.status == "COMPLETE"
+    carried = [seg(1, 0, 40, 9), seg(1, 1, 40, 9, suffix="c9")]  # rows appended meanwhile
+    (st,) = statuses(carried, {9: sorted_pol.fingerprint}, sorted_pol)
+    assert st.action == "major" and "written since its compaction" in st.reason
+
+
+def test_skip_offset_counts_from_the_newest_segment() -> None:
+    pol = Policy(target_rows=100, skip_offset_us=D)
+    segs = [seg(d, p, 5, 1) for d in (1, 2, 3) for p in (0, 1)]
+    got = {st.chunk.start // D: st.status for st in statuses(segs, {}, pol)}
+    assert got == {3: "SKIPPED", 2: "PENDING", 1: "PENDING"}
+
+
+def test_policy_properties() -> None:
+    pol = policy_of(
+        {
+            "compaction.skip_offset_from_latest": "2d",
+            "compaction.segment_granularity": "day",
+            "compaction.sort_by": "k, v",
+            "compaction.rollup": '{"dimensions": ["s"]}',
+        },
+        1000,
+    )
+    assert pol.skip_offset_us == 2 * D and pol.segment_granularity is Granularity.DAY
+    assert pol.sort_by == ("k", "v") and pol.rollup == {"dimensions": ["s"]}
+    assert pol.target_rows == 1000 and pol.small == 500 and pol.rewrites
+    assert Policy(1000).fingerprint != Policy(999).fingerprint
+
+
+def small_days(t: lamina.Table, days: int, appends: int) -> None:
+    for i in range(appends):
+        t.append(events(days=days, per_day=4, seed=i))
+
+
+def test_auto_compaction_never_repicks_and_repicks_what_a_policy_change_touches(
+    cat: lamina.Catalog,
+) -> None:
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    small_days(t, 3, 5)
+    n = t.count()
+    first = cat.compact_auto()
+    assert sorted(r.status.action for r in first) == ["minor"] * 3
+    assert all(r.commit is not None and r.error is None for r in first)
+    assert len(t.segments()) == 3 and t.count() == n
+    again = cat.compact_auto()
+    assert {r.status.status for r in again} == {"COMPLETE"}
+    assert {r.status.reason for r in again} == {"compacted under this policy"}
+    assert all(r.commit is None for r in again)
+    history = len(t.history())
+    t.set_properties(**{"compaction.sort_by": "v"})  # a policy change: every chunk
+    dry = cat.compact_auto(dry_run=True)
+    assert {(r.status.action, "another policy" in r.status.reason) for r in dry} == {
+        ("major", True)
+    }
+    assert len(t.history()) == history  # a dry run changes nothing
+    cat.compact_auto()
+    assert {r.status.status for r in cat.compact_auto(dry_run=True)} == {"COMPLETE"}
+    t.append(events(days=1, per_day=2, seed=99))  # late data into the first day
+    late = [r.status for r in cat.compact_auto(dry_run=True) if r.status.status == "PENDING"]
+    assert len(late) == 1 and "written since its compaction" in late[0].reason
+    assert t.count() == n + 2
+
+
+def test_auto_compaction_rewrites_to_the_policy_granularity(cat: lamina.Catalog) -> None:
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts", segment_granularity="HOUR")
+    t.append(events(days=2, per_day=48, seed=1))
+    t.set_properties(**{"compaction.segment_granularity": "DAY"})
+    rows = t.count()
+    results = cat.compact_auto()
+    assert {r.status.action for r in results} == {"major"}
+    assert len({r.commit.id for r in results if r.commit}) == 2  # one per day
+    assert {s.interval.end - s.interval.start for s in t.segments()} == {D}
+    assert t.count() == rows
+    assert {r.status.status for r in cat.compact_auto(dry_run=True)} == {"COMPLETE"}
+
+
+def test_bad_policies_are_typed(cat: lamina.Catalog) -> None:
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    for key, value, match in [
+        ("compaction.skip_offset_from_latest", "soon", "not a duration"),
+        ("compaction.max_segments_per_chunk", "-1", ">= 0"),
+        ("compaction.segment_granularity", "EON", "granularity"),
+        ("compaction.rollup", "{nope", "not JSON"),
+        ("compaction.fast", "yes", "unknown property"),
+    ]:
+        with pytest.raises(lamina.LaminaError, match=match):
+            t.set_properties(**{key: value})
+    t.set_properties(**{"compaction.sort_by": "nope"})
+    with pytest.raises(lamina.CompactionError, match="nope"):
+        cat.compact_auto()
