@@ -180,3 +180,28 @@ def test_the_target_splits_a_run_into_an_atomic_update_group(cat: lamina.Catalog
     group = t.segments()
     assert len(group) == 3 and {s.atomic_update_group_size for s in group} == {3}
     assert {s.root_range for s in group} == {(0, 6)} and rows(t) == before
+
+
+def test_named_segments_follow_the_three_restrictions(cat: lamina.Catalog) -> None:
+    """Seed 001: adjacent first-generation partitions only; later generations with
+    segments from adjacent roots; segments from the same roots together."""
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    small_appends(t, 5)
+    by_pid = {s.partition_id: s.id for s in t.segments()}
+    history = len(t.history())
+    with pytest.raises(lamina.CompactionError, match="P2 and P4 are not adjacent partitions"):
+        t.compact(segments=[by_pid[2], by_pid[4]])
+    with pytest.raises(lamina.CompactionError, match="not a visible segment"):
+        t.compact(segments=["nope"])
+    assert len(t.history()) == history
+    before = rows(t)
+    t.compact(segments=[by_pid[0], by_pid[1], by_pid[2]], target_rows_per_segment=4)
+    group = [s for s in t.segments() if s.minor_version == 1]
+    assert len(group) == 4 and {s.root_range for s in group} == {(0, 3)}  # 15 rows / 4
+    with pytest.raises(lamina.CompactionError, match="include it"):
+        t.compact(segments=[group[0].id, by_pid[3]])  # restriction 3
+    t.compact(segments=[*(s.id for s in group), by_pid[3]])  # roots 0..2 + 3: adjacent
+    (merged,) = [s for s in t.segments() if s.minor_version == 2]
+    assert merged.root_range == (0, 4) and rows(t) == before
+    with pytest.raises(lamina.CompactionError, match="minor"):
+        t.compact(mode="major", segments=[merged.id])

@@ -109,3 +109,33 @@ def test_a_v3_catalog_upgrades_to_many_writers(catalog_url: str, tmp_path: Path)
             a.append(events(days=1, per_day=2, start="2024-03-01"))
             b.append(events(days=1, per_day=3, start="2024-03-02"))
         assert t.count() == 305
+
+
+def test_a_v8_catalog_gains_minor_versions(catalog_url: str, tmp_path: Path) -> None:
+    """v9 gives every existing segment its first-generation shard fields (root range
+    (pid, pid + 1), minor version 0, a group of one) in place; appends keep their ids
+    and the table compacts."""
+    wh = str(tmp_path / "wh")
+    with lamina.connect(catalog=catalog_url, warehouse=wh) as cat:
+        t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+        for seed in range(3):
+            t.append(events(days=2, per_day=4, seed=seed))
+        with cat.engine.begin() as conn:  # back to the v8 shape
+            for col in ("minor_version", "root_start", "root_end", "aug_size"):
+                conn.execute(text(f"ALTER TABLE lamina_segments DROP COLUMN {col}"))
+            conn.execute(text("ALTER TABLE lamina_locks DROP COLUMN segment_ids"))
+            conn.execute(text("UPDATE lamina_schema SET version = 8"))
+    with lamina.connect(catalog=catalog_url, warehouse=wh) as cat:
+        with cat.engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT partition_id, root_start, root_end, minor_version, aug_size "
+                    "FROM lamina_segments"
+                )  # fmt: skip
+            ).all()
+        assert rows and all((r[1], r[2], r[3], r[4]) == (r[0], r[0] + 1, 0, 1) for r in rows)
+        t = cat.load_table("events")
+        c = t.append(events(days=1, per_day=2, seed=9))
+        assert [s.partition_id for s in t.segments() if s.id in c.added] == [3]
+        t.compact()
+        assert len(t.segments()) == 2 and t.count() == 26

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lamina.core.autocompact import ChunkStatus, Policy, check_policy, policy_of, statuses
-from lamina.core.compaction import MinorRun, plan_minor
+from lamina.core.compaction import MinorRun, minor_run, plan_minor
 from lamina.core.interval import ETERNITY, Granularity, Interval
 from lamina.core.lineage import LineageState
 from lamina.core.locks import PRIORITY_COMPACTION, LockType
@@ -88,6 +88,24 @@ def plan(
 ) -> list[MinorRun]:
     """The runs a minor compaction of ``interval`` (None: the whole table) would merge."""
     return plan_minor(candidates(table, interval)[1], target, small)
+
+
+def chosen_run(table: Table, ids: list[str], target: int) -> MinorRun:
+    """The run merging exactly the named segments, which must obey the seed's three
+    rules (see :func:`lamina.core.compaction.check_inputs`). Raises CompactionError."""
+    _, visible = candidates(table, None)
+    by_id = {s.id: s for s in visible}
+    unknown = [i for i in ids if i not in by_id]
+    if unknown:
+        raise CompactionError(
+            f"segment {unknown[0]!r} is not a visible segment this compaction may take "
+            "(unknown, overshadowed, a tombstone or named by a lineage entry); "
+            "t.segments() lists the visible ones"
+        )
+    inputs = [by_id[i] for i in dict.fromkeys(ids)]
+    first = inputs[0]
+    chunk = [s for s in visible if (s.interval, s.version) == (first.interval, first.version)]
+    return minor_run(inputs, chunk, target)
 
 
 def _merged(table: Table, run: MinorRun) -> pa.Table:

@@ -257,6 +257,7 @@ class Table:
         rollup: dict[str, Any] | None = None,
         priority: int | None = None,
         wait_s: float | None = None,
+        segments: list[str] | None = None,
     ) -> Commit | None:
         """Compact segments; returns the commit, or None when there was nothing to do.
 
@@ -264,7 +265,9 @@ class Table:
         segments at the same version and a higher minor version (one atomic update
         group per run), under SEGMENT locks on the inputs; appends into the same
         chunks carry on meanwhile and never revoke it. Only whole chunks inside
-        ``interval`` (default: all) are compacted.
+        ``interval`` (default: all) are compacted. ``segments``: merge exactly these
+        (ids of one chunk) instead — adjacent first-generation partitions, or segments
+        from adjacent roots, all those from the same roots together (seed 001's rules).
 
         ``mode="major"``: rewrites every chunk of ``interval`` (default: all data) at a
         new version under a REPLACE lock — into ``segment_granularity`` chunks if
@@ -284,6 +287,8 @@ class Table:
 
         if mode not in ("minor", "major"):
             raise CompactionError(f"mode={mode!r}: use 'minor' or 'major'")
+        if segments is not None and (mode != "minor" or not segments):
+            raise CompactionError("segments= names the inputs of a minor compaction (>= 1 id)")
         if mode == "minor" and (segment_granularity or sort_by or rollup):
             raise CompactionError(
                 "segment_granularity, sort_by and rollup rewrite whole chunks: use mode='major'"
@@ -297,7 +302,12 @@ class Table:
             return compaction.compact_major(
                 self, iv, segment_granularity, sort_by, rollup, target, prio, wait_s
             )
-        runs = compaction.plan(self, self._aligned(interval), target)
+        if segments is not None:
+            if interval is not None:
+                raise CompactionError("pass segments= or interval=, not both")
+            runs = [compaction.chosen_run(self, list(segments), target)]
+        else:
+            runs = compaction.plan(self, self._aligned(interval), target)
         fingerprint = compaction.Policy(target).fingerprint
         return compaction.compact_minor(self, runs, prio, wait_s, fingerprint)
 
