@@ -293,3 +293,29 @@ def test_spark_runs_on_the_configured_cluster(spark: Any) -> None:
     assert status.size() >= 2, "no executor besides the driver"
     pids = spark.sparkContext.parallelize(range(4), 2).map(lambda _: os.getpid()).distinct()
     assert os.getpid() not in pids.collect()
+
+
+def test_minor_compaction_with_spark(
+    spark: Any, cat: lamina.Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run whose input exceeds $LAMINA_LOCAL_MAX_BYTES is rewritten by Spark (here:
+    every run, the limit being 1 byte): the same rows, one atomic update group at a
+    higher minor version, and appends into the chunk keep their ids."""
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    for seed in range(4):
+        t.append(events(days=2, per_day=30, seed=seed))
+    key = ["ts", "k", "v", "s"]
+    before = t.to_arrow().sort_by([(c, "ascending") for c in key])
+    monkeypatch.setenv("LAMINA_LOCAL_MAX_BYTES", "1")
+    c = t.compact(target_rows_per_segment=200)  # 4 x 30 rows a day: one run a day
+    assert c is not None and len(c.removed) == 8
+    after = t.to_arrow().sort_by([(c, "ascending") for c in key])
+    assert after.equals(before)
+    segs = t.segments()
+    assert {s.minor_version for s in segs} == {1} and {s.root_range for s in segs} == {(0, 4)}
+    assert len(segs) == 2 and {s.atomic_update_group_size for s in segs} == {1}
+    assert all(s.location and "/run-" in s.location for s in segs)  # written by Spark
+    with pytest.raises(errors.CompactionError, match="engine"):
+        t.compact(engine="gpu")
+    t.append(events(days=1, per_day=3, seed=9))
+    assert t.count() == 243

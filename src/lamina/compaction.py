@@ -16,6 +16,7 @@ meanwhile under APPEND locks (or optimistically) are carried onto its version.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -118,13 +119,44 @@ def _merged(table: Table, run: MinorRun) -> pa.Table:
     return pa.concat_tables(parts, promote_options="permissive").cast(table.schema)
 
 
-def _write_run(table: Table, commit_rel: str, run: MinorRun) -> CompactedRun:
-    data = _merged(table, run)
-    col = table.time_column
-    times = time_values_us(data.column(col)) if col is not None and data.num_rows else None
-    size = -(-data.num_rows // run.outputs) if data.num_rows else 1
-    parts = [ChunkPart(run.chunk, data, r, times) for r in pieces(slice(0, data.num_rows), size)]
-    files = write_parts(table._ctx.warehouse, commit_rel, parts)
+#: a run of more input bytes than this is compacted with Spark when ``engine="auto"``
+#: (``$LAMINA_LOCAL_MAX_BYTES``, as for ingests)
+LOCAL_MAX_ENV = "LAMINA_LOCAL_MAX_BYTES"
+DEFAULT_LOCAL_MAX = "2GB"
+
+
+def engine_of(run: MinorRun, engine: str) -> str:
+    """``local`` or ``spark`` for a run. Raises CompactionError."""
+    if engine not in ("auto", "local", "spark"):
+        raise CompactionError(f"engine={engine!r}: use 'auto', 'local' or 'spark'")
+    if engine != "auto":
+        return engine
+    from lamina.engines.files import parse_size
+
+    limit = parse_size(os.environ.get(LOCAL_MAX_ENV) or DEFAULT_LOCAL_MAX)
+    return "spark" if sum(s.size_bytes for s in run.inputs) > limit else "local"
+
+
+def _write_run(table: Table, commit_rel: str, run: MinorRun, engine: str) -> CompactedRun:
+    if engine_of(run, engine) == "spark":
+        from lamina.core.model import NewSegment
+        from lamina.engines.spark import get_spark, spark_rewrite
+
+        rel = f"{commit_rel}/run-{run.root_range[0]}-{run.chunk.start}"
+        paths = [s.location for s in run.inputs if s.location is not None]
+        wrote = spark_rewrite(
+            get_spark(), table._record, table._ctx.warehouse, paths, run.outputs, rel
+        )
+        files = [NewSegment(run.chunk, loc, n, size, lo, hi) for loc, n, size, lo, hi in wrote]
+    else:
+        data = _merged(table, run)
+        col = table.time_column
+        times = time_values_us(data.column(col)) if col is not None and data.num_rows else None
+        size = -(-data.num_rows // run.outputs) if data.num_rows else 1
+        parts = [
+            ChunkPart(run.chunk, data, r, times) for r in pieces(slice(0, data.num_rows), size)
+        ]
+        files = write_parts(table._ctx.warehouse, commit_rel, parts)
     return CompactedRun(
         chunk=run.chunk,
         version=run.version,
@@ -142,6 +174,7 @@ def compact_minor(
     priority: int = PRIORITY_COMPACTION,
     wait_s: float | None = None,
     fingerprint: str | None = None,
+    engine: str = "auto",
 ) -> Commit | None:
     """Write and publish ``runs`` as one COMPACT commit (None when there are none),
     holding a SEGMENT lock on each run's inputs (``priority``; waiting up to
@@ -158,7 +191,7 @@ def compact_minor(
             ids = frozenset(s.id for s in run.inputs)
             w.acquire(LockType.SEGMENT, run.chunk, priority, wait, ids)
         w.inflight()
-        done = tuple(_write_run(table, w.dir, run) for run in runs)
+        done = tuple(_write_run(table, w.dir, run, engine) for run in runs)
         inputs = tuple(i for r in done for i in r.inputs)
         return w.publish(PublishPlan(compacted=done, remove_ids=inputs, locked=True))
 

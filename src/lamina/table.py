@@ -258,6 +258,7 @@ class Table:
         priority: int | None = None,
         wait_s: float | None = None,
         segments: list[str] | None = None,
+        engine: str = "auto",
     ) -> Commit | None:
         """Compact segments; returns the commit, or None when there was nothing to do.
 
@@ -275,6 +276,9 @@ class Table:
         "metrics": {"v": "sum", "n": "count"}, "query_granularity": "HOUR"}``, see
         :mod:`lamina.core.rollup`). Rows appended meanwhile are kept.
 
+        ``engine``: a minor compaction's runs are rewritten with pyarrow, or with Spark
+        (``get_spark()``) when a run's input exceeds ``$LAMINA_LOCAL_MAX_BYTES``
+        (default 2GB); "local" or "spark" forces one.
         ``priority``: the locks' (default 25, below batch writes and streaming);
         ``wait_s``: how long to wait for them (default: the catalog's writer_wait_s).
         Raises CompactionError (bad request: nothing changed), CommitConflictError (an
@@ -284,6 +288,9 @@ class Table:
         from lamina import compaction
         from lamina.core.locks import PRIORITY_COMPACTION
         from lamina.errors import CompactionError
+
+        if engine not in ("auto", "local", "spark"):
+            raise CompactionError(f"engine={engine!r}: use 'auto', 'local' or 'spark'")
 
         if mode not in ("minor", "major"):
             raise CompactionError(f"mode={mode!r}: use 'minor' or 'major'")
@@ -309,7 +316,7 @@ class Table:
         else:
             runs = compaction.plan(self, self._aligned(interval), target)
         fingerprint = compaction.Policy(target).fingerprint
-        return compaction.compact_minor(self, runs, prio, wait_s, fingerprint)
+        return compaction.compact_minor(self, runs, prio, wait_s, fingerprint, engine)
 
     def push(self, metadata: dict[str, Any] | None = None) -> ConsistentPush:
         """A multi-batch append that becomes visible all at once (and can be reverted).

@@ -16,7 +16,7 @@ import contextlib
 import os
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -223,6 +223,38 @@ def spark_producer(
         return _collect_files(wh, commit_rel, rec.granularity, rec.time_column)
 
     return produce
+
+
+def spark_rewrite(
+    spark: SparkSession,
+    rec: TableRecord,
+    wh: Warehouse,
+    paths: Sequence[str],
+    outputs: int,
+    commit_rel: str,
+) -> list[tuple[str, int, int, int | None, int | None]]:
+    """Read segment files (full paths) and write their rows again as about
+    ``outputs`` files under ``commit_rel``: (location, rows, bytes, min and max time)
+    of each file written (a compaction's outputs for one chunk)."""
+    df = spark.read.parquet(*(wh.uri(p) for p in paths))
+    data = _conform(df, rec.schema).repartition(max(1, outputs))
+    path = wh.path(commit_rel)
+    with _micros_parquet(spark), _cancelled_when_lost(spark, guard_of(path), commit_rel):
+        data.write.mode("errorifexists").parquet(wh.uri(path))
+    out = []
+    for info in wh.list_files(path):
+        name = info.base_name
+        if not name.endswith(".parquet") or name.startswith((".", "_")):
+            wh.fs.delete_file(info.path)
+            continue
+        meta = pq.read_metadata(info.path, filesystem=wh.fs)
+        if meta.num_rows == 0:
+            wh.fs.delete_file(info.path)
+            continue
+        lo, hi = _time_stats(meta, rec.time_column)
+        rel = info.path[len(wh.root) + 1 :]
+        out.append((rel, meta.num_rows, int(info.size or 0), lo, hi))
+    return sorted(out)
 
 
 def _collect_files(
