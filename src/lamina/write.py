@@ -209,7 +209,20 @@ class WriteTransaction:
         from lamina.meta import locks
 
         ctx = self.ctx
-        lock_id = locks.request(ctx.db, self.table.id, self.id, kind, interval, priority, segments)
+        lock_id, _, base = locks.request(
+            ctx.db,
+            self.table.id,
+            self.id,
+            self.owner,
+            kind,
+            interval,
+            priority,
+            ctx.stale_after_s,
+            segments,
+        )
+        if base is not None:  # granted at once: one catalog transaction
+            self.base_seq = base
+            return
         deadline = time.monotonic() + wait_s
         delay = 0.005
         while not locks.try_grant(ctx.db, self.table.id, lock_id, ctx.stale_after_s).granted:

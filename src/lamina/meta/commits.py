@@ -417,24 +417,23 @@ def settle_open(conn: Connection, table_id: int, stale_after_s: float) -> None:
     )
 
 
-def rebase(db: Db, commit_id: int, owner: str) -> int:
+def rebase_in(conn: Connection, commit_id: int, owner: str) -> int:
     """Move an open commit's base to the table's latest snapshot (a write that waited
     for a lock reads what exists once it holds it); returns the new base seq."""
+    latest = select(tables.c.last_seq).where(tables.c.id == commits.c.table_id).scalar_subquery()
+    conn.execute(
+        update(commits)
+        .where(commits.c.id == commit_id, commits.c.owner == owner)
+        .values(base_seq=latest)
+    )
+    return int(
+        conn.execute(select(commits.c.base_seq).where(commits.c.id == commit_id)).scalar_one()
+    )
 
-    def txn(conn: Connection) -> int:
-        latest = (
-            select(tables.c.last_seq).where(tables.c.id == commits.c.table_id).scalar_subquery()
-        )
-        conn.execute(
-            update(commits)
-            .where(commits.c.id == commit_id, commits.c.owner == owner)
-            .values(base_seq=latest)
-        )
-        return int(
-            conn.execute(select(commits.c.base_seq).where(commits.c.id == commit_id)).scalar_one()
-        )
 
-    return db.write(txn)
+def rebase(db: Db, commit_id: int, owner: str) -> int:
+    """:func:`rebase_in`, in a transaction of its own."""
+    return db.write(lambda conn: rebase_in(conn, commit_id, owner))
 
 
 def failed_commits(db: Db, table_id: int, stale_after_s: float) -> list[int]:

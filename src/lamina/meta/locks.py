@@ -17,7 +17,7 @@ from sqlalchemy import Connection, delete, insert, select, update
 from lamina.core.interval import Interval
 from lamina.core.locks import Decision, Lock, LockState, LockType, decide
 from lamina.core.model import OPEN_STATES
-from lamina.meta.commits import settle_open
+from lamina.meta.commits import rebase_in, settle_open
 from lamina.meta.db import Db
 from lamina.meta.schema import commits, locks
 from lamina.meta.tables import lock_table, now_us, read_table
@@ -50,68 +50,90 @@ def _lock_of(row: Any) -> Lock:
     )
 
 
-def request(
-    db: Db,
+def _insert(
+    conn: Connection,
     table_id: int,
     commit_id: int,
     kind: LockType,
     interval: Interval,
     priority: int,
-    segments: frozenset[str] = frozenset(),
+    segments: frozenset[str],
 ) -> int:
-    """Queue a WAITING request of commit ``commit_id`` (``segments``: a SEGMENT lock's
-    segment ids); returns its id."""
+    row = {
+        "table_id": table_id,
+        "commit_id": commit_id,
+        "type": kind.value,
+        "start_us": interval.start,
+        "end_us": interval.end,
+        "priority": priority,
+        "state": LockState.WAITING.value,
+        "created_at": now_us(),
+        "segment_ids": json.dumps(sorted(segments)) if segments else None,
+    }
+    pk = conn.execute(insert(locks).values(row)).inserted_primary_key
+    assert pk is not None
+    return int(pk[0])
 
-    def txn(conn: Connection) -> int:
-        row = {
-            "table_id": table_id,
-            "commit_id": commit_id,
-            "type": kind.value,
-            "start_us": interval.start,
-            "end_us": interval.end,
-            "priority": priority,
-            "state": LockState.WAITING.value,
-            "created_at": now_us(),
-            "segment_ids": json.dumps(sorted(segments)) if segments else None,
-        }
-        pk = conn.execute(insert(locks).values(row)).inserted_primary_key
-        assert pk is not None
-        return int(pk[0])
+
+def _decide(
+    db: Db, conn: Connection, table_id: int, lock_id: int, stale_after_s: float
+) -> Decision:
+    """Grant the request (revoking what it outranks) or leave it waiting, under the
+    table's lock, after dropping the locks of dead holders."""
+    lock_table(db, conn, table_id)
+    settle_open(conn, table_id, stale_after_s)
+    live = select(commits.c.id).where(
+        commits.c.table_id == table_id, commits.c.state.in_(OPEN_STATES)
+    )
+    conn.execute(delete(locks).where(locks.c.table_id == table_id, locks.c.commit_id.not_in(live)))
+    rows = conn.execute(select(locks).where(locks.c.table_id == table_id)).all()
+    mine = next((r for r in rows if r.id == lock_id), None)
+    if mine is None:
+        return Decision(False)  # its commit is gone
+    decision = decide(_lock_of(mine), [_lock_of(r) for r in rows])
+    if decision.granted:
+        if decision.revoke:
+            conn.execute(
+                update(locks)
+                .where(locks.c.id.in_(decision.revoke))
+                .values(state=LockState.REVOKED.value)
+            )
+        conn.execute(
+            update(locks).where(locks.c.id == lock_id).values(state=LockState.GRANTED.value)
+        )
+    return decision
+
+
+def request(
+    db: Db,
+    table_id: int,
+    commit_id: int,
+    owner: str,
+    kind: LockType,
+    interval: Interval,
+    priority: int,
+    stale_after_s: float,
+    segments: frozenset[str] = frozenset(),
+) -> tuple[int, Decision, int | None]:
+    """Request a lock for commit ``commit_id`` (``segments``: a SEGMENT lock's segment
+    ids) and grant it at once if the rules allow, in one transaction: (its id, the
+    decision, and when granted the commit's new base seq — the table's latest
+    snapshot, which the holder reads from). Otherwise it stays WAITING in line."""
+
+    def txn(conn: Connection) -> tuple[int, Decision, int | None]:
+        lock_table(db, conn, table_id)
+        lock_id = _insert(conn, table_id, commit_id, kind, interval, priority, segments)
+        decision = _decide(db, conn, table_id, lock_id, stale_after_s)
+        base = rebase_in(conn, commit_id, owner) if decision.granted else None
+        return lock_id, decision, base
 
     return db.write(txn)
 
 
 def try_grant(db: Db, table_id: int, lock_id: int, stale_after_s: float) -> Decision:
-    """Grant the request now (revoking what it outranks) or leave it waiting; one
-    transaction under the table's lock, after dropping the locks of dead holders."""
-
-    def txn(conn: Connection) -> Decision:
-        lock_table(db, conn, table_id)
-        settle_open(conn, table_id, stale_after_s)
-        live = select(commits.c.id).where(
-            commits.c.table_id == table_id, commits.c.state.in_(OPEN_STATES)
-        )
-        conn.execute(
-            delete(locks).where(locks.c.table_id == table_id, locks.c.commit_id.not_in(live))
-        )
-        rows = conn.execute(select(locks).where(locks.c.table_id == table_id)).all()
-        mine = next((r for r in rows if r.id == lock_id), None)
-        if mine is None:
-            return Decision(False)  # its commit is gone
-        decision = decide(_lock_of(mine), [_lock_of(r) for r in rows])
-        if decision.granted:
-            if decision.revoke:
-                conn.execute(
-                    update(locks)
-                    .where(locks.c.id.in_(decision.revoke))
-                    .values(state=LockState.REVOKED.value)
-                )
-            conn.execute(
-                update(locks).where(locks.c.id == lock_id).values(state=LockState.GRANTED.value)
-            )
-        return decision
-
-    return db.write(txn)
+    """Grant a waiting request now (revoking what it outranks) or leave it waiting;
+    one transaction under the table's lock."""
+    return db.write(lambda conn: _decide(db, conn, table_id, lock_id, stale_after_s))
 
 
 def cancel(db: Db, lock_id: int) -> None:
