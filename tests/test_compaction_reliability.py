@@ -132,6 +132,9 @@ def _wait_go(go: str) -> None:
 def _appender(url: str, wh: str, w: int, log_path: str, go: str, stop: str) -> None:
     """Append 1-5 rows with unique keys into one of the race days, until told to stop;
     log each append's keys before it starts and its commit once acknowledged."""
+    import lamina.io.writer  # noqa: F401 - the write path, imported before the race
+    import lamina.write  # noqa: F401
+
     cat = lamina.connect(catalog=url, warehouse=wh, writer_wait_s=60)
     t = cat.load_table("ev")
     log = _Log(log_path)
@@ -160,7 +163,8 @@ def _appender(url: str, wh: str, w: int, log_path: str, go: str, stop: str) -> N
 
 def _compactor(url: str, wh: str, log_path: str, go: str, stop: str) -> None:
     """Minor compactions in a loop until told to stop; two major ones on the way (the
-    second sorted and only of the race days 2-3)."""
+    second sorted and only of the race days 2-3), each tried until it has rows to
+    rewrite."""
     cat = lamina.connect(catalog=url, warehouse=wh, writer_wait_s=60)
     t = cat.load_table("ev")
     log = _Log(log_path)
@@ -170,11 +174,11 @@ def _compactor(url: str, wh: str, log_path: str, go: str, stop: str) -> None:
     majors = list(MAJOR_AT)
     while not os.path.exists(stop):
         kwargs: dict[str, Any] = {}
-        if majors and time.monotonic() - start >= majors[0] * RACE_S:
+        major = bool(majors) and time.monotonic() - start >= majors[0] * RACE_S
+        if major:
             kwargs = {"mode": "major"}
             if len(majors) == 1:
                 kwargs.update(interval=("2024-01-02", "2024-01-04"), sort_by=["k"])
-            majors.pop(0)
         mode, t0 = kwargs.get("mode", "minor"), time.monotonic()
         try:
             c = t.compact(**kwargs)
@@ -182,6 +186,8 @@ def _compactor(url: str, wh: str, log_path: str, go: str, stop: str) -> None:
             log.put(mode=mode, refused=type(exc).__name__, msg=str(exc))
             continue
         log.put(mode=mode, commit=None if c is None else c.id, s=time.monotonic() - t0)
+        if major and c is not None:
+            majors.pop(0)
         time.sleep(0.05)
     cat.close()
 
