@@ -46,6 +46,7 @@ BENCHMARKS = {
     "lineage": "bench_lineage.py",
     "readers": "bench_readers.py",
     "cli": "bench_cli.py",
+    "compaction": "bench_compaction.py",
 }
 
 
