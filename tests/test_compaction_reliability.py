@@ -15,8 +15,8 @@
    the compaction exactly one wins. A refused compaction raises CommitConflictError and
    leaves nothing visible and no file behind.
 
-Plus a strict xfail for a bug found here: two runs in one chunk cannot be compacted in
-one commit (both outputs take the same partition id).
+Plus a regression test for a bug found here: two runs in one chunk could not be
+compacted in one commit (both outputs took the same partition id).
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-import sqlalchemy.exc
 
 import lamina
 from lamina import compaction
@@ -75,7 +74,8 @@ def _tuples(data: pa.Table) -> list[tuple[Any, ...]]:
 
 
 def _all_rows(t: lamina.Table, as_of: int | None = None) -> list[tuple[Any, ...]]:
-    return _tuples(t.to_arrow(as_of=as_of).sort_by([("k", "ascending")]))
+    keys = [(c, "ascending") for c in ("k", "ts", "v", "s")]  # k repeats across appends
+    return _tuples(t.to_arrow(as_of=as_of).sort_by(keys))
 
 
 def _open_commits(t: lamina.Table) -> list[lamina.Commit]:
@@ -715,21 +715,9 @@ def test_minor_compaction_racing_an_overwrite_or_a_delete_from_another_process(
     assert outcomes == {kind: both for kind in outcomes}, outcomes
 
 
-# -- a bug found on the way ------------------------------------------------------------
+# -- a bug found on the way (fixed): two runs of one chunk took the same partition id --
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=sqlalchemy.exc.IntegrityError,
-    reason=(
-        "meta/publish.py publish(): for each CompactedRun, next_overwrite_pid() reads the "
-        "highest partition id of (chunk, version) from the catalog, but the rows of the "
-        "runs before it in the same commit are inserted only later (record_commit), so "
-        "two runs in one chunk both take partition 32768: UNIQUE constraint failed "
-        "(a raw sqlalchemy IntegrityError, not a lamina error), the compaction aborts, "
-        "and such a chunk can never be minor-compacted"
-    ),
-)
 def test_two_runs_in_one_chunk_compact_in_one_commit(cat: lamina.Catalog) -> None:
     t = cat.create_table("events", schema=SCHEMA, time_column="ts")
     for i, n in enumerate((2, 2, 30, 2, 2)):  # the 30-row segment splits the runs

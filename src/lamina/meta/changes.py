@@ -7,6 +7,7 @@ completion (seq) order, are all an incremental read needs to diff.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +16,7 @@ from sqlalchemy import ColumnElement, Connection, and_, or_, select
 
 from lamina.core.changes import merge
 from lamina.core.interval import Interval
-from lamina.core.model import CommitState, TableRecord
+from lamina.core.model import CommitAction, CommitState, TableRecord
 from lamina.errors import SnapshotNotFoundError
 from lamina.meta.db import Db
 from lamina.meta.lineage import lists
@@ -70,7 +71,7 @@ def change_points(db: Db, name: str, after_seq: int, until_seq: int | None) -> C
                 f"segments that snapshot used; read changes after seq {purged} or later"
             )
         done = conn.execute(
-            select(commits.c.id, commits.c.seq)
+            select(commits.c.id, commits.c.seq, commits.c.action, commits.c.metadata)
             .where(
                 commits.c.table_id == rec.id,
                 commits.c.state == CommitState.COMPLETED.value,
@@ -97,13 +98,26 @@ def change_points(db: Db, name: str, after_seq: int, until_seq: int | None) -> C
                     touched[int(seq)].append(Interval.of(s, e))
         _lineage_touches(conn, rec.id, after_seq, until, touched)
         points = tuple(
-            ChangePoint(int(r.id), int(r.seq), tuple(merge(touched.get(int(r.seq), []))))
+            ChangePoint(
+                int(r.id),
+                int(r.seq),
+                () if _layout_only(r) else tuple(merge(touched.get(int(r.seq), []))),
+            )
             for r in done
             if r.seq > after_seq
         )
         return Changes(rec, after_seq, until, base, points)
 
     return db.read(txn, consistent=True)
+
+
+def _layout_only(row: Any) -> bool:
+    """A compaction that rewrote files without changing any row (a minor one, or a
+    major one without rollup): it has no changes to report."""
+    if row.action == CommitAction.COMPACT.value:
+        return True
+    meta = json.loads(row.metadata) if row.metadata else {}
+    return meta.get("compaction") == "major" and "rollup" not in meta
 
 
 def _lineage_touches(

@@ -161,9 +161,13 @@ def publish(db: Db, table: TableRecord, commit_id: int, owner: str, plan: Publis
             targets, used_new = append_targets(chunks, reps, version)
             fresh = version if used_new else fresh
             new += append_segments(table.name, appends, targets, next_pid, plan.suffix)
+        next_pids: dict[tuple[Interval, int], int] = {}  # runs of one chunk: ids in turn
         for run in plan.compacted:
-            first = next_overwrite_pid(conn, table.id, run.chunk, run.version)
-            new += compacted_segments(table.name, run, first)
+            key = (run.chunk, run.version)
+            if key not in next_pids:
+                next_pids[key] = next_overwrite_pid(conn, table.id, run.chunk, run.version)
+            new += compacted_segments(table.name, run, next_pids[key])
+            next_pids[key] += len(run.files)
         carry = [i for i in carry if i not in hidden]  # an unfinished push stays hidden
         if carry:
             carried = [
