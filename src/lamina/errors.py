@@ -143,3 +143,10 @@ class AlreadyAppliedError(LaminaError):
 class CompactionError(LaminaError, ValueError):
     """A compaction request breaks a rule: inputs not adjacent, an unknown column to
     sort or roll up by, an impossible granularity change, a non-numeric metric."""
+
+
+class UpsertError(LaminaError, ValueError):
+    """An upsert definition or input breaks a rule: an unknown or nullable key column, a
+    comparison column without an order, a delete column that is not boolean, an unknown
+    partial-upsert strategy or one that cannot merge its column, null keys or comparison
+    values in the data (see lamina.core.upsert)."""
