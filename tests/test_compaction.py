@@ -205,3 +205,19 @@ def test_named_segments_follow_the_three_restrictions(cat: lamina.Catalog) -> No
     assert merged.root_range == (0, 4) and rows(t) == before
     with pytest.raises(lamina.CompactionError, match="minor"):
         t.compact(mode="major", segments=[merged.id])
+
+
+def test_the_change_feed_skips_compactions_that_change_no_row(cat: lamina.Catalog) -> None:
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    small_appends(t, 4)
+    seq = t.history()[-1].seq
+    assert seq is not None
+    t.compact()
+    t.compact(mode="major", sort_by=["v"])
+    late = t.append(events(days=1, per_day=2, seed=77))
+    feed = t.read_changes(after_seq=seq)
+    assert feed["_commit_id"].to_pylist() == [late.id] * 2  # only the append's two rows
+    assert set(feed["_change"].to_pylist()) == {"insert"}
+    t.compact(mode="major", rollup={"dimensions": ["s"], "metrics": {"v": "sum"}})
+    rolled = t.read_changes(after_seq=t.history()[-2].seq or 0)
+    assert set(rolled["_change"].to_pylist()) == {"insert", "delete"}  # rows did change
