@@ -115,7 +115,13 @@ def _merged(table: Table, run: MinorRun) -> pa.Table:
     parts = []
     for seg in run.inputs:
         assert seg.location is not None
-        parts.append(pq.read_table(seg.location, filesystem=wh.fs))
+        try:
+            parts.append(pq.read_table(seg.location, filesystem=wh.fs))
+        except FileNotFoundError:
+            raise CommitConflictError(
+                f"input segment {seg.id} was removed meanwhile (its file is gone: a "
+                "lineage cleanup or retention); nothing was published — compact again"
+            ) from None
     return pa.concat_tables(parts, promote_options="permissive").cast(table.schema)
 
 
@@ -275,6 +281,7 @@ def compact_major(
     with table.transaction(
         metadata=meta, lock="REPLACE", interval=iv, priority=priority, wait_s=wait_s
     ) as tx:
+        tx._rewrite = True
         base = tx.base_seq
         as_of = next((c.id for c in table.history() if c.seq == base), None)
         data = table.schema.empty_table() if as_of is None else table.to_arrow(as_of, interval=iv)

@@ -83,6 +83,7 @@ class Transaction:
         self._chunks: set[Interval] = set()
         self._removes: list[str] = []
         self._ops = 0
+        self._rewrite = False  # a major compaction: see PublishPlan.rewrite
         self._state = "new"
         self.commit_result: Commit | None = None
 
@@ -187,6 +188,7 @@ class Transaction:
             action=action.value,
             txn=self.txn,
             locked=self._lock is not None,
+            rewrite=self._rewrite,
         )
         try:
             commit = self._write.publish(plan)

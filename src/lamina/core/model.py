@@ -188,6 +188,10 @@ class PublishPlan:
     locked: bool = False
     #: a minor compaction's runs (their inputs are in ``remove_ids`` too)
     compacted: tuple[CompactedRun, ...] = ()
+    #: a rewrite of rows read at the base (a major compaction): optimistic conflict
+    #: rules apply even inside its locks, and it may not retire segments a lineage
+    #: entry still names
+    rewrite: bool = False
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,8 @@ def publish(db: Db, table: TableRecord, commit_id: int, owner: str, plan: Publis
         version = int(trow.next_version)
         action = plan.action or trow.action
         covered = _held_locks(conn, commit_id) if plan.locked else []
+        if plan.rewrite:  # rows read at the base: any concurrent change refuses it
+            covered = []
         carry = _check_conflicts(conn, table.id, commit_id, trow, action, plan, covered)
         if plan.txn is not None:
             app_txns.check(conn, table.id, *plan.txn)
@@ -142,6 +144,8 @@ def publish(db: Db, table: TableRecord, commit_id: int, owner: str, plan: Publis
                     conn, table.id, table.name, _span(list(plan.overwrite)), hidden
                 )
                 gone = overshadowed(live, new)
+                if plan.rewrite:
+                    _check_unnamed(gone, current)
                 # what a lineage entry holds stays until the entry is settled
                 removed = {s.id for s in gone} - held
         else:
@@ -272,6 +276,15 @@ def _check_conflicts(
         app_id=plan.txn[0] if plan.txn is not None else None,
     )
     others = since(conn, table_id, int(trow.base_seq))
+    moved = [o for o in others if o.kind is Kind.LINEAGE]
+    if plan.rewrite and moved:  # a push ended or reverted: the rows it read changed
+        raise CommitConflictError(
+            f"commit {commit_id} (a major compaction) read rows before lineage commit "
+            f"{moved[0].commit_id} changed what is visible; nothing was published — compact "
+            "again",
+            other=moved[0].commit_id,
+            retryable=True,
+        )
     spans = [*mine.replaced, *(s.interval for s in removed)]
     spans += [f.chunk for f in (*plan.files, *plan.append_files)]
     locked = bool(covered) and all(any(c.contains(iv) for c in covered) for iv in spans)
@@ -297,6 +310,21 @@ def _longer_span(current: int, new: list[Segment]) -> int | None:
 
 def _row(seg: Segment, table_id: int) -> dict[str, object]:
     return {**segment_values(seg), "table_id": table_id}
+
+
+def _check_unnamed(gone: list[Segment], entries: list[Any]) -> None:
+    """A rewrite (major compaction) may not retire segments that a lineage entry in
+    progress, or one that may still be rolled back, names: ending or reverting it
+    would then show or hide the wrong rows. Raises CommitConflictError."""
+    for e in entries:
+        if e.state in (LineageState.IN_PROGRESS, LineageState.COMPLETED):
+            named = sorted(e.ids & {s.id for s in gone})
+            if named:
+                raise CommitConflictError(
+                    f"segment {named[0]} is named by lineage entry {e.id} ({e.state}); a "
+                    "major compaction leaves it alone until the entry is reverted or "
+                    "cleaned up by retention — compact later; nothing was published"
+                )
 
 
 def _check_removable(
