@@ -131,3 +131,21 @@ def test_bad_policies_are_typed(cat: lamina.Catalog) -> None:
     t.set_properties(**{"compaction.sort_by": "nope"})
     with pytest.raises(lamina.CompactionError, match="nope"):
         cat.compact_auto()
+
+
+def test_auto_compaction_leaves_chunks_a_lineage_entry_names(cat: lamina.Catalog) -> None:
+    """A push that may still be rolled back names its segments: a major compaction
+    there would undo the rollback, so auto-compaction skips the chunk with a reason."""
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    with t.push() as p:
+        p.append(events(days=1, per_day=4, seed=1))
+    t.append(events(days=1, per_day=4, seed=2, start="2024-01-02"))
+    t.set_properties(**{"compaction.sort_by": "v"})
+    results = {str(r.status.chunk)[:10]: r for r in cat.compact_auto()}
+    skipped = results["2024-01-01"]
+    assert skipped.commit is None and skipped.status.status == "SKIPPED"
+    assert "lineage entry names its segments" in skipped.status.reason
+    assert results["2024-01-02"].commit is not None  # the other day is compacted
+    with pytest.raises(lamina.CommitConflictError, match="lineage entry"):
+        t.compact(mode="major", interval=("2024-01-01", "2024-01-02"))
+    assert t.count() == 8

@@ -84,6 +84,20 @@ def candidates(table: Table, interval: Interval | None) -> tuple[int, list[Segme
     return snap.seq, out
 
 
+def named_chunks(table: Table) -> set[Interval]:
+    """Chunks holding live segments a lineage entry in progress (or one that may still
+    be rolled back) names: a major compaction leaves them alone."""
+    named = {
+        i
+        for e in table.lineage()
+        if e.state in (LineageState.IN_PROGRESS, LineageState.COMPLETED)
+        for i in e.ids
+    }
+    if not named:
+        return set()
+    return {s.interval for s in table.snapshot(all_published=True).segments if s.id in named}
+
+
 def plan(
     table: Table, interval: Interval | None, target: int, small: int | None = None
 ) -> list[MinorRun]:
@@ -315,7 +329,11 @@ def auto_status(table: Table) -> list[ChunkStatus]:
         for c in table.history()
         if c.state == "COMPLETED" and c.metadata.get("compaction")
     }
-    return statuses(candidates(table, None)[1], compacted, pol)
+    found = statuses(candidates(table, None)[1], compacted, pol)
+    seen = {st.chunk for st in found}
+    why = "a lineage entry names its segments (a push in progress or still revertible)"
+    held = [ChunkStatus(c, "SKIPPED", "none", why) for c in named_chunks(table) - seen]
+    return sorted([*found, *held], key=lambda st: (st.chunk.end, st.chunk.start), reverse=True)
 
 
 @dataclass(frozen=True)
@@ -347,12 +365,17 @@ def compact_auto(table: Table, dry_run: bool = False) -> list[AutoResult]:
         out += [AutoResult(table.name, st, commit, error) for st in minor]
     gran = pol.segment_granularity or table.granularity
     done: set[Interval] = set()
+    held = named_chunks(table) if any(st.action == "major" for st in found) else set()
     for st in (st for st in found if st.action == "major"):
         iv = (
             st.chunk
             if table.time_column is None
             else Interval.of(gran.floor(st.chunk.start), gran.chunk(st.chunk.end - 1).end)
         )
+        if any(c.overlaps(iv) for c in held):
+            why = "skipped: a lineage entry names segments there (compacted once it settles)"
+            out.append(AutoResult(table.name, st, None, why))
+            continue
         if iv in done:
             out.append(AutoResult(table.name, st, out[-1].commit, out[-1].error))
             continue
