@@ -245,6 +245,17 @@ def test_a_table_without_the_overwrite_columns_plans_as_first_generation() -> No
     same_tasks(got.tasks, plan_scan(Snapshot(record(), 1, 2, segs)).tasks)
 
 
+def test_a_first_generation_plan_keeps_no_overwrite_columns() -> None:
+    """16 bytes a segment saved at a million segments; a compacted chunk keeps them."""
+    segs = build([((0, H), 1, p, 0, False, None) for p in range(3)])
+    got = plan_columns(record(), 1, 2, columns(segs), None, ROOT)
+    assert got.columns is not None and "minor_version" not in got.columns.segs.column_names
+    same_tasks(got.tasks, plan_scan(Snapshot(record(), 1, 2, segs)).tasks)
+    mixed = segs + compaction((H, 2 * H))
+    kept = plan_columns(record(), 3, 9, columns(mixed), None, ROOT)
+    assert kept.columns is not None and "minor_version" in kept.columns.segs.column_names
+
+
 def test_segment_table_fills_first_generation_values() -> None:
     t = segment_table(
         {"start_us": [0, 0], "end_us": [H, H], "version": [1, 1], "partition_id": [4, 7]}

@@ -301,6 +301,8 @@ def plan_columns(
         by = np.lexsort((_ints(segs, "partition_id")[rows], span_s))
         rows, span_s, span_e = rows[by], span_s[by], span_e[by]
     whole = _whole(segs, rows, span_s, span_e, table.time_column is None)
+    if not later.any():  # all first generation: the plan keeps no overwrite columns
+        segs = segs.drop_columns([c for c in OVERWRITE_COLUMNS if c in segs.column_names])
     tasks = ColumnarTasks(segs, rows, span_s, span_e, whole, root)
     return ScanPlan(table, seq, commit_id, columns=tasks)
 
@@ -356,7 +358,7 @@ def _later_generation(segs: pa.Table, order: np.ndarray, p: np.ndarray) -> np.nd
 
 def _overwrite_fields(row: dict[str, Any]) -> dict[str, Any]:
     """Segment keyword arguments for a row's overwrite columns (none: first generation)."""
-    if not row["minor_version"]:
+    if not row.get("minor_version"):  # first generation (or no such columns kept)
         return {}
     return {
         "minor_version": row["minor_version"],
