@@ -44,6 +44,7 @@ from lamina.meta.rows import segment_of, segment_values
 from lamina.meta.schema import MAX_SPAN_US, commits, tables
 from lamina.meta.segments import (
     chunk_versions,
+    decore,
     existing,
     live_ids,
     live_segments,
@@ -209,6 +210,8 @@ def publish(db: Db, table: TableRecord, commit_id: int, owner: str, plan: Publis
                 _complete(conn, table.id, entry.id, got, hidden, done.seq)
         if removed:
             mark_removed(conn, table.id, removed, done.seq, commit_id)
+        if plan.remove_ids and not plan.compacted:  # deleted: the rest of a chunk stays
+            decore(conn, table.id, plan.remove_ids)
         return Commit(
             id=commit_id,
             action=action,
@@ -390,6 +393,7 @@ def delete_segments(db: Db, name: str, ids: list[str]) -> Commit:
             )
         done = record_commit(conn, trow, CommitAction.DELETE, {"segments": ids})
         mark_removed(conn, table_id, ids, done.seq, done.id)
+        decore(conn, table_id, ids)  # the rest of a chunk stays visible
         when = from_us(done.at_us)
         return Commit(
             done.id,

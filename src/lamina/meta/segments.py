@@ -228,6 +228,43 @@ def next_overwrite_pid(conn: Connection, table_id: int, chunk: Interval, version
     return OVERWRITE_PARTITION_START if top is None else int(top) + 1
 
 
+def decore(conn: Connection, table_id: int, ids: Collection[str]) -> bool:
+    """After the segments ``ids`` were removed: where one was a core partition of its
+    chunk version, the version's live segments drop their core count, so the rest
+    stays visible. (A version's core partitions are published together, so the count
+    only ever guarded against such removals; snapshots before the removal held every
+    core partition and look the same.) Returns whether rows changed — then the
+    table's segment manifests, which cache them, must go."""
+    id_list = list(ids)
+    versions: set[tuple[int, int, int]] = set()
+    for i in range(0, len(id_list), _BATCH):
+        versions |= {
+            (int(a), int(b), int(v))
+            for a, b, v in conn.execute(
+                select(segments.c.start_us, segments.c.end_us, segments.c.version).where(
+                    segments.c.table_id == table_id,
+                    segments.c.segment_id.in_(id_list[i : i + _BATCH]),
+                    segments.c.partition_id < segments.c.num_core_partitions,
+                )
+            )
+        }
+    for a, b, v in versions:
+        conn.execute(
+            update(segments)
+            .where(
+                segments.c.table_id == table_id,
+                segments.c.start_us == a,
+                segments.c.end_us == b,
+                segments.c.version == v,
+                segments.c.removed_seq.is_(None),
+            )
+            .values(num_core_partitions=0)
+        )
+    if versions:
+        drop_manifests(conn, table_id)  # their files become orphans: retention removes them
+    return bool(versions)
+
+
 def mark_removed(
     conn: Connection, table_id: int, ids: Collection[str], seq: int, commit_id: int
 ) -> None:
