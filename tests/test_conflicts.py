@@ -252,3 +252,17 @@ def test_what_a_replacing_transaction_appended_elsewhere_is_carried() -> None:
     assert check(mine, [tx]).carry == (seg("y", 5),)
     conflict = check(mine, [tx], SER).conflict
     assert conflict is not None and "appended rows" in conflict.reason
+
+
+def test_a_carry_follows_a_segment_another_replace_carried_on() -> None:
+    """An append X carried by a replace that published meanwhile lives on as its copy
+    X' (the same file): a locked replace publishing later carries X', not nothing."""
+    mine = footprint(Kind.REPLACE, 5, cid=9)
+    x, x_copy = seg("x", 5), seg("x-copy", 5)
+    appended = Footprint(3, Kind.APPEND, added=(x,))
+    other = Footprint(
+        4, Kind.REPLACE, added=(seg("o", 5), x_copy), removed=(x,), replaced=(day(5),),
+        moved=(("x@5", x_copy),),
+    )  # fmt: skip
+    assert check(mine, [appended, other], locked=True).carry == (x_copy,)
+    assert check(mine, [appended, other]).conflict is not None  # optimistic: refused

@@ -124,6 +124,8 @@ class Footprint:
     replaced: tuple[Interval, ...] = ()
     lineage: frozenset[str] = frozenset()
     app_id: str | None = None
+    #: segments it removed and carried: removed id -> its copy (the same file)
+    moved: tuple[tuple[str, SegmentRef], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -281,6 +283,8 @@ def check(
                 )
                 return Verdict(Conflict(other.commit_id, why))
         if mine.kind is Kind.REPLACE:
+            moved = dict(other.moved)  # carried onward by ``other``: follow the copy
+            carry = [moved.get(s.id, s) for s in carry]
             carry += [s for s in appended(other) if _overlap(mine.replaced, [s.interval])]
     gone = {s.id for o in others for s in o.removed}
     return Verdict(None, tuple(s for s in carry if s.id not in gone))

@@ -35,6 +35,7 @@ _TOUCHED = select(
     segments.c.added_seq,
     segments.c.removed_commit,
     segments.c.removed_seq,
+    segments.c.location,
 ).where(
     segments.c.table_id == bindparam("tid"),
     or_(segments.c.added_seq > bindparam("base"), segments.c.removed_seq > bindparam("base")),
@@ -64,12 +65,18 @@ def since(conn: Connection, table_id: int, base_seq: int) -> list[Footprint]:
         return []
     added: dict[int, list[SegmentRef]] = {}
     removed: dict[int, list[SegmentRef]] = {}
-    for sid, s, e, cid, add_seq, rcid, rseq in conn.execute(_TOUCHED, params):
+    added_at: dict[tuple[int, str], SegmentRef] = {}  # (commit, file) -> segment it added
+    removed_at: dict[int, list[tuple[str, str]]] = {}  # commit -> (segment, file) removed
+    for sid, s, e, cid, add_seq, rcid, rseq, loc in conn.execute(_TOUCHED, params):
         ref = SegmentRef(sid, Interval.of(s, e))
         if add_seq > base_seq:
             added.setdefault(int(cid), []).append(ref)
+            if loc:
+                added_at[(int(cid), loc)] = ref
         if rseq is not None and rseq > base_seq and rcid is not None:
             removed.setdefault(int(rcid), []).append(ref)
+            if loc:
+                removed_at.setdefault(int(rcid), []).append((sid, loc))
     out = []
     for cid, action, raw in done:
         doc = json.loads(raw) if raw else {}
@@ -82,6 +89,11 @@ def since(conn: Connection, table_id: int, base_seq: int) -> list[Footprint]:
                 replaced=tuple(Interval.of(a, b) for a, b in doc.get("replaced", ())),
                 lineage=frozenset(doc.get("lineage", ())),
                 app_id=doc.get("app_id"),
+                moved=tuple(  # a carry: the same file removed and added again
+                    (sid, added_at[(int(cid), loc)])
+                    for sid, loc in removed_at.get(int(cid), ())
+                    if (int(cid), loc) in added_at
+                ),
             )
         )
     return out
