@@ -305,6 +305,9 @@ def test_open_transitions_skip_the_wal_flush_wait_on_postgres(pg_url: str, tmp_p
     assert sorted(set(log)) == [("COMPLETED", "on"), ("INFLIGHT", "off"), ("REQUESTED", "off")]
     assert sorted(log).count(("INFLIGHT", "off")) == 4
     assert len(log) == 3 * 2 + 3
+    for c in t.history():  # REQUESTED -> INFLIGHT -> COMPLETED, each with its time
+        assert c.inflight_at is not None and c.completed_at is not None
+        assert c.started_at <= c.inflight_at <= c.completed_at
     conns = [cat.engine.connect() for _ in range(4)]  # every pooled session
     try:
         assert {c.execute(text("SHOW synchronous_commit")).scalar() for c in conns} == {"on"}

@@ -124,6 +124,7 @@ def test_a_v8_catalog_gains_minor_versions(catalog_url: str, tmp_path: Path) -> 
             for col in ("minor_version", "root_start", "root_end", "aug_size"):
                 conn.execute(text(f"ALTER TABLE lamina_segments DROP COLUMN {col}"))
             conn.execute(text("ALTER TABLE lamina_locks DROP COLUMN segment_ids"))
+            conn.execute(text("ALTER TABLE lamina_commits DROP COLUMN inflight_at"))
             conn.execute(text("UPDATE lamina_schema SET version = 8"))
     with lamina.connect(catalog=catalog_url, warehouse=wh) as cat:
         with cat.engine.connect() as conn:
@@ -135,7 +136,9 @@ def test_a_v8_catalog_gains_minor_versions(catalog_url: str, tmp_path: Path) -> 
             ).all()
         assert rows and all((r[1], r[2], r[3], r[4]) == (r[0], r[0] + 1, 0, 1) for r in rows)
         t = cat.load_table("events")
+        assert {c.inflight_at for c in t.history()} == {None}  # not recorded before v9
         c = t.append(events(days=1, per_day=2, seed=9))
         assert [s.partition_id for s in t.segments() if s.id in c.added] == [3]
+        assert t.history()[-1].inflight_at is not None
         t.compact()
         assert len(t.segments()) == 2 and t.count() == 26

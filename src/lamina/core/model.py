@@ -62,6 +62,8 @@ class Commit:
     seq: int | None = None
     #: the snapshot seq the write started from (its optimistic-concurrency base)
     base_seq: int | None = None
+    #: when it went REQUESTED -> INFLIGHT (``started_at`` is when it was REQUESTED)
+    inflight_at: dt.datetime | None = field(default=None, compare=False)
 
     @staticmethod
     def time(us: int | None) -> dt.datetime | None:

@@ -138,7 +138,16 @@ _COMPLETE_AND_BUMP = (
     .add_cte(_ADD_SEGMENTS.cte("added"))
 )
 _INSERT = insert(commits)
-_OPEN_COLS = ("table_id", "action", "state", "started_at", "heartbeat_at", "owner", "metadata")
+_OPEN_COLS = (
+    "table_id",
+    "action",
+    "state",
+    "started_at",
+    "inflight_at",
+    "heartbeat_at",
+    "owner",
+    "metadata",
+)
 #: the REQUESTED row of a new commit, based on the table's latest snapshot
 _OPEN = insert(commits).values(
     {name: bindparam(name, type_=commits.c[name].type) for name in _OPEN_COLS}
@@ -176,7 +185,11 @@ _MINE = and_(commits.c.id == bindparam("cid"), commits.c.owner == bindparam("wri
 _INFLIGHT = (
     update(commits)
     .where(_MINE, commits.c.state == CommitState.REQUESTED.value)
-    .values(state=CommitState.INFLIGHT.value, heartbeat_at=bindparam("now"))
+    .values(
+        state=CommitState.INFLIGHT.value,
+        heartbeat_at=bindparam("now"),
+        inflight_at=bindparam("now"),
+    )
 )
 #: PostgreSQL: one autocommitted statement whose commit does not wait for the flush
 _INFLIGHT_RELAXED = _INFLIGHT.returning(_RELAXED)
@@ -241,6 +254,7 @@ def record_commit(
                 "state": CommitState.COMPLETED.value,
                 "seq": seq,
                 "started_at": now,
+                "inflight_at": now,
                 "completed_at": now,
                 "heartbeat_at": now,
                 "owner": process_token(),
@@ -305,7 +319,8 @@ def begin_commit(
         "tid": table_id,
         "action": action,
         "state": (CommitState.INFLIGHT if inflight else CommitState.REQUESTED).value,
-        "started_at": now,
+        "started_at": now,  # REQUESTED at; INFLIGHT at once too for a write of files
+        "inflight_at": now if inflight else None,
         "heartbeat_at": now,
         "owner": owner,
         "metadata": json.dumps(metadata, default=str),

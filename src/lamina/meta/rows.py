@@ -88,6 +88,7 @@ def commit_of(
         metadata=json.loads(row.metadata),
         seq=None if row.seq is None else int(row.seq),
         base_seq=None if row.base_seq is None else int(row.base_seq),
+        inflight_at=Commit.time(getattr(row, "inflight_at", None)),
     )
 
 

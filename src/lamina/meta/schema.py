@@ -82,6 +82,8 @@ commits = Table(
     Column("base_seq", BigInteger),
     # what a completed commit did, for the conflict checks of later ones (JSON), since v6
     Column("footprint", Text),
+    # when it went REQUESTED -> INFLIGHT (started_at: REQUESTED), since v9
+    Column("inflight_at", BigInteger),
     Index("ix_commits_table_state", "table_id", "state"),
     Index("ix_commits_table_seq", "table_id", "seq"),
 )
@@ -270,7 +272,8 @@ def _v8_locks(conn: Connection) -> None:
 
 def _v9_minor_versions(conn: Connection) -> None:
     """Segments carry minor versions, root partition ranges and atomic update group
-    sizes; every existing segment is first-generation: roots (pid, pid + 1)."""
+    sizes; every existing segment is first-generation: roots (pid, pid + 1). SEGMENT
+    locks name their segments; commits record when they went INFLIGHT."""
     _add_column(conn, "lamina_segments", "minor_version", "INTEGER NOT NULL DEFAULT 0")
     _add_column(conn, "lamina_segments", "root_start", "INTEGER")
     _add_column(conn, "lamina_segments", "root_end", "INTEGER")
@@ -281,6 +284,7 @@ def _v9_minor_versions(conn: Connection) -> None:
         .values(root_start=segments.c.partition_id, root_end=segments.c.partition_id + 1)
     )
     _add_column(conn, "lamina_locks", "segment_ids", "TEXT")
+    _add_column(conn, "lamina_commits", "inflight_at", "BIGINT")
 
 
 #: Ordered migrations; append only. Version N = the first N applied.
