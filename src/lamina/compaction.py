@@ -53,6 +53,49 @@ if TYPE_CHECKING:
 TARGET_PROPERTY = "compaction.target_rows_per_segment"
 
 
+def compact(
+    table: Table,
+    interval: Interval | str | tuple[Any, Any] | None,
+    mode: str,
+    target_rows_per_segment: int | None,
+    *,
+    segment_granularity: str | None,
+    sort_by: list[str] | None,
+    rollup: dict[str, Any] | None,
+    priority: int | None,
+    wait_s: float | None,
+    segments: list[str] | None,
+    engine: str,
+) -> Commit | None:
+    """``t.compact(...)``: check the request, then a minor or a major compaction.
+    Raises CompactionError, CommitConflictError, LockTimeoutError, LockRevokedError,
+    InvalidIntervalError."""
+    if engine not in ENGINES:
+        raise CompactionError(f"engine={engine!r}: use 'auto', 'local' or 'spark'")
+    if mode not in ("minor", "major"):
+        raise CompactionError(f"mode={mode!r}: use 'minor' or 'major'")
+    if segments is not None and (mode != "minor" or not segments):
+        raise CompactionError("segments= names the inputs of a minor compaction (>= 1 id)")
+    if mode == "minor" and (segment_granularity or sort_by or rollup):
+        raise CompactionError(
+            "segment_granularity, sort_by and rollup rewrite whole chunks: use mode='major'"
+        )
+    if priority is not None and (isinstance(priority, bool) or priority < 0):
+        raise CompactionError(f"priority must be a whole number >= 0, not {priority!r}")
+    prio = PRIORITY_COMPACTION if priority is None else int(priority)
+    target = target_rows(table, target_rows_per_segment)
+    if mode == "major":
+        iv = None if interval is None else Interval.coerce(interval)
+        return compact_major(table, iv, segment_granularity, sort_by, rollup, target, prio, wait_s)
+    if segments is not None:
+        if interval is not None:
+            raise CompactionError("pass segments= or interval=, not both")
+        runs = [chosen_run(table, list(segments), target)]
+    else:
+        runs = plan(table, table._aligned(interval), target)
+    return compact_minor(table, runs, prio, wait_s, Policy(target).fingerprint, engine)
+
+
 def target_rows(table: Table, given: int | None) -> int:
     """The target rows per compacted segment: ``given``, else the table's
     ``compaction.target_rows_per_segment`` property, else its target for writes.
@@ -145,10 +188,11 @@ LOCAL_MAX_ENV = "LAMINA_LOCAL_MAX_BYTES"
 DEFAULT_LOCAL_MAX = "2GB"
 
 
+ENGINES = ("auto", "local", "spark")
+
+
 def engine_of(run: MinorRun, engine: str) -> str:
-    """``local`` or ``spark`` for a run. Raises CompactionError."""
-    if engine not in ("auto", "local", "spark"):
-        raise CompactionError(f"engine={engine!r}: use 'auto', 'local' or 'spark'")
+    """``local`` or ``spark`` for a run (``engine`` checked by :func:`compact`)."""
     if engine != "auto":
         return engine
     from lamina.engines.files import parse_size

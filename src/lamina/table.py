@@ -260,63 +260,37 @@ class Table:
         segments: list[str] | None = None,
         engine: str = "auto",
     ) -> Commit | None:
-        """Compact segments; returns the commit, or None when there was nothing to do.
+        """Compact segments (see docs/compaction.md); returns the commit, or None when
+        there was nothing to do.
 
-        ``mode="minor"``: per chunk, runs of adjacent small segments become fewer
-        segments at the same version and a higher minor version (one atomic update
-        group per run), under SEGMENT locks on the inputs; appends into the same
-        chunks carry on meanwhile and never revoke it. Only whole chunks inside
-        ``interval`` (default: all) are compacted. ``segments``: merge exactly these
-        (ids of one chunk) instead — adjacent first-generation partitions, or segments
-        from adjacent roots, all those from the same roots together (seed 001's rules).
-
-        ``mode="major"``: rewrites every chunk of ``interval`` (default: all data) at a
-        new version under a REPLACE lock — into ``segment_granularity`` chunks if
-        given, sorted by ``sort_by``, rolled up by ``rollup`` (``{"dimensions": [...],
-        "metrics": {"v": "sum", "n": "count"}, "query_granularity": "HOUR"}``, see
-        :mod:`lamina.core.rollup`). Rows appended meanwhile are kept.
-
-        ``engine``: a minor compaction's runs are rewritten with pyarrow, or with Spark
-        (``get_spark()``) when a run's input exceeds ``$LAMINA_LOCAL_MAX_BYTES``
-        (default 2GB); "local" or "spark" forces one.
-        ``priority``: the locks' (default 25, below batch writes and streaming);
-        ``wait_s``: how long to wait for them (default: the catalog's writer_wait_s).
-        Raises CompactionError (bad request: nothing changed), CommitConflictError (an
-        input was replaced or deleted meanwhile: nothing published), LockTimeoutError,
+        ``mode="minor"``: per chunk, runs of adjacent small segments of ``interval``
+        (default: all) become one atomic update group at the same version and a higher
+        minor version, under SEGMENT locks on the inputs; appends carry on meanwhile.
+        ``segments``: merge exactly these ids (seed 001's three rules apply).
+        ``mode="major"``: rewrite every chunk of ``interval`` at a new version under a
+        REPLACE lock, into ``segment_granularity`` chunks, sorted by ``sort_by``,
+        rolled up by ``rollup`` (:mod:`lamina.core.rollup`); appends are kept.
+        ``engine``: auto (Spark for runs over ``$LAMINA_LOCAL_MAX_BYTES``), local or
+        spark; ``priority`` of the locks (default 25) and ``wait_s`` for them.
+        Raises CompactionError (bad request: nothing changed), CommitConflictError
+        (something changed under it: nothing published), LockTimeoutError,
         LockRevokedError, InvalidIntervalError.
         """
         from lamina import compaction
-        from lamina.core.locks import PRIORITY_COMPACTION
-        from lamina.errors import CompactionError
 
-        if engine not in ("auto", "local", "spark"):
-            raise CompactionError(f"engine={engine!r}: use 'auto', 'local' or 'spark'")
-
-        if mode not in ("minor", "major"):
-            raise CompactionError(f"mode={mode!r}: use 'minor' or 'major'")
-        if segments is not None and (mode != "minor" or not segments):
-            raise CompactionError("segments= names the inputs of a minor compaction (>= 1 id)")
-        if mode == "minor" and (segment_granularity or sort_by or rollup):
-            raise CompactionError(
-                "segment_granularity, sort_by and rollup rewrite whole chunks: use mode='major'"
-            )
-        if priority is not None and (isinstance(priority, bool) or priority < 0):
-            raise CompactionError(f"priority must be a whole number >= 0, not {priority!r}")
-        prio = PRIORITY_COMPACTION if priority is None else int(priority)
-        target = compaction.target_rows(self, target_rows_per_segment)
-        if mode == "major":
-            iv = None if interval is None else Interval.coerce(interval)
-            return compaction.compact_major(
-                self, iv, segment_granularity, sort_by, rollup, target, prio, wait_s
-            )
-        if segments is not None:
-            if interval is not None:
-                raise CompactionError("pass segments= or interval=, not both")
-            runs = [compaction.chosen_run(self, list(segments), target)]
-        else:
-            runs = compaction.plan(self, self._aligned(interval), target)
-        fingerprint = compaction.Policy(target).fingerprint
-        return compaction.compact_minor(self, runs, prio, wait_s, fingerprint, engine)
+        return compaction.compact(
+            self,
+            interval,
+            mode,
+            target_rows_per_segment,
+            segment_granularity=segment_granularity,
+            sort_by=sort_by,
+            rollup=rollup,
+            priority=priority,
+            wait_s=wait_s,
+            segments=segments,
+            engine=engine,
+        )
 
     def push(self, metadata: dict[str, Any] | None = None) -> ConsistentPush:
         """A multi-batch append that becomes visible all at once (and can be reverted).

@@ -185,30 +185,20 @@ def _replace_vs_delete(mine: Footprint, other: Footprint, iso: Isolation) -> str
     return None
 
 
-def _delete_vs_replace(mine: Footprint, other: Footprint, iso: Isolation) -> str | None:
+def _removes_replaced(mine: Footprint, other: Footprint, iso: Isolation) -> str | None:
+    """``mine`` removes named segments (a delete, a compaction's inputs): ``other``
+    replaced the interval one of them lies in."""
     for seg in mine.removed:
         if _overlap([seg.interval], other.replaced) is not None:
-            return f"it replaced {seg.interval}, where segment {seg.id} to delete lies"
+            return f"it replaced {seg.interval}, where segment {seg.id} this write removes lies"
     return None
 
 
-def _delete_vs_delete(mine: Footprint, other: Footprint, iso: Isolation) -> str | None:
+def _removes_removed(mine: Footprint, other: Footprint, iso: Isolation) -> str | None:
+    """Both removed (deleted or compacted) the same segment."""
     theirs = {s.id for s in other.removed}
     same = sorted(s.id for s in mine.removed if s.id in theirs)
     return f"it removed segment {same[0]} already" if same else None
-
-
-def _compact_vs_replace(mine: Footprint, other: Footprint, iso: Isolation) -> str | None:
-    for seg in mine.removed:
-        if _overlap([seg.interval], other.replaced) is not None:
-            return f"it replaced {seg.interval}, where input segment {seg.id} lies"
-    return None
-
-
-def _vs_compact(mine: Footprint, other: Footprint, iso: Isolation) -> str | None:
-    theirs = {s.id for s in other.removed}
-    same = sorted(s.id for s in mine.removed if s.id in theirs)
-    return f"it compacted segment {same[0]} meanwhile" if same else None
 
 
 def _vs_lineage(mine: Footprint, other: Footprint, iso: Isolation) -> str | None:
@@ -227,19 +217,19 @@ RULES: dict[tuple[Kind, Kind], Rule] = {
     (Kind.REPLACE, Kind.REPLACE): _replace_vs_replace,
     (Kind.REPLACE, Kind.DELETE): _replace_vs_delete,
     (Kind.DELETE, Kind.APPEND): _none,
-    (Kind.DELETE, Kind.REPLACE): _delete_vs_replace,
-    (Kind.DELETE, Kind.DELETE): _delete_vs_delete,
+    (Kind.DELETE, Kind.REPLACE): _removes_replaced,
+    (Kind.DELETE, Kind.DELETE): _removes_removed,
     (Kind.LINEAGE, Kind.APPEND): _none,
     (Kind.LINEAGE, Kind.REPLACE): _none,
     (Kind.LINEAGE, Kind.DELETE): _none,
     (Kind.LINEAGE, Kind.COMPACT): _none,
     (Kind.APPEND, Kind.COMPACT): _none,
     (Kind.REPLACE, Kind.COMPACT): _none,  # see check(): it depends on the carry
-    (Kind.DELETE, Kind.COMPACT): _vs_compact,
+    (Kind.DELETE, Kind.COMPACT): _removes_removed,
     (Kind.COMPACT, Kind.APPEND): _none,
-    (Kind.COMPACT, Kind.REPLACE): _compact_vs_replace,
-    (Kind.COMPACT, Kind.DELETE): _vs_compact,
-    (Kind.COMPACT, Kind.COMPACT): _vs_compact,
+    (Kind.COMPACT, Kind.REPLACE): _removes_replaced,
+    (Kind.COMPACT, Kind.DELETE): _removes_removed,
+    (Kind.COMPACT, Kind.COMPACT): _removes_removed,
     **{(k, Kind.LINEAGE): _vs_lineage for k in Kind},
 }
 
