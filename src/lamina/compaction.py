@@ -108,17 +108,25 @@ def target_rows(table: Table, given: int | None) -> int:
     return int(value)
 
 
-def candidates(table: Table, interval: Interval | None) -> tuple[int, list[Segment]]:
-    """(base seq, segments a minor compaction may take): the visible whole data
-    segments of the latest snapshot, in chunks inside ``interval``, that no lineage
-    entry still names (a push in progress, or one that may be rolled back)."""
-    snap = table.snapshot(interval=interval)
-    named = {
+def named_ids(table: Table) -> set[str]:
+    """Segments a lineage entry in progress, or one that may still be rolled back,
+    names: compactions leave them alone."""
+    return {
         i
         for e in table.lineage()
         if e.state in (LineageState.IN_PROGRESS, LineageState.COMPLETED)
         for i in e.ids
     }
+
+
+def candidates(
+    table: Table, interval: Interval | None, named: set[str] | None = None
+) -> tuple[int, list[Segment]]:
+    """(base seq, segments a minor compaction may take): the visible whole data
+    segments of the latest snapshot, in chunks inside ``interval``, that no lineage
+    entry still names (``named``, read unless given)."""
+    snap = table.snapshot(interval=interval)
+    named = named_ids(table) if named is None else named
     out = []
     for entry in Timeline.build(snap.segments).entries():
         if entry.is_partial or (interval is not None and not interval.contains(entry.interval)):
@@ -127,15 +135,8 @@ def candidates(table: Table, interval: Interval | None) -> tuple[int, list[Segme
     return snap.seq, out
 
 
-def named_chunks(table: Table) -> set[Interval]:
-    """Chunks holding live segments a lineage entry in progress (or one that may still
-    be rolled back) names: a major compaction leaves them alone."""
-    named = {
-        i
-        for e in table.lineage()
-        if e.state in (LineageState.IN_PROGRESS, LineageState.COMPLETED)
-        for i in e.ids
-    }
+def named_chunks(table: Table, named: set[str]) -> set[Interval]:
+    """Chunks holding live segments among ``named``: a major compaction leaves them."""
     if not named:
         return set()
     return {s.interval for s in table.snapshot(all_published=True).segments if s.id in named}
@@ -365,19 +366,38 @@ def policy(table: Table) -> Policy:
     return got
 
 
-def auto_status(table: Table) -> list[ChunkStatus]:
-    """Every chunk's compaction status under the table's policy, newest first."""
+@dataclass(frozen=True)
+class _Survey:
+    """What auto-compaction reads of a table, once: its policy, each chunk's status,
+    the segments a minor compaction may take, the chunks lineage entries hold."""
+
+    policy: Policy
+    statuses: list[ChunkStatus]
+    candidates: list[Segment]
+    held: set[Interval]
+
+
+def _survey(table: Table) -> _Survey:
     pol = policy(table)
     compacted = {
         c.id: str(c.metadata.get("fingerprint"))
         for c in table.history()
         if c.state == "COMPLETED" and c.metadata.get("compaction")
     }
-    found = statuses(candidates(table, None)[1], compacted, pol)
+    named = named_ids(table)
+    segs = candidates(table, None, named)[1]
+    held = named_chunks(table, named)
+    found = statuses(segs, compacted, pol)
     seen = {st.chunk for st in found}
     why = "a lineage entry names its segments (a push in progress or still revertible)"
-    held = [ChunkStatus(c, "SKIPPED", "none", why) for c in named_chunks(table) - seen]
-    return sorted([*found, *held], key=lambda st: (st.chunk.end, st.chunk.start), reverse=True)
+    found += [ChunkStatus(c, "SKIPPED", "none", why) for c in held - seen]
+    found.sort(key=lambda st: (st.chunk.end, st.chunk.start), reverse=True)
+    return _Survey(pol, found, segs, held)
+
+
+def auto_status(table: Table) -> list[ChunkStatus]:
+    """Every chunk's compaction status under the table's policy, newest first."""
+    return _survey(table).statuses
 
 
 @dataclass(frozen=True)
@@ -394,29 +414,28 @@ class AutoResult:
 def compact_auto(table: Table, dry_run: bool = False) -> list[AutoResult]:
     """Compact the chunks the policy makes PENDING: one minor compaction of all
     minor ones, then a major compaction per interval (newest first)."""
-    pol = policy(table)
-    found = auto_status(table)
+    survey = _survey(table)
+    pol, found = survey.policy, survey.statuses
     if dry_run:
         return [AutoResult(table.name, st) for st in found]
     out: list[AutoResult] = []
     minor = [st for st in found if st.action == "minor"]
     if minor:
         chunks = {st.chunk for st in minor}
-        segs = [s for s in candidates(table, None)[1] if s.interval in chunks]
+        segs = [s for s in survey.candidates if s.interval in chunks]
         runs = plan_minor(segs, pol.target_rows, pol.small)
         fp = Policy(pol.target_rows).fingerprint
         commit, error = _attempt(lambda: compact_minor(table, runs, fingerprint=fp))
         out += [AutoResult(table.name, st, commit, error) for st in minor]
     gran = pol.segment_granularity or table.granularity
     done: set[Interval] = set()
-    held = named_chunks(table) if any(st.action == "major" for st in found) else set()
     for st in (st for st in found if st.action == "major"):
         iv = (
             st.chunk
             if table.time_column is None
             else Interval.of(gran.floor(st.chunk.start), gran.chunk(st.chunk.end - 1).end)
         )
-        if any(c.overlaps(iv) for c in held):
+        if any(c.overlaps(iv) for c in survey.held):
             why = "skipped: a lineage entry names segments there (compacted once it settles)"
             out.append(AutoResult(table.name, st, None, why))
             continue

@@ -198,7 +198,7 @@ def _removes_removed(mine: Footprint, other: Footprint, iso: Isolation) -> str |
     """Both removed (deleted or compacted) the same segment."""
     theirs = {s.id for s in other.removed}
     same = sorted(s.id for s in mine.removed if s.id in theirs)
-    return f"it removed segment {same[0]} already" if same else None
+    return f"it removed segment {same[0]} meanwhile" if same else None
 
 
 def _vs_lineage(mine: Footprint, other: Footprint, iso: Isolation) -> str | None:
