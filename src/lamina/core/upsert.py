@@ -48,15 +48,29 @@ later comparisons.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from enum import StrEnum
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lamina.core.upsert_spec import DEFAULT_KEY, Strategy, UpsertSpec, type_problem
 from lamina.errors import UpsertError
+
+__all__ = [
+    "DEFAULT_KEY",
+    "DELETED",
+    "ROW",
+    "SEGMENT",
+    "SEQ",
+    "BatchResult",
+    "Resolution",
+    "Strategy",
+    "UpsertSpec",
+    "resolve_against",
+    "resolve_batch",
+]
 
 #: Columns of the ``current`` table given to :func:`resolve_against` besides the key,
 #: comparison and (partial upserts) value columns.
@@ -64,210 +78,6 @@ DELETED = "$deleted"  #: bool: the key's latest record is a tombstone (optional;
 SEGMENT = "$segment"  #: opaque location of that record: its segment ...
 ROW = "$row"  #: ... and row; returned as they are in :attr:`Resolution.invalidated`
 SEQ = "$seq"  #: optional: the commit seq of that record, checked to be below ``seq``
-
-#: The key of ``partial_upsert`` naming the default strategy (Pinot's
-#: ``defaultPartialUpsertStrategy``).
-DEFAULT_KEY = "*"
-
-
-class Strategy(StrEnum):
-    """A partial-upsert strategy: how a column of a new record merges with the previous."""
-
-    OVERWRITE = "OVERWRITE"
-    FORCE_OVERWRITE = "FORCE_OVERWRITE"
-    IGNORE = "IGNORE"
-    INCREMENT = "INCREMENT"
-    APPEND = "APPEND"
-    UNION = "UNION"
-    MAX = "MAX"
-    MIN = "MIN"
-
-
-def _is_ordered_scalar(t: pa.DataType) -> bool:
-    return bool(
-        pa.types.is_integer(t)
-        or pa.types.is_floating(t)
-        or pa.types.is_decimal(t)
-        or pa.types.is_temporal(t)
-        or pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-    )
-
-
-def _is_nested(t: pa.DataType) -> bool:
-    return bool(pa.types.is_nested(t) or pa.types.is_dictionary(t))
-
-
-def _is_list(t: pa.DataType) -> bool:
-    return bool(pa.types.is_list(t) or pa.types.is_large_list(t))
-
-
-def _type_problem(strategy: Strategy, t: pa.DataType) -> str | None:
-    """Why ``strategy`` cannot merge a column of type ``t`` (None: it can)."""
-    if strategy is Strategy.INCREMENT and not (pa.types.is_integer(t) or pa.types.is_floating(t)):
-        return "INCREMENT needs an integer or floating-point column"
-    if strategy in (Strategy.MAX, Strategy.MIN) and not _is_ordered_scalar(t):
-        return f"{strategy.value} needs a numeric, decimal, temporal, string or binary column"
-    if strategy is Strategy.APPEND and not _is_list(t):
-        return "APPEND needs a list column"
-    if strategy is Strategy.UNION and not (
-        _is_list(t) and (_is_ordered_scalar(t.value_type) or pa.types.is_boolean(t.value_type))
-    ):
-        return "UNION needs a list column of a sortable scalar type"
-    return None
-
-
-@dataclass(frozen=True)
-class UpsertSpec:
-    """How a table upserts. Build it with :meth:`parse`, which checks it against a schema.
-
-    ``partial`` is None for full upserts (the latest record replaces the previous one
-    whole); otherwise the explicit (column, strategy) pairs, the rest of the non-key,
-    non-comparison columns merging with ``default_strategy``.
-    """
-
-    primary_key: tuple[str, ...]
-    comparison_column: str
-    delete_column: str | None = None
-    partial: tuple[tuple[str, Strategy], ...] | None = None
-    default_strategy: Strategy = Strategy.OVERWRITE
-
-    @property
-    def is_partial(self) -> bool:
-        return self.partial is not None
-
-    @property
-    def strategies(self) -> dict[str, Strategy]:
-        """The explicit per-column strategies (empty for full upserts)."""
-        return dict(self.partial or ())
-
-    def strategy(self, column: str) -> Strategy | None:
-        """The strategy merging ``column``; None for full upserts and for the key and
-        comparison columns, which are never merged."""
-        if self.partial is None or column in self.primary_key or column == self.comparison_column:
-            return None
-        return self.strategies.get(column, self.default_strategy)
-
-    @classmethod
-    def parse(
-        cls,
-        schema: pa.Schema,
-        time_column: str | None,
-        primary_key: str | Iterable[str],
-        comparison_column: str | None = None,
-        delete_column: str | None = None,
-        partial_upsert: Mapping[str, str | Strategy] | None = None,
-    ) -> UpsertSpec:
-        """Check an upsert definition against ``schema``.
-
-        ``partial_upsert`` maps columns to strategy names (case-insensitive); its ``"*"``
-        entry sets the default strategy (OVERWRITE otherwise); None means full upserts.
-
-        Raises UpsertError, saying what to fix, for: an empty or repeated primary key; an
-        unknown column anywhere; a nullable or nested key column; no comparison column
-        and no time column; a comparison column of a type without an order (list,
-        struct, map, dictionary, boolean is allowed); a delete column that is not boolean
-        or is a key or the comparison column; an unknown strategy; a strategy on a key or
-        the comparison column; a strategy that cannot merge its column's type (also
-        checked for every column the default strategy applies to).
-        """
-        names = list(schema.names)
-
-        def field(col: object, role: str) -> pa.Field:
-            if not isinstance(col, str) or col not in names:
-                raise UpsertError(
-                    f"{role} {col!r} is not a column of the table (columns: {', '.join(names)})"
-                )
-            return schema.field(col)
-
-        keys = (primary_key,) if isinstance(primary_key, str) else tuple(primary_key)
-        if not keys:
-            raise UpsertError("primary_key is empty: name one or more columns")
-        if len(set(keys)) != len(keys):
-            raise UpsertError(f"primary_key {list(keys)} names a column twice")
-        for col in keys:
-            f = field(col, "primary key column")
-            if f.nullable:
-                raise UpsertError(
-                    f"primary key column {col!r} is nullable: declare it not null "
-                    f"(pa.field({col!r}, {f.type}, nullable=False))"
-                )
-            if _is_nested(f.type):
-                raise UpsertError(
-                    f"primary key column {col!r} has type {f.type}: a key column must be "
-                    "a scalar (number, string, binary, date/time, decimal, boolean)"
-                )
-
-        cmp_col = comparison_column if comparison_column is not None else time_column
-        if cmp_col is None:
-            raise UpsertError(
-                "the table has no time column: name a comparison_column (the greatest "
-                "value of it wins)"
-            )
-        f = field(cmp_col, "comparison column")
-        if not (_is_ordered_scalar(f.type) or pa.types.is_boolean(f.type)):
-            raise UpsertError(
-                f"comparison column {cmp_col!r} has type {f.type}, which has no order: use "
-                "a numeric, decimal, temporal or string column"
-            )
-
-        if delete_column is not None:
-            f = field(delete_column, "delete column")
-            if not pa.types.is_boolean(f.type):
-                raise UpsertError(
-                    f"delete column {delete_column!r} has type {f.type}: it must be boolean "
-                    "(true marks a delete)"
-                )
-            if delete_column in keys or delete_column == cmp_col:
-                raise UpsertError(
-                    f"delete column {delete_column!r} cannot also be a key or the comparison column"
-                )
-
-        if partial_upsert is None:
-            return cls(keys, cmp_col, delete_column)
-        if not isinstance(partial_upsert, Mapping):
-            raise UpsertError(
-                "partial_upsert must be a dict {column: strategy}, e.g. {'clicks': "
-                "'INCREMENT', '*': 'OVERWRITE'}"
-            )
-
-        def strategy(col: str, value: object) -> Strategy:
-            name = value.value if isinstance(value, Strategy) else value
-            if isinstance(name, str) and name.upper() in Strategy.__members__:
-                return Strategy[name.upper()]
-            raise UpsertError(
-                f"unknown partial upsert strategy {value!r} for {col!r}; use one of "
-                f"{', '.join(s.value for s in Strategy)}"
-            )
-
-        default = Strategy.OVERWRITE
-        explicit: dict[str, Strategy] = {}
-        for col, value in partial_upsert.items():
-            if col == DEFAULT_KEY:
-                default = strategy(col, value)
-                continue
-            f = field(col, "partial upsert column")
-            if col in keys or col == cmp_col:
-                role = "primary key" if col in keys else "comparison"
-                raise UpsertError(
-                    f"{col!r} is the {role} column: it is never merged, remove its "
-                    "partial upsert strategy"
-                )
-            explicit[col] = strategy(col, value)
-        for col in names:
-            if col in keys or col == cmp_col:
-                continue
-            s = explicit.get(col, default)
-            problem = _type_problem(s, schema.field(col).type)
-            if problem:
-                how = "" if col in explicit else " (the default strategy, set by '*')"
-                raise UpsertError(
-                    f"partial upsert strategy {s.value}{how} cannot merge column {col!r} of "
-                    f"type {schema.field(col).type}: {problem}"
-                )
-        return cls(keys, cmp_col, delete_column, tuple(sorted(explicit.items())), default)
 
 
 @dataclass(frozen=True)
@@ -577,7 +387,7 @@ def _merge_column(
     strategy = spec.strategy(col)
     assert strategy is not None
     p, q = prev.combine_chunks(), new.combine_chunks()
-    problem = _type_problem(strategy, q.type)
+    problem = type_problem(strategy, q.type)
     if problem:
         raise UpsertError(
             f"partial upsert strategy {strategy.value} cannot merge column {col!r} of type "
