@@ -49,9 +49,6 @@ from lamina.write import WriteTransaction
 if TYPE_CHECKING:
     from lamina.table import Table
 
-#: the table property giving the target rows of a compacted segment
-TARGET_PROPERTY = "compaction.target_rows_per_segment"
-
 
 def compact(
     table: Table,
@@ -97,15 +94,14 @@ def compact(
 
 
 def target_rows(table: Table, given: int | None) -> int:
-    """The target rows per compacted segment: ``given``, else the table's
-    ``compaction.target_rows_per_segment`` property, else its target for writes.
+    """The target rows per compacted segment: ``given``, else the table's policy's
+    (``compaction.target_rows_per_segment``, else its target for writes).
     Raises CompactionError."""
-    value = given if given is not None else table.properties.get(TARGET_PROPERTY)
-    if value is None:
-        return table.target_rows_per_segment
-    if isinstance(value, bool) or not str(value).isdigit() or int(value) < 1:
-        raise CompactionError(f"target_rows_per_segment={value!r}: pass a whole number >= 1")
-    return int(value)
+    if given is None:
+        return policy_of(table.properties, table.target_rows_per_segment).target_rows
+    if isinstance(given, bool) or not isinstance(given, int) or given < 1:
+        raise CompactionError(f"target_rows_per_segment={given!r}: pass a whole number >= 1")
+    return given
 
 
 def named_ids(table: Table) -> set[str]:
