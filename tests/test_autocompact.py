@@ -68,6 +68,9 @@ def test_policy_properties() -> None:
     assert pol.sort_by == ("k", "v") and pol.rollup == {"dimensions": ["s"]}
     assert pol.target_rows == 1000 and pol.small == 500 and pol.rewrites
     assert Policy(1000).fingerprint != Policy(999).fingerprint
+    assert pol.nice == 19 and policy_of({"compaction.nice": "0"}, 1).nice == 0
+    # the CPU priority shapes no data: it is not part of the compaction state
+    assert Policy(1000, nice=0).fingerprint == Policy(1000, nice=19).fingerprint
 
 
 def small_days(t: lamina.Table, days: int, appends: int) -> None:
@@ -125,6 +128,9 @@ def test_bad_policies_are_typed(cat: lamina.Catalog) -> None:
         ("compaction.segment_granularity", "EON", "granularity"),
         ("compaction.rollup", "{nope", "not JSON"),
         ("compaction.fast", "yes", "unknown property"),
+        ("compaction.nice", "20", "0 to 19"),
+        ("compaction.nice", "-1", ">= 0"),
+        ("compaction.nice", "low", ">= 0"),
     ]:
         with pytest.raises(lamina.LaminaError, match=match):
             t.set_properties(**{key: value})

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,6 +15,7 @@ import pytest
 import lamina
 from lamina import compaction
 from lamina.core.segment import OVERWRITE_PARTITION_START
+from lamina.io import background
 from tests.helpers import SCHEMA, events
 
 
@@ -221,3 +224,47 @@ def test_the_change_feed_skips_compactions_that_change_no_row(cat: lamina.Catalo
     t.compact(mode="major", rollup={"dimensions": ["s"], "metrics": {"v": "sum"}})
     rolled = t.read_changes(after_seq=t.history()[-2].seq or 0)
     assert set(rolled["_change"].to_pylist()) == {"insert", "delete"}  # rows did change
+
+
+def _nice(tid: int) -> int:
+    return os.getpriority(os.PRIO_PROCESS, tid)
+
+
+@pytest.mark.skipif(not background.PER_THREAD, reason="per-thread nice values are Linux's")
+def test_run_niced_lowers_only_a_thread_of_its_own() -> None:
+    me = threading.get_native_id()
+    mine = _nice(me)
+    got = background.run_niced(lambda: (threading.get_native_id(), _nice(0)), 5)
+    assert got[0] != me and got[1] == min(19, mine + 5)  # 0: the calling thread
+    assert _nice(me) == mine
+    assert background.run_niced(threading.get_native_id, 0) == me  # 0: no thread
+    with pytest.raises(ZeroDivisionError):
+        background.run_niced(lambda: 1 // 0, 5)
+
+
+def test_compaction_priority_changes_no_result_and_leaves_no_niced_thread(
+    cat: lamina.Catalog,
+) -> None:
+    """``compaction.nice`` changes when the CPU runs the rewrite, not what it writes;
+    pyarrow's lazily grown thread pools get no thread of lowered priority."""
+    layouts = []
+    for nice in ("0", "19"):
+        t = cat.create_table(f"events{nice}", schema=SCHEMA, time_column="ts")
+        t.set_properties(**{"compaction.nice": nice})
+        small_appends(t, 6)
+        small_appends(t, 4, day="2024-01-02")
+        before = rows(t)
+        c = t.compact(target_rows_per_segment=20)  # day 1: an atomic update group of 2
+        assert c is not None and len(c.removed) == 10
+        assert rows(t) == before
+        layouts.append(sorted((s.interval, s.root_range, s.row_count) for s in t.segments()))
+        t.to_arrow()  # pyarrow's pools run at whatever priority they were created with
+    assert layouts[0] == layouts[1] and len(layouts[0]) == 3
+    if background.PER_THREAD:
+        base, deadline = _nice(threading.get_native_id()), time.monotonic() + 5
+        while True:  # a joined thread may linger in /proc for a moment while it exits
+            nices = {_nice(int(tid)) for tid in os.listdir("/proc/self/task")}
+            if nices == {base} or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        assert nices == {base}

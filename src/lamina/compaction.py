@@ -24,12 +24,20 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lamina.core.autocompact import ChunkStatus, Policy, check_policy, policy_of, statuses
+from lamina.core.autocompact import (
+    DEFAULT_NICE,
+    ChunkStatus,
+    Policy,
+    check_policy,
+    nice_of,
+    policy_of,
+    statuses,
+)
 from lamina.core.compaction import MinorRun, minor_run, plan_minor
 from lamina.core.interval import ETERNITY, Granularity, Interval
 from lamina.core.lineage import LineageState
 from lamina.core.locks import PRIORITY_COMPACTION, LockType
-from lamina.core.model import Commit, CommitAction, CompactedRun, PublishPlan
+from lamina.core.model import Commit, CommitAction, CompactedRun, NewSegment, PublishPlan
 from lamina.core.rollup import Rollup
 from lamina.core.segment import Segment
 from lamina.core.timeline import Timeline
@@ -42,6 +50,7 @@ from lamina.errors import (
     LockTimeoutError,
 )
 from lamina.io.arrow import time_values_us
+from lamina.io.background import run_niced
 from lamina.io.rollup import roll_up
 from lamina.io.writer import ChunkPart, pieces, write_parts
 from lamina.write import WriteTransaction
@@ -90,7 +99,8 @@ def compact(
         runs = [chosen_run(table, list(segments), target)]
     else:
         runs = plan(table, table._aligned(interval), target)
-    return compact_minor(table, runs, prio, wait_s, Policy(target).fingerprint, engine)
+    fp = Policy(target).fingerprint
+    return compact_minor(table, runs, prio, wait_s, fp, engine, nice_of(table.properties))
 
 
 def target_rows(table: Table, given: int | None) -> int:
@@ -164,13 +174,14 @@ def chosen_run(table: Table, ids: list[str], target: int) -> MinorRun:
 
 
 def _merged(table: Table, run: MinorRun) -> pa.Table:
-    """The rows of a run's inputs, in root order."""
+    """The rows of a run's inputs, in root order, read in the calling thread."""
     wh = table._ctx.warehouse
     parts = []
     for seg in run.inputs:
         assert seg.location is not None
         try:
-            parts.append(pq.read_table(seg.location, filesystem=wh.fs))
+            with wh.fs.open_input_file(seg.location) as f:
+                parts.append(pq.ParquetFile(f, pre_buffer=False).read(use_threads=False))
         except FileNotFoundError:
             raise CommitConflictError(
                 f"input segment {seg.id} was removed meanwhile (its file is gone: a "
@@ -198,9 +209,11 @@ def engine_of(run: MinorRun, engine: str) -> str:
     return "spark" if sum(s.size_bytes for s in run.inputs) > limit else "local"
 
 
-def _write_run(table: Table, commit_rel: str, run: MinorRun, engine: str) -> CompactedRun:
+def _write_run(
+    table: Table, commit_rel: str, run: MinorRun, engine: str, nice: int
+) -> CompactedRun:
+    """Rewrite one run: with Spark, or here in a thread ``nice`` below normal priority."""
     if engine_of(run, engine) == "spark":
-        from lamina.core.model import NewSegment
         from lamina.engines.spark import get_spark, spark_rewrite
 
         rel = f"{commit_rel}/run-{run.root_range[0]}-{run.chunk.start}"
@@ -210,14 +223,7 @@ def _write_run(table: Table, commit_rel: str, run: MinorRun, engine: str) -> Com
         )
         files = [NewSegment(run.chunk, loc, n, size, lo, hi) for loc, n, size, lo, hi in wrote]
     else:
-        data = _merged(table, run)
-        col = table.time_column
-        times = time_values_us(data.column(col)) if col is not None and data.num_rows else None
-        size = -(-data.num_rows // run.outputs) if data.num_rows else 1
-        parts = [
-            ChunkPart(run.chunk, data, r, times) for r in pieces(slice(0, data.num_rows), size)
-        ]
-        files = write_parts(table._ctx.warehouse, commit_rel, parts)
+        files = run_niced(lambda: _rewrite(table, commit_rel, run), nice)
     return CompactedRun(
         chunk=run.chunk,
         version=run.version,
@@ -229,6 +235,16 @@ def _write_run(table: Table, commit_rel: str, run: MinorRun, engine: str) -> Com
     )
 
 
+def _rewrite(table: Table, commit_rel: str, run: MinorRun) -> list[NewSegment]:
+    """Merge a run's inputs and write them as ``run.outputs`` files (pyarrow)."""
+    data = _merged(table, run)
+    col = table.time_column
+    times = time_values_us(data.column(col)) if col is not None and data.num_rows else None
+    size = -(-data.num_rows // run.outputs) if data.num_rows else 1
+    parts = [ChunkPart(run.chunk, data, r, times) for r in pieces(slice(0, data.num_rows), size)]
+    return write_parts(table._ctx.warehouse, commit_rel, parts)
+
+
 def compact_minor(
     table: Table,
     runs: list[MinorRun],
@@ -236,10 +252,13 @@ def compact_minor(
     wait_s: float | None = None,
     fingerprint: str | None = None,
     engine: str = "auto",
+    nice: int = DEFAULT_NICE,
 ) -> Commit | None:
     """Write and publish ``runs`` as one COMPACT commit (None when there are none),
     holding a SEGMENT lock on each run's inputs (``priority``; waiting up to
-    ``wait_s``, default the catalog's ``writer_wait_s``). Raises CommitConflictError
+    ``wait_s``, default the catalog's ``writer_wait_s``). Local rewrites run ``nice``
+    below normal CPU priority; catalog transactions never do (a starved thread holding
+    the catalog's write lock would hold up every writer). Raises CommitConflictError
     when an input was removed or replaced meanwhile, LockTimeoutError,
     LockRevokedError (a higher-priority REPLACE or EXCLUSIVE lock took the chunk)."""
     if not runs:
@@ -252,7 +271,7 @@ def compact_minor(
             ids = frozenset(s.id for s in run.inputs)
             w.acquire(LockType.SEGMENT, run.chunk, priority, wait, ids)
         w.inflight()
-        done = tuple(_write_run(table, w.dir, run, engine) for run in runs)
+        done = tuple(_write_run(table, w.dir, run, engine, nice) for run in runs)
         inputs = tuple(i for r in done for i in r.inputs)
         return w.publish(PublishPlan(compacted=done, remove_ids=inputs, locked=True))
 
@@ -421,7 +440,7 @@ def compact_auto(table: Table, dry_run: bool = False) -> list[AutoResult]:
         segs = [s for s in survey.candidates if s.interval in chunks]
         runs = plan_minor(segs, pol.target_rows, pol.small)
         fp = Policy(pol.target_rows).fingerprint
-        commit, error = _attempt(lambda: compact_minor(table, runs, fingerprint=fp))
+        commit, error = _attempt(lambda: compact_minor(table, runs, fingerprint=fp, nice=pol.nice))
         out += [AutoResult(table.name, st, commit, error) for st in minor]
     gran = pol.segment_granularity or table.granularity
     done: set[Interval] = set()

@@ -38,7 +38,11 @@ KEYS = (
     "segment_granularity",
     "sort_by",
     "rollup",
+    "nice",
 )
+#: how much lower than ingestion a minor compaction's reading and writing runs on the
+#: CPU (nice units; 19: lowest)
+DEFAULT_NICE = 19
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class Policy:
     segment_granularity: Granularity | None = None
     sort_by: tuple[str, ...] = ()
     rollup: Mapping[str, Any] | None = None
+    nice: int = DEFAULT_NICE  # CPU priority of the work, not of its result: no fingerprint
 
     @property
     def small(self) -> int:
@@ -95,7 +100,8 @@ def policy_of(props: Mapping[str, str], table_target_rows: int) -> Policy:
     duration, default 0s), ``small_segment_rows`` (default: half the target),
     ``max_segments_per_chunk`` (0: none), ``target_rows_per_segment`` (default: the
     table's), ``segment_granularity``, ``sort_by`` (comma-separated), ``rollup``
-    (JSON). Raises PropertyError."""
+    (JSON), ``nice`` (0-19, default 19: how much lower than normal the CPU priority of
+    a minor compaction's reading and writing is). Raises PropertyError."""
     unknown = sorted(
         k[len(PREFIX) :] for k in props if k.startswith(PREFIX) and k[len(PREFIX) :] not in KEYS
     )
@@ -120,7 +126,16 @@ def policy_of(props: Mapping[str, str], table_target_rows: int) -> Policy:
         segment_granularity=None if not gran else Granularity.parse(gran),
         sort_by=tuple(c.strip() for c in sort_by.split(",") if c.strip()),
         rollup=parsed_rollup,
+        nice=nice_of(props),
     )
+
+
+def nice_of(props: Mapping[str, str]) -> int:
+    """``compaction.nice``: 0 (normal priority) to 19 (lowest). Raises PropertyError."""
+    value = _int(props, "nice", DEFAULT_NICE, 0)
+    if value > 19:
+        raise PropertyError(f"{PREFIX}nice = {props[PREFIX + 'nice']!r}: use 0 to 19")
+    return value
 
 
 @dataclass(frozen=True)
