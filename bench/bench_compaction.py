@@ -18,7 +18,9 @@ same chunks (each seeded with 200 segments, and re-merging its compacted segment
 the new appends every time, so every compaction has real work). Append latency p50 and
 p99 with the compaction running vs without (ratio; issue target <= 1.2x), the share
 of appends that ran while a compaction was in progress (overlap), and a check that
-every appended row is there.
+every appended row is there. The compactions run at the table's default
+``compaction.nice`` (reading and writing at the lowest CPU priority); the plain-load
+control runs at normal priority, as any un-niced neighbour of the appenders would.
 """
 
 from __future__ import annotations
