@@ -47,6 +47,7 @@ BENCHMARKS = {
     "readers": "bench_readers.py",
     "cli": "bench_cli.py",
     "compaction": "bench_compaction.py",
+    "keyindex": "bench_keyindex.py",
 }
 
 

@@ -911,3 +911,30 @@ def test_compact_minor_major_and_auto(wh: str, events: lamina.Table) -> None:
     assert "name a table" in fails(wh, "compact")
     assert "round 1:" in ok(wh, "services", "--rounds", "1", "--every", "0.1")
     assert events.count() == n
+
+
+def test_upsert_tables_from_the_command_line(wh: str, tmp_path: Path) -> None:
+    """Seed 002's example: create-table --primary-key, upsert, query, keys."""
+    files = {
+        "a": "plane,ts,alt\nabc-12,2024-01-01T00:00:00,100\nabc-13,2024-01-01T00:01:00,102\n",
+        "b": "plane,ts,alt\nabc-12,2024-01-01T00:02:00,200\n",
+        "c": "plane,ts,alt\nabc-13,2024-01-01T00:03:00,300\n",
+    }
+    for name, text in files.items():
+        (tmp_path / f"{name}.csv").write_text(text)
+    out = ok(wh, "create-table", "planes", "--like", str(tmp_path / "a.csv"), "-t", "ts",
+             "--primary-key", "plane")  # fmt: skip
+    assert 'upsert.primary_key=["plane"]' in out
+    for name, avg in (("a", "101.0"), ("b", "151.0"), ("c", "250.0")):
+        out = ok(wh, "upsert", "planes", str(tmp_path / f"{name}.csv"))
+        assert "(upsert) on planes" in out
+        assert avg in ok(wh, "query", "SELECT avg(alt) AS a FROM planes")
+    got = json.loads(ok(wh, "keys", "planes", "-f", "json"))
+    assert got[0]["keys"] == 2 and got[0]["hidden_rows"] == 2 and got[0]["seq"] == 3
+    ok(wh, "create-table", "plain", "--like", str(tmp_path / "a.csv"), "-t", "ts")
+    assert "has no primary key" in fails(wh, "upsert", "plain", str(tmp_path / "a.csv"))
+    assert "has no primary key" in fails(wh, "keys", "plain")
+    assert "give --primary-key too" in fails(
+        wh, "create-table", "x", "--like", str(tmp_path / "a.csv"), "--delete-column", "alt",
+        code=2,
+    )  # fmt: skip

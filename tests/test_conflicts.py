@@ -143,6 +143,50 @@ def test_an_entry_transitioned_meanwhile_refuses_writes_under_it(kind: Kind) -> 
     assert check(mine, [other_entry]).conflict is None
 
 
+def _end(cid: int, shown: int, swapped: int | None = None, kind: Kind = Kind.LINEAGE) -> Footprint:
+    """An entry's end after mine's base: its segments_to on day ``shown`` show, its
+    segments_from on day ``swapped`` (if any) go."""
+    return Footprint(
+        cid,
+        kind,
+        added=(seg("last", shown),) if kind is Kind.APPEND else (),
+        shown=(seg("to", shown),),
+        swapped=() if swapped is None else (seg("from", swapped),),
+    )
+
+
+def test_a_replace_carries_the_rows_a_push_showed_in_its_interval() -> None:
+    """An end that only showed rows there is an append's (its batches may predate
+    mine's base), also when the push's last batch ended it; serializable refuses."""
+    mine = footprint(Kind.REPLACE, 5, cid=9)
+    for end in (_end(3, 5), _end(3, 5, kind=Kind.APPEND), _end(3, 5, swapped=2)):
+        want = (seg("to", 5),) + ((seg("last", 5),) if end.kind is Kind.APPEND else ())
+        assert set(check(mine, [end]).carry) == set(want)
+        conflict = check(mine, [end], SER).conflict
+        assert conflict is not None and conflict.other == 3
+    assert check(mine, [_end(3, 4)]).carry == ()  # outside: nothing to carry
+
+
+@pytest.mark.parametrize("iso", list(Isolation))
+def test_a_replace_refuses_a_lineage_swap_in_its_interval(iso: Isolation) -> None:
+    """An end whose sources lie in mine's interval, or the rollback of a completed
+    entry there, replaced those rows too; elsewhere it does not matter."""
+    mine = footprint(Kind.REPLACE, 5, cid=9)
+    rollback = Footprint(4, Kind.LINEAGE, swapped=(seg("from", 5), seg("to", 6)))
+    for other in (_end(3, 4, swapped=5), rollback):
+        conflict = check(mine, [other], iso).conflict
+        assert conflict is not None and "lineage transition swapped" in conflict.reason
+    assert check(mine, [_end(3, 4, swapped=6)], iso).conflict is None
+
+
+def test_a_locked_replace_carries_a_push_shown_and_ignores_swaps() -> None:
+    """Its locks kept other locked writers out; it wins over the swap, and carries
+    what the end showed in its interval like an append."""
+    mine = footprint(Kind.REPLACE, 5, cid=9)
+    verdict = check(mine, [_end(3, 5, swapped=5)], locked=True)
+    assert verdict.conflict is None and verdict.carry == (seg("to", 5),)
+
+
 @pytest.mark.parametrize("mine_kind", list(Kind))
 @pytest.mark.parametrize("other_kind", list(Kind))
 def test_the_same_app_id_conflicts_whatever_was_written(mine_kind: Kind, other_kind: Kind) -> None:
@@ -168,12 +212,28 @@ write_st = st.builds(
     st.integers(0, 6),
     st.sampled_from(["a", "b", "c"]),
 )
-#: with minor compactions, whose rule against a replace depends on earlier appends
-any_write_st = st.builds(
-    lambda kind, d, name: footprint(kind, d, name=name),
-    st.sampled_from([Kind.APPEND, Kind.REPLACE, Kind.DELETE, Kind.COMPACT]),
+#: an entry's end: shows its segments_to on one day, swaps its segments_from on another
+end_st = st.builds(
+    lambda shown, swapped, name: Footprint(
+        1,
+        Kind.LINEAGE,
+        shown=(seg(f"{name}-to", shown),),
+        swapped=() if swapped is None else (seg(f"{name}-from", swapped),),
+    ),
     st.integers(0, 6),
-    st.sampled_from(["a", "b", "c"]),
+    st.none() | st.integers(0, 6),
+    st.sampled_from(["e", "f"]),
+)
+#: with minor compactions, whose rule against a replace depends on earlier appends, and
+#: lineage ends, which a replace carries like appends or conflicts with
+any_write_st = (
+    st.builds(
+        lambda kind, d, name: footprint(kind, d, name=name),
+        st.sampled_from([Kind.APPEND, Kind.REPLACE, Kind.DELETE, Kind.COMPACT]),
+        st.integers(0, 6),
+        st.sampled_from(["a", "b", "c"]),
+    )
+    | end_st
 )
 
 
@@ -201,7 +261,8 @@ def test_writes_touching_disjoint_times_never_conflict(
     mine: Footprint, others: list[Footprint], iso: Isolation
 ) -> None:
     def times(f: Footprint) -> list[Interval]:
-        return [*f.replaced, *(s.interval for s in f.added), *(s.interval for s in f.removed)]
+        segs = (*f.added, *f.removed, *f.shown, *f.swapped)
+        return [*f.replaced, *(s.interval for s in segs)]
 
     far = [o for o in others if not any(a.overlaps(b) for a in times(mine) for b in times(o))]
     assert check(mine, far, iso).conflict is None
@@ -224,11 +285,10 @@ def test_carried_segments_are_appends_inside_the_replaced_intervals(
     want = [
         s
         for o in others
-        if o.kind is Kind.APPEND
-        for s in o.added
+        for s in (o.added if o.kind is Kind.APPEND else o.shown)
         if any(s.interval.overlaps(r) for r in mine.replaced) and s.id not in removed
     ]
-    assert list(verdict.carry) == want
+    assert list(verdict.carry) == list(dict.fromkeys(want))
 
 
 def test_a_locked_replace_carries_appends_but_not_what_was_removed_since() -> None:
@@ -266,3 +326,20 @@ def test_a_carry_follows_a_segment_another_replace_carried_on() -> None:
     )  # fmt: skip
     assert check(mine, [appended, other], locked=True).carry == (x_copy,)
     assert check(mine, [appended, other]).conflict is not None  # optimistic: refused
+
+
+@pytest.mark.parametrize("kind", [Kind.APPEND, Kind.REPLACE])
+def test_a_transaction_that_also_deleted_is_checked_as_a_delete_too(kind: Kind) -> None:
+    """Found by the history checker: a major compaction (a replace of what it read)
+    published the rows of a segment that a transaction appending elsewhere had deleted
+    meanwhile."""
+    mine = footprint(Kind.REPLACE, 5, cid=9)
+    tx = Footprint(
+        3, kind, added=(seg("x", 2),), removed=(seg("gone", 5),),
+        replaced=(day(2),) if kind is Kind.REPLACE else (),
+    )  # fmt: skip
+    conflict = check(mine, [tx]).conflict
+    assert conflict is not None and "deleted segment gone@5" in conflict.reason
+    elsewhere = Footprint(3, kind, added=(seg("x", 2),), removed=(seg("gone", 6),))
+    assert check(mine, [elsewhere]).conflict is None
+    assert check(footprint(Kind.DELETE, 5, name="gone"), [tx]).conflict is not None

@@ -32,64 +32,23 @@ seq order on a model of the visible rows and checks, on SQLite and PostgreSQL:
 
 The model: an append shows its rows; a replace (overwrite, refresh, the overwrites of
 a transaction, a locked replace) of some days hides every row of those days except
-those appended (by an append, or a transaction's appends) after its base, which it
-carries, and starts a new generation of those days; a delete hides its segment's rows;
-an entry's end hides its sources when no replace of their days came after the entry
-started (otherwise that replace hid them already) and shows its rows; a rollback
-hides the entry's rows and shows its sources again under the same condition; a
-compaction changes nothing.
+those shown after its base (by an append, a transaction's appends, or a push's end),
+which it carries, and starts a new generation of those days; a delete hides its
+segment's rows; an entry's end hides those of its sources still visible (a replace
+of their days may have hidden them, or carried them) and shows its rows; a rollback
+hides the entry's rows (their carried copies too) and shows again what its end hid,
+unless a replace of their days came since; a compaction changes nothing.
 
 Every kind of write goes to any of the four days, racing every other kind; a
-transaction may overwrite some days, append into others and delete a segment. Known
-src bugs (xfail tests at the end) are kept out of the run only where they would strike,
-each by the narrowest rule that avoids it:
-
-* a replace must not race a lineage entry's start or end (bugs K, A, D: a replace
-  drops a push's rows that became visible after its base, or carries them so that a
-  rollback leaves them visible, or carries a replacement's source so that its end
-  leaves it visible): while any replace is in flight (from opening its commit to
-  publishing), no replacement starts and no entry ends — an inter-process
-  readers-writer lock (flock), ``lin`` below;
-* a major compaction must not race what removes rows (bug T: it publishes the rows it
-  read and brings back rows an overwrite, refresh, delete or rollback removed
-  meanwhile): overwrites, refreshes, deletes, transactions that overwrite or delete,
-  and reverts hold ``maj`` shared, a major compaction exclusively; it also rewrites
-  only days where no lineage entry names a segment (bugs B, C: a later rollback or end
-  of that entry would be silently undone by the rewritten copy);
-* (lifted: bug G is fixed) an optimistic replace must not publish while a locked
-  replace runs (the locked replace dropped rows appended after its base that the
-  optimistic one carried): ``lck``, now in ``LIFTED``;
-* deletes and replacements never pick a segment of a chunk with several core
-  partitions (bug E: the chunk becomes incomplete and every row of it is hidden);
-* deletes and replacements never take a day's last visible segments that no lineage
-  entry names (bug H: a replace leaves the segments a lineage entry holds in place,
-  only overshadowed, so once the replace's own segments are deleted, or hidden by an
-  entry, they show again — the rows it replaced come back): they hold ``rm``
-  exclusively while checking and removing (a rollback or an entry's end only hides
-  segments an entry names, which the check does not count on);
-* a minor compaction publishes at most one run per chunk (bug F: two runs of a chunk
-  get the same partition id and the publish fails with an IntegrityError);
-* a minor compaction that fails with FileNotFoundError counts as refused (bug I: a
-  lineage cleanup deleted an input's file after it planned; the commit is aborted,
-  nothing shows, and the checks below still hold).
-
-Bugs B, C, F, G, I, T and E's delete variant are fixed since (their regression tests
-at the end pass; a locked replace follows a carried segment to its copy; a major
-compaction is now refused by any concurrent change but appends, and by lineage entries
-naming what it would retire); their guards above are conservative and still in place.
-
-A write that one of these rules skips is counted (``writes skipped for a known src
-bug`` in the output).
-
-Apart from these, appends, pushes' batches, locked appends, minor compactions, reverts
-and replaces all overlap each other freely, on every day.
+transaction may overwrite some days, append into others and delete a segment. Nothing
+keeps writes apart: the bugs this run found (A-K, P, T; each a regression test at the
+end) are fixed, and the guards that once kept writes out of their way are gone.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import fcntl
 import json
 import multiprocessing as mp
 import os
@@ -97,7 +56,6 @@ import random
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +90,6 @@ KINDS = {
     "minor": 1.5,
     "major": 0.8,
 }
-GUARD_WAIT_S = 10.0
 NO_ROWS = ("delete", "revert", "minor", "major")  # writes of no rows of their own
 
 
@@ -168,76 +125,6 @@ def _ks(seg: Any) -> list[int]:
     return sorted(pq.ParquetFile(seg.location).read(columns=["k"])["k"].to_pylist())
 
 
-def _multi_core(segs: list[Any]) -> bool:
-    """Whether one of ``segs`` is a core partition of a chunk with several, which a
-    delete or a replacement never takes (bug E: the chunk would hide all its rows)."""
-    return any(s.num_core_partitions > 1 for s in segs)
-
-
-def _keeps_days(t: lamina.Table, ids: list[str]) -> bool:
-    """Whether each day of the segments ``ids`` keeps, without them, a visible segment
-    that no lineage entry names (bug H: a day whose visible segments all went would
-    show again what a replace hid below them while an entry held it). Run under the
-    ``rm`` guard: every other way to hide a visible segment goes through a lineage
-    entry naming it, so such a segment stays until the next guarded removal."""
-    visible = t.segments()
-    named = set(ids).union(*(e.ids for e in t.lineage()))  # read after: none missed
-    left = {_id_day(s.id) for s in visible if s.id not in named}
-    return {_id_day(i) for i in ids} <= left
-
-
-class _GuardTimeout(lamina.LaminaError):
-    """A guard (below) was not free in time: the write did nothing."""
-
-
-class _KnownBugError(lamina.LaminaError):
-    """A write failed with an untyped error of a known src bug (nothing published)."""
-
-
-class _Guards:
-    """Inter-process readers-writer locks (flock, released by the kernel when a writer
-    is killed) keeping apart only the operations a known src bug needs together (see
-    the module docs). Writer-preferring: an exclusive request first takes the guard's
-    turnstile, which new shared requests pass through. Taken in a fixed order (lin,
-    maj, rm, lck), so they never deadlock."""
-
-    def __init__(self, root: str) -> None:
-        self.root = root
-        self.fds: dict[str, int] = {}
-
-    def _flock(self, name: str, mode: int, deadline: float) -> None:
-        if name not in self.fds:
-            self.fds[name] = os.open(os.path.join(self.root, name), os.O_RDWR | os.O_CREAT)
-        while True:
-            try:
-                fcntl.flock(self.fds[name], mode | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise _GuardTimeout(f"guard {name} busy") from None
-                time.sleep(0.002)
-
-    @contextlib.contextmanager
-    def hold(self, name: str, exclusive: bool = False) -> Iterator[None]:
-        if name in LIFTED:  # the bug it kept out is fixed
-            yield
-            return
-        deadline = time.monotonic() + GUARD_WAIT_S
-        self._flock(f"{name}.turn", fcntl.LOCK_EX, deadline)
-        try:
-            self._flock(name, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, deadline)
-        finally:
-            fcntl.flock(self.fds[f"{name}.turn"], fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(self.fds[name], fcntl.LOCK_UN)
-
-
-#: guards whose bug is fixed: no longer held (``lck``: bug G)
-LIFTED = frozenset({"lck"})
-
-
 class _Log:
     def __init__(self, path: str) -> None:
         self.out = open(path, "a")  # noqa: SIM115 - the process ends with it
@@ -247,15 +134,7 @@ class _Log:
         self.out.flush()
 
 
-def _op(
-    t: lamina.Table,
-    rng: random.Random,
-    kind: str,
-    tok: str,
-    base: int,
-    log: _Log,
-    g: _Guards,
-) -> Any:
+def _op(t: lamina.Table, rng: random.Random, kind: str, tok: str, base: int, log: _Log) -> Any:
     """Run one write of ``kind``; log its intent first. Returns what to log as its
     acknowledgement, or None when there was nothing to do (nothing logged)."""
     parts: list[list[int]] = []
@@ -264,10 +143,6 @@ def _op(
         k0, n = base + 20 * len(parts), rng.randint(1, 4)
         parts.append([day, k0, n])
         return _rows(k0, n, day)
-
-    def avoided(bug: str) -> None:
-        """Skip the write: it would run into known src bug ``bug`` (counted)."""
-        log.put(op=tok, avoided=bug)
 
     meta = {"op": tok}
     if kind == "append":
@@ -278,32 +153,25 @@ def _op(
         d = rng.choice(DAYS)
         data = part(d)
         log.put(op=tok, kind=kind, parts=parts, replaced=[d])
-        with g.hold("lin"), g.hold("maj"), g.hold("lck"):
-            return {"commit": t.overwrite(data, metadata=meta).id}
+        return {"commit": t.overwrite(data, metadata=meta).id}
     if kind == "refresh":  # every row of the interval's days goes; days without data too
         lo = rng.choice(DAYS)
         hi = rng.choice([d for d in DAYS if lo <= d <= lo + 1])
         days = list(range(lo, hi + 1))
         data = pa.concat_tables([part(d) for d in rng.sample(days, rng.randint(1, len(days)))])
         log.put(op=tok, kind=kind, parts=parts, replaced=days)
-        with g.hold("lin"), g.hold("maj"), g.hold("lck"):
-            return {"commit": t.refresh(data, interval=_day_iv(lo, hi), metadata=meta).id}
+        return {"commit": t.refresh(data, interval=_day_iv(lo, hi), metadata=meta).id}
     if kind == "delete":
-        with g.hold("maj"), g.hold("rm", exclusive=True):
-            segs = t.segments()
-            if not segs:
-                return None
-            seg = rng.choice(segs)
-            try:
-                ks = _ks(seg)
-            except OSError:  # its file went with a lineage cleanup: nothing to delete
-                return None
-            if _multi_core([seg]):
-                return avoided("E")
-            if not _keeps_days(t, [seg.id]):
-                return avoided("H")
-            log.put(op=tok, kind=kind, sub=kind, parts=[], seg=seg.id, seg_ks=ks)
-            return {"commit": t.delete_segments([seg.id]).id}
+        segs = t.segments()
+        if not segs:
+            return None
+        seg = rng.choice(segs)
+        try:
+            ks = _ks(seg)
+        except OSError:  # its file went with a lineage cleanup: nothing to delete
+            return None
+        log.put(op=tok, kind=kind, sub=kind, parts=[], seg=seg.id, seg_ks=ks)
+        return {"commit": t.delete_segments([seg.id]).id}
     if kind == "tx":  # overwrites some days, appends into others, may delete a segment
         days = list(DAYS)
         rng.shuffle(days)
@@ -312,40 +180,28 @@ def _op(
         iso = rng.choice(["write_serializable", "serializable"])
         rec: dict[str, Any] = {"op": tok, "kind": kind, "isolation": iso, "replaced": over}
         delete = rng.random() < 0.3
-        with contextlib.ExitStack() as guards:
-            if over:
-                guards.enter_context(g.hold("lin"))
-            if over or delete:
-                guards.enter_context(g.hold("maj"))
-            seg = None
-            if delete:
-                guards.enter_context(g.hold("rm", exclusive=True))
-                segs = t.segments()
-                seg = rng.choice(segs) if segs else None
-                if seg is not None and _multi_core([seg]):
-                    seg = avoided("E")
-                if seg is not None and not _keeps_days(t, [seg.id]):
-                    seg = avoided("H")
-                if seg is not None:
-                    try:
-                        rec.update(seg=seg.id, seg_ks=_ks(seg))
-                    except OSError:
-                        seg = None
-            subs = ["overwrite"] * bool(over) + ["append"] * bool(app) + ["delete"] * bool(seg)
-            rec["sub"] = "+".join(subs)
-            over_data = [part(d) for d in over]
-            app_data = [part(d) for d in app]
-            log.put(**rec, parts=parts)
-            with t.transaction(isolation=iso, metadata=meta) as tx:
-                if seg is not None:
-                    tx.delete_segments([seg.id])
-                for data in over_data:
-                    tx.overwrite(data)
-                for data in app_data:
-                    tx.append(data)
-                time.sleep(rng.uniform(0, 0.03))
-                if over:  # around the publish only
-                    guards.enter_context(g.hold("lck"))
+        seg = None
+        if delete:
+            segs = t.segments()
+            seg = rng.choice(segs) if segs else None
+            if seg is not None:
+                try:
+                    rec.update(seg=seg.id, seg_ks=_ks(seg))
+                except OSError:
+                    seg = None
+        subs = ["overwrite"] * bool(over) + ["append"] * bool(app) + ["delete"] * bool(seg)
+        rec["sub"] = "+".join(subs)
+        over_data = [part(d) for d in over]
+        app_data = [part(d) for d in app]
+        log.put(**rec, parts=parts)
+        with t.transaction(isolation=iso, metadata=meta) as tx:
+            if seg is not None:
+                tx.delete_segments([seg.id])
+            for data in over_data:
+                tx.overwrite(data)
+            for data in app_data:
+                tx.append(data)
+            time.sleep(rng.uniform(0, 0.03))
         assert tx.commit_result is not None
         return {"commit": tx.commit_result.id}
     if kind == "locked":
@@ -363,140 +219,105 @@ def _op(
             replaced=[d] if replace else [],
             priority=prio,
         )
-        with contextlib.ExitStack() as guards:
-            if replace:
-                guards.enter_context(g.hold("lin"))
-                guards.enter_context(g.hold("lck", exclusive=True))
-            with t.transaction(
-                metadata=meta,
-                lock=lock,
-                interval=interval,
-                priority=prio,
-                wait_s=rng.uniform(0, 0.5),
-            ) as tx:
-                (tx.overwrite if replace else tx.append)(data)
-                time.sleep(rng.uniform(0, 0.1))  # hold the lock a while
+        with t.transaction(
+            metadata=meta, lock=lock, interval=interval, priority=prio, wait_s=rng.uniform(0, 0.5)
+        ) as tx:
+            (tx.overwrite if replace else tx.append)(data)
+            time.sleep(rng.uniform(0, 0.1))  # hold the lock a while
         assert tx.commit_result is not None
         return {"commit": tx.commit_result.id}
     if kind == "push":  # batches under one lineage entry, visible together
         datas = [part(rng.choice(DAYS)) for _ in range(rng.randint(1, 3))]
         log.put(op=tok, kind=kind, parts=parts, sources={})
-        with contextlib.ExitStack() as guards, t.push(metadata=meta) as p:
+        with t.push(metadata=meta) as p:
             for j, data in enumerate(datas):
                 p.metadata = {"op": tok, "batch": j}
                 p.append(data)
                 time.sleep(rng.uniform(0, 0.03))
-            guards.enter_context(g.hold("lin", exclusive=True))  # around the end
         return {"entry": p.entry}
     if kind == "replace":  # an entry swapping live segments for new ones
-        with g.hold("lin", exclusive=True), g.hold("rm", exclusive=True):
-            held: set[str] = set()
-            for e in t.lineage():
-                held |= e.ids if e.state == "IN_PROGRESS" else set()
-                held |= set(e.segments_from) if e.state == "COMPLETED" else set()
-            segs = [s for s in t.segments() if s.id not in held]
-            if not segs:
-                return None
-            chosen = rng.sample(segs, min(len(segs), rng.randint(1, 2)))
-            if _multi_core(chosen):
-                return avoided("E")
-            if not _keeps_days(t, [s.id for s in chosen]):
-                return avoided("H")
-            try:
-                sources = {s.id: _ks(s) for s in chosen}
-            except OSError:
-                return None
-            datas = [part(rng.choice(DAYS)) for _ in range(rng.randint(1, 2))]
-            log.put(op=tok, kind=kind, parts=parts, sources=sources)
-            entry = t.start_replace(sorted(sources), [])
+        held: set[str] = set()
+        for e in t.lineage():
+            held |= e.ids if e.state == "IN_PROGRESS" else set()
+            held |= set(e.segments_from) if e.state == "COMPLETED" else set()
+        segs = [s for s in t.segments() if s.id not in held]
+        if not segs:
+            return None
+        chosen = rng.sample(segs, min(len(segs), rng.randint(1, 2)))
+        try:
+            sources = {s.id: _ks(s) for s in chosen}
+        except OSError:
+            return None
+        datas = [part(rng.choice(DAYS)) for _ in range(rng.randint(1, 2))]
+        log.put(op=tok, kind=kind, parts=parts, sources=sources)
+        entry = t.start_replace(sorted(sources), [])
         try:
             for j, data in enumerate(datas):
                 w = t.push(metadata={"op": tok, "batch": j})
                 w.entry = entry  # the batch writer of t.push(), on this entry
                 w.append(data)
                 time.sleep(rng.uniform(0, 0.03))
-            with g.hold("lin", exclusive=True):
-                t.end_replace(entry)
+            t.end_replace(entry)
         except BaseException:
             with contextlib.suppress(lamina.LaminaError):
                 t.revert_replace(entry, force=True)
             raise
         return {"entry": entry}
     if kind == "revert":  # a completed entry, or one open for long (its writer died?)
-        with g.hold("maj"):
-            now = dt.datetime.now(dt.UTC)
-            entries = [
-                e
-                for e in t.lineage()
-                if e.state == "COMPLETED"
-                or (e.state == "IN_PROGRESS" and (now - e.timestamp).total_seconds() > 1)
-            ]
-            if not entries:
-                return None
-            e = rng.choice(entries[-4:])  # the newest links can be rolled back
-            log.put(op=tok, kind=kind, sub=e.state, parts=[], entry=e.id)
-            t.revert_replace(e.id, force=e.state == "IN_PROGRESS")
+        now = dt.datetime.now(dt.UTC)
+        entries = [
+            e
+            for e in t.lineage()
+            if e.state == "COMPLETED"
+            or (e.state == "IN_PROGRESS" and (now - e.timestamp).total_seconds() > 1)
+        ]
+        if not entries:
+            return None
+        e = rng.choice(entries[-4:])  # the newest links can be rolled back
+        log.put(op=tok, kind=kind, sub=e.state, parts=[], entry=e.id)
+        t.revert_replace(e.id, force=e.state == "IN_PROGRESS")
         return {"entry": e.id}
-    if kind == "minor":  # small segments merged, at most one run per chunk (bug F)
+    if kind == "minor":  # small segments merged
         target = rng.choice([6, 8, 12, 16])
         d = rng.choice([None, *DAYS])
         iv = None if d is None else Interval.coerce(_day_iv(d))
-        runs, chunks = [], set()
-        planned = compaction.plan(t, iv, target)
-        for run in planned:
-            if (run.chunk, run.version) not in chunks:
-                chunks.add((run.chunk, run.version))
-                runs.append(run)
-        if len(runs) < len(planned):
-            avoided("F")  # the other runs wait for the next compaction
+        runs = compaction.plan(t, iv, target)
         if not runs:
             return None
         inputs = sorted(s.id for r in runs for s in r.inputs)
         log.put(op=tok, kind=kind, sub=kind, parts=[], inputs=inputs, target=target)
         time.sleep(rng.uniform(0, 0.05))  # others write meanwhile
-        try:
-            c = compaction.compact_minor(t, runs, wait_s=rng.uniform(0, 0.3))
-        except FileNotFoundError as exc:  # bug I: an input's file went with a cleanup
-            avoided("I")
-            raise _KnownBugError(str(exc)) from None
+        c = compaction.compact_minor(t, runs, wait_s=rng.uniform(0, 0.3))
         assert c is not None
         return {"commit": c.id}
-    assert kind == "major"  # whole days rewritten, none a lineage entry names (bugs B, C)
-    with g.hold("lin"), g.hold("maj", exclusive=True):
-        named = {_id_day(i) for e in t.lineage() if e.state != "REVERTED" for i in e.ids}
-        free = [d for d in DAYS if d not in named]
-        if len(free) < len(DAYS):
-            avoided("B/C")  # counted; the compaction takes free days only
-        if not free:
-            return None
-        lo = hi = rng.choice(free)
-        while hi + 1 in free and rng.random() < 0.5:
-            hi += 1
-        sort_by = rng.choice([None, ["v"], ["k"], ["s", "k"]])
-        target = rng.choice([None, None, 3, 5])  # small: several core partitions a day
-        gran = rng.choice([None, "DAY"])
-        days = list(range(lo, hi + 1))
-        log.put(op=tok, kind=kind, sub=kind, parts=[], days=days, sort_by=sort_by)
-        c = t.compact(
-            _day_iv(lo, hi),
-            mode="major",
-            target_rows_per_segment=target,
-            segment_granularity=gran,
-            sort_by=sort_by,
-            wait_s=rng.uniform(0, 0.5),
-        )
-        assert c is not None
-        return {"commit": c.id}
+    assert kind == "major"  # whole days rewritten
+    lo = hi = rng.choice(DAYS)
+    while hi + 1 in DAYS and rng.random() < 0.5:
+        hi += 1
+    sort_by = rng.choice([None, ["v"], ["k"], ["s", "k"]])
+    target = rng.choice([None, None, 3, 5])  # small: several core partitions a day
+    gran = rng.choice([None, "DAY"])
+    days = list(range(lo, hi + 1))
+    log.put(op=tok, kind=kind, sub=kind, parts=[], days=days, sort_by=sort_by)
+    c = t.compact(
+        _day_iv(lo, hi),
+        mode="major",
+        target_rows_per_segment=target,
+        segment_granularity=gran,
+        sort_by=sort_by,
+        wait_s=rng.uniform(0, 0.5),
+    )
+    assert c is not None
+    return {"commit": c.id}
 
 
-def _writer(catalog: str, wh: str, w: int, log_path: str, stop: str, guards: str) -> None:
+def _writer(catalog: str, wh: str, w: int, log_path: str, stop: str) -> None:
     """Random writes until told to stop; each logs its intent, then its outcome."""
     rng = random.Random(w)
     cat = lamina.connect(catalog=catalog, warehouse=wh, heartbeat_s=0.2, stale_after_s=2)
     t = cat.load_table("h")
     log = _Log(log_path)
     log.put(op=f"{w}.start", lamina=lamina.__file__)  # the lamina under test
-    g = _Guards(guards)
     names, weights = list(KINDS), list(KINDS.values())
     for op in range(1000):
         if os.path.exists(stop):
@@ -504,7 +325,7 @@ def _writer(catalog: str, wh: str, w: int, log_path: str, stop: str, guards: str
         kind = rng.choices(names, weights)[0]
         tok = f"{w}.{op}"
         try:
-            ack = _op(t, rng, kind, tok, (w * 1000 + op) * 100, log, g)
+            ack = _op(t, rng, kind, tok, (w * 1000 + op) * 100, log)
         except lamina.LaminaError as exc:  # refused: conflicts, locks, lineage rules
             log.put(op=tok, refused=type(exc).__name__, why=str(exc)[:160])
             continue
@@ -552,13 +373,10 @@ class Writes:
         self.outcomes: dict[str, dict[str, Any]] = {}
         self.day: dict[int, int] = {}  # row k -> its day
         self.lamina: set[str] = set()  # where the writers imported lamina from
-        self.avoided: Counter[str] = Counter()  # writes skipped for a known src bug
         for path in logs:
             for rec in _records(path):
                 if "lamina" in rec:
                     self.lamina.add(rec["lamina"])
-                elif "avoided" in rec:
-                    self.avoided[rec["avoided"]] += 1
                 elif "kind" in rec:
                     self.intents[rec["op"]] = rec
                     for d, k0, n in rec["parts"]:
@@ -654,25 +472,32 @@ class Model:
             self.token[seq] = e["token"]
             if c.action == "END_REPLACE":
                 assert e["state"] == "IN_PROGRESS", (seq, e)
+                hid: set[int] = set()
                 for sid, ks in w.source_segments(e["token"], e["from"]).items():
-                    if self._current(e, ks):  # a source still shows until now
-                        assert ks <= vis, f"seq {seq}: source {sid} it replaces was not visible"
+                    if ks <= vis:  # it still shows (or a replace carried it): it goes
+                        hid |= ks
                     else:  # a replace of its day hid it meanwhile (and stays on top)
-                        assert not ks & vis, f"seq {seq}: source {sid} replaced, yet visible"
+                        assert not self._current(e, ks), f"seq {seq}: source {sid} not visible"
+                        assert not ks & vis, f"seq {seq}: source {sid} partly visible"
                         self.superseded += 1
-                    vis -= ks
+                vis -= hid
                 assert not e["rows"] & vis, f"seq {seq}: its rows were visible already"
                 vis |= e["rows"]
                 self.new_ok[seq] = e["rows"]
-                e["state"], e["ended"] = "COMPLETED", seq
+                # shown after the base of a replace publishing later: it carries them
+                appended_at.update((k, seq) for k in e["rows"])
+                e["state"], e["ended"], e["hid"] = "COMPLETED", seq, hid
+                e["gen_end"] = dict(self.gen)
             else:
                 if e["state"] == "COMPLETED":  # a rollback: the swap undone
-                    vis -= e["rows"]
+                    vis -= e["rows"]  # carried copies too: they joined the entry
                     back: set[int] = set()
                     for ks in w.source_segments(e["token"], e["from"]).values():
-                        if self._current(e, ks):
+                        ks &= e["hid"]  # what its end hid comes back...
+                        days = {w.day[k] for k in ks}
+                        if all(self.gen[d] == e["gen_end"][d] for d in days):
                             back |= ks
-                        else:  # a newer version of its day hides it still
+                        else:  # ...unless a replace of its day since removed it
                             self.superseded += 1
                     assert not back & vis, f"seq {seq}: sources it brings back were visible"
                     vis |= back
@@ -772,12 +597,9 @@ def test_random_histories_with_killed_writers(catalog_url: str, tmp_path: Path) 
     logs: list[Path] = [tmp_path / "seed.jsonl"]
     writers: dict[int, Any] = {}
 
-    guards = tmp_path / "guards"
-    guards.mkdir()
-
     def spawn(w: int) -> None:
         logs.append(tmp_path / f"w{w}.jsonl")
-        args = (catalog_url, wh, w, str(logs[-1]), stop_writers, str(guards))
+        args = (catalog_url, wh, w, str(logs[-1]), stop_writers)
         writers[w] = ctx.Process(target=_writer, args=args)
         writers[w].start()
 
@@ -1069,7 +891,6 @@ def test_random_histories_with_killed_writers(catalog_url: str, tmp_path: Path) 
         f"  compactions: {Counter(model.compactions.values())}, minor ones merged "
         f"{merged[0]} segments into {merged[1]}; {compacted} checked unchanged"
     )
-    print(f"  writes skipped for a known src bug: {dict(sorted(writes.avoided.items()))}")
     for key in sorted(stats):
         print(f"  {key}: {stats[key]}")
 
@@ -1164,11 +985,6 @@ def _batch(t: lamina.Table, entry: str, data: pa.Table) -> None:
     w.append(data)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug A: a replace carries a push that ended while it ran as copies the push's "
-    "lineage entry does not name, so rolling the push back leaves its rows visible",
-)
 def test_a_rollback_hides_the_push_rows_a_replace_carried(day_table: lamina.Table) -> None:
     t = day_table
     t.append(events(days=1, per_day=3, value=1.0))
@@ -1186,12 +1002,6 @@ def test_a_rollback_hides_the_push_rows_a_replace_carried(day_table: lamina.Tabl
         assert _vals(t) == [2.0, 2.0]  # got: the five rows still there (the carried copy)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug K: a write-serializable replace keeps rows appended after its base, but "
-    "drops the rows of a push that became visible after its base (its batches were "
-    "written before): conflicts.check carries only segments added after the base",
-)
 def test_a_replace_keeps_the_rows_a_push_showed_after_its_base(day_table: lamina.Table) -> None:
     t = day_table
     t.append(events(days=1, per_day=3, value=1.0))
@@ -1247,12 +1057,6 @@ def test_a_replacement_ending_after_a_major_compaction_hides_its_sources(
         assert _vals(t) == [2.0] * 2 + [4.0] * 4  # got: the three replaced rows too
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug D: a replace carries a segment appended after its base although an "
-    "IN_PROGRESS replacement holds it as a source; the entry's end hides the segment, "
-    "not the carried copy, so the replaced rows stay visible",
-)
 def test_an_overwrite_never_carries_a_segment_a_replacement_replaces(
     day_table: lamina.Table,
 ) -> None:
@@ -1279,15 +1083,7 @@ def test_an_overwrite_never_carries_a_segment_a_replacement_replaces(
     "how",
     [
         "delete",  # fixed: a delete drops the core count of the rest of the version
-        pytest.param(
-            "replace",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="bug E: a replacement's end hiding one core partition of a chunk "
-                "with several leaves the chunk incomplete (Timeline._Chunk.complete), so "
-                "every row of it is hidden, the other partitions and later appends too",
-            ),
-        ),
+        "replace",  # fixed: an entry's end drops the core count of the rest
     ],
 )
 def test_removing_one_core_partition_keeps_the_rest_of_its_chunk(
@@ -1341,7 +1137,13 @@ def test_a_locked_replace_keeps_rows_an_overwrite_carried_meanwhile(
     assert _vals(t) == [2.0] * 2 + [4.0] * 4  # got [2.0, 2.0]
 
 
-@pytest.mark.parametrize("during", ["overwrite", "refresh", "delete", "rollback"])
+def _delete_and_append(t: lamina.Table, ids: list[str]) -> None:
+    with t.transaction() as tx:  # an APPEND commit that also deletes
+        tx.delete_segments(ids)
+        tx.append(events(days=1, per_day=6, value=6.0, start="2024-01-02"))
+
+
+@pytest.mark.parametrize("during", ["overwrite", "refresh", "delete", "rollback", "transaction"])
 def test_a_major_compaction_never_undoes_a_concurrent_write(
     day_table: lamina.Table, during: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1358,6 +1160,11 @@ def test_a_major_compaction_never_undoes_a_concurrent_write(
         ),
         "delete": (lambda: t.delete_segments(list(b.added)), [1.0] * 3 + [5.0] * 5),
         "rollback": (lambda: t.revert_replace(p.entry), [1.0] * 3 + [4.0] * 4),
+        # found by the run above: got the deleted rows back
+        "transaction": (
+            lambda: _delete_and_append(t, list(b.added)),
+            [1.0] * 3 + [5.0] * 5 + [6.0] * 6,
+        ),
     }
     write, want = writes[during]
     read = lamina.Table.to_arrow
@@ -1374,14 +1181,6 @@ def test_a_major_compaction_never_undoes_a_concurrent_write(
     assert _vals(t) == want  # got: the rows before the concurrent write
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug H: a replace leaves the segments a lineage entry holds (an IN_PROGRESS "
-    "entry's sources, a COMPLETED entry's replaced segments) in place, merely "
-    "overshadowed; deleting the replace's own segments (or hiding them by another entry) "
-    "empties its chunk and the older version shows again: rows the replace replaced "
-    "come back",
-)
 @pytest.mark.parametrize("entry", ["in progress", "rolled back"])
 def test_deleting_an_overwrites_rows_never_brings_back_what_it_replaced(
     day_table: lamina.Table, entry: str
@@ -1416,3 +1215,63 @@ def test_a_minor_compaction_whose_input_went_meanwhile_is_refused_typed(
     with pytest.raises(lamina.CommitConflictError):  # got: FileNotFoundError
         compaction.compact_minor(t, runs)
     assert _vals(t) == [1.0, 3.0]
+
+
+@pytest.mark.parametrize("other", ["push", "append"])
+def test_writes_into_a_chunk_only_an_unfinished_push_wrote_keep_each_other(
+    day_table: lamina.Table, other: str
+) -> None:
+    """Bug P (found by the run above once its lineage guards were lifted): the second
+    write into a chunk where only an unfinished push had written took a version of
+    its own; once both showed, the newer version hid the other's rows (or the push's
+    end was refused). Both now join the push's version."""
+    t = day_table
+    p = t.push().__enter__()
+    p.append(events(days=1, per_day=2, value=1.0))  # hidden: day 1 shows nothing yet
+    if other == "push":
+        with t.push() as q:
+            q.append(events(days=1, per_day=3, value=2.0))
+    else:
+        t.append(events(days=1, per_day=3, value=2.0))
+    assert _vals(t) == [2.0] * 3
+    p.__exit__(None, None, None)  # got: [1.0, 1.0] (or the end refused)
+    assert _vals(t) == [1.0] * 2 + [2.0] * 3
+    assert len({s.version for s in t.segments()}) == 1
+
+
+def test_an_append_into_a_chunk_a_replacement_emptied_keeps_a_rollback_whole(
+    day_table: lamina.Table,
+) -> None:
+    """Bug P's other face: a chunk shows nothing because a completed replacement hides
+    its sources; an append there took a new version, so rolling the replacement back
+    left its sources hidden under that version."""
+    t = day_table
+    t.append(events(days=1, per_day=3, value=1.0))
+    entry = t.start_replace([s.id for s in t.segments()], [])
+    _batch(t, entry, events(days=1, per_day=1, value=5.0, start="2024-01-02"))
+    t.end_replace(entry)  # day 1 shows nothing now
+    t.append(events(days=1, per_day=2, value=2.0))
+    t.revert_replace(entry)
+    assert _vals(t) == [1.0] * 3 + [2.0] * 2  # got: [2.0, 2.0]
+
+
+@pytest.mark.parametrize("lock", [None, "EXCLUSIVE"])
+def test_a_replace_carries_a_push_shown_after_its_base_whose_entry_went(
+    day_table: lamina.Table, lock: str | None
+) -> None:
+    """Found by the run above: a replacement of the push's rows started meanwhile
+    cleans the push's entry up (Pinot's proactive cleanup); the replace must still
+    know what the push's end showed (recorded in the end's footprint)."""
+    t = day_table
+    t.append(events(days=1, per_day=3, value=1.0))
+    t.append(events(days=1, per_day=2, value=3.0, start="2024-01-02"))
+    entry = t.start_replace([s.id for s in t.segments() if s.row_count == 2], [])
+    _batch(t, entry, events(days=1, per_day=5, value=5.0))
+    tx = t.transaction(**({"lock": lock, "interval": DAY1} if lock else {}))
+    tx.overwrite(events(days=1, per_day=1, value=9.0))
+    t.end_replace(entry)  # shows the five rows after the overwrite's base
+    five = [s.id for s in t.segments() if s.row_count == 5]
+    t.start_replace(five, [])  # the next link: the first entry is cleaned up
+    assert entry not in {e.id for e in t.lineage()}
+    tx.commit()
+    assert _vals(t) == [5.0] * 5 + [9.0]  # got: [9.0]

@@ -367,8 +367,9 @@ def test_end_refused_when_a_to_segment_was_never_written(t: lamina.Table) -> Non
 def test_from_segments_of_an_in_progress_entry_cannot_disappear(
     t: lamina.Table, cat: lamina.Catalog
 ) -> None:
-    """So end_replace never finds a from-segment gone: a plain swap refuses held
-    segments, an overwrite only overshadows them (delete_segments: see below)."""
+    """A plain swap refuses held segments (delete_segments: see below); an overwrite
+    retires them like any older segment of its chunks, and the entry's end still
+    hides the rest."""
     t.refresh(old())
     a, _, c = live_ids(t)  # days 1, 2, 3
     e = t.start_replace([a, c], [])
@@ -376,9 +377,9 @@ def test_from_segments_of_an_in_progress_entry_cannot_disappear(
     with unchanged(t), pytest.raises(LineageError, match="end or revert it first"):
         t.refresh(new(days=2))  # would remove segments a and c
     assert cat.find_orphans() == []  # the refused swap's files are gone
-    t.overwrite(events(days=1, per_day=2, value=7.0))  # day 1: a is overshadowed
+    o = t.overwrite(events(days=1, per_day=2, value=7.0))  # day 1: a is retired
     sees(t, {1.0: 20, 7.0: 2})
-    assert a in {s.id for s in t.segments(all=True)}
+    assert a in o.removed
     t.end_replace(e)
     assert entry(t, e).state == COMPLETED
     sees(t, {1.0: 10, 7.0: 2})  # day 2 only, and the overwrite

@@ -99,6 +99,10 @@ class Catalog:
         properties: dict[str, Any] | None = None,
         ingestion_type: str = "APPEND",
         consistent_push: bool = False,
+        primary_key: str | list[str] | None = None,
+        comparison_column: str | None = None,
+        delete_column: str | None = None,
+        partial_upsert: dict[str, str] | None = None,
     ) -> Table:
         """Create a table. ``schema``: a pyarrow Schema or a Spark StructType.
 
@@ -109,6 +113,11 @@ class Catalog:
 
         ``ingestion_type`` (APPEND or REFRESH) and ``consistent_push`` are stored as
         table properties and can be changed later with ``t.set_properties``.
+
+        ``primary_key`` makes an upsert table: per key only the latest record is
+        visible (the greatest ``comparison_column``, default the time column; a true
+        ``delete_column`` marks a delete). See docs/upserts.md. Raises UpsertError for a
+        bad definition (unknown or nullable key column, delete column not boolean...).
         """
         from lamina.core.properties import check_properties
         from lamina.io.arrow import check_time_column, table_schema
@@ -140,6 +149,26 @@ class Catalog:
             },
         }
         props = check_properties(props)
+        if primary_key is not None:
+            from lamina.core.upsert import UpsertSpec, cmp_dtype
+
+            spec = UpsertSpec.parse(
+                arrow_schema,
+                time_column,
+                primary_key,
+                comparison_column,
+                delete_column,
+                partial_upsert,
+            )
+            cmp_dtype(arrow_schema.field(spec.comparison_column).type)
+            props.update(spec.to_properties())
+        elif (comparison_column, delete_column, partial_upsert) != (None, None, None):
+            from lamina.errors import UpsertError
+
+            raise UpsertError(
+                "comparison_column, delete_column and partial_upsert define an upsert "
+                "table: name its primary_key too"
+            )
         record = table_rows.create_table(
             self.context.db, name, arrow_schema, time_column, granularity, props
         )

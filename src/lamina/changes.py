@@ -44,7 +44,7 @@ def read_changes(
         unknown = [c for c in columns if c not in schema.names]
         if unknown:
             raise SchemaError(f"unknown columns {unknown}; the table has {schema.names}")
-    out_schema = _schema(
+    out_schema = change_schema(
         schema if columns is None else pa.schema([schema.field(c) for c in columns])
     )
     parts = []
@@ -91,7 +91,7 @@ def read_changes_spark(
             .withColumn(COMMIT_SEQ, F.lit(seq).cast("long"))
         )
     if not frames:
-        out = arrow_to_spark_schema(_schema(pa.schema([schema.field(c) for c in keep])))
+        out = arrow_to_spark_schema(change_schema(pa.schema([schema.field(c) for c in keep])))
         return spark.createDataFrame([], out)
     result = frames[0]
     for f in frames[1:]:
@@ -99,7 +99,8 @@ def read_changes_spark(
     return result
 
 
-def _schema(data: pa.Schema) -> pa.Schema:
+def change_schema(data: pa.Schema) -> pa.Schema:
+    """``data``'s schema with the change feed's columns after it."""
     return (
         data.append(pa.field(CHANGE, pa.string(), nullable=False))
         .append(pa.field(COMMIT_ID, pa.int64(), nullable=False))

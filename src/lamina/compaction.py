@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -37,7 +38,14 @@ from lamina.core.compaction import MinorRun, minor_run, plan_minor
 from lamina.core.interval import ETERNITY, Granularity, Interval
 from lamina.core.lineage import LineageState
 from lamina.core.locks import PRIORITY_COMPACTION, LockType
-from lamina.core.model import Commit, CommitAction, CompactedRun, NewSegment, PublishPlan
+from lamina.core.model import (
+    Commit,
+    CommitAction,
+    CompactedRun,
+    NewSegment,
+    PublishPlan,
+    RowMap,
+)
 from lamina.core.rollup import Rollup
 from lamina.core.segment import Segment
 from lamina.core.timeline import Timeline
@@ -90,6 +98,13 @@ def compact(
         raise CompactionError(f"priority must be a whole number >= 0, not {priority!r}")
     prio = PRIORITY_COMPACTION if priority is None else int(priority)
     target = target_rows(table, target_rows_per_segment)
+    if mode == "major" and "upsert.primary_key" in table._record.properties:
+        from lamina.errors import UpsertError
+
+        raise UpsertError(
+            f"a major compaction is not supported on upsert table {table.name!r} yet: "
+            "compact it with mode='minor' (drops the records no longer any key's latest)"
+        )
     if mode == "major":
         iv = None if interval is None else Interval.coerce(interval)
         return compact_major(table, iv, segment_granularity, sort_by, rollup, target, prio, wait_s)
@@ -210,10 +225,17 @@ def engine_of(run: MinorRun, engine: str) -> str:
 
 
 def _write_run(
-    table: Table, commit_rel: str, run: MinorRun, engine: str, nice: int
+    table: Table,
+    commit_rel: str,
+    run: MinorRun,
+    engine: str,
+    nice: int,
+    drop: dict[str, np.ndarray] | None = None,
 ) -> CompactedRun:
-    """Rewrite one run: with Spark, or here in a thread ``nice`` below normal priority."""
-    if engine_of(run, engine) == "spark":
+    """Rewrite one run: with Spark, or here in a thread ``nice`` below normal priority
+    (always here for an upsert table: ``drop``, see :func:`_rewrite`)."""
+    maps: tuple[RowMap, ...] = ()
+    if drop is None and engine_of(run, engine) == "spark":
         from lamina.engines.spark import get_spark, spark_rewrite
 
         rel = f"{commit_rel}/run-{run.root_range[0]}-{run.chunk.start}"
@@ -223,7 +245,7 @@ def _write_run(
         )
         files = [NewSegment(run.chunk, loc, n, size, lo, hi) for loc, n, size, lo, hi in wrote]
     else:
-        files = run_niced(lambda: _rewrite(table, commit_rel, run), nice)
+        files, maps = run_niced(lambda: _rewrite(table, commit_rel, run, drop), nice)
     return CompactedRun(
         chunk=run.chunk,
         version=run.version,
@@ -232,17 +254,40 @@ def _write_run(
         minor_version=run.minor_version,
         num_core_partitions=max(s.num_core_partitions for s in run.inputs),
         files=tuple(files),
+        row_maps=maps,
     )
 
 
-def _rewrite(table: Table, commit_rel: str, run: MinorRun) -> list[NewSegment]:
-    """Merge a run's inputs and write them as ``run.outputs`` files (pyarrow)."""
+def _rewrite(
+    table: Table, commit_rel: str, run: MinorRun, drop: dict[str, np.ndarray] | None = None
+) -> tuple[list[NewSegment], tuple[RowMap, ...]]:
+    """Merge a run's inputs and write them as ``run.outputs`` files (pyarrow). Upsert
+    tables (``drop``: per input path, the rows no longer any key's latest): those rows
+    are left out, and each output's :class:`RowMap` says where its rows came from."""
     data = _merged(table, run)
+    maps: tuple[RowMap, ...] = ()
+    source = row = np.zeros(0, np.int64)
+    if drop is not None:
+        paths = [str(s.location) for s in run.inputs]
+        counts = [s.row_count for s in run.inputs]
+        source = np.repeat(np.arange(len(paths)), counts)
+        row = np.concatenate([np.arange(n) for n in counts]) if counts else source
+        keep = np.ones(len(source), bool)
+        for i, path in enumerate(paths):
+            if path in drop:
+                keep[np.flatnonzero(source == i)[drop[path]]] = False
+        data, source, row = data.filter(pa.array(keep)), source[keep], row[keep]
     col = table.time_column
     times = time_values_us(data.column(col)) if col is not None and data.num_rows else None
     size = -(-data.num_rows // run.outputs) if data.num_rows else 1
-    parts = [ChunkPart(run.chunk, data, r, times) for r in pieces(slice(0, data.num_rows), size)]
-    return write_parts(table._ctx.warehouse, commit_rel, parts)
+    cuts = pieces(slice(0, data.num_rows), size)
+    parts = [ChunkPart(run.chunk, data, r, times) for r in cuts]
+    files = write_parts(table._ctx.warehouse, commit_rel, parts)
+    if drop is not None:
+        root = table._ctx.db.root + "/"
+        sources = tuple(str(s.location).removeprefix(root) for s in run.inputs)
+        maps = tuple(RowMap(sources, source[c], row[c]) for c in cuts)
+    return files, maps
 
 
 def compact_minor(
@@ -271,9 +316,30 @@ def compact_minor(
             ids = frozenset(s.id for s in run.inputs)
             w.acquire(LockType.SEGMENT, run.chunk, priority, wait, ids)
         w.inflight()
-        done = tuple(_write_run(table, w.dir, run, engine, nice) for run in runs)
+        drop = _superseded(table, runs)
+        done = tuple(_write_run(table, w.dir, run, engine, nice, drop) for run in runs)
         inputs = tuple(i for r in done for i in r.inputs)
         return w.publish(PublishPlan(compacted=done, remove_ids=inputs, locked=True))
+
+
+def _superseded(table: Table, runs: list[MinorRun]) -> dict[str, np.ndarray] | None:
+    """Upsert tables: per input path, the rows that are no longer their key's latest
+    record (a compaction leaves them out; live tombstones stay, still deciding later
+    comparisons); None for other tables."""
+    if "upsert.primary_key" not in table._record.properties:
+        return None
+    from lamina.meta import deletes
+
+    ctx, tid = table._ctx, table._record.id
+    root = ctx.db.root + "/"
+    paths = {str(s.location): str(s.location).removeprefix(root) for r in runs for s in r.inputs}
+
+    found = ctx.db.read(lambda conn: deletes.latest(conn, tid, list(paths.values())))
+    return {
+        path: np.fromiter(v.superseded, np.int64, len(v.superseded))
+        for path, rel in paths.items()
+        if (v := found.get(rel)) is not None and v.superseded
+    }
 
 
 def _span(table: Table, granularity: Granularity) -> Interval | None:
@@ -444,7 +510,12 @@ def compact_auto(table: Table, dry_run: bool = False) -> list[AutoResult]:
         out += [AutoResult(table.name, st, commit, error) for st in minor]
     gran = pol.segment_granularity or table.granularity
     done: set[Interval] = set()
+    upserts = "upsert.primary_key" in table._record.properties
     for st in (st for st in found if st.action == "major"):
+        if upserts:
+            why = "skipped: an upsert table is compacted by minor compactions only (for now)"
+            out.append(AutoResult(table.name, st, None, why))
+            continue
         iv = (
             st.chunk
             if table.time_column is None

@@ -150,3 +150,8 @@ class UpsertError(LaminaError, ValueError):
     comparison column without an order, a delete column that is not boolean, an unknown
     partial-upsert strategy or one that cannot merge its column, null keys or comparison
     values in the data (see lamina.core.upsert)."""
+
+
+class KeyIndexFileError(LaminaError):
+    """A key index file is missing, truncated, damaged or of another version: rebuild
+    the index from the table's segments (or restore the file)."""

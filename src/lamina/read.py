@@ -34,8 +34,35 @@ MANIFEST_EVERY = 10_000
 def plan(
     ctx: CatalogContext, name: str, as_of: int | None = None, interval: Interval | None = None
 ) -> ScanPlan:
-    """The scan plan of one snapshot of ``name``, pruned to ``interval``.
+    """The scan plan of one snapshot of ``name``, pruned to ``interval``; for an upsert
+    table with the rows each file hides at that snapshot (its deletion vectors).
     Raises TableNotFoundError, SnapshotNotFoundError, TimelineError."""
+    got = _plan(ctx, name, as_of, interval)
+    if "upsert.primary_key" in got.table.properties:
+        _attach_deletes(ctx, got)
+    return got
+
+
+def _attach_deletes(ctx: CatalogContext, plan: ScanPlan) -> None:
+    """The plan's files' deletion vectors as of its snapshot."""
+    import numpy as np
+
+    from lamina.meta import deletes
+
+    root = ctx.db.root + "/"
+    paths = {p: p.removeprefix(root) for p, _ in plan.reads()}
+    if not paths:
+        return
+    found = ctx.db.read(
+        lambda conn: deletes.at(conn, plan.table.id, plan.seq, list(paths.values()))
+    )
+    for path, rel in paths.items():
+        v = found.get(rel)
+        if v is not None and v.hidden:
+            plan.deletes[path] = np.fromiter(v.hidden, np.int64, len(v.hidden))
+
+
+def _plan(ctx: CatalogContext, name: str, as_of: int | None, interval: Interval | None) -> ScanPlan:
     got = deltas.snapshot_or_delta(ctx.db, name, as_of, interval, COLUMNAR_AT)
     if isinstance(got, Snapshot):
         return plan_scan(got, interval)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from lamina.core.lineage import LineageEntry
+    from lamina.core.upsert import UpsertBatch
     from lamina.push import ConsistentPush
     from lamina.transaction import Transaction
 
@@ -69,6 +70,14 @@ class Table:
         from lamina.core.properties import check_properties
 
         values = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in props.items()}
+        fixed = sorted(k for k in values if k.startswith("upsert."))
+        if fixed:
+            from lamina.errors import PropertyError
+
+            raise PropertyError(
+                f"{fixed[0]} is part of the table's upsert definition, fixed when it was "
+                "created; create a new table to change it"
+            )
         self._record = tables.set_properties(self._ctx.db, self.name, check_properties(values))
 
     # -- writing ------------------------------------------------------------------
@@ -101,6 +110,8 @@ class Table:
         retry (see ``CommitConflictError.retryable``).
         Raises CommitConflictError, SchemaError, TimeColumnError.
         """
+        if "upsert.primary_key" in self._record.properties:  # an upsert table: by key
+            return self.upsert(data, metadata, txn=txn)
         if not self.consistent_push:
             return self._retrying(
                 retries, lambda: self._write(CommitAction.APPEND, data, None, metadata, txn=txn)
@@ -114,6 +125,35 @@ class Table:
         except BaseException:
             self._revert_quietly(entry)
             raise
+
+    def upsert(
+        self,
+        data: Any,
+        metadata: dict[str, Any] | None = None,
+        *,
+        txn: tuple[str, int] | None = None,
+    ) -> Commit:
+        """Write records of an upsert table: per primary key only the latest is visible
+        (the greatest comparison value; on a tie the later commit, then the later row).
+        ``txn``: exactly once, as for :meth:`append`. Raises UpsertError (not an upsert
+        table, null keys or comparison values), SchemaError, TimeColumnError."""
+        from lamina.upsert import upsert
+
+        return upsert(self, data, metadata, txn)
+
+    def _refuse_upsert(self, what: str) -> None:
+        if "upsert.primary_key" in self._record.properties:
+            from lamina.upsert import refuse
+
+            refuse(self, what)
+
+    @property
+    def primary_key(self) -> tuple[str, ...] | None:
+        """The upsert table's primary key columns (None: not an upsert table)."""
+        from lamina.upsert import spec_of
+
+        spec = spec_of(self)
+        return None if spec is None else spec.primary_key
 
     def overwrite(
         self,
@@ -129,6 +169,7 @@ class Table:
         ``retries``: as :meth:`append` (an overwrite that lost to another overwrite is
         never retried: that would silently drop the other's rows).
         Raises CommitConflictError, DataOutsideIntervalError."""
+        self._refuse_upsert("an overwrite")
         iv = self._aligned(interval)
         return self._retrying(
             retries, lambda: self._write(CommitAction.OVERWRITE, data, iv, metadata, txn=txn)
@@ -159,6 +200,7 @@ class Table:
         entry on the spot, and :meth:`revert_replace` rolls a bad push back. Without
         it, the swap is still one atomic commit, but not revertible.
         """
+        self._refuse_upsert("a refresh")
         from lamina.write import WriteTransaction
 
         iv = self._aligned(interval)
@@ -214,6 +256,7 @@ class Table:
         optimistic conflicts; a revoked lock fails the commit (LockRevokedError).
         Raises TransactionError, LockError, LockTimeoutError, InvalidIntervalError.
         """
+        self._refuse_upsert("a transaction")
         from lamina.transaction import Transaction
 
         return Transaction(self, isolation, metadata, txn, lock, interval, priority, wait_s)
@@ -228,8 +271,8 @@ class Table:
     def foreach_batch(self, app_id: str, mode: str = "append") -> Callable[[Any, int], None]:
         """A Spark Structured Streaming ``foreachBatch`` function writing each
         micro-batch exactly once (``txn=(app_id, batch_id)``): a query restarted from
-        its checkpoint never applies a batch twice. ``mode``: "append" or
-        "overwrite" (each batch replaces the chunks it touches).
+        its checkpoint never applies a batch twice. ``mode``: "append" (an upsert on
+        an upsert table) or "overwrite" (each batch replaces the chunks it touches).
         ``df.writeStream.foreachBatch(t.foreach_batch("orders-stream")).start()``
         Raises TransactionError for an unknown mode or an empty ``app_id``."""
         from lamina.errors import TransactionError
@@ -297,6 +340,7 @@ class Table:
 
         ``with t.push() as p: p.append(batch1); p.append(batch2)``
         """
+        self._refuse_upsert("a consistent push")
         from lamina.push import ConsistentPush
 
         return ConsistentPush(self, dict(metadata or {}))
@@ -380,8 +424,10 @@ class Table:
         lineage_entry: str | None = None,
         complete: bool = False,
         txn: tuple[str, int] | None = None,
+        upsert: Callable[[list[NewSegment]], UpsertBatch] | None = None,
     ) -> Commit:
-        """One commit writing ``data`` (or a producer from :meth:`_producer`)."""
+        """One commit writing ``data`` (or a producer from :meth:`_producer`);
+        ``upsert``: the records of the files written, to resolve by key at publish."""
         from lamina.core.model import txn_of
         from lamina.errors import AlreadyAppliedError
         from lamina.meta import app_txns
@@ -405,6 +451,7 @@ class Table:
                     suffix="" if lineage_entry is None else f"c{w.id}",
                     complete_entry=complete,
                     txn=txn,
+                    upsert=None if upsert is None else upsert(files),
                 )
                 return w.publish(plan)
         except AlreadyAppliedError as exc:  # a twin published first: nothing of ours shows
@@ -422,7 +469,7 @@ class Table:
     ) -> tuple[Interval, ...] | None:
         """The chunks (of ``granularity``, default the table's) an overwrite replaces;
         checks rows stay inside ``interval``."""
-        if action == CommitAction.APPEND:
+        if action in (CommitAction.APPEND, CommitAction.UPSERT):
             return None
         if interval is None:
             return tuple(sorted(set(chunks)))
@@ -459,6 +506,7 @@ class Table:
         ``replace_live``: instead of ``segments_from``, every live segment overlapping
         this interval, read in the same transaction.
         """
+        self._refuse_upsert("a segment replacement (lineage)")
         from lamina.meta import lineage
 
         entry, garbage = lineage.start_replace(
@@ -522,14 +570,26 @@ class Table:
         return read.plan(self._ctx, self.name, as_of, iv)
 
     def to_arrow(
-        self, as_of: int | None = None, columns: list[str] | None = None, interval: Any = None
+        self,
+        as_of: int | None = None,
+        columns: list[str] | None = None,
+        interval: Any = None,
+        *,
+        all_versions: bool = False,
     ) -> pa.Table:
         """Rows of the latest (or ``as_of``) snapshot, optionally only some columns/times.
 
         A latest read whose files a concurrent push or retention removed is planned
         again on the newer snapshot (never a mix: each attempt reads one snapshot).
+        ``all_versions`` (upsert tables): every stored record with ``$valid_from`` and
+        ``$valid_until`` seqs (:func:`lamina.upsert.all_versions`).
         """
         from lamina.io.reader import read_arrow
+
+        if all_versions:
+            from lamina.upsert import all_versions as every
+
+            return every(self, as_of, columns, interval)
 
         for attempt in range(READ_ATTEMPTS):
             try:
@@ -545,7 +605,7 @@ class Table:
         return self.to_arrow(as_of, columns, interval).to_pandas()
 
     def to_spark(self, spark: Any, as_of: int | None = None, interval: Any = None) -> Any:
-        """A Spark DataFrame over exactly the snapshot's visible files."""
+        """A Spark DataFrame over exactly the snapshot's visible rows."""
         from lamina.engines.spark import read_spark
 
         return read_spark(spark, self.scan(as_of, interval), self._ctx.warehouse)
@@ -569,6 +629,10 @@ class Table:
         Seqs are ``Commit.seq`` of :meth:`history` (0: the empty table).
         Raises SnapshotNotFoundError (seqs out of range, or retention deleted what the
         start snapshot used), SchemaError (unknown columns)."""
+        if "upsert.primary_key" in self._record.properties:  # by records, not segments
+            from lamina.upsert import read_changes
+
+            return read_changes(self, after_seq, until_seq, columns)
         from lamina import changes
 
         return changes.read_changes(self._ctx, self.name, after_seq, until_seq, columns)
@@ -595,7 +659,7 @@ class Table:
 
     def count(self, as_of: int | None = None) -> int:
         plan = self.scan(as_of)  # no row range to apply: the catalog's row counts answer
-        if plan.all_whole:
+        if plan.all_whole and not plan.deletes:
             return plan.row_count
         tc = plan.table.time_column  # one column: concat_tables drops zero-column rows
         return self.to_arrow(as_of, columns=[tc] if tc else []).num_rows

@@ -243,7 +243,9 @@ class WriteTransaction:
 
     def publish(self, plan: PublishPlan) -> Commit:
         """Publish the plan in one catalog transaction (see meta.publish.publish)."""
-        self.commit = publishing.publish(self.ctx.db, self.table, self.id, self.owner, plan)
+        self.commit = publishing.publish(
+            self.ctx.db, self.table, self.id, self.owner, plan, self.ctx.warehouse
+        )
         return self.commit
 
     def __exit__(

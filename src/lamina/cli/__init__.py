@@ -41,8 +41,8 @@ R = TypeVar("R")
 #: The module (in ``lamina.cli``) defining each command.
 COMMANDS = {
     **dict.fromkeys(("init", "create-table", "tables"), "tables"),
-    **dict.fromkeys(("segments", "timeline", "history", "lineage", "locks"), "inspect"),
-    **dict.fromkeys(("ingest", "revert", "push"), "write"),
+    **dict.fromkeys(("segments", "timeline", "history", "lineage", "locks", "keys"), "inspect"),
+    **dict.fromkeys(("ingest", "upsert", "revert", "push"), "write"),
     **dict.fromkeys(("query", "retention", "orphans", "serve"), "admin"),
     **dict.fromkeys(("compact", "services"), "services"),
 }

@@ -447,3 +447,48 @@ def lineage(
         f"{count(len(entries))} {'entry' if len(entries) == 1 else 'entries'}: "
         + ", ".join(f"{n} {s.lower().replace('_', ' ')}" for s, n in states.items() if n)
     )
+
+
+_KEYS = [
+    Column("seq", right=True),
+    Column("keys", show=count, right=True),
+    Column("bytes_per_key", "bytes/key", right=True),
+    Column("index_bytes", "index", show=size, right=True),
+    Column("files", show=count, right=True),
+    Column("hidden_rows", "hidden rows", show=count, right=True),
+    Column("files_with_vectors", "files with vectors", show=count, right=True),
+    Column("seconds", "ready in (s)", right=True),
+]
+
+
+@command("keys")
+def keys(
+    ctx: typer.Context,
+    name: TableArg,
+    fmt: OutputOpt = OutputFormat.table,
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Key index statistics of an upsert table: keys, memory, deletion vectors, and how
+    long this process took to build the index from the table's files."""
+    from lamina.errors import UpsertError
+    from lamina.meta import keys as key_index
+    from lamina.upsert import spec_of
+
+    with connect(ctx, catalog, warehouse) as cat:
+        table = load(cat, name)
+        spec = spec_of(table)
+        if spec is None:
+            raise UpsertError(f"table {name!r} has no primary key: it has no key index")
+        got = key_index.stats(cat.context.db, table._record, spec, cat.warehouse)
+    row = {
+        "seq": got.seq,
+        "keys": got.keys,
+        "bytes_per_key": round(got.index_bytes / got.keys, 1) if got.keys else 0,
+        "index_bytes": got.index_bytes,
+        "files": got.files,
+        "hidden_rows": got.hidden_rows,
+        "files_with_vectors": got.files_with_vectors,
+        "seconds": round(got.seconds, 3),
+    }
+    emit(_KEYS, [row], fmt)

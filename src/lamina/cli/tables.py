@@ -73,6 +73,25 @@ def create_table(
         list[str] | None,
         typer.Option("--property", "-p", help="Table property KEY=VALUE (repeatable)."),
     ] = None,
+    primary_key: Annotated[
+        str | None,
+        typer.Option(
+            "--primary-key",
+            "-k",
+            help="Upsert table: key column(s), comma-separated; only the latest record "
+            "per key shows.",
+        ),
+    ] = None,
+    comparison_column: Annotated[
+        str | None,
+        typer.Option(
+            "--comparison-column", help="With --primary-key: the greatest wins (default: time)."
+        ),
+    ] = None,
+    delete_column: Annotated[
+        str | None,
+        typer.Option("--delete-column", help="With --primary-key: boolean, true = delete."),
+    ] = None,
     catalog: CatalogOpt = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
@@ -82,10 +101,33 @@ def create_table(
 
     if (schema is None) == (like is None):
         raise typer.BadParameter("give exactly one of --schema and --like", param_hint="--schema")
+    if primary_key is None and (comparison_column or delete_column):
+        raise typer.BadParameter(
+            "--comparison-column and --delete-column define an upsert table: give "
+            "--primary-key too",
+            param_hint="--primary-key",
+        )
     properties = parse_properties(prop or [])
     arrow_schema = parse_schema(schema) if schema is not None else infer_schema(str(like), fmt)
+    keys = None
+    if primary_key is not None:  # key columns hold no nulls
+        import pyarrow as pa
+
+        keys = [k.strip() for k in primary_key.split(",") if k.strip()]
+        arrow_schema = pa.schema(
+            [f.with_nullable(False) if f.name in keys else f for f in arrow_schema]
+        )
     with connect(ctx, catalog, warehouse) as cat:
-        table = cat.create_table(name, arrow_schema, time_column, granularity, properties)
+        table = cat.create_table(
+            name,
+            arrow_schema,
+            time_column,
+            granularity,
+            properties,
+            primary_key=keys,
+            comparison_column=comparison_column,
+            delete_column=delete_column,
+        )
         print_table_created(table)
 
 

@@ -143,6 +143,41 @@ def _write(
     return sp.tasks
 
 
+@command("upsert")
+def upsert(
+    ctx: typer.Context,
+    name: TableArg,
+    files: FilesArg,
+    fmt: FormatOpt = None,
+    engine: EngineOpt = Engine.auto,
+    local_max: LocalMaxOpt = None,
+    verbose: VerboseOpt = False,
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Upsert records from CSV, JSON-lines or Parquet files into a table with a primary
+    key, in one commit: per key only the latest record shows."""
+    from lamina.errors import UpsertError
+
+    with connect(ctx, catalog, warehouse) as cat:
+        if cat.load_table(name).primary_key is None:
+            raise UpsertError(
+                f"table {name!r} has no primary key: create it with `lamina create-table "
+                "--primary-key COLUMN`, or append with `lamina ingest`"
+            )
+    ingest(
+        ctx,
+        name,
+        files,
+        fmt=fmt,
+        engine=engine,
+        local_max=local_max,
+        verbose=verbose,
+        catalog=catalog,
+        warehouse=warehouse,
+    )
+
+
 @command("ingest")
 def ingest(
     ctx: typer.Context,

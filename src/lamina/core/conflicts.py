@@ -43,9 +43,18 @@ COMPACT  COMPACT   conflict if both compacted the same segment
 any      LINEAGE   conflict if ``other`` transitioned a lineage entry ``mine``
                    writes under (the entry ``mine`` builds on was ended or
                    reverted: never clobber an entry, Pinot #10103)
+REPLACE  LINEAGE   besides: conflict if it swapped segments inside ``mine``'s
+                   intervals (an end's sources, a completed entry's rollback:
+                   both replace those rows); what an end only *showed* there (a
+                   push's rows, written before or after ``mine``'s base) is
+                   carried as an APPEND's (serializable: conflict). The same
+                   holds for the batch commit that ended its push
 ======== ========= ============================================================
 
-Besides: two writes carrying the same exactly-once app id conflict (Delta's
+A transaction that appends (or overwrites) and also deletes segments is checked by
+both its kind's rule and the DELETE rule (a replace that began before it must not
+publish rows it deleted). Besides: two writes carrying the same exactly-once app id
+conflict (Delta's
 ConcurrentTransactionException), whatever they did. LINEAGE transitions themselves
 run in one catalog transaction against the entry's current state, so they never
 have a gap between base and publish to check.
@@ -89,6 +98,7 @@ _KIND_OF = {
     CommitAction.END_REPLACE: Kind.LINEAGE,
     CommitAction.REVERT_REPLACE: Kind.LINEAGE,
     CommitAction.COMPACT: Kind.COMPACT,
+    CommitAction.UPSERT: Kind.APPEND,  # resolved by key at publish: never a conflict
 }
 
 
@@ -126,6 +136,12 @@ class Footprint:
     app_id: str | None = None
     #: segments it removed and carried: removed id -> its copy (the same file)
     moved: tuple[tuple[str, SegmentRef], ...] = ()
+    #: an entry's end (or the batch that ended it): the entry's segments_to, whose
+    #: rows it made visible (they may have been written before the base)
+    shown: tuple[SegmentRef, ...] = ()
+    #: the segments whose rows a lineage transition swapped: an end's segments_from,
+    #: a rollback's segments_from and segments_to
+    swapped: tuple[SegmentRef, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -206,6 +222,22 @@ def _vs_lineage(mine: Footprint, other: Footprint, iso: Isolation) -> str | None
     return f"it changed lineage entry {shared[0]}, which this write builds on" if shared else None
 
 
+def _replace_vs_lineage(mine: Footprint, other: Footprint, iso: Isolation) -> str | None:
+    """An entry's end or rollback swapped rows inside ``mine``'s intervals (both
+    replace them: conflict); an end that only showed rows there is an APPEND's."""
+    why = _vs_lineage(mine, other, iso)
+    if why is not None:
+        return why
+    hit = _overlap(mine.replaced, (s.interval for s in other.swapped))
+    if hit is not None:
+        return f"its lineage transition swapped segments in {hit}, where this write replaces rows"
+    if iso is Isolation.SERIALIZABLE:
+        hit = _overlap(mine.replaced, (s.interval for s in other.shown))
+        if hit is not None:
+            return f"it showed a push's rows in {hit}, which this serializable replace did not read"
+    return None
+
+
 Rule = Callable[[Footprint, Footprint, Isolation], str | None]
 
 #: (mine, other) -> rule giving a reason to refuse, or None. Every pair is listed.
@@ -231,7 +263,13 @@ RULES: dict[tuple[Kind, Kind], Rule] = {
     (Kind.COMPACT, Kind.DELETE): _removes_removed,
     (Kind.COMPACT, Kind.COMPACT): _removes_removed,
     **{(k, Kind.LINEAGE): _vs_lineage for k in Kind},
+    (Kind.REPLACE, Kind.LINEAGE): _replace_vs_lineage,
 }
+
+
+#: kinds whose commits may also delete named segments (a transaction that appends or
+#: overwrites and deletes): besides their own rule, the DELETE rule applies to those
+_ALSO_DELETES = (Kind.APPEND, Kind.REPLACE)
 
 
 def appended(footprint: Footprint) -> list[SegmentRef]:
@@ -262,6 +300,15 @@ def check(
             reason = f"it wrote for the same app id {mine.app_id!r}"
             return Verdict(Conflict(other.commit_id, reason, retryable=True))
         why = None if locked else RULES[(mine.kind, other.kind)](mine, other, isolation)
+        if why is None and not locked and other.removed and other.kind in _ALSO_DELETES:
+            why = RULES[(mine.kind, Kind.DELETE)](mine, other, isolation)  # a transaction's
+        if (
+            why is None
+            and not locked
+            and mine.kind is Kind.REPLACE
+            and other.kind is not Kind.LINEAGE
+        ):
+            why = _replace_vs_lineage(mine, other, isolation)  # a batch that ended its push
         if why is not None:
             return Verdict(Conflict(other.commit_id, why))
         if mine.kind is Kind.REPLACE and other.kind is Kind.COMPACT:
@@ -275,6 +322,11 @@ def check(
         if mine.kind is Kind.REPLACE:
             moved = dict(other.moved)  # carried onward by ``other``: follow the copy
             carry = [moved.get(s.id, s) for s in carry]
-            carry += [s for s in appended(other) if _overlap(mine.replaced, [s.interval])]
+            have = {s.id for s in carry}
+            carry += [
+                s
+                for s in (*appended(other), *other.shown)
+                if s.id not in have and _overlap(mine.replaced, [s.interval])
+            ]
     gone = {s.id for o in others for s in o.removed}
     return Verdict(None, tuple(s for s in carry if s.id not in gone))

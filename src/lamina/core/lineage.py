@@ -101,8 +101,9 @@ def check_end(entry_id: str, state: str, unwritten: Sequence[str]) -> bool:
     """Validate completing an entry; False when it is already COMPLETED (idempotent).
 
     ``unwritten``: segments named in segments_to at start that were never written.
-    (segments_from cannot disappear while an entry is IN_PROGRESS: deletes refuse
-    them, overwrites and retention leave them alone.)
+    (Deletes and retention leave an IN_PROGRESS entry's segments_from alone; an
+    overwrite retires those in its chunks, whose rows it replaced: the end hides the
+    rest.)
     """
     if state == LineageState.COMPLETED:
         return False
@@ -140,6 +141,19 @@ def check_revert(entry_id: str, state: str, force: bool, live_successors: Sequen
             "segments; revert those first"
         )
     return True
+
+
+def may_show(entries: Iterable[LineageEntry]) -> set[str]:
+    """Segments lineage hides now that a transition can show: an unfinished push's
+    ``segments_to`` (by its end), a completed entry's ``segments_from`` (by its
+    rollback)."""
+    out: set[str] = set()
+    for e in entries:
+        if e.state == LineageState.IN_PROGRESS:
+            out.update(e.segments_to)
+        elif e.state == LineageState.COMPLETED:
+            out.update(e.segments_from)
+    return out
 
 
 def protected(entries: Iterable[LineageEntry]) -> set[str]:

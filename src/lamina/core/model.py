@@ -19,6 +19,8 @@ from lamina.errors import TransactionError
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from lamina.core.upsert import UpsertBatch
+
 
 class CommitState(enum.StrEnum):
     """REQUESTED -> INFLIGHT -> COMPLETED, or ABORTED from either open state."""
@@ -43,6 +45,7 @@ class CommitAction(enum.StrEnum):
     END_REPLACE = "END_REPLACE"
     REVERT_REPLACE = "REVERT_REPLACE"
     COMPACT = "COMPACT"  # a minor compaction (a major one is an OVERWRITE)
+    UPSERT = "UPSERT"  # records of an upsert table, resolved by key at publish
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,19 @@ class CompactedRun:
     minor_version: int
     num_core_partitions: int
     files: tuple[NewSegment, ...]
+    #: upsert tables: per output file, where its rows came from (see :class:`RowMap`)
+    row_maps: tuple[RowMap, ...] = ()
+
+
+@dataclass(frozen=True)
+class RowMap:
+    """Where each row of a compacted file came from: ``sources`` (input file
+    locations), and per output row the index of its source and its row there. Lets
+    the publish carry the inputs' deletion vectors onto the output."""
+
+    sources: tuple[str, ...]
+    source: Any  # numpy int array, one per output row
+    row: Any  # numpy int array, one per output row
 
 
 @dataclass(frozen=True)
@@ -194,6 +210,9 @@ class PublishPlan:
     #: rules apply even inside its locks, and it may not retire segments a lineage
     #: entry still names
     rewrite: bool = False
+    #: an upsert: its records as resolved among themselves, resolved against the
+    #: table's key index at publish (see :mod:`lamina.core.upsert`)
+    upsert: UpsertBatch | None = None
 
 
 @dataclass(frozen=True)

@@ -70,34 +70,55 @@ def overshadowed(live: Iterable[Segment], new: Iterable[Segment]) -> list[Segmen
     return [s for s in live if timeline.is_overshadowed(s)]
 
 
+def _single(timeline: Timeline, chunk: Interval, strict: bool) -> Target | None:
+    """The one version covering exactly ``chunk`` in ``timeline``; None when nothing
+    covers it (or, unless ``strict``, when several versions or another granularity do).
+
+    Raises LaminaError (``strict``) when several versions or another granularity cover
+    it: an append there would be ambiguous."""
+    entries = timeline.lookup(chunk)
+    if not entries:
+        return None
+    e = entries[0]
+    if len(entries) == 1 and e.chunk_interval.contains(chunk) and e.interval == chunk:
+        return (e.chunk_interval, e.version)
+    if not strict:
+        return None
+    raise LaminaError(
+        f"cannot append into {chunk}: it is covered by several versions or "
+        "a chunk of another granularity; overwrite that interval instead"
+    )
+
+
 def append_targets(
-    chunks: Iterable[Interval], live: Iterable[Segment], new_version: int
+    chunks: Iterable[Interval],
+    live: Iterable[Segment],
+    new_version: int,
+    pending: Iterable[Segment] = (),
 ) -> tuple[dict[Interval, Target], bool]:
-    """Where appended rows of each chunk go: the chunk's visible version, or
-    ``new_version`` for an empty chunk (second value: whether it was used).
+    """Where appended rows of each chunk go: the chunk's visible version; for an empty
+    chunk, the version of what lineage hides there but may show again (``pending``: an
+    unfinished push's segments, a completed entry's sources), so that neither hides
+    the other once both show; else ``new_version`` (second value: whether it was
+    used).
 
     Raises LaminaError when a chunk is covered by several versions or by a chunk of
     another granularity (an append there would be ambiguous).
     """
     timeline = Timeline.build(live)
+    waiting: Timeline | None = None
     targets: dict[Interval, Target] = {}
     used_new = False
     for chunk in sorted(set(chunks)):
-        entries = timeline.lookup(chunk)
-        if not entries:
-            targets[chunk] = (chunk, new_version)
+        got = _single(timeline, chunk, strict=True)
+        if got is None:
+            if waiting is None:
+                waiting = Timeline.build(pending)
+            got = _single(waiting, chunk, strict=False)  # pushes disagree: a new version
+        if got is None:
+            got = (chunk, new_version)
             used_new = True
-        elif (
-            len(entries) == 1
-            and entries[0].chunk_interval.contains(chunk)
-            and entries[0].interval == chunk
-        ):
-            targets[chunk] = (entries[0].chunk_interval, entries[0].version)
-        else:
-            raise LaminaError(
-                f"cannot append into {chunk}: it is covered by several versions or "
-                "a chunk of another granularity; overwrite that interval instead"
-            )
+        targets[chunk] = got
     return targets, used_new
 
 
@@ -132,12 +153,13 @@ def hidden_by_newer(visible: Iterable[Segment], mine: Iterable[Segment]) -> Segm
 
 def carried_segments(
     table: str, carried: Sequence[Segment], new: Sequence[Segment], suffix: str = ""
-) -> list[Segment]:
+) -> list[tuple[Segment, Segment]]:
     """Copies of ``carried`` (segments appended while an overwrite ran, inside its
     chunks) on the overwrite's version, so their rows stay visible on top of it —
     Druid's upgrade of concurrently appended segments. Each copy points at the same
     file and joins the ``new`` chunk containing it after that chunk's partitions, as
-    an appended partition would (no core count of its own).
+    an appended partition would (no core count of its own). Returns (original, copy)
+    pairs.
 
     Raises LaminaError when a carried segment lies in no single new chunk (appended
     into a coarser chunk than the overwrite's): the overwrite must be retried.
@@ -156,18 +178,21 @@ def carried_segments(
             )
         version = chunks[home][0].version
         out.append(
-            Segment(
-                table,
-                home,
-                version,
-                next_pid[home],
-                0,  # not a core partition: removing the chunk's own ones hides no copy
-                seg.location,
-                seg.row_count,
-                seg.size_bytes,
-                seg.min_time,
-                seg.max_time,
-                suffix=suffix,
+            (
+                seg,
+                Segment(
+                    table,
+                    home,
+                    version,
+                    next_pid[home],
+                    0,  # not a core partition: removing the chunk's own ones hides no copy
+                    seg.location,
+                    seg.row_count,
+                    seg.size_bytes,
+                    seg.min_time,
+                    seg.max_time,
+                    suffix=suffix,
+                ),
             )
         )
         next_pid[home] += 1

@@ -11,6 +11,8 @@ from lamina.core.segment import Segment
 from lamina.core.timeline import Timeline
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from lamina.core.columnar import ColumnarTasks
 
 
@@ -35,7 +37,7 @@ class ScanPlan:
     when someone asks for :attr:`tasks`.
     """
 
-    __slots__ = ("table", "seq", "commit_id", "columns", "_tasks")
+    __slots__ = ("table", "seq", "commit_id", "columns", "_tasks", "deletes")
 
     def __init__(
         self,
@@ -51,6 +53,9 @@ class ScanPlan:
         self.commit_id = commit_id
         self.columns = columns
         self._tasks = None if columns is not None else (tasks or [])
+        #: upsert tables: per file path, the sorted positions of rows it hides (rows
+        #: that are not their key's latest record at this snapshot)
+        self.deletes: dict[str, np.ndarray] = {}
 
     @property
     def tasks(self) -> list[ScanTask]:
@@ -127,15 +132,18 @@ def prune_plan(plan: ScanPlan, interval: Interval) -> ScanPlan:
     when ``plan`` was planned without one (or with a wider one)."""
     if plan.columns is not None:
         narrowed = plan.columns.pruned(interval, plan.table.time_column is None)
-        return ScanPlan(plan.table, plan.seq, plan.commit_id, columns=narrowed)
-    timeless = plan.table.time_column is None
-    tasks = []
-    for t in plan.tasks:
-        span = t.span if t.span is not None else t.segment.interval
-        piece = span.intersection(interval)
-        if piece is not None:
-            tasks.append(task_for(t.segment, piece, timeless))
-    return ScanPlan(plan.table, plan.seq, plan.commit_id, tasks)
+        out = ScanPlan(plan.table, plan.seq, plan.commit_id, columns=narrowed)
+    else:
+        timeless = plan.table.time_column is None
+        tasks = []
+        for t in plan.tasks:
+            span = t.span if t.span is not None else t.segment.interval
+            piece = span.intersection(interval)
+            if piece is not None:
+                tasks.append(task_for(t.segment, piece, timeless))
+        out = ScanPlan(plan.table, plan.seq, plan.commit_id, tasks)
+    out.deletes = plan.deletes  # by file: those it no longer reads are never looked up
+    return out
 
 
 def task_for(seg: Segment, piece: Interval, timeless: bool) -> ScanTask:

@@ -65,9 +65,13 @@ __all__ = [
     "SEGMENT",
     "SEQ",
     "BatchResult",
+    "UpsertBatch",
     "Resolution",
     "Strategy",
     "UpsertSpec",
+    "cmp_arrow",
+    "cmp_dtype",
+    "cmp_values",
     "resolve_against",
     "resolve_batch",
 ]
@@ -121,6 +125,33 @@ class Resolution:
     queryable: np.ndarray
     out_of_order: np.ndarray
     invalidated: pa.Table
+
+
+@dataclass(frozen=True)
+class UpsertBatch:
+    """An upsert's input as its writer wrote it: resolved on its own (``resolved``),
+    each row's key hash (``keys``: see :func:`lamina.core.keyindex.key_hashes`), and per
+    written file, in the commit's file order, the input rows it holds in file order
+    (``file_rows``)."""
+
+    spec: UpsertSpec
+    resolved: BatchResult
+    keys: np.ndarray
+    file_rows: tuple[np.ndarray, ...]
+    #: a partial upsert, merged before writing: where each winner key's record was
+    #: (file location, row; None: no record) when it read them — publishing refuses
+    #: if any changed meanwhile
+    expect: tuple[tuple[str, int] | None, ...] | None = None
+
+    def positions(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per input row: the index of its file and its position in that file."""
+        n = self.resolved.batch.num_rows
+        file_of = np.full(n, -1, np.int64)
+        pos_of = np.full(n, -1, np.int64)
+        for i, rows in enumerate(self.file_rows):
+            file_of[rows] = i
+            pos_of[rows] = np.arange(len(rows))
+        return file_of, pos_of
 
 
 def _require_columns(table: pa.Table, cols: Iterable[str], what: str) -> None:
@@ -461,3 +492,40 @@ _MERGERS: dict[Strategy, Callable[[pa.Array, pa.Array], pa.Array]] = {
     Strategy.MAX: lambda p, q: pc.max_element_wise(p, q, skip_nulls=True),
     Strategy.MIN: lambda p, q: pc.min_element_wise(p, q, skip_nulls=True),
 }
+
+
+# -- comparison values as the key index holds them ------------------------------------
+
+
+def cmp_dtype(t: pa.DataType) -> np.dtype:
+    """The index's type for comparison values of Arrow type ``t``. Raises UpsertError
+    for a type the index cannot order numerically (strings, decimals)."""
+    if pa.types.is_floating(t):
+        return np.dtype(np.float64)
+    if (
+        pa.types.is_integer(t) or pa.types.is_temporal(t) or pa.types.is_boolean(t)
+    ) and not pa.types.is_uint64(t):
+        return np.dtype(np.int64)
+    raise UpsertError(
+        f"a comparison column of type {t} is not supported by the key index yet: use a "
+        "numeric, date or timestamp column"
+    )
+
+
+def cmp_values(values: pa.Array | pa.ChunkedArray, dtype: np.dtype) -> np.ndarray:
+    """Comparison values as the index holds them."""
+    if pa.types.is_temporal(values.type):
+        values = (
+            values.cast(pa.int64())
+            if not pa.types.is_date32(values.type)
+            else (values.cast(pa.int32()).cast(pa.int64()))
+        )
+    return np.asarray(values.to_numpy(zero_copy_only=False), dtype=dtype)
+
+
+def cmp_arrow(values: np.ndarray, t: pa.DataType) -> pa.Array:
+    """Index comparison values back as Arrow type ``t``."""
+    arr = pa.array(values)
+    if pa.types.is_date32(t):
+        return arr.cast(pa.int32()).cast(t)
+    return arr.cast(t)

@@ -4,6 +4,7 @@ The rules that use them are :mod:`lamina.core.upsert`'s."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -215,3 +216,37 @@ class UpsertSpec:
                     f"type {schema.field(col).type}: {problem}"
                 )
         return cls(keys, cmp_col, delete_column, tuple(sorted(explicit.items())), default)
+
+    def to_properties(self) -> dict[str, str]:
+        """The definition as table properties (``upsert.*``)."""
+        props = {
+            "upsert.primary_key": json.dumps(list(self.primary_key)),
+            "upsert.comparison_column": self.comparison_column,
+        }
+        if self.delete_column is not None:
+            props["upsert.delete_column"] = self.delete_column
+        if self.partial is not None:
+            strategies = {c: s.value for c, s in self.partial}
+            props["upsert.partial"] = json.dumps(
+                {**strategies, DEFAULT_KEY: self.default_strategy.value}
+            )
+        return props
+
+    @classmethod
+    def from_properties(
+        cls, props: Mapping[str, str], schema: pa.Schema, time_column: str | None
+    ) -> UpsertSpec | None:
+        """The definition a table's properties hold; None for a table without a primary
+        key. Raises UpsertError if they no longer fit the schema."""
+        raw = props.get("upsert.primary_key")
+        if raw is None:
+            return None
+        partial = props.get("upsert.partial")
+        return cls.parse(
+            schema,
+            time_column,
+            json.loads(raw),
+            props.get("upsert.comparison_column"),
+            props.get("upsert.delete_column"),
+            json.loads(partial) if partial is not None else None,
+        )

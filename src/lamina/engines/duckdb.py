@@ -55,6 +55,7 @@ class SqlEngine:
         # parsing on a database without views (a connection holding views resolves them)
         self._parser: duckdb.DuckDBPyConnection | None = None
         self._cache: dict[str, tuple[Hashable, ScanPlan]] = {}  # name -> version, plan
+        self._hidden: dict[str, list[str]] = {}  # name -> its view's deletion vector tables
         # time bounds by (query, table, column, type): a pure function of them (bounds
         # come only from literals and casts, evaluated in UTC), so dashboards'
         # repeated queries skip parsing; oldest first, at most _BOUNDS_KEPT
@@ -136,12 +137,17 @@ class SqlEngine:
         named: set[str],
         stale: bool,
     ) -> T:
-        for name, plan in self._plans(named, stale).items():
-            narrowed = self._narrow(cur, query, name, plan)
-            if narrowed is not plan or not len(plan):  # else the shared view answers
-                sql = view_sql(cur, name, narrowed)
-                cur.execute(f"CREATE TEMP VIEW {_quote(name)} AS {sql}")
-        return _execute(cur, query, fetch)
+        made: list[str] = []  # deletion vector tables of this query's own views
+        try:
+            for name, plan in self._plans(named, stale).items():
+                narrowed = self._narrow(cur, query, name, plan)
+                if narrowed is not plan or not len(plan):  # else the shared view answers
+                    sql = view_sql(cur, name, narrowed, made)
+                    cur.execute(f"CREATE TEMP VIEW {_quote(name)} AS {sql}")
+            return _execute(cur, query, fetch)
+        finally:
+            for hidden in made:
+                cur.execute(f"DROP TABLE IF EXISTS {hidden}")
 
     def _plans(self, named: set[str], stale: bool) -> dict[str, ScanPlan]:
         """Latest plans of the catalog tables among ``named``, by catalog name; their
@@ -167,8 +173,12 @@ class SqlEngine:
             if self._con is None:  # closed meanwhile: plan only
                 return plan
             if len(plan) and (stale or not same):
-                sql = view_sql(self._con, name, plan)
+                made: list[str] = []
+                sql = view_sql(self._con, name, plan, made)
                 self._con.execute(f"CREATE OR REPLACE VIEW {_quote(name)} AS {sql}")
+                for hidden in self._hidden.pop(name, []):  # the old view's: unused now
+                    self._con.execute(f"DROP TABLE IF EXISTS {hidden}")
+                self._hidden[name] = made
             # an empty plan keeps the old view (a query binding it now stays valid):
             # every query answers it with a view of its own, as registered Arrow is private
             self._cache[name] = (version, plan)
@@ -266,13 +276,60 @@ def _literal(t: pa.DataType, us: int) -> str:
     return f"'{text}+00'" if t.tz is not None else f"'{text}'"
 
 
-def view_sql(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan) -> str:
-    """SQL of a relation holding exactly the plan's rows."""
-    branches = []
-    if plan.whole_files:
-        branches.append(
-            f"SELECT * FROM read_parquet({_files(plan.whole_files)}, hive_partitioning=false)"
-        )
+def _deletes_table(
+    con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan, paths: list[str], n: int
+) -> str:
+    """The deletion vectors of ``paths`` (read in that order) as a table of (file
+    index, row) pairs in the database, visible to every cursor; its name."""
+    import uuid
+
+    import numpy as np
+    import pyarrow as pa
+
+    rows = [plan.deletes[p] for p in paths]
+    table = pa.table(
+        {
+            "i": pa.array(np.repeat(np.arange(len(paths), dtype=np.int32), [len(r) for r in rows])),
+            "r": pa.array(np.concatenate(rows)),
+        }
+    )
+    hidden = _quote(f"__lamina_deletes_{name}_{plan.seq}_{n}_{uuid.uuid4().hex[:12]}")
+    arrow = f"__lamina_arrow_{uuid.uuid4().hex}"
+    con.register(arrow, table)
+    try:
+        con.execute(f"CREATE OR REPLACE TABLE {hidden} AS SELECT * FROM {_quote(arrow)}")
+    finally:
+        con.unregister(arrow)
+    return hidden
+
+
+def view_sql(
+    con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan, made: list[str] | None = None
+) -> str:
+    """SQL of a relation holding exactly the plan's rows (an upsert table's files less
+    the rows their deletion vectors hide: an anti join on DuckDB's ``file_index`` and
+    ``file_row_number`` virtual columns, against tables it creates and names in
+    ``made`` for the caller to drop once the relation is no longer used)."""
+    branches: list[str] = []
+
+    def source(paths: list[str]) -> list[str]:
+        """SELECTs of ``paths``: plain files, and files with deletion vectors."""
+        out = []
+        plain = [p for p in paths if p not in plan.deletes]
+        if plain:
+            out.append(f"SELECT * FROM read_parquet({_files(plain)}, hive_partitioning=false)")
+        some = sorted(p for p in paths if p in plan.deletes)
+        if some:
+            hidden = _deletes_table(con, name, plan, some, len(branches) + len(out))
+            if made is not None:
+                made.append(hidden)
+            out.append(
+                f"SELECT p.* FROM read_parquet({_files(some)}, hive_partitioning=false) AS p "
+                f"ANTI JOIN {hidden} AS d ON p.file_index = d.i AND p.file_row_number = d.r"
+            )
+        return out
+
+    branches += source(plan.whole_files)
     groups: dict[Interval, list[str]] = {}
     for path, keep in plan.partial_files:
         groups.setdefault(keep, []).append(path)
@@ -282,10 +339,7 @@ def view_sql(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan) -> str:
         t = plan.table.schema.field(tc).type
         lo = f"{_quote(tc)} >= {_literal(t, keep.start)}" if keep.start > MIN_US else "TRUE"
         hi = f"{_quote(tc)} < {_literal(t, keep.end)}" if keep.end < MAX_US else "TRUE"
-        branches.append(
-            f"SELECT * FROM read_parquet({_files(paths)}, hive_partitioning=false) "
-            f"WHERE {lo} AND {hi}"
-        )
+        branches += [f"SELECT * FROM ({q}) WHERE {lo} AND {hi}" for q in source(paths)]
     if not branches:  # a registered Arrow table is private to ``con``
         empty = f"__lamina_empty_{name}"
         con.register(empty, plan.table.schema.empty_table())

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -305,6 +306,25 @@ def _time_stats(meta: pq.FileMetaData, column: str | None) -> tuple[int | None, 
     return lo, hi
 
 
+#: a local file URI's scheme: Spark writes ``file:/x``, warehouses ``file:///x``
+_LOCAL = "^file:/+"
+
+
+def _hidden_rows(spark: SparkSession, plan: ScanPlan, wh: Warehouse) -> DataFrame:
+    """The plan's deletion vectors as a DataFrame of (file URI, row index)."""
+    import pyarrow as pa
+
+    paths = sorted(plan.deletes)
+    uris = [re.sub(_LOCAL, "/", wh.uri(p)) for p in paths]  # as Spark's paths, normalized
+    table = pa.table(
+        {
+            "f": pa.array([u for p, u in zip(paths, uris, strict=True) for _ in plan.deletes[p]]),
+            "r": pa.array([int(r) for p in paths for r in plan.deletes[p]], pa.int64()),
+        }
+    )
+    return spark.createDataFrame(table.to_pandas(), "f string, r long")
+
+
 def read_spark(spark: SparkSession, plan: ScanPlan, wh: Warehouse) -> DataFrame:
     """A DataFrame over exactly the plan's files (native Parquet reader)."""
     from pyspark.sql import functions as F
@@ -312,15 +332,31 @@ def read_spark(spark: SparkSession, plan: ScanPlan, wh: Warehouse) -> DataFrame:
     rec = plan.table
     schema = arrow_to_spark_schema(rec.schema)
     names = [f"`{n}`" for n in rec.schema.names]
+    hidden = _hidden_rows(spark, plan, wh) if plan.deletes else None
+
+    def read(paths: list[str]) -> DataFrame:
+        """The files' rows, less those deletion vectors hide (an anti join on the
+        file's path and ``_metadata.row_index``)."""
+        df = spark.read.schema(schema).parquet(*[wh.uri(p) for p in paths])
+        if hidden is None or not any(p in plan.deletes for p in paths):
+            return df
+        df = df.select(
+            "*",
+            F.regexp_replace(F.col("_metadata.file_path"), _LOCAL, "/").alias("__lamina_f"),
+            F.col("_metadata.row_index").alias("__lamina_r"),
+        )
+        on = (df["__lamina_f"] == hidden["f"]) & (df["__lamina_r"] == hidden["r"])
+        return df.join(hidden, on, "left_anti").drop("__lamina_f", "__lamina_r")
+
     frames = []
     if plan.whole_files:
-        frames.append(spark.read.schema(schema).parquet(*[wh.uri(p) for p in plan.whole_files]))
+        frames.append(read(plan.whole_files))
     groups: dict[Interval, list[str]] = {}
     for path, keep in plan.partial_files:
         groups.setdefault(keep, []).append(path)
     for keep, paths in groups.items():
         assert rec.time_column is not None
-        df = spark.read.schema(schema).parquet(*[wh.uri(p) for p in paths])
+        df = read(paths)
         c = F.col(f"`{rec.time_column}`")
         lo, hi = _spark_literal(rec.schema.field(rec.time_column).type, keep)
         frames.append(df.where((c >= lo) & (c < hi)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import numpy as np
 import pyarrow as pa
 
 from lamina.core.interval import Interval
@@ -23,17 +24,37 @@ def read_arrow(plan: ScanPlan, wh: Warehouse, columns: list[str] | None = None) 
         if unknown:
             raise SchemaError(f"unknown columns {unknown}; the table has {schema.names}")
     groups: dict[Interval | None, list[str]] = defaultdict(list)
+    hiding: list[tuple[str, Interval | None]] = []  # files with deletion vectors
     for path, keep in plan.reads():
-        groups[keep].append(path)
+        if path in plan.deletes:
+            hiding.append((path, keep))
+        else:
+            groups[keep].append(path)
     parts = []
+
+    def time_flt(keep: Interval | None) -> ds.Expression | None:
+        if keep is None:
+            return None
+        assert plan.table.time_column is not None
+        return time_filter(schema.field(plan.table.time_column), keep)
+
     try:
         for keep, files in groups.items():
             dataset = ds.dataset(files, schema=schema, format="parquet", filesystem=wh.fs)
-            flt = None
+            parts.append(dataset.to_table(columns=columns, filter=time_flt(keep)))
+        tc = plan.table.time_column
+        for path, keep in hiding:  # read whole, less the rows its vector hides
+            cols = columns
+            if keep is not None and cols is not None and tc not in cols:
+                cols = [*cols, str(tc)]
+            data = ds.dataset([path], schema=schema, format="parquet", filesystem=wh.fs)
+            got = data.to_table(columns=cols)
+            mask = np.ones(got.num_rows, bool)
+            mask[plan.deletes[path]] = False
+            got = got.filter(pa.array(mask))
             if keep is not None:
-                assert plan.table.time_column is not None
-                flt = time_filter(schema.field(plan.table.time_column), keep)
-            parts.append(dataset.to_table(columns=columns, filter=flt))
+                got = ds.dataset(got).to_table(columns=columns, filter=time_flt(keep))
+            parts.append(got)
     except FileNotFoundError as exc:
         raise SnapshotNotFoundError(
             f"a file of snapshot seq {plan.seq} of {plan.table.name!r} no longer exists ({exc}); "

@@ -17,6 +17,7 @@ from lamina.core.conflicts import Footprint, Kind, SegmentRef
 from lamina.core.interval import Interval
 from lamina.core.model import CommitState
 from lamina.meta.schema import commits, segments
+from lamina.meta.segments import rows_by_id
 
 _SINCE = (
     select(commits.c.id, commits.c.action, commits.c.footprint)
@@ -43,9 +44,16 @@ _TOUCHED = select(
 
 
 def encode(
-    replaced: Iterable[Interval] = (), lineage: Iterable[str] = (), app_id: str | None = None
+    replaced: Iterable[Interval] = (),
+    lineage: Iterable[str] = (),
+    app_id: str | None = None,
+    shown: Iterable[str] = (),
+    swapped: Iterable[str] = (),
 ) -> str:
-    """The ``footprint`` column of a completed commit."""
+    """The ``footprint`` column of a completed commit. A lineage transition (or the
+    batch that ended its push) records the segments whose rows it ``shown`` (an end's
+    segments_to) and ``swapped`` (an end's segments_from; both lists of a completed
+    entry's rollback) as they were then: the entry itself may be cleaned up later."""
     doc: dict[str, Any] = {}
     spans = [[iv.start, iv.end] for iv in replaced]
     if spans:
@@ -54,7 +62,22 @@ def encode(
         doc["lineage"] = sorted(set(lineage))
     if app_id is not None:
         doc["app_id"] = app_id
+    for key, ids in (("shown", list(shown)), ("swapped", list(swapped))):
+        if ids:
+            doc[key] = ids
     return json.dumps(doc)
+
+
+def _refs(conn: Connection, table_id: int, docs: list[dict[str, Any]]) -> dict[str, SegmentRef]:
+    """The segments lineage transitions among ``docs`` showed or swapped, by id (those
+    purged since are gone: nothing to carry or to conflict with)."""
+    ids = sorted({i for d in docs for key in ("shown", "swapped") for i in d.get(key, ())})
+    if not ids:
+        return {}
+    return {
+        r.segment_id: SegmentRef(r.segment_id, Interval.of(r.start_us, r.end_us))
+        for r in rows_by_id(conn, table_id, ids)
+    }
 
 
 def since(conn: Connection, table_id: int, base_seq: int) -> list[Footprint]:
@@ -77,9 +100,10 @@ def since(conn: Connection, table_id: int, base_seq: int) -> list[Footprint]:
             removed.setdefault(int(rcid), []).append(ref)
             if loc:
                 removed_at.setdefault(int(rcid), []).append((sid, loc))
+    docs = [json.loads(raw) if raw else {} for _, _, raw in done]
+    refs = _refs(conn, table_id, docs)
     out = []
-    for cid, action, raw in done:
-        doc = json.loads(raw) if raw else {}
+    for (cid, action, _), doc in zip(done, docs, strict=True):
         out.append(
             Footprint(
                 int(cid),
@@ -94,6 +118,8 @@ def since(conn: Connection, table_id: int, base_seq: int) -> list[Footprint]:
                     for sid, loc in removed_at.get(int(cid), ())
                     if (int(cid), loc) in added_at
                 ),
+                shown=tuple(refs[i] for i in doc.get("shown", ()) if i in refs),
+                swapped=tuple(refs[i] for i in doc.get("swapped", ()) if i in refs),
             )
         )
     return out

@@ -32,6 +32,7 @@ from lamina.meta.db import Db
 from lamina.meta.rows import entry_of, segment_of
 from lamina.meta.schema import lineage, lineage_ids, segments
 from lamina.meta.segments import (
+    decore,
     delete_rows,
     existing,
     live_ids,
@@ -49,15 +50,23 @@ if TYPE_CHECKING:
 
 
 def _record_commit(
-    conn: Connection, row: Any, action: str, metadata: dict[str, Any], moved: list[str]
+    conn: Connection,
+    row: Any,
+    action: str,
+    metadata: dict[str, Any],
+    moved: list[str],
+    shown: list[str] | None = None,
+    swapped: list[str] | None = None,
 ) -> Recorded:
     """:func:`lamina.meta.commits.record_commit` of a lineage transition that moved the
-    entries ``moved`` (its footprint), imported by the first write (reading lineage
+    entries ``moved``, showing and swapping those segments (its footprint, see
+    :func:`lamina.meta.conflicts.encode`), imported by the first write (reading lineage
     needs none of the commit module)."""
     from lamina.meta.commits import record_commit
     from lamina.meta.conflicts import encode
 
-    return record_commit(conn, row, action, metadata, footprint=encode(lineage=moved))
+    footprint = encode(lineage=moved, shown=shown or (), swapped=swapped or ())
+    return record_commit(conn, row, action, metadata, footprint=footprint)
 
 
 def lists(conn: Connection, entry_ids: list[str]) -> dict[tuple[str, str], list[str]]:
@@ -154,6 +163,21 @@ def add_written(
         .values(to_count=entry.to_count + len(new_ids), own_versions=json.dumps(own))
     )
     return got
+
+
+def name_copies(conn: Connection, current: Iterable[LineageEntry], copies: dict[str, str]) -> None:
+    """A replace carried segments (original id -> copy id, the same file) onto its
+    version: each copy joins the lists that name its original where the entry still
+    decides what shows — an entry in progress's segments_from, a completed entry's
+    segments_to — so the entry's end or rollback hides the copy with the original."""
+    for e in current:
+        role, ids = {
+            LineageState.IN_PROGRESS: ("from", e.segments_from),
+            LineageState.COMPLETED: ("to", e.segments_to),
+        }.get(LineageState(e.state), ("", ()))
+        named = [copies[i] for i in ids if i in copies]
+        if named:
+            put_list(conn, e.id, role, [*ids, *named])
 
 
 # -- transitions --------------------------------------------------------------------
@@ -298,9 +322,12 @@ def end_replace(db: Db, name: str, entry_id: str) -> None:
             return
         if row.to_count or expected:
             _check_not_overshadowed(conn, row.id, entry_id)
+        got = lists(conn, [entry_id])
+        src, dst = got.get((entry_id, "from"), []), got.get((entry_id, "to"), [])
         meta = {"entry": entry_id}
-        seq = _record_commit(conn, row, CommitAction.END_REPLACE, meta, [entry_id]).seq
+        seq = _record_commit(conn, row, CommitAction.END_REPLACE, meta, [entry_id], dst, src).seq
         set_state(conn, entry_id, LineageState.COMPLETED, completed_seq=seq)
+        decore(conn, row.id, src)
 
     db.write(txn)
 
@@ -337,8 +364,14 @@ def revert_replace(db: Db, name: str, entry_id: str, force: bool = False) -> Non
             check_rollback_intact(entry_id, int(n), int(row.to_count))
         if not check_revert(entry_id, row.state, force, live):
             return
+        swapped: list[str] = []  # a rollback shows the sources again, hides the rest
+        if row.state == LineageState.COMPLETED.value:
+            got = lists(conn, [entry_id])
+            swapped = [*got.get((entry_id, "from"), []), *got.get((entry_id, "to"), [])]
         meta = {"entry": entry_id}
-        seq = _record_commit(conn, row, CommitAction.REVERT_REPLACE, meta, [entry_id]).seq
+        seq = _record_commit(
+            conn, row, CommitAction.REVERT_REPLACE, meta, [entry_id], swapped=swapped
+        ).seq
         set_state(conn, entry_id, LineageState.REVERTED, reverted_seq=seq)
 
     db.write(txn)

@@ -14,7 +14,7 @@ from sqlalchemy import Connection, and_, bindparam, select
 
 from lamina.core.conflicts import Footprint, Isolation, Kind, SegmentRef, check
 from lamina.core.interval import Interval, from_us
-from lamina.core.lineage import LineageState, hidden_by, protected
+from lamina.core.lineage import LineageState, hidden_by, may_show, protected
 from lamina.core.locks import LockState, LockType
 from lamina.core.model import Commit, CommitAction, CommitState, PublishPlan, TableRecord
 from lamina.core.planner import (
@@ -34,6 +34,7 @@ from lamina.errors import (
     SegmentNotFoundError,
     TableNotFoundError,
 )
+from lamina.io.warehouse import Warehouse
 from lamina.meta import app_txns
 from lamina.meta import lineage as entries_rows
 from lamina.meta import locks as lock_rows
@@ -47,6 +48,7 @@ from lamina.meta.segments import (
     decore,
     existing,
     live_ids,
+    live_rows,
     live_segments,
     mark_removed,
     next_overwrite_pid,
@@ -89,143 +91,207 @@ def _span(chunks: list[Interval]) -> Interval:
     return Interval.of(min(c.start for c in chunks), max(c.end for c in chunks))
 
 
-def publish(db: Db, table: TableRecord, commit_id: int, owner: str, plan: PublishPlan) -> Commit:
+def publish(
+    db: Db,
+    table: TableRecord,
+    commit_id: int,
+    owner: str,
+    plan: PublishPlan,
+    wh: Warehouse | None = None,
+) -> Commit:
     """Assign identities to the new files and make them visible, atomically.
-    ``owner``: the token the commit was opened with.
+    ``owner``: the token the commit was opened with; ``wh``: where the table's files
+    are (an upsert reads the records it resolves against).
 
     Raises CommitError (the commit was aborted meanwhile, or segments it removes are
     gone), LineageError (its lineage entry was cleaned up, or it removes held segments),
-    LaminaError (an append into a chunk of several versions).
+    LaminaError (an append into a chunk of several versions), UpsertError.
     """
+    if plan.upsert is None:
+        return db.write(lambda conn: _publish(conn, db, table, commit_id, owner, plan, None))
+    from lamina.meta import keys  # upsert tables only
 
-    def txn(conn: Connection) -> Commit:
-        trow = _lock_with_commit(db, conn, table.id, commit_id)
-        if trow.commit_state != CommitState.INFLIGHT.value or trow.owner != owner:
-            state = trow.commit_state if trow.owner == owner else "missing"
-            raise CommitError(
-                f"commit {commit_id} cannot be published: it is {state} (another writer "
-                "took over after its heartbeat expired?); nothing was published, retry"
-            )
-        version = int(trow.next_version)
-        action = plan.action or trow.action
-        covered = _held_locks(conn, commit_id) if plan.locked else []
-        if plan.rewrite:  # rows read at the base: any concurrent change refuses it
-            covered = []
-        carry = _check_conflicts(conn, table.id, commit_id, trow, action, plan, covered)
-        if plan.txn is not None:
-            app_txns.check(conn, table.id, *plan.txn)
-        entry = None
-        if plan.lineage_entry is not None:
-            entry = entries_rows.entry_row(db, conn, table.id, plan.lineage_entry)
-            if entry.state != LineageState.IN_PROGRESS.value:
-                raise LineageError(
-                    f"lineage entry {entry.id} is {entry.state}: the push under it was "
-                    "cleaned up (by a newer push or retention); nothing was published"
-                )
-        # the common append reads no lineage entries unless the table has some
-        lazy = (
-            entry is None
-            and plan.overwrite is None
-            and not plan.remove_ids
-            and not plan.append_files
-        )
-        current = [] if lazy else entries_rows.entries(conn, table.id)  # after the lock
-        # a push's own earlier batches count as visible when planning its next one
-        hidden = hidden_by(e for e in current if entry is None or e.id != entry.id)
-        held = protected(current)
-        removed: set[str] = set()
-        fresh: int | None = None
-        if plan.overwrite is not None:
-            new = overwrite_segments(
-                table.name, plan.files, plan.overwrite, version, plan.suffix, entry is None
-            )
-            fresh = version
-            if plan.overwrite and entry is None:  # under an entry, the entry hides
-                live = live_segments(
-                    conn, table.id, table.name, _span(list(plan.overwrite)), hidden
-                )
-                gone = overshadowed(live, new)
-                if plan.rewrite:
-                    _check_unnamed(gone, current)
-                # what a lineage entry holds stays until the entry is settled
-                removed = {s.id for s in gone} - held
-        else:
-            new = []
-        appends = plan.files if plan.overwrite is None else plan.append_files
-        if appends:
-            chunks = sorted({f.chunk for f in appends})
-            span, longest = _span(chunks), int(trow.max_span_us)
-            found = chunk_versions(
-                conn, table.id, table.name, span, None if lazy else hidden, longest
-            )
-            if found is None:  # the table has lineage entries after all
-                hidden = hidden_by(entries_rows.entries(conn, table.id))
-                found = chunk_versions(conn, table.id, table.name, span, hidden, longest)
-            assert found is not None
-            reps, next_pid = found
-            targets, used_new = append_targets(chunks, reps, version)
-            fresh = version if used_new else fresh
-            new += append_segments(table.name, appends, targets, next_pid, plan.suffix)
-        next_pids: dict[tuple[Interval, int], int] = {}  # runs of one chunk: ids in turn
-        for run in plan.compacted:
-            key = (run.chunk, run.version)
-            if key not in next_pids:
-                next_pids[key] = next_overwrite_pid(conn, table.id, run.chunk, run.version)
-            new += compacted_segments(table.name, run, next_pids[key])
-            next_pids[key] += len(run.files)
-        carry = [i for i in carry if i not in hidden]  # an unfinished push stays hidden
-        if carry:
-            carried = [
-                segment_of(r._mapping, table.name) for r in rows_by_id(conn, table.id, carry)
-            ]
-            new += carried_segments(table.name, carried, new, plan.suffix or f"c{commit_id}")
-        if plan.remove_ids:
-            removed |= _check_removable(conn, table.id, plan.remove_ids, hidden, held)
-        meta = json.loads(trow.commit_metadata)
-        if entry is not None:
-            meta["lineage_entry"] = entry.id
-        done = record_commit(
-            conn,
-            trow,
-            action,
-            meta,
-            commit_id=commit_id,
-            next_version=version + 1 if fresh is not None else None,
-            max_span=_longer_span(trow.max_span_us, new),
-            add=[_row(s, table.id) for s in new],
-            footprint=encode(
-                plan.overwrite or (),
-                [entry.id] if entry is not None else [],
-                plan.txn[0] if plan.txn is not None else None,
-            ),
-        )
-        if plan.txn is not None:
-            app_txns.record(conn, table.id, *plan.txn, commit_id)
-        if plan.locked:
-            lock_rows.release(conn, commit_id)
-        if entry is not None:
-            own = fresh if plan.overwrite is not None and new else None
-            got = entries_rows.add_written(conn, entry, [s.id for s in new], own)
-            if plan.complete_entry:  # the push becomes visible with this very commit
-                _complete(conn, table.id, entry.id, got, hidden, done.seq)
-        if removed:
-            mark_removed(conn, table.id, removed, done.seq, commit_id)
-        if plan.remove_ids and not plan.compacted:  # deleted: the rest of a chunk stays
-            decore(conn, table.id, plan.remove_ids)
-        return Commit(
-            id=commit_id,
-            action=action,
-            state=CommitState.COMPLETED.value,
-            started_at=from_us(trow.started_at),
-            completed_at=from_us(done.at_us),
-            table=table.name,
-            added=tuple(s.id for s in new),
-            removed=tuple(sorted(removed)),
-            metadata=meta,
-            seq=done.seq,
-        )
+    try:
+        return db.write(lambda conn: _publish(conn, db, table, commit_id, owner, plan, wh))
+    except BaseException:
+        keys.forget(str(db.engine.url), table.id)  # it may hold what did not commit
+        raise
 
-    return db.write(txn)
+
+def _publish(
+    conn: Connection,
+    db: Db,
+    table: TableRecord,
+    commit_id: int,
+    owner: str,
+    plan: PublishPlan,
+    wh: Warehouse | None,
+) -> Commit:
+    """:func:`publish`'s transaction."""
+
+    trow = _lock_with_commit(db, conn, table.id, commit_id)
+    if trow.commit_state != CommitState.INFLIGHT.value or trow.owner != owner:
+        state = trow.commit_state if trow.owner == owner else "missing"
+        raise CommitError(
+            f"commit {commit_id} cannot be published: it is {state} (another writer "
+            "took over after its heartbeat expired?); nothing was published, retry"
+        )
+    version = int(trow.next_version)
+    action = plan.action or trow.action
+    covered = _held_locks(conn, commit_id) if plan.locked else []
+    if plan.rewrite:  # rows read at the base: any concurrent change refuses it
+        covered = []
+    carry = _check_conflicts(conn, table.id, commit_id, trow, action, plan, covered)
+    if plan.txn is not None:
+        app_txns.check(conn, table.id, *plan.txn)
+    entry = None
+    if plan.lineage_entry is not None:
+        entry = entries_rows.entry_row(db, conn, table.id, plan.lineage_entry)
+        if entry.state != LineageState.IN_PROGRESS.value:
+            raise LineageError(
+                f"lineage entry {entry.id} is {entry.state}: the push under it was "
+                "cleaned up (by a newer push or retention); nothing was published"
+            )
+    # the common append reads no lineage entries unless the table has some
+    lazy = (
+        entry is None and plan.overwrite is None and not plan.remove_ids and not plan.append_files
+    )
+    current = [] if lazy else entries_rows.entries(conn, table.id)  # after the lock
+    # a push's own earlier batches count as visible when planning its next one
+    hidden = hidden_by(e for e in current if entry is None or e.id != entry.id)
+    held = protected(current)
+    removed: set[str] = set()
+    fresh: int | None = None
+    if plan.overwrite is not None:
+        new = overwrite_segments(
+            table.name, plan.files, plan.overwrite, version, plan.suffix, entry is None
+        )
+        fresh = version
+        if plan.overwrite and entry is None:  # under an entry, the entry hides
+            span = _span(list(plan.overwrite))
+            live = live_segments(conn, table.id, table.name, span, hidden)
+            gone = overshadowed(live, new)
+            if plan.rewrite:
+                _check_unnamed(gone, current)
+            else:  # and the sources a completed entry hides: a rollback shows none
+                gone += overshadowed(_replaced_sources(conn, table, current, span), new)
+            removed = {s.id for s in gone}
+    else:
+        new = []
+    appends = plan.files if plan.overwrite is None else plan.append_files
+    if appends:
+        chunks = sorted({f.chunk for f in appends})
+        span, longest = _span(chunks), int(trow.max_span_us)
+        found = chunk_versions(conn, table.id, table.name, span, None if lazy else hidden, longest)
+        if found is None:  # the table has lineage entries after all
+            current = entries_rows.entries(conn, table.id)
+            hidden = hidden_by(current)
+            found = chunk_versions(conn, table.id, table.name, span, hidden, longest)
+        assert found is not None
+        reps, next_pid = found
+        # a chunk empty only while lineage hides its segments: join their version, so
+        # that neither hides the other once both show (a push's end, a rollback)
+        waiting = may_show(e for e in current if entry is None or e.id != entry.id)
+        pending_reps: list[Segment] = []
+        if waiting & hidden:
+            more = chunk_versions(conn, table.id, table.name, span, hidden - waiting, longest)
+            pending_reps = more[0] if more is not None else []
+        targets, used_new = append_targets(chunks, reps, version, pending_reps)
+        fresh = version if used_new else fresh
+        new += append_segments(table.name, appends, targets, next_pid, plan.suffix)
+    next_pids: dict[tuple[Interval, int], int] = {}  # runs of one chunk: ids in turn
+    for run in plan.compacted:
+        key = (run.chunk, run.version)
+        if key not in next_pids:
+            next_pids[key] = next_overwrite_pid(conn, table.id, run.chunk, run.version)
+        new += compacted_segments(table.name, run, next_pids[key])
+        next_pids[key] += len(run.files)
+    carry = [i for i in carry if i not in hidden]  # an unfinished push stays hidden
+    copies: dict[str, str] = {}
+    if carry:
+        carried = [segment_of(r._mapping, table.name) for r in rows_by_id(conn, table.id, carry)]
+        pairs = carried_segments(table.name, carried, new, plan.suffix or f"c{commit_id}")
+        new += [copy for _, copy in pairs]
+        copies = {orig.id: copy.id for orig, copy in pairs}
+    if plan.remove_ids:
+        removed |= _check_removable(conn, table.id, plan.remove_ids, hidden, held)
+    outcome = None
+    if plan.upsert is not None:  # resolved by key against every commit before it
+        from lamina.meta import keys
+
+        if wh is None:
+            raise CommitError("an upsert publishes with the table's warehouse; pass it")
+        locations = [f.location for f in plan.files]
+        outcome = keys.resolve(
+            conn, str(db.engine.url), table, wh, plan.upsert, locations, int(trow.last_seq)
+        )
+    meta = json.loads(trow.commit_metadata)
+    shown: list[str] = []  # the batch that ends its push shows all of it
+    swapped: list[str] = []
+    if entry is not None:
+        meta["lineage_entry"] = entry.id
+        if plan.complete_entry:
+            got = entries_rows.lists(conn, [entry.id])
+            shown = [*got.get((entry.id, "to"), []), *(s.id for s in new)]
+            swapped = got.get((entry.id, "from"), [])
+    done = record_commit(
+        conn,
+        trow,
+        action,
+        meta,
+        commit_id=commit_id,
+        next_version=version + 1 if fresh is not None else None,
+        max_span=_longer_span(trow.max_span_us, new),
+        add=[_row(s, table.id) for s in new],
+        footprint=encode(
+            plan.overwrite or (),
+            [entry.id] if entry is not None else [],
+            plan.txn[0] if plan.txn is not None else None,
+            shown,
+            swapped,
+        ),
+    )
+    if outcome is not None:
+        from lamina.meta import deletes
+
+        deletes.add(conn, table.id, done.seq, commit_id, outcome.hidden, outcome.tombstones)
+    maps = [
+        (f.location, m)
+        for run in plan.compacted
+        if run.row_maps
+        for f, m in zip(run.files, run.row_maps, strict=True)
+    ]
+    if maps:  # an upsert table's compaction: its outputs keep their rows' vectors
+        from lamina.meta import deletes
+
+        deletes.carry(conn, table.id, done.seq, commit_id, maps)
+    if plan.txn is not None:
+        app_txns.record(conn, table.id, *plan.txn, commit_id)
+    if plan.locked:
+        lock_rows.release(conn, commit_id)
+    if entry is not None:
+        own = fresh if plan.overwrite is not None and new else None
+        got = entries_rows.add_written(conn, entry, [s.id for s in new], own)
+        if plan.complete_entry:  # the push becomes visible with this very commit
+            _complete(conn, table.id, entry.id, got, hidden, done.seq)
+    if copies:  # a copy stands where its original stood in every lineage list
+        entries_rows.name_copies(conn, current, copies)
+    if removed:
+        mark_removed(conn, table.id, removed, done.seq, commit_id)
+    if plan.remove_ids and not plan.compacted:  # deleted: the rest of a chunk stays
+        decore(conn, table.id, plan.remove_ids)
+    return Commit(
+        id=commit_id,
+        action=action,
+        state=CommitState.COMPLETED.value,
+        started_at=from_us(trow.started_at),
+        completed_at=from_us(done.at_us),
+        table=table.name,
+        added=tuple(s.id for s in new),
+        removed=tuple(sorted(removed)),
+        metadata=meta,
+        seq=done.seq,
+    )
 
 
 def _held_locks(conn: Connection, commit_id: int) -> list[Interval]:
@@ -315,6 +381,21 @@ def _row(seg: Segment, table_id: int) -> dict[str, object]:
     return {**segment_values(seg), "table_id": table_id}
 
 
+def _replaced_sources(
+    conn: Connection, table: TableRecord, current: list[Any], span: Interval
+) -> list[Segment]:
+    """The live segments in ``span`` that a completed lineage entry hides as its
+    sources (kept so that rolling the entry back shows them again)."""
+    held = {i for e in current if e.state == LineageState.COMPLETED for i in e.segments_from}
+    if not held:
+        return []
+    return [
+        segment_of(r._mapping, table.name)
+        for r in live_rows(conn, table.id, span)
+        if r.segment_id in held
+    ]
+
+
 def _check_unnamed(gone: list[Segment], entries: list[Any]) -> None:
     """A rewrite (major compaction) may not retire segments that a lineage entry in
     progress, or one that may still be rolled back, names: ending or reverting it
@@ -369,6 +450,7 @@ def _complete(
     if gone:
         raise LineageError(f"cannot end {entry_id}: segments_from no longer exist: {gone[:5]}")
     entries_rows.set_state(conn, entry_id, LineageState.COMPLETED, completed_seq=seq)
+    decore(conn, table_id, wanted)  # hidden now: the rest of their chunks stays visible
 
 
 def delete_segments(db: Db, name: str, ids: list[str]) -> Commit:

@@ -197,6 +197,38 @@ locks = Table(
 )
 
 
+deletes = Table(
+    # Deletion vectors of upsert tables, by data file (a carried copy of a segment
+    # shares its file, hence its vector): the rows of the file readers stop seeing from
+    # commit seq ``seq`` on, and among them the tombstones that are their key's latest
+    # record (hidden, yet deciding later comparisons). Roaring bitmaps, serialized.
+    "lamina_deletes",
+    metadata,
+    Column("table_id", BigInteger, ForeignKey("lamina_tables.id"), primary_key=True),
+    Column("location", String(1024), primary_key=True),
+    Column("seq", BigInteger, primary_key=True),
+    Column("commit_id", BigInteger, nullable=False),
+    Column("rows", LargeBinary, nullable=False),
+    Column("tombstones", LargeBinary),
+    Column("cardinality", BigInteger, nullable=False),
+    Index("ix_deletes_seq", "table_id", "seq"),
+)
+
+
+key_snapshots = Table(
+    # Snapshots of upsert tables' key indexes (files under the table's _keys/), so a new
+    # process starts from one instead of reading every data file.
+    "lamina_key_snapshots",
+    metadata,
+    Column("table_id", BigInteger, ForeignKey("lamina_tables.id"), primary_key=True),
+    Column("seq", BigInteger, primary_key=True),
+    Column("location", Text, nullable=False),  # relative to the warehouse root
+    Column("files", Text, nullable=False),  # JSON: data file of each segment code
+    Column("key_count", BigInteger, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+)
+
+
 def _v1_initial(conn: Connection) -> None:
     for t in (tables, commits, segments):
         t.create(conn, checkfirst=True)  # current shape; later steps skip what exists
@@ -287,6 +319,12 @@ def _v9_minor_versions(conn: Connection) -> None:
     _add_column(conn, "lamina_commits", "inflight_at", "BIGINT")
 
 
+def _v10_deletes(conn: Connection) -> None:
+    """Upsert tables: deletion vectors, key index snapshots."""
+    deletes.create(conn, checkfirst=True)
+    key_snapshots.create(conn, checkfirst=True)
+
+
 #: Ordered migrations; append only. Version N = the first N applied.
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _v1_initial,
@@ -298,6 +336,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _v7_app_txns,
     _v8_locks,
     _v9_minor_versions,
+    _v10_deletes,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

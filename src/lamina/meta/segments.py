@@ -229,12 +229,13 @@ def next_overwrite_pid(conn: Connection, table_id: int, chunk: Interval, version
 
 
 def decore(conn: Connection, table_id: int, ids: Collection[str]) -> bool:
-    """After the segments ``ids`` were removed: where one was a core partition of its
-    chunk version, the version's live segments drop their core count, so the rest
-    stays visible. (A version's core partitions are published together, so the count
-    only ever guarded against such removals; snapshots before the removal held every
-    core partition and look the same.) Returns whether rows changed — then the
-    table's segment manifests, which cache them, must go."""
+    """After the segments ``ids`` were removed (or hidden by a lineage entry's end):
+    where one was a core partition of its chunk version and some of the version's live
+    segments are not among ``ids``, the version's live segments drop their core count,
+    so the rest stays visible. (A version's core partitions are published together, so
+    the count only ever guarded against such removals; snapshots before the removal
+    held every core partition and look the same.) Returns whether rows changed — then
+    the table's segment manifests, which cache them, are dropped."""
     id_list = list(ids)
     versions: set[tuple[int, int, int]] = set()
     for i in range(0, len(id_list), _BATCH):
@@ -248,21 +249,22 @@ def decore(conn: Connection, table_id: int, ids: Collection[str]) -> bool:
                 )
             )
         }
+    gone, changed = set(id_list), False
     for a, b, v in versions:
-        conn.execute(
-            update(segments)
-            .where(
-                segments.c.table_id == table_id,
-                segments.c.start_us == a,
-                segments.c.end_us == b,
-                segments.c.version == v,
-                segments.c.removed_seq.is_(None),
-            )
-            .values(num_core_partitions=0)
+        same = (
+            segments.c.table_id == table_id,
+            segments.c.start_us == a,
+            segments.c.end_us == b,
+            segments.c.version == v,
+            segments.c.removed_seq.is_(None),
         )
-    if versions:
-        drop_manifests(conn, table_id)  # their files become orphans: retention removes them
-    return bool(versions)
+        rest = [i for (i,) in conn.execute(select(segments.c.segment_id).where(*same))]
+        if any(i not in gone for i in rest):
+            conn.execute(update(segments).where(*same).values(num_core_partitions=0))
+            changed = True
+    if changed:
+        drop_manifests(conn, table_id)
+    return changed
 
 
 def mark_removed(

@@ -1,0 +1,110 @@
+"""Key index snapshots: one :class:`~lamina.core.keyindex.KeyIndex` as one Parquet file.
+
+The file holds :meth:`KeyIndex.to_arrow` (sorted by key hash), zstd-compressed, with
+Parquet page checksums, and in its footer metadata the entry count and a CRC-32 of
+every column's values. Reading checks all of them, so a truncated or damaged file
+raises :class:`KeyIndexFileError` instead of giving a different index. Writing goes to
+a temporary name in the same directory, fsyncs it and renames it over ``path``:
+readers see the old file or the new one, never a part. Local paths only.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lamina.core.keyindex import INDEX_SCHEMA_VERSION, KeyIndex
+from lamina.errors import KeyIndexFileError, UpsertError
+
+__all__ = ["KeyIndexFileError", "read_index", "write_index"]
+
+_ROWS = b"lamina.keyindex.rows"
+_CRC = b"lamina.keyindex.crc32"
+_VERSION = b"lamina.keyindex"
+_ROW_GROUP = 1 << 20
+
+
+def _checksum(table: pa.Table) -> str:
+    crcs = []
+    for name in table.column_names:
+        crc = 0
+        for chunk in table.column(name).chunks:
+            values = chunk.to_numpy(zero_copy_only=False)
+            crc = zlib.crc32(np.ascontiguousarray(values).view(np.uint8).data, crc)
+        crcs.append(f"{crc:08x}")
+    return ",".join(crcs)
+
+
+def write_index(index: KeyIndex, path: str | os.PathLike[str]) -> int:
+    """Save ``index`` to ``path`` atomically (replacing any file there); returns the
+    file's size in bytes. Raises KeyIndexFileError if the directory is not writable."""
+    target = Path(path)
+    table = index.to_arrow()
+    meta = dict(table.schema.metadata or {})
+    meta[_ROWS] = str(table.num_rows).encode()
+    meta[_CRC] = _checksum(table).encode()
+    table = table.replace_schema_metadata(meta)
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        pq.write_table(
+            table,
+            tmp,
+            compression="zstd",
+            compression_level=1,
+            use_dictionary=["segment"],
+            write_statistics=False,
+            write_page_checksum=True,
+            row_group_size=_ROW_GROUP,
+        )
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+        size = target.stat().st_size
+        dfd = os.open(target.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise KeyIndexFileError(f"cannot write key index {target}: {e}") from e
+    return size
+
+
+def read_index(path: str | os.PathLike[str], merge_threshold: int = 65_536) -> KeyIndex:
+    """Load the index :func:`write_index` saved at ``path``. Raises KeyIndexFileError if
+    the file is missing, unreadable, truncated, damaged (checksums, counts, order) or
+    of another format version."""
+    target = Path(path)
+    try:
+        table = pq.read_table(target, page_checksum_verification=True, use_threads=True)
+    except FileNotFoundError as e:
+        raise KeyIndexFileError(f"no key index file at {target}") from e
+    except (OSError, pa.ArrowException) as e:
+        raise KeyIndexFileError(f"key index file {target} is unreadable or damaged: {e}") from e
+    meta = table.schema.metadata or {}
+    if meta.get(_VERSION) != str(INDEX_SCHEMA_VERSION).encode():
+        raise KeyIndexFileError(
+            f"key index file {target} has format version {meta.get(_VERSION)!r}, this lamina "
+            f"reads {INDEX_SCHEMA_VERSION}: rebuild the index from the table's segments"
+        )
+    if meta.get(_ROWS) != str(table.num_rows).encode():
+        raise KeyIndexFileError(
+            f"key index file {target} is damaged: {table.num_rows} entries, its footer "
+            f"says {meta.get(_ROWS)!r}"
+        )
+    if meta.get(_CRC) != _checksum(table).encode():
+        raise KeyIndexFileError(f"key index file {target} is damaged: checksum mismatch")
+    try:
+        return KeyIndex.from_arrow(table, merge_threshold)
+    except UpsertError as e:
+        raise KeyIndexFileError(f"key index file {target} is damaged: {e}") from e

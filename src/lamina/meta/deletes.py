@@ -1,0 +1,158 @@
+"""Deletion vectors of upsert tables: which rows of a data file readers stop seeing,
+from which commit seq on.
+
+One row per (file, seq): the roaring bitmap of the rows the commit of that seq hid,
+and, among them, the tombstones that are their key's latest record (hidden from
+readers, still deciding later comparisons of the key index). A snapshot of seq ``s``
+hides the union of a file's bitmaps with seq <= ``s``; its key index counts a row as
+its key's latest unless some bitmap <= ``s`` holds it as a plain (non-tombstone) row.
+Data files are never rewritten; vectors live in the catalog, committed with the
+commit that makes them (Delta's inline deletion vectors, DuckLake's inlined deletes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from pyroaring import BitMap
+from sqlalchemy import Connection, delete, insert, select
+
+from lamina.core.model import RowMap
+from lamina.meta.schema import deletes, tables
+
+_BATCH = 500
+
+
+@dataclass
+class Vector:
+    """A file's deletion vector at one snapshot: rows hidden, and rows that stopped
+    being their key's latest record (``superseded``: hidden, not a live tombstone)."""
+
+    hidden: BitMap
+    superseded: BitMap
+
+
+def _bitmap(raw: bytes | None) -> BitMap:
+    return BitMap.deserialize(raw) if raw else BitMap()
+
+
+def add(
+    conn: Connection,
+    table_id: int,
+    seq: int,
+    commit_id: int,
+    hidden: Mapping[str, BitMap],
+    tombstones: Mapping[str, BitMap],
+) -> None:
+    """Record the rows of each file (by location) hidden from ``seq`` on, and which of
+    them are tombstones still their key's latest."""
+    rows = [
+        {
+            "table_id": table_id,
+            "location": loc,
+            "seq": seq,
+            "commit_id": commit_id,
+            "rows": bm.serialize(),
+            "tombstones": tombstones[loc].serialize() if tombstones.get(loc) else None,
+            "cardinality": len(bm),
+        }
+        for loc, bm in hidden.items()
+        if bm
+    ]
+    if rows:
+        conn.execute(insert(deletes), rows)
+
+
+def at(
+    conn: Connection, table_id: int, seq: int, locations: Iterable[str] | None = None
+) -> dict[str, Vector]:
+    """The vectors of the table's files (or of ``locations``) as of snapshot ``seq``."""
+    stmt = select(deletes.c.location, deletes.c.rows, deletes.c.tombstones).where(
+        deletes.c.table_id == table_id, deletes.c.seq <= seq
+    )
+    found: list[tuple[str, bytes, bytes | None]] = []
+    if locations is None:
+        found = [tuple(r) for r in conn.execute(stmt.order_by(deletes.c.seq))]
+    else:
+        locs = sorted(set(locations))
+        for i in range(0, len(locs), _BATCH):
+            part = stmt.where(deletes.c.location.in_(locs[i : i + _BATCH]))
+            found += [tuple(r) for r in conn.execute(part.order_by(deletes.c.seq))]
+    out: dict[str, Vector] = {}
+    for loc, raw, tomb in found:
+        bm = _bitmap(raw)
+        v = out.setdefault(loc, Vector(BitMap(), BitMap()))
+        v.hidden |= bm
+        v.superseded |= bm - _bitmap(tomb)
+    return out
+
+
+def latest(
+    conn: Connection, table_id: int, locations: Iterable[str] | None = None
+) -> dict[str, Vector]:
+    """The vectors of the table's files (or of ``locations``) as of its latest commit."""
+    seq = conn.execute(select(tables.c.last_seq).where(tables.c.id == table_id)).scalar_one()
+    return at(conn, table_id, int(seq), locations)
+
+
+def carry(
+    conn: Connection,
+    table_id: int,
+    seq: int,
+    commit_id: int,
+    outputs: Iterable[tuple[str, RowMap]],
+) -> None:
+    """A compaction rewrote rows of files into ``outputs`` (location, where each row
+    came from): record, from ``seq`` on, the rows of each output whose source rows
+    are hidden now (upserts may have hidden more while it ran)."""
+    outputs = list(outputs)
+    now = latest(conn, table_id, {src for _, m in outputs for src in m.sources})
+    hidden: dict[str, BitMap] = {}
+    tombstones: dict[str, BitMap] = {}
+    for loc, m in outputs:
+        hid = np.zeros(len(m.row), bool)
+        live = np.zeros(len(m.row), bool)  # hidden tombstones, still their key's latest
+        for i, src in enumerate(m.sources):
+            v = now.get(src)
+            if v is None or not v.hidden:
+                continue
+            at_src = np.flatnonzero(m.source == i)
+            rows = m.row[at_src]
+            h = np.isin(rows, np.fromiter(v.hidden, np.int64, len(v.hidden)))
+            sup = np.isin(rows, np.fromiter(v.superseded, np.int64, len(v.superseded)))
+            hid[at_src[h]] = True
+            live[at_src[h & ~sup]] = True
+        if hid.any():
+            hidden[loc] = BitMap(np.flatnonzero(hid).tolist())
+            tombstones[loc] = BitMap(np.flatnonzero(live).tolist())
+    add(conn, table_id, seq, commit_id, hidden, tombstones)
+
+
+def history(
+    conn: Connection, table_id: int, locations: Iterable[str]
+) -> dict[str, list[tuple[int, BitMap]]]:
+    """Every (seq, rows hidden from then) of the files, oldest first."""
+    locs = sorted(set(locations))
+    out: dict[str, list[tuple[int, BitMap]]] = {}
+    for i in range(0, len(locs), _BATCH):
+        stmt = (
+            select(deletes.c.location, deletes.c.seq, deletes.c.rows)
+            .where(deletes.c.table_id == table_id, deletes.c.location.in_(locs[i : i + _BATCH]))
+            .order_by(deletes.c.seq)
+        )
+        for loc, seq, raw in conn.execute(stmt):
+            out.setdefault(loc, []).append((int(seq), _bitmap(raw)))
+    return out
+
+
+def drop(conn: Connection, table_id: int, locations: Iterable[str]) -> None:
+    """Forget the vectors of files that are gone (retention deleted them)."""
+    locs = sorted(set(locations))
+    for i in range(0, len(locs), _BATCH):
+        conn.execute(
+            delete(deletes).where(
+                deletes.c.table_id == table_id, deletes.c.location.in_(locs[i : i + _BATCH])
+            )
+        )

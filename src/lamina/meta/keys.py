@@ -1,0 +1,480 @@
+"""The key index of an upsert table in this process, and the resolution of an upsert
+at publish.
+
+The index (:class:`lamina.core.keyindex.KeyIndex`) maps each key to its latest
+record: a data file (by a code standing for its location), the row in it, its
+comparison value and whether it is a tombstone. It is derived from the table's data
+files and deletion vectors (:mod:`lamina.meta.deletes`), so any process can build it;
+this module keeps one per table and catalog, and brings it up to date inside the
+publishing transaction (which holds the table lock): by the records of the upsert
+commits published since (its own among them), or, after any other kind of commit,
+by rebuilding it from the snapshot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyroaring import BitMap
+from sqlalchemy import Connection, select
+from sqlalchemy.exc import IntegrityError, OperationalError
+
+from lamina.core.keyindex import KeyIndex, Lookup, key_hashes
+from lamina.core.model import CommitAction, CommitState, TableRecord
+from lamina.core.segment import Segment
+from lamina.core.timeline import Timeline
+from lamina.core.upsert import (
+    DELETED,
+    ROW,
+    SEGMENT,
+    UpsertBatch,
+    UpsertSpec,
+    cmp_arrow,
+    cmp_dtype,
+    cmp_values,
+    resolve_against,
+)
+from lamina.errors import CommitConflictError
+from lamina.io.warehouse import Warehouse
+from lamina.meta import deletes
+from lamina.meta.schema import commits, key_snapshots, segments, tables
+
+
+@dataclass
+class KeyState:
+    """One table's index as of commit ``seq``, and the files its codes stand for."""
+
+    index: KeyIndex
+    seq: int
+    locations: list[str] = field(default_factory=list)
+    codes: dict[str, int] = field(default_factory=dict)
+
+    def code(self, location: str) -> int:
+        got = self.codes.get(location)
+        if got is None:
+            got = self.codes[location] = len(self.locations)
+            self.locations.append(location)
+        return got
+
+
+#: (catalog url, table id) -> its index in this process
+_STATES: dict[tuple[str, int], KeyState] = {}
+#: one user of the indexes at a time (a KeyIndex is not thread-safe)
+_LOCK = threading.RLock()
+
+
+def forget(url: str, table_id: int) -> None:
+    """Drop the table's index (a publish that changed it failed: rebuilt next time)."""
+    with _LOCK:
+        _STATES.pop((url, table_id), None)
+
+
+def _columns(spec: UpsertSpec) -> list[str]:
+    cols = [*spec.primary_key, spec.comparison_column]
+    if spec.delete_column is not None:
+        cols.append(spec.delete_column)
+    return list(dict.fromkeys(cols))
+
+
+def _add_file(
+    st: KeyState, wh: Warehouse, spec: UpsertSpec, location: str, superseded: BitMap
+) -> None:
+    """Put the rows of one data file that are their key's latest record."""
+    data = pq.read_table(wh.path(location), columns=_columns(spec), filesystem=wh.fs)
+    keep = np.ones(data.num_rows, bool)
+    if superseded:
+        keep[np.fromiter(superseded, np.int64, len(superseded))] = False
+    rows = np.flatnonzero(keep)
+    if not len(rows):
+        return
+    data = data.take(pa.array(rows))
+    tomb: Any = False
+    if spec.delete_column is not None:
+        tomb = np.asarray(
+            data.column(spec.delete_column).fill_null(False).to_numpy(zero_copy_only=False), bool
+        )
+    st.index.put(
+        key_hashes(data, spec.primary_key),
+        st.code(location),
+        rows.astype(np.uint32),
+        cmp_values(data.column(spec.comparison_column), st.index.cmp_dtype),
+        tomb,
+    )
+
+
+def _visible(conn: Connection, table: TableRecord, seq: int) -> list[Segment]:
+    """The data segments visible at ``seq`` (lineage and timeline applied)."""
+    from lamina.core.lineage import hidden_by
+    from lamina.meta.lineage import entries
+    from lamina.meta.snapshots import COLUMNS, segments_of
+
+    rows = conn.execute(
+        select(*COLUMNS).where(
+            segments.c.table_id == table.id,
+            segments.c.added_seq <= seq,
+            segments.c.removed_seq.is_(None) | (segments.c.removed_seq > seq),
+        )
+    ).all()
+    segs = segments_of("", table.name, rows, hidden_by(entries(conn, table.id, seq)))
+    return [s for s in Timeline.build(segs).visible() if s.location is not None]
+
+
+def _rebuild(
+    conn: Connection, table: TableRecord, spec: UpsertSpec, wh: Warehouse, seq: int
+) -> KeyState:
+    """The index of snapshot ``seq``, from its files and their deletion vectors."""
+    dtype = cmp_dtype(table.schema.field(spec.comparison_column).type)
+    st = KeyState(KeyIndex(dtype), seq)
+    locations = [s.location.lstrip("/") for s in _visible(conn, table, seq) if s.location]
+    vectors = deletes.at(conn, table.id, seq, locations)
+    for loc in sorted(set(locations)):
+        got = vectors.get(loc)
+        _add_file(st, wh, spec, loc, got.superseded if got else BitMap())
+    return st
+
+
+def _catch_up(
+    conn: Connection, st: KeyState, table: TableRecord, spec: UpsertSpec, wh: Warehouse, seq: int
+) -> KeyState:
+    """``st`` brought to ``seq``: replaying upsert commits, else rebuilt."""
+    done = conn.execute(
+        select(commits.c.id, commits.c.seq, commits.c.action)
+        .where(
+            commits.c.table_id == table.id,
+            commits.c.state == CommitState.COMPLETED.value,
+            commits.c.seq > st.seq,
+            commits.c.seq <= seq,
+        )
+        .order_by(commits.c.seq)
+    ).all()
+    if any(r.action != CommitAction.UPSERT.value for r in done):
+        return _rebuild(conn, table, spec, wh, seq)
+    for cid, cseq, _ in done:
+        locs = [
+            r[0]
+            for r in conn.execute(
+                select(segments.c.location).where(
+                    segments.c.table_id == table.id, segments.c.commit_id == cid
+                )
+            )
+        ]
+        own = deletes.at(conn, table.id, int(cseq), locs)
+        for loc in locs:
+            got = own.get(loc)
+            _add_file(st, wh, spec, loc, got.superseded if got else BitMap())
+        st.seq = int(cseq)
+    st.seq = seq
+    return st
+
+
+def _saved(conn: Connection, table: TableRecord, wh: Warehouse, seq: int) -> KeyState | None:
+    """The newest saved snapshot of the index at or before ``seq`` (None: none usable)."""
+    from lamina.errors import KeyIndexFileError
+    from lamina.io.keyindex import read_index
+
+    if not wh.local:
+        return None
+    row = conn.execute(
+        select(key_snapshots)
+        .where(key_snapshots.c.table_id == table.id, key_snapshots.c.seq <= seq)
+        .order_by(key_snapshots.c.seq.desc())
+        .limit(1)
+    ).first()
+    if row is None:
+        return None
+    try:
+        index = read_index(wh.path(row.location))
+    except (KeyIndexFileError, OSError):  # lost or damaged: rebuilt from the data
+        return None
+    files = json.loads(row.files)
+    return KeyState(index, int(row.seq), files, {loc: i for i, loc in enumerate(files)})
+
+
+def state(
+    conn: Connection, url: str, table: TableRecord, spec: UpsertSpec, wh: Warehouse, seq: int
+) -> KeyState:
+    """The table's index as of ``seq`` (the latest commit), kept for the next call:
+    this process's, else the newest saved snapshot caught up, else built from the
+    table's files."""
+    key = (url, table.id)
+    st = _STATES.get(key)
+    if st is None or st.seq > seq:  # none yet, or of another catalog at this URL
+        st = _saved(conn, table, wh, seq)
+    if st is None or st.seq > seq:
+        st = _rebuild(conn, table, spec, wh, seq)
+    elif st.seq != seq:
+        st = _catch_up(conn, st, table, spec, wh, seq)
+    _STATES[key] = st
+    return st
+
+
+@dataclass
+class Outcome:
+    """What an upsert's publish records: deletion vectors per file location."""
+
+    hidden: dict[str, BitMap]
+    tombstones: dict[str, BitMap]
+
+
+def _current(
+    st: KeyState, batch: UpsertBatch, wh: Warehouse, values: bool
+) -> tuple[pa.Table, Lookup]:
+    """The current latest record of each key the batch resolves to (its winners' keys),
+    as :func:`lamina.core.upsert.resolve_against` takes it; with the stored values of
+    the other columns when ``values`` (partial upserts merge with them)."""
+    spec, res = batch.spec, batch.resolved
+    data = res.batch
+    winners = res.winners
+    found = st.index.lookup(batch.keys[winners])
+    at = winners[found.found]
+    cmp_type = data.schema.field(spec.comparison_column).type
+    cols: dict[str, Any] = {
+        **{k: data.column(k).take(pa.array(at)) for k in spec.primary_key},
+        spec.comparison_column: cmp_arrow(found.cmp[found.found], cmp_type),
+        SEGMENT: pa.array(found.segment[found.found], pa.int32()),
+        ROW: pa.array(found.row[found.found].astype(np.int64)),
+        DELETED: pa.array(found.tomb[found.found]),
+    }
+    if values:
+        names = [c for c in data.column_names if spec.strategy(c) is not None]
+        cols.update(_stored(st, wh, found, names, data.schema))
+    return pa.table(cols), found
+
+
+def _stored(
+    st: KeyState, wh: Warehouse, found: Lookup, names: list[str], schema: pa.Schema
+) -> dict[str, pa.Array]:
+    """The stored values of columns ``names`` of the records ``found`` points at."""
+    seg, row = found.segment[found.found], found.row[found.found].astype(np.int64)
+    pieces: list[tuple[np.ndarray, pa.Table]] = []
+    for code in np.unique(seg):
+        where = np.flatnonzero(seg == code)
+        path = wh.path(st.locations[int(code)])
+        data = pq.read_table(path, columns=names, filesystem=wh.fs).take(pa.array(row[where]))
+        pieces.append((where, data))
+    arrays = {}
+    order = np.concatenate([w for w, _ in pieces]) if pieces else np.zeros(0, np.int64)
+    inverse = np.empty(len(order), np.int64)
+    inverse[order] = np.arange(len(order))  # back to the order of ``found``
+    for c in names:
+        t = schema.field(c).type
+        parts = [d.column(c).combine_chunks().cast(t) for _, d in pieces]
+        merged = pa.concat_arrays(parts) if parts else pa.array([], t)
+        arrays[c] = merged.take(pa.array(inverse))
+    return arrays
+
+
+def read_current(
+    conn: Connection, url: str, table: TableRecord, wh: Warehouse, batch: UpsertBatch
+) -> tuple[pa.Table, tuple[tuple[str, int] | None, ...]]:
+    """A partial upsert's view before it writes: the current records of its keys,
+    values included, and where each winner key's record was (file, row; None: no
+    record), for :func:`resolve` to check nothing changed them before publish."""
+    seq = int(conn.execute(select(tables.c.last_seq).where(tables.c.id == table.id)).scalar_one())
+    with _LOCK:
+        st = state(conn, url, table, batch.spec, wh, seq)
+        current, found = _current(st, batch, wh, values=True)
+        return current, _where(st, found)
+
+
+def _where(st: KeyState, found: Lookup) -> tuple[tuple[str, int] | None, ...]:
+    return tuple(
+        (st.locations[int(c)], int(r)) if f else None
+        for f, c, r in zip(found.found, found.segment, found.row, strict=True)
+    )
+
+
+def resolve(
+    conn: Connection,
+    url: str,
+    table: TableRecord,
+    wh: Warehouse,
+    batch: UpsertBatch,
+    locations: list[str],
+    seq: int,
+) -> Outcome:
+    """Resolve an upsert written to ``locations`` (its files, in order) against the
+    index as of ``seq`` (the table's latest commit); update the index to include it.
+    Raises UpsertError."""
+    with _LOCK:
+        return _resolve(conn, url, table, wh, batch, locations, seq)
+
+
+def _resolve(
+    conn: Connection,
+    url: str,
+    table: TableRecord,
+    wh: Warehouse,
+    batch: UpsertBatch,
+    locations: list[str],
+    seq: int,
+) -> Outcome:
+    spec = batch.spec
+    st = state(conn, url, table, spec, wh, seq)
+    res = batch.resolved
+    data = res.batch
+    current, found = _current(st, batch, wh, values=False)
+    if batch.expect is not None:  # a partial upsert merged with what it read before
+        changed = [i for i, w in enumerate(_where(st, found)) if w != batch.expect[i]]
+        if changed:
+            raise CommitConflictError(
+                f"{len(changed)} key(s) of this partial upsert got a newer record since it "
+                "read their values (another upsert published meanwhile); nothing was "
+                "published — it is safe to retry",
+                retryable=True,
+            )
+        spec = replace(spec, partial=None)  # its records are merged already
+    out = resolve_against(current, res, spec)
+    file_of, pos_of = batch.positions()
+    hidden: dict[str, BitMap] = {}
+    tombstones: dict[str, BitMap] = {}
+    gone = out.invalidated
+    for code, row in zip(
+        gone.column(SEGMENT).to_pylist(), gone.column(ROW).to_pylist(), strict=True
+    ):
+        hidden.setdefault(st.locations[code], BitMap()).add(int(row))
+    for i in np.flatnonzero(~out.queryable):  # own rows: superseded, or tombstones
+        hidden.setdefault(locations[file_of[i]], BitMap()).add(int(pos_of[i]))
+    for i in np.flatnonzero(out.valid & ~out.queryable):
+        tombstones.setdefault(locations[file_of[i]], BitMap()).add(int(pos_of[i]))
+    valid = np.flatnonzero(out.valid)
+    if len(valid):
+        codes = np.array([st.code(locations[f]) for f in file_of[valid]], np.int32)
+        st.index.put(
+            batch.keys[valid],
+            codes,
+            pos_of[valid].astype(np.uint32),
+            cmp_values(
+                data.column(spec.comparison_column).take(pa.array(valid)), st.index.cmp_dtype
+            ),
+            res.deleted[valid],
+        )
+    st.seq = seq + 1  # this commit's (seqs have no holes); if it fails, forget() drops st
+    return Outcome(hidden, tombstones)
+
+
+@dataclass(frozen=True)
+class KeyStats:
+    """What ``lamina keys`` reports of a table's key index, as of commit ``seq``."""
+
+    seq: int
+    keys: int  #: keys with a latest record (live tombstones included)
+    index_bytes: int  #: memory the index holds
+    files: int  #: data files the index points into
+    hidden_rows: int  #: rows deletion vectors hide at ``seq``
+    files_with_vectors: int
+    seconds: float  #: to bring the index up to date in this call
+
+
+def stats(db: Any, table: TableRecord, spec: UpsertSpec, wh: Warehouse) -> KeyStats:
+    """The key index of the table's latest snapshot (built or caught up now)."""
+    import time
+
+    def read(conn: Connection) -> KeyStats:
+        seq = int(
+            conn.execute(select(tables.c.last_seq).where(tables.c.id == table.id)).scalar_one()
+        )
+        with _LOCK:
+            started = time.perf_counter()
+            st = state(conn, str(db.engine.url), table, spec, wh, seq)
+            took = time.perf_counter() - started
+            vectors = deletes.at(conn, table.id, seq)
+            return KeyStats(
+                seq,
+                len(st.index),
+                st.index.nbytes,
+                len(st.index.segments()),
+                sum(len(v.hidden) for v in vectors.values()),
+                sum(1 for v in vectors.values() if v.hidden),
+                took,
+            )
+
+    result: KeyStats = db.read(read)
+    return result
+
+
+#: a process saves a table's key index after an upsert once it holds this many keys
+#: more than the newest saved snapshot (and at least this many in all)
+SAVE_EVERY = 100_000
+#: snapshots kept per table (older ones are deleted when a new one is saved)
+KEEP_SNAPSHOTS = 2
+
+
+def save_if_due(db: Any, table: TableRecord, wh: Warehouse) -> str | None:
+    """Save this process's index of the table as a snapshot when it grew enough since
+    the newest one; best effort (a failure only means a slower start elsewhere).
+    Returns the snapshot's location when one was written."""
+    import uuid
+
+    from lamina.io.keyindex import write_index
+    from lamina.meta.tables import now_us
+
+    url = str(db.engine.url)
+    with _LOCK:
+        st = _STATES.get((url, table.id))
+        if st is None or not wh.local:
+            return None
+
+        def newest(conn: Connection) -> Any:
+            return conn.execute(
+                select(key_snapshots.c.key_count)
+                .where(key_snapshots.c.table_id == table.id)
+                .order_by(key_snapshots.c.seq.desc())
+                .limit(1)
+            ).first()
+
+        last = db.read(newest)
+        if len(st.index) < SAVE_EVERY or (
+            last is not None and len(st.index) - last.key_count < SAVE_EVERY
+        ):
+            return None
+        rel = f"{table.name}/_keys/{st.seq:012d}-{uuid.uuid4().hex[:8]}.keys"
+        try:
+            wh.fs.create_dir(wh.path(f"{table.name}/_keys"), recursive=True)
+            write_index(st.index, wh.path(rel))
+        except OSError:
+            return None
+        seq, files, keys = st.seq, json.dumps(st.locations), len(st.index)
+
+    def register(conn: Connection) -> list[str]:
+        conn.execute(
+            key_snapshots.insert().values(
+                table_id=table.id,
+                seq=seq,
+                location=rel,
+                files=files,
+                key_count=keys,
+                created_at=now_us(),
+            )
+        )
+        old = conn.execute(
+            select(key_snapshots.c.seq, key_snapshots.c.location)
+            .where(key_snapshots.c.table_id == table.id)
+            .order_by(key_snapshots.c.seq.desc())
+            .offset(KEEP_SNAPSHOTS)
+        ).all()
+        for r in old:
+            conn.execute(
+                key_snapshots.delete().where(
+                    key_snapshots.c.table_id == table.id, key_snapshots.c.seq == r.seq
+                )
+            )
+        return [r.location for r in old]
+
+    try:
+        stale = db.write(register)
+    except (IntegrityError, OperationalError):  # another process saved this seq first...
+        with contextlib.suppress(OSError):
+            wh.fs.delete_file(wh.path(rel))
+        return None
+    for loc in stale:
+        with contextlib.suppress(OSError):
+            wh.fs.delete_file(wh.path(loc))
+    return rel

@@ -1,0 +1,331 @@
+"""Upserts: writing records of an upsert table, of which per primary key only the
+latest is visible (Pinot's upsert; see docs/upserts.md).
+
+An upsert is an append that its commit resolves by key: the records are written as
+new segments, resolved among themselves here (:func:`lamina.core.upsert.resolve_batch`),
+and against every earlier commit at publish, under the table lock
+(:mod:`lamina.meta.keys`), which records deletion vectors for the records that stop
+being their key's latest. Two writers upserting the same keys both succeed: the one
+publishing second counts as the later.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from lamina.core.model import Commit, CommitAction
+from lamina.core.upsert import UpsertBatch, UpsertSpec, resolve_batch
+from lamina.errors import CommitConflictError, UpsertError
+
+if TYPE_CHECKING:
+    from lamina.core.interval import Interval
+    from lamina.core.scan import ScanPlan
+    from lamina.io.warehouse import Warehouse
+    from lamina.table import Table
+
+
+def spec_of(table: Table) -> UpsertSpec | None:
+    """The table's upsert definition (None: not an upsert table)."""
+    rec = table._record
+    return UpsertSpec.from_properties(rec.properties, rec.schema, rec.time_column)
+
+
+def require(table: Table) -> UpsertSpec:
+    """The table's upsert definition. Raises UpsertError for a table without one."""
+    spec = spec_of(table)
+    if spec is None:
+        raise UpsertError(
+            f"table {table.name!r} has no primary key: upsert into a table created with "
+            "primary_key=[...], or append"
+        )
+    return spec
+
+
+def refuse(table: Table, what: str) -> None:
+    """Refuse a write upsert tables do not take yet. Raises UpsertError."""
+    if "upsert.primary_key" in table._record.properties:
+        raise UpsertError(
+            f"{what} is not supported on upsert table {table.name!r} yet: upsert the "
+            "records (a record with the delete column true removes its key)"
+        )
+
+
+def upsert(
+    table: Table,
+    data: Any,
+    metadata: dict[str, Any] | None = None,
+    txn: tuple[str, int] | None = None,
+) -> Commit:
+    """Write ``data``'s records; per key the latest wins. Raises UpsertError,
+    SchemaError, TimeColumnError, CommitConflictError (a partial upsert whose keys kept
+    changing under it)."""
+    from lamina.core.keyindex import key_hashes
+    from lamina.io.arrow import conform, is_spark_dataframe, to_arrow_table
+
+    spec = require(table)
+    rec = table._record
+    wh = table._ctx.warehouse
+    if is_spark_dataframe(data):  # Spark writes; the records are read back, narrow
+        from lamina.engines.spark import spark_producer
+
+        if spec.is_partial:
+            raise UpsertError(
+                "partial upserts from a Spark DataFrame are not supported yet: convert the "
+                "batch to Arrow (df.toArrow()) and upsert that"
+            )
+        produce = spark_producer(rec, wh, table.target_rows_per_segment, data)
+        done = table._write(
+            CommitAction.UPSERT,
+            produce,
+            None,
+            metadata,
+            txn=txn,
+            upsert=lambda files: _written(spec, wh, [f.location for f in files]),
+        )
+    else:
+        batch = conform(to_arrow_table(data), rec.schema)
+        read = UpsertBatch(
+            spec, resolve_batch(batch, spec), key_hashes(batch, spec.primary_key), ()
+        )
+        if not spec.is_partial:
+            done = _write(table, batch, read, metadata, txn)
+        else:
+            for attempt in range(PARTIAL_ATTEMPTS):
+                try:
+                    done = _partial(table, read, metadata, txn)
+                    break
+                except CommitConflictError as exc:  # a key changed before it published
+                    if not exc.retryable or attempt == PARTIAL_ATTEMPTS - 1:
+                        raise
+    _save_keys(table)
+    return done
+
+
+def _write(
+    table: Table,
+    records: pa.Table,
+    read: UpsertBatch,
+    metadata: dict[str, Any] | None,
+    txn: tuple[str, int] | None,
+    expect: tuple[tuple[str, int] | None, ...] | None = None,
+) -> Commit:
+    """One UPSERT commit storing ``records`` (``read``: them resolved on their own)."""
+    from lamina.io.writer import split_by_chunk, write_parts
+
+    rec, wh = table._record, table._ctx.warehouse
+    parts = split_by_chunk(records, rec.time_column, rec.granularity, table.target_rows_per_segment)
+    file_rows = tuple(
+        np.arange(p.rows.start, p.rows.stop) if isinstance(p.rows, slice) else p.rows for p in parts
+    )
+    written = UpsertBatch(read.spec, read.resolved, read.keys, file_rows, expect)
+    return table._write(
+        CommitAction.UPSERT,
+        lambda commit_dir: write_parts(wh, commit_dir, parts),
+        None,
+        metadata,
+        txn=txn,
+        upsert=lambda files: written,
+    )
+
+
+def _save_keys(table: Table) -> None:
+    """Snapshot the key index when due (a new process then starts from it)."""
+    from lamina.meta import keys as key_index
+
+    key_index.save_if_due(table._ctx.db, table._record, table._ctx.warehouse)
+
+
+#: times a partial upsert merges and writes again when another upsert of its keys
+#: published first
+PARTIAL_ATTEMPTS = 5
+
+
+def _partial(
+    table: Table, read: UpsertBatch, metadata: dict[str, Any] | None, txn: tuple[str, int] | None
+) -> Commit:
+    """A partial upsert: merge with the keys' current records, write the merged
+    records, publish unless one of its keys changed meanwhile (CommitConflictError,
+    retryable)."""
+    from lamina.core.upsert import resolve_against
+    from lamina.meta import keys as key_index
+
+    ctx, rec, spec = table._ctx, table._record, read.spec
+    wh, url = ctx.warehouse, str(ctx.db.engine.url)
+    current, expect = ctx.db.read(lambda conn: key_index.read_current(conn, url, rec, wh, read))
+    merged = resolve_against(current, read.resolved, spec).records
+    merged_read = UpsertBatch(spec, resolve_batch(merged, spec), read.keys, ())
+    return _write(table, merged, merged_read, metadata, txn, expect)
+
+
+def _written(spec: UpsertSpec, wh: Warehouse, locations: list[str]) -> UpsertBatch:
+    """The records of files an engine wrote (Spark), read back (key, comparison and
+    delete columns only) in file order. Raises UpsertError (null keys...)."""
+    import pyarrow.parquet as pq
+
+    from lamina.core.keyindex import key_hashes
+
+    cols = list(
+        dict.fromkeys(
+            [
+                *spec.primary_key,
+                spec.comparison_column,
+                *([spec.delete_column] if spec.delete_column else []),
+            ]
+        )
+    )
+    parts = [pq.read_table(wh.path(loc), columns=cols, filesystem=wh.fs) for loc in locations]
+    if not parts:
+        raise UpsertError("the upsert wrote no file: nothing to resolve")
+    batch = pa.concat_tables(parts)
+    sizes = np.cumsum([0, *(p.num_rows for p in parts)])
+    file_rows = tuple(np.arange(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True))
+    return UpsertBatch(
+        spec, resolve_batch(batch, spec), key_hashes(batch, spec.primary_key), file_rows
+    )
+
+
+VALID_FROM = "$valid_from"
+VALID_UNTIL = "$valid_until"
+
+
+def all_versions(
+    table: Table, as_of: int | None = None, columns: list[str] | None = None, interval: Any = None
+) -> pa.Table:
+    """Every record stored in the snapshot's segments, superseded ones too (Pinot's
+    skipUpsert), with :data:`VALID_FROM` (the seq of the commit that stored it) and
+    :data:`VALID_UNTIL` (the seq from which it no longer shows: a newer record of its
+    key, or a delete; null while it still shows). A record that never showed (out of
+    order, superseded in its own input, a tombstone) has both equal.
+    Raises UpsertError (not an upsert table), SnapshotNotFoundError, SchemaError."""
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    from lamina.errors import SchemaError
+    from lamina.io.arrow import time_filter
+    from lamina.meta import deletes
+
+    require(table)
+    rec, wh = table._record, table._ctx.warehouse
+    if columns is not None:
+        unknown = [c for c in columns if c not in rec.schema.names]
+        if unknown:
+            raise SchemaError(f"unknown columns {unknown}; the table has {rec.schema.names}")
+    plan = table.scan(as_of, interval)
+    root = table._ctx.db.root + "/"
+    rel = {t.segment.location: str(t.segment.location).removeprefix(root) for t in plan.tasks}
+    hist = table._ctx.db.read(lambda conn: deletes.history(conn, rec.id, rel.values()))
+    seq_of = {c.id: c.seq for c in table.history()}
+    tc = rec.time_column
+    parts = []
+    for task in plan.tasks:
+        path = str(task.segment.location)
+        cols = columns
+        if task.keep is not None and cols is not None and tc not in cols:
+            cols = [*cols, str(tc)]
+        data = pq.read_table(path, columns=cols, filesystem=wh.fs, schema=rec.schema)
+        until = np.full(data.num_rows, -1, np.int64)
+        for seq, rows in hist.get(rel[path], []):
+            if seq > plan.seq:
+                break
+            pos = np.fromiter(rows, np.int64, len(rows))
+            pos = pos[until[pos] < 0]
+            until[pos] = seq
+        start = seq_of.get(int(task.segment.commit_id or 0))
+        data = data.append_column(VALID_FROM, pa.array(np.full(data.num_rows, start or 0)))
+        data = data.append_column(VALID_UNTIL, pa.array(until, mask=until < 0))
+        if task.keep is not None:
+            assert tc is not None
+            flt = time_filter(rec.schema.field(tc), task.keep)
+            keep = [*(columns or rec.schema.names), VALID_FROM, VALID_UNTIL]
+            data = ds.dataset(data).to_table(columns=keep, filter=flt)
+        parts.append(data)
+    if not parts:
+        empty = rec.schema.empty_table()
+        empty = empty.select(columns) if columns is not None else empty
+        return empty.append_column(VALID_FROM, pa.array([], pa.int64())).append_column(
+            VALID_UNTIL, pa.array([], pa.int64())
+        )
+    return pa.concat_tables(parts)
+
+
+def _visible_rows(plan: ScanPlan) -> dict[str, tuple[int, Interval | None, np.ndarray]]:
+    """Per file of ``plan``: its row count, the time span it answers for (None: all of
+    it) and the positions it hides."""
+    none = np.zeros(0, np.int64)
+    return {
+        str(t.segment.location): (
+            t.segment.row_count,
+            t.keep,
+            plan.deletes.get(str(t.segment.location), none),
+        )
+        for t in plan.tasks
+    }
+
+
+def read_changes(
+    table: Table, after_seq: int, until_seq: int | None = None, columns: list[str] | None = None
+) -> pa.Table:
+    """The change feed of an upsert table (see ``Table.read_changes``): per commit, the
+    records that stopped showing ('delete': superseded by a newer record of their key,
+    deleted, or in removed segments) and those that started ('insert'); an update is a
+    delete and an insert. Raises SnapshotNotFoundError, SchemaError."""
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    from lamina.changes import CHANGE, COMMIT_ID, COMMIT_SEQ, change_schema
+    from lamina.errors import SchemaError
+    from lamina.io.arrow import time_filter
+    from lamina.meta.changes import change_points
+    from lamina.read import plan
+
+    ctx, rec = table._ctx, table._record
+    changes = change_points(ctx.db, table.name, after_seq, until_seq)
+    schema = rec.schema
+    if columns is not None:
+        unknown = [c for c in columns if c not in schema.names]
+        if unknown:
+            raise SchemaError(f"unknown columns {unknown}; the table has {schema.names}")
+    out_schema = change_schema(
+        schema if columns is None else pa.schema([schema.field(c) for c in columns])
+    )
+    tc = rec.time_column
+    cols = columns if columns is None or tc is None or tc in columns else [*columns, tc]
+    parts: list[pa.Table] = []
+
+    def rows_of(path: str, pos: np.ndarray, keep: Interval | None) -> pa.Table:
+        data = pq.read_table(path, columns=cols, filesystem=ctx.warehouse.fs, schema=schema)
+        data = data.take(pa.array(pos))
+        if keep is not None:
+            assert tc is not None
+            flt = time_filter(schema.field(tc), keep)
+            return ds.dataset(data).to_table(columns=columns, filter=flt)
+        return data if columns is None else data.select(columns)
+
+    before: dict[str, tuple[int, Interval | None, np.ndarray]] = {}
+    if changes.base is not None:
+        before = _visible_rows(plan(ctx, table.name, changes.base))
+    for point in changes.points:
+        after = _visible_rows(plan(ctx, table.name, point.commit_id))
+        for tag in ("delete", "insert"):
+            old, new = (before, after) if tag == "delete" else (after, before)
+            for path in sorted(old):
+                n, keep, hidden = old[path]
+                shown = np.setdiff1d(np.arange(n), hidden)
+                if path in new:
+                    shown = np.intersect1d(shown, new[path][2])  # shows in old, hidden in new
+                if not len(shown):
+                    continue
+                data = rows_of(path, shown, keep)
+                k = data.num_rows
+                if k:
+                    data = (
+                        data.append_column(CHANGE, pa.array([tag] * k, pa.string()))
+                        .append_column(COMMIT_ID, pa.array([point.commit_id] * k, pa.int64()))
+                        .append_column(COMMIT_SEQ, pa.array([point.seq] * k, pa.int64()))
+                    )
+                    parts.append(data.cast(out_schema))
+        before = after
+    return pa.concat_tables(parts) if parts else out_schema.empty_table()
