@@ -221,13 +221,11 @@ def test_the_definition_is_fixed(t: lamina.Table) -> None:
     assert t.primary_key == ("key",)
 
 
-@pytest.mark.parametrize("write", ["overwrite", "push", "transaction", "major compaction"])
+@pytest.mark.parametrize("write", ["push", "transaction", "major compaction"])
 def test_writes_upsert_tables_do_not_take_yet_are_refused(t: lamina.Table, write: str) -> None:
     t.upsert(rows(("a", 1, 1)))
     with pytest.raises(UpsertError, match="not supported on upsert table"):
-        if write == "overwrite":
-            t.overwrite(rows(("a", 1, 2)))
-        elif write == "push":
+        if write == "push":
             t.push()
         elif write == "transaction":
             t.transaction()
@@ -470,3 +468,20 @@ def test_a_minor_compaction_drops_superseded_records_and_keeps_every_answer(
     assert "k5" not in latest(t)
     t.upsert(rows(("k5", 200, 6)))  # newer: revived
     assert latest(t)["k5"] == 6
+
+
+def test_an_overwrite_replaces_the_records_stored_in_its_chunks(t: lamina.Table) -> None:
+    """The records stored in the chunks go; the new ones are upserted against those
+    elsewhere; a key whose latest record went has none (its older ones elsewhere stay
+    superseded, as when Pinot removes a segment)."""
+    day = 24 * 60
+    c1 = t.upsert(rows(("a", 1, 1), ("b", 1, 1)))  # day 1
+    t.upsert(rows(("a", day + 1, 2), ("c", day + 1, 3)))  # day 2
+    assert latest(t) == {"a": 2, "b": 1, "c": 3}
+    t.overwrite(rows(("b", 2, 10), ("d", 1, 4)))  # day 1: a's old record and b go
+    assert latest(t) == {"a": 2, "b": 10, "c": 3, "d": 4}
+    t.overwrite(rows(("c", day + 1, 30)), interval=("2024-01-02", "2024-01-03"))
+    assert latest(t) == {"b": 10, "c": 30, "d": 4}  # a's latest went: a has none
+    t.overwrite(rows(("c", 1, 99)))  # day 1: older than c's record on day 2
+    assert latest(t) == {"c": 30}
+    assert latest(t, c1.id) == {"a": 1, "b": 1}  # time travel as before

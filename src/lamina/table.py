@@ -169,8 +169,11 @@ class Table:
         ``retries``: as :meth:`append` (an overwrite that lost to another overwrite is
         never retried: that would silently drop the other's rows).
         Raises CommitConflictError, DataOutsideIntervalError."""
-        self._refuse_upsert("an overwrite")
         iv = self._aligned(interval)
+        if "upsert.primary_key" in self._record.properties:  # then upserted (docs/upserts.md)
+            from lamina.upsert import overwrite
+
+            return overwrite(self, data, iv, metadata, txn)
         return self._retrying(
             retries, lambda: self._write(CommitAction.OVERWRITE, data, iv, metadata, txn=txn)
         )
@@ -200,7 +203,7 @@ class Table:
         entry on the spot, and :meth:`revert_replace` rolls a bad push back. Without
         it, the swap is still one atomic commit, but not revertible.
         """
-        self._refuse_upsert("a refresh")
+        self._refuse_upsert("a refresh (overwrite the interval instead)")
         from lamina.write import WriteTransaction
 
         iv = self._aligned(interval)

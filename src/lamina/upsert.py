@@ -104,6 +104,32 @@ def upsert(
     return done
 
 
+def overwrite(
+    table: Table,
+    data: Any,
+    interval: Interval | None,
+    metadata: dict[str, Any] | None = None,
+    txn: tuple[str, int] | None = None,
+) -> Commit:
+    """An upsert table's overwrite: the records stored in ``interval``'s chunks (default:
+    those the data touches) go, as with any overwrite, and ``data``'s records are
+    upserted against those that remain elsewhere, in one commit. A key whose latest
+    record went has none until a new one comes (its older records elsewhere stay
+    superseded, as when Pinot removes a segment). Raises UpsertError, SchemaError,
+    DataOutsideIntervalError, CommitConflictError (another overwrite of the chunks)."""
+    from lamina.core.keyindex import key_hashes
+    from lamina.io.arrow import conform, to_arrow_table
+
+    spec = require(table)
+    if spec.is_partial:
+        raise UpsertError("an overwrite of a partial-upsert table is not supported yet")
+    batch = conform(to_arrow_table(data), table._record.schema)
+    read = UpsertBatch(spec, resolve_batch(batch, spec), key_hashes(batch, spec.primary_key), ())
+    return _write(
+        table, batch, read, metadata, txn, action=CommitAction.OVERWRITE, interval=interval
+    )
+
+
 def _write(
     table: Table,
     records: pa.Table,
@@ -111,8 +137,11 @@ def _write(
     metadata: dict[str, Any] | None,
     txn: tuple[str, int] | None,
     expect: tuple[tuple[str, int] | None, ...] | None = None,
+    action: CommitAction = CommitAction.UPSERT,
+    interval: Interval | None = None,
 ) -> Commit:
-    """One UPSERT commit storing ``records`` (``read``: them resolved on their own)."""
+    """One commit storing ``records`` (``read``: them resolved on their own): an UPSERT,
+    or an OVERWRITE of ``interval``."""
     from lamina.io.writer import split_by_chunk, write_parts
 
     rec, wh = table._record, table._ctx.warehouse
@@ -122,9 +151,9 @@ def _write(
     )
     written = UpsertBatch(read.spec, read.resolved, read.keys, file_rows, expect)
     return table._write(
-        CommitAction.UPSERT,
+        action,
         lambda commit_dir: write_parts(wh, commit_dir, parts),
-        None,
+        interval,
         metadata,
         txn=txn,
         upsert=lambda files: written,

@@ -224,15 +224,24 @@ class Outcome:
 
 
 def _current(
-    st: KeyState, batch: UpsertBatch, wh: Warehouse, values: bool
+    st: KeyState,
+    batch: UpsertBatch,
+    wh: Warehouse,
+    values: bool,
+    gone: set[str] | None = None,
 ) -> tuple[pa.Table, Lookup]:
     """The current latest record of each key the batch resolves to (its winners' keys),
     as :func:`lamina.core.upsert.resolve_against` takes it; with the stored values of
-    the other columns when ``values`` (partial upserts merge with them)."""
+    the other columns when ``values`` (partial upserts merge with them). Records in
+    files ``gone`` count as absent."""
     spec, res = batch.spec, batch.resolved
     data = res.batch
     winners = res.winners
     found = st.index.lookup(batch.keys[winners])
+    if gone:
+        gone_codes = [i for i, loc in enumerate(st.locations) if loc in gone]
+        dead = found.found & np.isin(found.segment, np.array(gone_codes, np.int32))
+        found = Lookup(found.found & ~dead, found.segment, found.row, found.cmp, found.tomb)
     at = winners[found.found]
     cmp_type = data.schema.field(spec.comparison_column).type
     cols: dict[str, Any] = {
@@ -299,12 +308,19 @@ def resolve(
     batch: UpsertBatch,
     locations: list[str],
     seq: int,
+    gone: set[str] | None = None,
 ) -> Outcome:
     """Resolve an upsert written to ``locations`` (its files, in order) against the
     index as of ``seq`` (the table's latest commit); update the index to include it.
-    Raises UpsertError."""
+    ``gone``: files the same commit removes (an overwrite of an upsert table): the
+    records there no longer count, and the index is rebuilt next time.
+    Raises UpsertError, CommitConflictError (partial upserts)."""
     with _LOCK:
-        return _resolve(conn, url, table, wh, batch, locations, seq)
+        try:
+            return _resolve(conn, url, table, wh, batch, locations, seq, gone or set())
+        finally:
+            if gone:
+                _STATES.pop((url, table.id), None)
 
 
 def _resolve(
@@ -315,12 +331,13 @@ def _resolve(
     batch: UpsertBatch,
     locations: list[str],
     seq: int,
+    gone: set[str],
 ) -> Outcome:
     spec = batch.spec
     st = state(conn, url, table, spec, wh, seq)
     res = batch.resolved
     data = res.batch
-    current, found = _current(st, batch, wh, values=False)
+    current, found = _current(st, batch, wh, values=False, gone=gone)
     if batch.expect is not None:  # a partial upsert merged with what it read before
         changed = [i for i, w in enumerate(_where(st, found)) if w != batch.expect[i]]
         if changed:
@@ -335,9 +352,9 @@ def _resolve(
     file_of, pos_of = batch.positions()
     hidden: dict[str, BitMap] = {}
     tombstones: dict[str, BitMap] = {}
-    gone = out.invalidated
+    replaced = out.invalidated
     for code, row in zip(
-        gone.column(SEGMENT).to_pylist(), gone.column(ROW).to_pylist(), strict=True
+        replaced.column(SEGMENT).to_pylist(), replaced.column(ROW).to_pylist(), strict=True
     ):
         hidden.setdefault(st.locations[code], BitMap()).add(int(row))
     for i in np.flatnonzero(~out.queryable):  # own rows: superseded, or tombstones

@@ -222,8 +222,19 @@ def _publish(
         if wh is None:
             raise CommitError("an upsert publishes with the table's warehouse; pass it")
         locations = [f.location for f in plan.files]
+        kept = {s.location for s in new}  # carried copies keep their files
+        gone_files = {
+            r.location for r in rows_by_id(conn, table.id, sorted(removed)) if r.location
+        } - kept
         outcome = keys.resolve(
-            conn, str(db.engine.url), table, wh, plan.upsert, locations, int(trow.last_seq)
+            conn,
+            str(db.engine.url),
+            table,
+            wh,
+            plan.upsert,
+            locations,
+            int(trow.last_seq),
+            gone_files,
         )
     meta = json.loads(trow.commit_metadata)
     shown: list[str] = []  # the batch that ends its push shows all of it
