@@ -52,8 +52,11 @@ def pg_url() -> Iterator[str]:
         conn.execute(text(f"CREATE SCHEMA {schema}"))
     sep = "&" if "?" in PG_URL else "?"
     yield f"{PG_URL}{sep}options=-csearch_path%3D{schema}"
-    with admin.begin() as conn:
-        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+    if os.environ.get("LAMINA_KEEP_TEST_SCHEMAS"):  # to look into after a failure
+        print(f"kept PostgreSQL schema {schema}")
+    else:
+        with admin.begin() as conn:
+            conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
     admin.dispose()
 
 
