@@ -48,6 +48,7 @@ BENCHMARKS = {
     "cli": "bench_cli.py",
     "compaction": "bench_compaction.py",
     "keyindex": "bench_keyindex.py",
+    "upsert": "bench_upsert.py",
 }
 
 

@@ -11,6 +11,8 @@ publishing second counts as the later.
 
 from __future__ import annotations
 
+import random
+import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -100,6 +102,7 @@ def upsert(
                 except CommitConflictError as exc:  # a key changed before it published
                     if not exc.retryable or attempt == PARTIAL_ATTEMPTS - 1:
                         raise
+                    time.sleep(random.uniform(0, 0.005 * (attempt + 1)))  # others go first
     _save_keys(table)
     return done
 
@@ -168,8 +171,8 @@ def _save_keys(table: Table) -> None:
 
 
 #: times a partial upsert merges and writes again when another upsert of its keys
-#: published first
-PARTIAL_ATTEMPTS = 5
+#: published first (after a short random pause, longer each time)
+PARTIAL_ATTEMPTS = 20
 
 
 def _partial(

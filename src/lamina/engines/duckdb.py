@@ -289,7 +289,9 @@ def _deletes_table(
     rows = [plan.deletes[p] for p in paths]
     table = pa.table(
         {
-            "i": pa.array(np.repeat(np.arange(len(paths), dtype=np.int32), [len(r) for r in rows])),
+            "i": pa.array(
+                np.repeat(np.arange(len(paths), dtype=np.uint64), [len(r) for r in rows])
+            ),
             "r": pa.array(np.concatenate(rows)),
         }
     )

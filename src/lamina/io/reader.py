@@ -24,12 +24,9 @@ def read_arrow(plan: ScanPlan, wh: Warehouse, columns: list[str] | None = None) 
         if unknown:
             raise SchemaError(f"unknown columns {unknown}; the table has {schema.names}")
     groups: dict[Interval | None, list[str]] = defaultdict(list)
-    hiding: list[tuple[str, Interval | None]] = []  # files with deletion vectors
+    hiding: dict[Interval | None, list[str]] = defaultdict(list)  # with deletion vectors
     for path, keep in plan.reads():
-        if path in plan.deletes:
-            hiding.append((path, keep))
-        else:
-            groups[keep].append(path)
+        (hiding if path in plan.deletes else groups)[keep].append(path)
     parts = []
 
     def time_flt(keep: Interval | None) -> ds.Expression | None:
@@ -43,14 +40,22 @@ def read_arrow(plan: ScanPlan, wh: Warehouse, columns: list[str] | None = None) 
             dataset = ds.dataset(files, schema=schema, format="parquet", filesystem=wh.fs)
             parts.append(dataset.to_table(columns=columns, filter=time_flt(keep)))
         tc = plan.table.time_column
-        for path, keep in hiding:  # read whole, less the rows its vector hides
+        rows = {str(t.segment.location): t.segment.row_count for t in plan.tasks} if hiding else {}
+        for keep, files in hiding.items():  # read whole (in order), less the hidden rows
             cols = columns
             if keep is not None and cols is not None and tc not in cols:
                 cols = [*cols, str(tc)]
-            data = ds.dataset([path], schema=schema, format="parquet", filesystem=wh.fs)
+            data = ds.dataset(files, schema=schema, format="parquet", filesystem=wh.fs)
             got = data.to_table(columns=cols)
+            starts = np.cumsum([0, *(rows[f] for f in files)])
+            if got.num_rows != starts[-1]:  # the catalog's row counts place every row
+                raise SnapshotNotFoundError(
+                    f"the files of snapshot seq {plan.seq} of {plan.table.name!r} hold "
+                    f"{got.num_rows} rows, not the {starts[-1]} the catalog records"
+                )
             mask = np.ones(got.num_rows, bool)
-            mask[plan.deletes[path]] = False
+            for f, at in zip(files, starts, strict=False):
+                mask[at + plan.deletes[f]] = False
             got = got.filter(pa.array(mask))
             if keep is not None:
                 got = ds.dataset(got).to_table(columns=columns, filter=time_flt(keep))

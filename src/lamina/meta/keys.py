@@ -41,7 +41,7 @@ from lamina.core.upsert import (
     cmp_values,
     resolve_against,
 )
-from lamina.errors import CommitConflictError
+from lamina.errors import CommitConflictError, UpsertError
 from lamina.io.warehouse import Warehouse
 from lamina.meta import deletes
 from lamina.meta.schema import commits, key_snapshots, segments, tables
@@ -83,30 +83,51 @@ def _columns(spec: UpsertSpec) -> list[str]:
     return list(dict.fromkeys(cols))
 
 
-def _add_file(
-    st: KeyState, wh: Warehouse, spec: UpsertSpec, location: str, superseded: BitMap
-) -> None:
-    """Put the rows of one data file that are their key's latest record."""
+def _latest_rows(
+    wh: Warehouse, spec: UpsertSpec, location: str, superseded: BitMap, dtype: np.dtype
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The rows of one data file that are their key's latest record: their key hashes,
+    positions, comparison values and tombstone flags (None: no such row)."""
     data = pq.read_table(wh.path(location), columns=_columns(spec), filesystem=wh.fs)
     keep = np.ones(data.num_rows, bool)
     if superseded:
         keep[np.fromiter(superseded, np.int64, len(superseded))] = False
     rows = np.flatnonzero(keep)
     if not len(rows):
-        return
+        return None
     data = data.take(pa.array(rows))
-    tomb: Any = False
+    tomb = np.zeros(len(rows), bool)
     if spec.delete_column is not None:
-        tomb = np.asarray(
-            data.column(spec.delete_column).fill_null(False).to_numpy(zero_copy_only=False), bool
+        flags = data.column(spec.delete_column).fill_null(False)
+        tomb = np.asarray(flags.to_numpy(zero_copy_only=False), bool)
+    cmp = cmp_values(data.column(spec.comparison_column), dtype)
+    return key_hashes(data, spec.primary_key), rows.astype(np.uint32), cmp, tomb
+
+
+def _add_files(st: KeyState, wh: Warehouse, spec: UpsertSpec, files: dict[str, BitMap]) -> None:
+    """Put the latest records of the data files (location -> rows superseded there) in
+    one step (one key has its latest record in one file at most)."""
+    parts = []
+    for loc in sorted(files):
+        got = _latest_rows(wh, spec, loc, files[loc], st.index.cmp_dtype)
+        if got is not None:
+            parts.append((st.code(loc), *got))
+    if not parts:
+        return
+    codes = np.concatenate([np.full(len(p[1]), p[0], np.int32) for p in parts])
+    try:
+        st.index.put(
+            np.concatenate([p[1] for p in parts]),
+            codes,
+            np.concatenate([p[2] for p in parts]),
+            np.concatenate([p[3] for p in parts]),
+            np.concatenate([p[4] for p in parts]),
         )
-    st.index.put(
-        key_hashes(data, spec.primary_key),
-        st.code(location),
-        rows.astype(np.uint32),
-        cmp_values(data.column(spec.comparison_column), st.index.cmp_dtype),
-        tomb,
-    )
+    except UpsertError as exc:
+        raise UpsertError(
+            f"the table's files hold two latest records of one key ({exc}): its deletion "
+            "vectors are inconsistent — report this"
+        ) from None
 
 
 def _visible(conn: Connection, table: TableRecord, seq: int) -> list[Segment]:
@@ -134,9 +155,12 @@ def _rebuild(
     st = KeyState(KeyIndex(dtype), seq)
     locations = [s.location.lstrip("/") for s in _visible(conn, table, seq) if s.location]
     vectors = deletes.at(conn, table.id, seq, locations)
-    for loc in sorted(set(locations)):
-        got = vectors.get(loc)
-        _add_file(st, wh, spec, loc, got.superseded if got else BitMap())
+    _add_files(
+        st,
+        wh,
+        spec,
+        {loc: v.superseded if (v := vectors.get(loc)) else BitMap() for loc in locations},
+    )
     return st
 
 
@@ -166,9 +190,9 @@ def _catch_up(
             )
         ]
         own = deletes.at(conn, table.id, int(cseq), locs)
-        for loc in locs:
-            got = own.get(loc)
-            _add_file(st, wh, spec, loc, got.superseded if got else BitMap())
+        _add_files(
+            st, wh, spec, {loc: v.superseded if (v := own.get(loc)) else BitMap() for loc in locs}
+        )
         st.seq = int(cseq)
     st.seq = seq
     return st
@@ -293,6 +317,14 @@ def read_current(
         return current, _where(st, found)
 
 
+def _group(into: dict[str, BitMap], names: list[str], which: np.ndarray, rows: np.ndarray) -> None:
+    """Add ``rows`` to the bitmaps of ``into`` by file: row i is in file
+    ``names[which[i]]``."""
+    for value in np.unique(which):
+        bm = into.setdefault(names[int(value)], BitMap())
+        bm |= BitMap(rows[which == value].astype(np.uint32))
+
+
 def _where(st: KeyState, found: Lookup) -> tuple[tuple[str, int] | None, ...]:
     return tuple(
         (st.locations[int(c)], int(r)) if f else None
@@ -353,17 +385,17 @@ def _resolve(
     hidden: dict[str, BitMap] = {}
     tombstones: dict[str, BitMap] = {}
     replaced = out.invalidated
-    for code, row in zip(
-        replaced.column(SEGMENT).to_pylist(), replaced.column(ROW).to_pylist(), strict=True
-    ):
-        hidden.setdefault(st.locations[code], BitMap()).add(int(row))
-    for i in np.flatnonzero(~out.queryable):  # own rows: superseded, or tombstones
-        hidden.setdefault(locations[file_of[i]], BitMap()).add(int(pos_of[i]))
-    for i in np.flatnonzero(out.valid & ~out.queryable):
-        tombstones.setdefault(locations[file_of[i]], BitMap()).add(int(pos_of[i]))
+    old_code = np.asarray(replaced.column(SEGMENT).to_numpy(), np.int64)
+    old_row = np.asarray(replaced.column(ROW).to_numpy(), np.int64)
+    _group(hidden, st.locations, old_code, old_row)
+    mine = np.flatnonzero(~out.queryable)  # own rows: superseded, or tombstones
+    _group(hidden, locations, file_of[mine], pos_of[mine])
+    tomb = np.flatnonzero(out.valid & ~out.queryable)
+    _group(tombstones, locations, file_of[tomb], pos_of[tomb])
     valid = np.flatnonzero(out.valid)
     if len(valid):
-        codes = np.array([st.code(locations[f]) for f in file_of[valid]], np.int32)
+        per_file = np.array([st.code(loc) for loc in locations], np.int32)
+        codes = per_file[file_of[valid]]
         st.index.put(
             batch.keys[valid],
             codes,
@@ -418,7 +450,7 @@ def stats(db: Any, table: TableRecord, spec: UpsertSpec, wh: Warehouse) -> KeySt
 
 
 #: a process saves a table's key index after an upsert once it holds this many keys
-#: more than the newest saved snapshot (and at least this many in all)
+#: (and a quarter of them) more than the newest saved snapshot, and this many in all
 SAVE_EVERY = 100_000
 #: snapshots kept per table (older ones are deleted when a new one is saved)
 KEEP_SNAPSHOTS = 2
@@ -448,10 +480,9 @@ def save_if_due(db: Any, table: TableRecord, wh: Warehouse) -> str | None:
             ).first()
 
         last = db.read(newest)
-        if len(st.index) < SAVE_EVERY or (
-            last is not None and len(st.index) - last.key_count < SAVE_EVERY
-        ):
-            return None
+        grown = len(st.index) - (0 if last is None else last.key_count)
+        if len(st.index) < SAVE_EVERY or grown < max(SAVE_EVERY, len(st.index) // 4):
+            return None  # a snapshot's cost grows with the index: save less often
         rel = f"{table.name}/_keys/{st.seq:012d}-{uuid.uuid4().hex[:8]}.keys"
         try:
             wh.fs.create_dir(wh.path(f"{table.name}/_keys"), recursive=True)
