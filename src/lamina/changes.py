@@ -17,8 +17,7 @@ from lamina.core.changes import diff
 from lamina.core.interval import Interval
 from lamina.core.scan import ScanPlan, ScanTask, task_for
 from lamina.core.segment import Segment
-from lamina.errors import SchemaError
-from lamina.io.reader import read_arrow
+from lamina.io.reader import check_columns, read_arrow
 from lamina.meta.changes import Changes, change_points
 from lamina.read import plan
 
@@ -40,10 +39,7 @@ def read_changes(
     Raises TableNotFoundError, SnapshotNotFoundError, SchemaError."""
     changes = change_points(ctx.db, name, after_seq, until_seq)
     schema = changes.table.schema
-    if columns is not None:
-        unknown = [c for c in columns if c not in schema.names]
-        if unknown:
-            raise SchemaError(f"unknown columns {unknown}; the table has {schema.names}")
+    check_columns(schema, columns)
     out_schema = change_schema(
         schema if columns is None else pa.schema([schema.field(c) for c in columns])
     )
@@ -78,9 +74,7 @@ def read_changes_spark(
     changes = change_points(ctx.db, name, after_seq, until_seq)
     schema = changes.table.schema
     keep = schema.names if columns is None else columns
-    unknown = [c for c in keep if c not in schema.names]
-    if unknown:
-        raise SchemaError(f"unknown columns {unknown}; the table has {schema.names}")
+    check_columns(schema, keep)
     frames = []
     for tag, commit_id, seq, tasks in _pieces(ctx, name, changes):
         df = read_spark(spark, _plan_of(changes, seq, tasks), ctx.warehouse)

@@ -235,16 +235,13 @@ def all_versions(
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
-    from lamina.errors import SchemaError
     from lamina.io.arrow import time_filter
+    from lamina.io.reader import check_columns
     from lamina.meta import deletes
 
     require(table)
     rec, wh = table._record, table._ctx.warehouse
-    if columns is not None:
-        unknown = [c for c in columns if c not in rec.schema.names]
-        if unknown:
-            raise SchemaError(f"unknown columns {unknown}; the table has {rec.schema.names}")
+    check_columns(rec.schema, columns)
     plan = table.scan(as_of, interval)
     root = table._ctx.db.root + "/"
     rel = {t.segment.location: str(t.segment.location).removeprefix(root) for t in plan.tasks}
@@ -308,18 +305,15 @@ def read_changes(
     import pyarrow.parquet as pq
 
     from lamina.changes import CHANGE, COMMIT_ID, COMMIT_SEQ, change_schema
-    from lamina.errors import SchemaError
     from lamina.io.arrow import time_filter
+    from lamina.io.reader import check_columns
     from lamina.meta.changes import change_points
     from lamina.read import plan
 
     ctx, rec = table._ctx, table._record
     changes = change_points(ctx.db, table.name, after_seq, until_seq)
     schema = rec.schema
-    if columns is not None:
-        unknown = [c for c in columns if c not in schema.names]
-        if unknown:
-            raise SchemaError(f"unknown columns {unknown}; the table has {schema.names}")
+    check_columns(schema, columns)
     out_schema = change_schema(
         schema if columns is None else pa.schema([schema.field(c) for c in columns])
     )

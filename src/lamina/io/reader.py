@@ -14,15 +14,19 @@ from lamina.io.arrow import time_filter
 from lamina.io.warehouse import Warehouse
 
 
+def check_columns(schema: pa.Schema, columns: list[str] | None) -> None:
+    """Raises SchemaError when ``columns`` names a column ``schema`` lacks."""
+    unknown = [c for c in columns or () if c not in schema.names]
+    if unknown:
+        raise SchemaError(f"unknown columns {unknown}; the table has {schema.names}")
+
+
 def read_arrow(plan: ScanPlan, wh: Warehouse, columns: list[str] | None = None) -> pa.Table:
     """Read the plan's files into one Arrow table (segments in time order)."""
     import pyarrow.dataset as ds  # imports pandas: only when reading
 
     schema = plan.table.schema
-    if columns is not None:
-        unknown = [c for c in columns if c not in schema.names]
-        if unknown:
-            raise SchemaError(f"unknown columns {unknown}; the table has {schema.names}")
+    check_columns(schema, columns)
     groups: dict[Interval | None, list[str]] = defaultdict(list)
     hiding: dict[Interval | None, list[str]] = defaultdict(list)  # with deletion vectors
     for path, keep in plan.reads():
