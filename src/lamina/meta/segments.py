@@ -237,31 +237,53 @@ def decore(conn: Connection, table_id: int, ids: Collection[str]) -> bool:
     held every core partition and look the same.) Returns whether rows changed — then
     the table's segment manifests, which cache them, are dropped."""
     id_list = list(ids)
-    versions: set[tuple[int, int, int]] = set()
+    mine: dict[tuple[int, int, int], int] = {}  # (chunk, version) -> live ones among ids
+    core: set[tuple[int, int, int]] = set()  # ... holding a core partition among ids
     for i in range(0, len(id_list), _BATCH):
-        versions |= {
-            (int(a), int(b), int(v))
-            for a, b, v in conn.execute(
-                select(segments.c.start_us, segments.c.end_us, segments.c.version).where(
-                    segments.c.table_id == table_id,
-                    segments.c.segment_id.in_(id_list[i : i + _BATCH]),
-                    segments.c.partition_id < segments.c.num_core_partitions,
-                )
+        for a, b, v, p, n, gone in conn.execute(
+            select(
+                segments.c.start_us,
+                segments.c.end_us,
+                segments.c.version,
+                segments.c.partition_id,
+                segments.c.num_core_partitions,
+                segments.c.removed_seq,
+            ).where(
+                segments.c.table_id == table_id,
+                segments.c.segment_id.in_(id_list[i : i + _BATCH]),
             )
-        }
-    gone, changed = set(id_list), False
-    for a, b, v in versions:
-        same = (
-            segments.c.table_id == table_id,
-            segments.c.start_us == a,
-            segments.c.end_us == b,
-            segments.c.version == v,
-            segments.c.removed_seq.is_(None),
-        )
-        rest = [i for (i,) in conn.execute(select(segments.c.segment_id).where(*same))]
-        if any(i not in gone for i in rest):
-            conn.execute(update(segments).where(*same).values(num_core_partitions=0))
-            changed = True
+        ):
+            key = (int(a), int(b), int(v))
+            if gone is None:
+                mine[key] = mine.get(key, 0) + 1
+            if p < n:
+                core.add(key)
+    changed = False
+    versions = sorted({v for _, _, v in core})
+    for i in range(0, len(versions), _BATCH):  # live segments of those chunk versions
+        for a, b, v, count in conn.execute(
+            select(segments.c.start_us, segments.c.end_us, segments.c.version, func.count())
+            .where(
+                segments.c.table_id == table_id,
+                segments.c.version.in_(versions[i : i + _BATCH]),
+                segments.c.removed_seq.is_(None),
+            )
+            .group_by(segments.c.start_us, segments.c.end_us, segments.c.version)
+        ):
+            key = (int(a), int(b), int(v))
+            if key in core and int(count) > mine.get(key, 0):  # part of it stays visible
+                conn.execute(
+                    update(segments)
+                    .where(
+                        segments.c.table_id == table_id,
+                        segments.c.start_us == key[0],
+                        segments.c.end_us == key[1],
+                        segments.c.version == key[2],
+                        segments.c.removed_seq.is_(None),
+                    )
+                    .values(num_core_partitions=0)
+                )
+                changed = True
     if changed:
         drop_manifests(conn, table_id)
     return changed
