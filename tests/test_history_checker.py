@@ -1084,6 +1084,7 @@ def test_an_overwrite_never_carries_a_segment_a_replacement_replaces(
     [
         "delete",  # fixed: a delete drops the core count of the rest of the version
         "replace",  # fixed: an entry's end drops the core count of the rest
+        "append during replace",  # the rest joined the version after the entry's start
     ],
 )
 def test_removing_one_core_partition_keeps_the_rest_of_its_chunk(
@@ -1092,6 +1093,12 @@ def test_removing_one_core_partition_keeps_the_rest_of_its_chunk(
     t = day_table
     t.append(events(days=1, per_day=6, value=1.0))
     t.compact(mode="major", target_rows_per_segment=2)  # three core partitions of two
+    if how == "append during replace":  # the entry replaces all the core partitions
+        entry = t.start_replace([s.id for s in t.segments()], [])
+        t.append(events(days=1, per_day=1, value=4.0))  # joins their version
+        t.end_replace(entry)  # the appended row stays: it is no core partition
+        assert _vals(t) == [4.0]
+        return
     t.append(events(days=1, per_day=1, value=4.0))  # an appended partition
     p0 = next(s for s in t.segments() if s.partition_id == 0)
     assert p0.num_core_partitions == 3

@@ -3,6 +3,9 @@
 What a commit added and removed is in the segment rows (``commit_id``,
 ``removed_commit``); what it replaced, the lineage entries it moved and its
 exactly-once app id are in its ``footprint`` column (JSON), written at completion.
+A lineage transition names the id lists it showed and swapped by reference (entry,
+role), so its cost does not grow with them; when an entry is dropped, the references
+to its lists are replaced by the ids (:func:`keep_lists`).
 """
 
 from __future__ import annotations
@@ -11,12 +14,12 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, or_, select
+from sqlalchemy import Connection, bindparam, or_, select, update
 
 from lamina.core.conflicts import Footprint, Kind, SegmentRef
 from lamina.core.interval import Interval
 from lamina.core.model import CommitState
-from lamina.meta.schema import commits, segments
+from lamina.meta.schema import commits, lineage_ids, segments
 from lamina.meta.segments import rows_by_id
 
 _SINCE = (
@@ -47,13 +50,13 @@ def encode(
     replaced: Iterable[Interval] = (),
     lineage: Iterable[str] = (),
     app_id: str | None = None,
-    shown: Iterable[str] = (),
-    swapped: Iterable[str] = (),
+    shown: Iterable[tuple[str, str]] = (),
+    swapped: Iterable[tuple[str, str]] = (),
 ) -> str:
     """The ``footprint`` column of a completed commit. A lineage transition (or the
-    batch that ended its push) records the segments whose rows it ``shown`` (an end's
-    segments_to) and ``swapped`` (an end's segments_from; both lists of a completed
-    entry's rollback) as they were then: the entry itself may be cleaned up later."""
+    batch that ended its push) records the id lists, as (entry id, role), of the
+    segments whose rows it ``shown`` (an end's segments_to) and ``swapped`` (an end's
+    segments_from; both lists of a completed entry's rollback)."""
     doc: dict[str, Any] = {}
     spans = [[iv.start, iv.end] for iv in replaced]
     if spans:
@@ -62,10 +65,64 @@ def encode(
         doc["lineage"] = sorted(set(lineage))
     if app_id is not None:
         doc["app_id"] = app_id
-    for key, ids in (("shown", list(shown)), ("swapped", list(swapped))):
-        if ids:
-            doc[key] = ids
+    for key, named in (("shown", list(shown)), ("swapped", list(swapped))):
+        if named:
+            doc[f"{key}_lists"] = [list(n) for n in named]
     return json.dumps(doc)
+
+
+def _lists(conn: Connection, entry_ids: Iterable[str]) -> dict[tuple[str, str], list[str]]:
+    wanted = sorted(set(entry_ids))
+    if not wanted:
+        return {}
+    return {
+        (r.entry_id, r.role): json.loads(r.ids)
+        for r in conn.execute(select(lineage_ids).where(lineage_ids.c.entry_id.in_(wanted)))
+    }
+
+
+def _expand(doc: dict[str, Any], got: dict[tuple[str, str], list[str]], only: str | None) -> bool:
+    """Replace ``doc``'s list references (those of entry ``only``, or all) by their
+    ids, in place. Returns whether it changed."""
+    changed = False
+    for key in ("shown", "swapped"):
+        named = doc.get(f"{key}_lists", [])
+        kept = [n for n in named if only is not None and n[0] != only]
+        if len(kept) == len(named):
+            continue
+        ids = doc.setdefault(key, [])
+        for e, role in named:
+            if only is None or e == only:
+                ids.extend(got.get((e, role), ()))
+        if kept:
+            doc[f"{key}_lists"] = kept
+        else:
+            del doc[f"{key}_lists"]
+        changed = True
+    return changed
+
+
+def keep_lists(conn: Connection, table_id: int, entry_id: str, seqs: Iterable[int]) -> None:
+    """Before entry ``entry_id``'s id lists are deleted: the footprints of its
+    transitions (the table's commits at ``seqs``) that name them get their ids."""
+    wanted = [s for s in seqs if s is not None]
+    if not wanted:
+        return
+    got: dict[tuple[str, str], list[str]] | None = None
+    for cid, raw in conn.execute(
+        select(commits.c.id, commits.c.footprint).where(
+            commits.c.table_id == table_id, commits.c.seq.in_(wanted)
+        )
+    ).all():
+        doc = json.loads(raw) if raw else {}
+        if not any(f"{k}_lists" in doc for k in ("shown", "swapped")):
+            continue
+        if got is None:
+            got = _lists(conn, [entry_id])
+        if _expand(doc, got, entry_id):
+            conn.execute(
+                update(commits).where(commits.c.id == cid).values(footprint=json.dumps(doc))
+            )
 
 
 def _refs(conn: Connection, table_id: int, docs: list[dict[str, Any]]) -> dict[str, SegmentRef]:
@@ -101,6 +158,11 @@ def since(conn: Connection, table_id: int, base_seq: int) -> list[Footprint]:
             if loc:
                 removed_at.setdefault(int(rcid), []).append((sid, loc))
     docs = [json.loads(raw) if raw else {} for _, _, raw in done]
+    named = [n[0] for d in docs for k in ("shown", "swapped") for n in d.get(f"{k}_lists", ())]
+    if named:
+        got = _lists(conn, named)
+        for d in docs:
+            _expand(d, got, None)
     refs = _refs(conn, table_id, docs)
     out = []
     for (cid, action, _), doc in zip(done, docs, strict=True):

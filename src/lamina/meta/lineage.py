@@ -33,6 +33,7 @@ from lamina.meta.rows import entry_of, segment_of
 from lamina.meta.schema import lineage, lineage_ids, segments
 from lamina.meta.segments import (
     decore,
+    decore_plan,
     delete_rows,
     existing,
     live_ids,
@@ -55,11 +56,11 @@ def _record_commit(
     action: str,
     metadata: dict[str, Any],
     moved: list[str],
-    shown: list[str] | None = None,
-    swapped: list[str] | None = None,
+    shown: list[tuple[str, str]] | None = None,
+    swapped: list[tuple[str, str]] | None = None,
 ) -> Recorded:
     """:func:`lamina.meta.commits.record_commit` of a lineage transition that moved the
-    entries ``moved``, showing and swapping those segments (its footprint, see
+    entries ``moved``, showing and swapping the segments of those lists (its footprint, see
     :func:`lamina.meta.conflicts.encode`), imported by the first write (reading lineage
     needs none of the commit module)."""
     from lamina.meta.commits import record_commit
@@ -69,14 +70,16 @@ def _record_commit(
     return record_commit(conn, row, action, metadata, footprint=footprint)
 
 
-def lists(conn: Connection, entry_ids: list[str]) -> dict[tuple[str, str], list[str]]:
-    """The id lists of the entries: (entry id, role) -> segment ids."""
+def lists(
+    conn: Connection, entry_ids: list[str], roles: tuple[str, ...] = ()
+) -> dict[tuple[str, str], list[str]]:
+    """The id lists of the entries (only ``roles`` if given): (entry id, role) -> ids."""
     if not entry_ids:
         return {}
-    return {
-        (r.entry_id, r.role): json.loads(r.ids)
-        for r in conn.execute(select(lineage_ids).where(lineage_ids.c.entry_id.in_(entry_ids)))
-    }
+    stmt = select(lineage_ids).where(lineage_ids.c.entry_id.in_(entry_ids))
+    if roles:
+        stmt = stmt.where(lineage_ids.c.role.in_(roles))
+    return {(r.entry_id, r.role): json.loads(r.ids) for r in conn.execute(stmt)}
 
 
 def put_list(conn: Connection, entry_id: str, role: str, ids: list[str]) -> None:
@@ -127,7 +130,17 @@ def set_state(conn: Connection, entry_id: str, state: LineageState, **seqs: int)
 
 
 def drop_entry(conn: Connection, entry_id: str) -> None:
-    """Delete an entry and its id lists (its commits stay in the history)."""
+    """Delete an entry and its id lists (its commits stay in the history, their
+    footprints with the ids of the lists they named)."""
+    from lamina.meta.conflicts import keep_lists
+
+    row = conn.execute(
+        select(lineage.c.table_id, lineage.c.completed_seq, lineage.c.reverted_seq).where(
+            lineage.c.id == entry_id
+        )
+    ).first()
+    if row is not None:
+        keep_lists(conn, int(row.table_id), entry_id, (row.completed_seq, row.reverted_seq))
     conn.execute(delete(lineage_ids).where(lineage_ids.c.entry_id == entry_id))
     conn.execute(delete(lineage).where(lineage.c.id == entry_id))
 
@@ -273,6 +286,7 @@ def start_replace(
         )
         put_list(conn, entry_id, "from", list(from_ids))
         put_list(conn, entry_id, "to", list(segments_to))
+        put_list(conn, entry_id, "decore", decore_plan(conn, table_id, from_ids))
         if segments_to:
             put_list(conn, entry_id, "expected", list(segments_to))
         return entry_id, garbage
@@ -295,6 +309,7 @@ def _lock_with_entry(db: Db, conn: Connection, name: str, entry_id: str) -> Any:
             literal(int(trow.last_seq)).label("last_seq"),
             lineage.c.id.label("entry"),
             lineage.c.state,
+            lineage.c.started_seq,
             lineage.c.to_count,
             lineage.c.successors,
             lineage.c.own_versions,
@@ -322,14 +337,27 @@ def end_replace(db: Db, name: str, entry_id: str) -> None:
             return
         if row.to_count or expected:
             _check_not_overshadowed(conn, row.id, entry_id)
-        got = lists(conn, [entry_id])
-        src, dst = got.get((entry_id, "from"), []), got.get((entry_id, "to"), [])
         meta = {"entry": entry_id}
-        seq = _record_commit(conn, row, CommitAction.END_REPLACE, meta, [entry_id], dst, src).seq
+        shown, swapped = [(entry_id, "to")], [(entry_id, "from")]
+        seq = _record_commit(
+            conn, row, CommitAction.END_REPLACE, meta, [entry_id], shown, swapped
+        ).seq
         set_state(conn, entry_id, LineageState.COMPLETED, completed_seq=seq)
-        decore(conn, row.id, src)
+        decore(conn, row.id, _to_decore(conn, row))
 
     db.write(txn)
+
+
+def _to_decore(conn: Connection, row: Any) -> list[str]:
+    """The sources an entry's end must pass to ``decore``: those its start found in
+    chunk versions where other core partitions stay live (usually none). That cannot
+    change until the end: a version's core partitions are published together, and a
+    segment joining it later is not a core one, so it never makes the chunk incomplete.
+    (All the sources for an entry started before the plan was kept.)"""
+    planned = lists(conn, [row.entry], ("decore",)).get((row.entry, "decore"))
+    if planned is None:
+        return lists(conn, [row.entry], ("from",)).get((row.entry, "from"), [])
+    return planned
 
 
 def revert_replace(db: Db, name: str, entry_id: str, force: bool = False) -> None:
@@ -364,10 +392,9 @@ def revert_replace(db: Db, name: str, entry_id: str, force: bool = False) -> Non
             check_rollback_intact(entry_id, int(n), int(row.to_count))
         if not check_revert(entry_id, row.state, force, live):
             return
-        swapped: list[str] = []  # a rollback shows the sources again, hides the rest
+        swapped: list[tuple[str, str]] = []  # a rollback shows the sources, hides the rest
         if row.state == LineageState.COMPLETED.value:
-            got = lists(conn, [entry_id])
-            swapped = [*got.get((entry_id, "from"), []), *got.get((entry_id, "to"), [])]
+            swapped = [(entry_id, "from"), (entry_id, "to")]
         meta = {"entry": entry_id}
         seq = _record_commit(
             conn, row, CommitAction.REVERT_REPLACE, meta, [entry_id], swapped=swapped

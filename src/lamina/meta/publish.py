@@ -237,14 +237,12 @@ def _publish(
             gone_files,
         )
     meta = json.loads(trow.commit_metadata)
-    shown: list[str] = []  # the batch that ends its push shows all of it
-    swapped: list[str] = []
+    shown: list[tuple[str, str]] = []  # the batch that ends its push shows all of it
+    swapped: list[tuple[str, str]] = []
     if entry is not None:
         meta["lineage_entry"] = entry.id
-        if plan.complete_entry:
-            got = entries_rows.lists(conn, [entry.id])
-            shown = [*got.get((entry.id, "to"), []), *(s.id for s in new)]
-            swapped = got.get((entry.id, "from"), [])
+        if plan.complete_entry:  # its lists as this commit leaves them (with ``new``)
+            shown, swapped = [(entry.id, "to")], [(entry.id, "from")]
     done = record_commit(
         conn,
         trow,

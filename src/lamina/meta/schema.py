@@ -148,7 +148,7 @@ lineage_ids = Table(
     "lamina_lineage_ids",
     metadata,
     Column("entry_id", String(64), primary_key=True),
-    Column("role", String(8), primary_key=True),  # from | to | expected
+    Column("role", String(8), primary_key=True),  # from | to | expected | decore
     Column("ids", Text, nullable=False),  # JSON list of segment ids
 )
 

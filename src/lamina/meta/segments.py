@@ -228,20 +228,20 @@ def next_overwrite_pid(conn: Connection, table_id: int, chunk: Interval, version
     return OVERWRITE_PARTITION_START if top is None else int(top) + 1
 
 
-def decore(conn: Connection, table_id: int, ids: Collection[str]) -> bool:
-    """After the segments ``ids`` were removed (or hidden by a lineage entry's end):
-    where one was a core partition of its chunk version and some of the version's live
-    segments are not among ``ids``, the version's live segments drop their core count,
-    so the rest stays visible. (A version's core partitions are published together, so
-    the count only ever guarded against such removals; snapshots before the removal
-    held every core partition and look the same.) Returns whether rows changed — then
-    the table's segment manifests, which cache them, are dropped."""
+_Key = tuple[int, int, int]  # (start_us, end_us, version): one chunk version
+
+
+def _partial_cores(conn: Connection, table_id: int, ids: Collection[str]) -> dict[_Key, list[str]]:
+    """Each chunk version where one of the segments ``ids`` is a core partition but
+    some of the version's live segments are not among ``ids``, with its live ids
+    among ``ids``."""
     id_list = list(ids)
-    mine: dict[tuple[int, int, int], int] = {}  # (chunk, version) -> live ones among ids
-    core: set[tuple[int, int, int]] = set()  # ... holding a core partition among ids
+    mine: dict[_Key, list[str]] = {}  # chunk version -> its live ones among ids
+    core: set[_Key] = set()  # ... holding a core partition among ids
     for i in range(0, len(id_list), _BATCH):
-        for a, b, v, p, n, gone in conn.execute(
+        for sid, a, b, v, p, n, gone in conn.execute(
             select(
+                segments.c.segment_id,
                 segments.c.start_us,
                 segments.c.end_us,
                 segments.c.version,
@@ -255,38 +255,57 @@ def decore(conn: Connection, table_id: int, ids: Collection[str]) -> bool:
         ):
             key = (int(a), int(b), int(v))
             if gone is None:
-                mine[key] = mine.get(key, 0) + 1
+                mine.setdefault(key, []).append(sid)
             if p < n:
                 core.add(key)
-    changed = False
-    versions = sorted({v for _, _, v in core})
-    for i in range(0, len(versions), _BATCH):  # live segments of those chunk versions
+    partial: dict[_Key, list[str]] = {}
+    ordered = sorted({v for _, _, v in core})
+    for i in range(0, len(ordered), _BATCH):  # live segments of those chunk versions
         for a, b, v, count in conn.execute(
             select(segments.c.start_us, segments.c.end_us, segments.c.version, func.count())
             .where(
                 segments.c.table_id == table_id,
-                segments.c.version.in_(versions[i : i + _BATCH]),
+                segments.c.version.in_(ordered[i : i + _BATCH]),
                 segments.c.removed_seq.is_(None),
             )
             .group_by(segments.c.start_us, segments.c.end_us, segments.c.version)
         ):
             key = (int(a), int(b), int(v))
-            if key in core and int(count) > mine.get(key, 0):  # part of it stays visible
-                conn.execute(
-                    update(segments)
-                    .where(
-                        segments.c.table_id == table_id,
-                        segments.c.start_us == key[0],
-                        segments.c.end_us == key[1],
-                        segments.c.version == key[2],
-                        segments.c.removed_seq.is_(None),
-                    )
-                    .values(num_core_partitions=0)
-                )
-                changed = True
-    if changed:
+            if key in core and int(count) > len(mine.get(key, ())):  # part stays visible
+                partial[key] = mine.get(key, [])
+    return partial
+
+
+def decore_plan(conn: Connection, table_id: int, ids: Collection[str]) -> list[str]:
+    """The ids among ``ids`` in chunk versions :func:`decore` of ``ids`` would change
+    now (read ahead at a lineage entry's start; ``decore`` of them alone does the same)."""
+    return [i for got in _partial_cores(conn, table_id, ids).values() for i in got]
+
+
+def decore(conn: Connection, table_id: int, ids: Collection[str]) -> bool:
+    """After the segments ``ids`` were removed (or hidden by a lineage entry's end):
+    where one was a core partition of its chunk version and some of the version's live
+    segments are not among ``ids``, the version's live segments drop their core count,
+    so the rest stays visible. (A version's core partitions are published together, so
+    the count only ever guarded against such removals; snapshots before the removal
+    held every core partition and look the same.) Returns whether rows changed — then
+    the table's segment manifests, which cache them, are dropped."""
+    partial = _partial_cores(conn, table_id, ids)
+    for key in partial:
+        conn.execute(
+            update(segments)
+            .where(
+                segments.c.table_id == table_id,
+                segments.c.start_us == key[0],
+                segments.c.end_us == key[1],
+                segments.c.version == key[2],
+                segments.c.removed_seq.is_(None),
+            )
+            .values(num_core_partitions=0)
+        )
+    if partial:
         drop_manifests(conn, table_id)
-    return changed
+    return bool(partial)
 
 
 def mark_removed(
