@@ -299,10 +299,10 @@ def _lock_with_entry(db: Db, conn: Connection, name: str, entry_id: str) -> Any:
     it sees what a concurrent transition that held the lock wrote).
     Raises TableNotFoundError, LineageEntryNotFoundError."""
     trow = lock_table(db, conn, name)
+    expected, planned = lineage_ids.alias("expected"), lineage_ids.alias("planned")
     joined = lineage.outerjoin(
-        lineage_ids,
-        and_(lineage_ids.c.entry_id == lineage.c.id, lineage_ids.c.role == "expected"),
-    )
+        expected, and_(expected.c.entry_id == lineage.c.id, expected.c.role == "expected")
+    ).outerjoin(planned, and_(planned.c.entry_id == lineage.c.id, planned.c.role == "decore"))
     row = conn.execute(
         select(
             literal(int(trow.id)).label("id"),
@@ -313,7 +313,8 @@ def _lock_with_entry(db: Db, conn: Connection, name: str, entry_id: str) -> Any:
             lineage.c.to_count,
             lineage.c.successors,
             lineage.c.own_versions,
-            lineage_ids.c.ids.label("expected"),
+            expected.c.ids.label("expected"),
+            planned.c.ids.label("decore"),
         )
         .select_from(joined)
         .where(lineage.c.table_id == trow.id, lineage.c.id == entry_id)
@@ -354,10 +355,9 @@ def _to_decore(conn: Connection, row: Any) -> list[str]:
     change until the end: a version's core partitions are published together, and a
     segment joining it later is not a core one, so it never makes the chunk incomplete.
     (All the sources for an entry started before the plan was kept.)"""
-    planned = lists(conn, [row.entry], ("decore",)).get((row.entry, "decore"))
-    if planned is None:
+    if row.decore is None:
         return lists(conn, [row.entry], ("from",)).get((row.entry, "from"), [])
-    return planned
+    return list(json.loads(row.decore))
 
 
 def revert_replace(db: Db, name: str, entry_id: str, force: bool = False) -> None:
