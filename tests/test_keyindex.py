@@ -443,7 +443,7 @@ def _sample_index(n: int = 20_000, cmp: type = np.int64) -> KeyIndex:
 @pytest.mark.parametrize("cmp", [np.int64, np.float64])
 def test_write_read_round_trip(tmp_path: Path, cmp: type) -> None:
     index = _sample_index(cmp=cmp)
-    path = tmp_path / "keys.parquet"
+    path = tmp_path / "keys.arrow"
     size = write_index(index, path)
     assert size == path.stat().st_size
     back = read_index(path)
@@ -451,27 +451,35 @@ def test_write_read_round_trip(tmp_path: Path, cmp: type) -> None:
     assert back.segment_counts() == index.segment_counts()
     write_index(KeyIndex(cmp), path)  # replaces it, empty
     assert len(read_index(path)) == 0
-    assert [p.name for p in tmp_path.iterdir()] == ["keys.parquet"]  # no temporary left
+    assert [p.name for p in tmp_path.iterdir()] == ["keys.arrow"]  # no temporary left
 
 
 def test_read_missing_or_foreign_file(tmp_path: Path) -> None:
     with pytest.raises(KeyIndexFileError, match="no key index"):
-        read_index(tmp_path / "nope.parquet")
-    other = tmp_path / "other.parquet"
-    import pyarrow.parquet as pq
-
-    pq.write_table(pa.table({"x": [1]}), other)
+        read_index(tmp_path / "nope.arrow")
+    other = tmp_path / "other.arrow"
+    with (
+        pa.OSFile(str(other), "wb") as sink,
+        pa.ipc.new_file(sink, pa.schema([("x", pa.int64())])) as w,
+    ):
+        w.write_table(pa.table({"x": [1]}))
     with pytest.raises(KeyIndexFileError, match="format version"):
         read_index(other)
+    parquet = tmp_path / "old.parquet"  # a snapshot lamina wrote before: rebuilt
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"x": [1]}), parquet)
+    with pytest.raises(KeyIndexFileError, match="unreadable or damaged"):
+        read_index(parquet)
     assert issubclass(KeyIndexFileError, LaminaError)
 
 
 def test_damaged_files_never_give_a_different_index(tmp_path: Path) -> None:
     index = _sample_index(3_000)
-    path = tmp_path / "keys.parquet"
+    path = tmp_path / "keys.arrow"
     write_index(index, path)
     good = path.read_bytes()
-    bad = tmp_path / "bad.parquet"
+    bad = tmp_path / "bad.arrow"
     for cut in (0, 4, 100, len(good) // 2, len(good) - 9, len(good) - 1):
         bad.write_bytes(good[:cut])
         with pytest.raises(KeyIndexFileError):

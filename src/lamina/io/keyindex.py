@@ -1,8 +1,9 @@
-"""Key index snapshots: one :class:`~lamina.core.keyindex.KeyIndex` as one Parquet file.
+"""Key index snapshots: one :class:`~lamina.core.keyindex.KeyIndex` as one Arrow IPC file.
 
-The file holds :meth:`KeyIndex.to_arrow` (sorted by key hash), zstd-compressed, with
-Parquet page checksums, and in its footer metadata the entry count and a CRC-32 of
-every column's values. Reading checks all of them, so a truncated or damaged file
+The file holds :meth:`KeyIndex.to_arrow` (sorted by key hash), uncompressed (key hashes
+do not compress; a restarted process maps the file and is ready in one pass over it),
+and in its schema metadata the entry count and a CRC-32 of every column's values.
+Reading validates the file and checks all of them, so a truncated or damaged file
 raises :class:`KeyIndexFileError` instead of giving a different index. Writing goes to
 a temporary name in the same directory, fsyncs it and renames it over ``path``:
 readers see the old file or the new one, never a part. Local paths only.
@@ -17,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from lamina.core.keyindex import INDEX_SCHEMA_VERSION, KeyIndex
 from lamina.errors import KeyIndexFileError, UpsertError
@@ -27,7 +27,6 @@ __all__ = ["KeyIndexFileError", "read_index", "write_index"]
 _ROWS = b"lamina.keyindex.rows"
 _CRC = b"lamina.keyindex.crc32"
 _VERSION = b"lamina.keyindex"
-_ROW_GROUP = 1 << 20
 
 
 def _checksum(table: pa.Table) -> str:
@@ -52,16 +51,8 @@ def write_index(index: KeyIndex, path: str | os.PathLike[str]) -> int:
     table = table.replace_schema_metadata(meta)
     tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")
     try:
-        pq.write_table(
-            table,
-            tmp,
-            compression="zstd",
-            compression_level=1,
-            use_dictionary=["segment"],
-            write_statistics=False,
-            write_page_checksum=True,
-            row_group_size=_ROW_GROUP,
-        )
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
+            out.write_table(table)
         fd = os.open(tmp, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -86,11 +77,17 @@ def read_index(path: str | os.PathLike[str], merge_threshold: int = 65_536) -> K
     of another format version."""
     target = Path(path)
     try:
-        table = pq.read_table(target, page_checksum_verification=True, use_threads=True)
+        with pa.memory_map(str(target)) as source:
+            table = pa.ipc.open_file(source).read_all()
+            table.validate(full=True)
+            return _checked(table, target, merge_threshold)
     except FileNotFoundError as e:
         raise KeyIndexFileError(f"no key index file at {target}") from e
     except (OSError, pa.ArrowException) as e:
         raise KeyIndexFileError(f"key index file {target} is unreadable or damaged: {e}") from e
+
+
+def _checked(table: pa.Table, target: Path, merge_threshold: int) -> KeyIndex:
     meta = table.schema.metadata or {}
     if meta.get(_VERSION) != str(INDEX_SCHEMA_VERSION).encode():
         raise KeyIndexFileError(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -107,11 +108,19 @@ def _latest_rows(
 def _add_files(st: KeyState, wh: Warehouse, spec: UpsertSpec, files: dict[str, BitMap]) -> None:
     """Put the latest records of the data files (location -> rows superseded there) in
     one step (one key has its latest record in one file at most)."""
-    parts = []
-    for loc in sorted(files):
-        got = _latest_rows(wh, spec, loc, files[loc], st.index.cmp_dtype)
-        if got is not None:
-            parts.append((st.code(loc), *got))
+    order = sorted(files)
+
+    def latest(loc: str) -> Any:
+        return _latest_rows(wh, spec, loc, files[loc], st.index.cmp_dtype)
+
+    if len(order) > 1:  # reading and hashing release the GIL: files in parallel
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(len(order), os.cpu_count() or 1, 8)) as pool:
+            found = list(pool.map(latest, order))
+    else:
+        found = [latest(loc) for loc in order]
+    parts = [(st.code(loc), *got) for loc, got in zip(order, found, strict=True) if got is not None]
     if not parts:
         return
     codes = np.concatenate([np.full(len(p[1]), p[0], np.int32) for p in parts])
