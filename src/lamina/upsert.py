@@ -70,14 +70,13 @@ def upsert(
     spec = require(table)
     rec = table._record
     wh = table._ctx.warehouse
+    if is_spark_dataframe(data) and spec.is_partial:
+        # merging needs each key's current record beside the new one: the batch comes
+        # to the driver (micro-batches; a partial upsert's batch is as big as its keys)
+        data = data.toArrow()
     if is_spark_dataframe(data):  # Spark writes; the records are read back, narrow
         from lamina.engines.spark import spark_producer
 
-        if spec.is_partial:
-            raise UpsertError(
-                "partial upserts from a Spark DataFrame are not supported yet: convert the "
-                "batch to Arrow (df.toArrow()) and upsert that"
-            )
         produce = spark_producer(rec, wh, table.target_rows_per_segment, data)
         done = table._write(
             CommitAction.UPSERT,
