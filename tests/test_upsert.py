@@ -470,6 +470,33 @@ def test_a_minor_compaction_drops_superseded_records_and_keeps_every_answer(
     assert latest(t)["k5"] == 6
 
 
+def test_a_refresh_replaces_the_records_stored_in_its_interval(
+    cat: lamina.Catalog, t: lamina.Table
+) -> None:
+    """As an overwrite of the interval (default: the whole table), in one commit; the
+    index catches up with it (the next upsert resolves against what is left)."""
+    day = 24 * 60
+    c1 = t.upsert(rows(("a", 1, 1), ("b", 1, 1), ("c", 2 * day, 1)))  # days 1 and 3
+    t.refresh(rows(("a", day + 1, 5), ("d", day, 5)), interval=("2024-01-02", "2024-01-04"))
+    assert latest(t) == {"a": 5, "b": 1, "d": 5}  # c's record on day 3 went
+    t.upsert(rows(("a", 2, 9), ("b", 2, 7)))  # a's is older than the refresh's: out of order
+    assert latest(t) == {"a": 5, "b": 7, "d": 5}
+    got = cat.sql("SELECT key, value FROM u ORDER BY key").to_pylist()
+    assert got == [{"key": "a", "value": 5}, {"key": "b", "value": 7}, {"key": "d", "value": 5}]
+    r = t.refresh(rows(("z", 3 * day, 0)))  # the whole table
+    assert latest(t) == {"z": 0} and r.action == "REFRESH"
+    assert latest(t, c1.id) == {"a": 1, "b": 1, "c": 1}  # time travel as before
+
+
+def test_consistent_push_is_refused_on_upsert_tables(cat: lamina.Catalog, t: lamina.Table) -> None:
+    with pytest.raises(UpsertError, match="consistent_push is not available"):
+        cat.create_table("p", SCHEMA, time_column="ts", primary_key="key", consistent_push=True)
+    assert "p" not in cat.list_tables()
+    with pytest.raises(UpsertError, match="consistent_push is not available"):
+        t.set_properties(consistent_push=True)
+    assert cat.load_table("u").consistent_push is False
+
+
 def test_an_overwrite_replaces_the_records_stored_in_its_chunks(t: lamina.Table) -> None:
     """The records stored in the chunks go; the new ones are upserted against those
     elsewhere; a key whose latest record went has none (its older ones elsewhere stay

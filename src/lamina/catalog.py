@@ -151,6 +151,7 @@ class Catalog:
         props = check_properties(props)
         if primary_key is not None:
             from lamina.core.upsert import UpsertSpec, cmp_dtype
+            from lamina.core.upsert_spec import refuse_consistent_push
 
             spec = UpsertSpec.parse(
                 arrow_schema,
@@ -161,6 +162,7 @@ class Catalog:
                 partial_upsert,
             )
             cmp_dtype(arrow_schema.field(spec.comparison_column).type)
+            refuse_consistent_push(props)
             props.update(spec.to_properties())
         elif (comparison_column, delete_column, partial_upsert) != (None, None, None):
             from lamina.errors import UpsertError

@@ -78,6 +78,10 @@ class Table:
                 f"{fixed[0]} is part of the table's upsert definition, fixed when it was "
                 "created; create a new table to change it"
             )
+        if "upsert.primary_key" in self._record.properties:
+            from lamina.core.upsert_spec import refuse_consistent_push
+
+            refuse_consistent_push(values)
         self._record = tables.set_properties(self._ctx.db, self.name, check_properties(values))
 
     # -- writing ------------------------------------------------------------------
@@ -202,11 +206,18 @@ class Table:
         old data until the new is complete, then only the new; a failure reverts the
         entry on the spot, and :meth:`revert_replace` rolls a bad push back. Without
         it, the swap is still one atomic commit, but not revertible.
+
+        On an upsert table the records stored in the interval go and ``data``'s are
+        upserted against the rest, in one commit (see docs/upserts.md).
         """
-        self._refuse_upsert("a refresh (overwrite the interval instead)")
+        iv = self._aligned(interval)
+        if "upsert.primary_key" in self._record.properties:
+            from lamina.upsert import overwrite
+
+            gone = tuple(s.id for s in self.snapshot(interval=iv).segments)
+            return overwrite(self, data, iv, metadata, action=CommitAction.REFRESH, remove=gone)
         from lamina.write import WriteTransaction
 
-        iv = self._aligned(interval)
         produce = self._producer(data, CommitAction.REFRESH, iv)
         meta = dict(metadata or {})
         action = CommitAction.REFRESH
@@ -428,9 +439,11 @@ class Table:
         complete: bool = False,
         txn: tuple[str, int] | None = None,
         upsert: Callable[[list[NewSegment]], UpsertBatch] | None = None,
+        remove: tuple[str, ...] = (),
     ) -> Commit:
         """One commit writing ``data`` (or a producer from :meth:`_producer`);
-        ``upsert``: the records of the files written, to resolve by key at publish."""
+        ``upsert``: the records of the files written, to resolve by key at publish;
+        ``remove``: live segments it removes too (a refresh's)."""
         from lamina.core.model import txn_of
         from lamina.errors import AlreadyAppliedError
         from lamina.meta import app_txns
@@ -455,6 +468,7 @@ class Table:
                     complete_entry=complete,
                     txn=txn,
                     upsert=None if upsert is None else upsert(files),
+                    remove_ids=remove,
                 )
                 return w.publish(plan)
         except AlreadyAppliedError as exc:  # a twin published first: nothing of ours shows

@@ -112,10 +112,13 @@ def overwrite(
     interval: Interval | None,
     metadata: dict[str, Any] | None = None,
     txn: tuple[str, int] | None = None,
+    action: CommitAction = CommitAction.OVERWRITE,
+    remove: tuple[str, ...] = (),
 ) -> Commit:
-    """An upsert table's overwrite: the records stored in ``interval``'s chunks (default:
-    those the data touches) go, as with any overwrite, and ``data``'s records are
-    upserted against those that remain elsewhere, in one commit. A key whose latest
+    """An upsert table's overwrite (or refresh, ``action``, which also removes the live
+    segments ``remove``): the records stored in ``interval``'s chunks (default: those
+    the data touches) go, as with any overwrite, and ``data``'s records are upserted
+    against those that remain elsewhere, in one commit. A key whose latest
     record went has none until a new one comes (its older records elsewhere stay
     superseded, as when Pinot removes a segment). Raises UpsertError, SchemaError,
     DataOutsideIntervalError, CommitConflictError (another overwrite of the chunks)."""
@@ -128,7 +131,7 @@ def overwrite(
     batch = conform(to_arrow_table(data), table._record.schema)
     read = UpsertBatch(spec, resolve_batch(batch, spec), key_hashes(batch, spec.primary_key), ())
     return _write(
-        table, batch, read, metadata, txn, action=CommitAction.OVERWRITE, interval=interval
+        table, batch, read, metadata, txn, action=action, interval=interval, remove=remove
     )
 
 
@@ -141,9 +144,10 @@ def _write(
     expect: tuple[tuple[str, int] | None, ...] | None = None,
     action: CommitAction = CommitAction.UPSERT,
     interval: Interval | None = None,
+    remove: tuple[str, ...] = (),
 ) -> Commit:
     """One commit storing ``records`` (``read``: them resolved on their own): an UPSERT,
-    or an OVERWRITE of ``interval``."""
+    or an OVERWRITE (REFRESH) of ``interval`` (and of the segments ``remove``)."""
     from lamina.io.writer import split_by_chunk, write_parts
 
     rec, wh = table._record, table._ctx.warehouse
@@ -159,6 +163,7 @@ def _write(
         metadata,
         txn=txn,
         upsert=lambda files: written,
+        remove=remove,
     )
 
 

@@ -250,3 +250,14 @@ class UpsertSpec:
             props.get("upsert.delete_column"),
             json.loads(partial) if partial is not None else None,
         )
+
+
+def refuse_consistent_push(props: Mapping[str, str]) -> None:
+    """Raise UpsertError when ``props`` turn ``consistent_push`` on (for an upsert table)."""
+    if str(props.get("consistent_push", "false")).lower() == "true":
+        raise UpsertError(
+            "consistent_push is not available on an upsert table: keys are resolved when "
+            "each write publishes, so rolling a push back would bring back records that "
+            "later upserts replaced; refresh or overwrite it instead, each one atomic "
+            "commit"
+        )
