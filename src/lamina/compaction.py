@@ -112,8 +112,9 @@ def compact(
         if interval is not None:
             raise CompactionError("pass segments= or interval=, not both")
         runs = [chosen_run(table, list(segments), target)]
-    else:
-        runs = plan(table, table._aligned(interval), target)
+    else:  # planning only reads (no catalog lock held): it yields to ingestion too
+        iv = table._aligned(interval)
+        runs = run_niced(lambda: plan(table, iv, target), nice_of(table.properties))
     fp = Policy(target).fingerprint
     return compact_minor(table, runs, prio, wait_s, fp, engine, nice_of(table.properties))
 
@@ -312,9 +313,13 @@ def compact_minor(
     wait = ctx.writer_wait_s if wait_s is None else wait_s
     meta = {"compaction": "minor", "runs": len(runs), "fingerprint": fingerprint}
     with WriteTransaction(ctx, table._record, CommitAction.COMPACT, meta) as w:
-        for run in runs:
-            ids = frozenset(s.id for s in run.inputs)
-            w.acquire(LockType.SEGMENT, run.chunk, priority, wait, ids)
+        w.acquire_all(  # one catalog transaction
+            [
+                (LockType.SEGMENT, r.chunk, priority, frozenset(s.id for s in r.inputs))
+                for r in runs
+            ],
+            wait,
+        )
         w.inflight()
         drop = _superseded(table, runs)
         done = tuple(_write_run(table, w.dir, run, engine, nice, drop) for run in runs)

@@ -206,35 +206,34 @@ class WriteTransaction:
         """Take a task lock for this commit, waiting in arrival order up to ``wait_s``;
         then rebase: the write reads from the snapshot of that moment.
         Raises LockTimeoutError."""
-        from lamina.meta import locks
+        self.acquire_all([(kind, interval, priority, segments)], wait_s)
 
+    def acquire_all(self, requests: list[locks.Request], wait_s: float) -> None:
+        """:meth:`acquire` of several locks (kind, interval, priority, segment ids),
+        requested together in one catalog transaction (granted at once, the usual
+        case, that is all). Raises LockTimeoutError."""
         ctx = self.ctx
-        lock_id, _, base = locks.request(
-            ctx.db,
-            self.table.id,
-            self.id,
-            self.owner,
-            kind,
-            interval,
-            priority,
-            ctx.stale_after_s,
-            segments,
+        got, base = locks.request_all(
+            ctx.db, self.table.id, self.id, self.owner, requests, ctx.stale_after_s
         )
-        if base is not None:  # granted at once: one catalog transaction
+        if base is not None:  # all granted at once: one catalog transaction
             self.base_seq = base
             return
         deadline = time.monotonic() + wait_s
-        delay = 0.005
-        while not locks.try_grant(ctx.db, self.table.id, lock_id, ctx.stale_after_s).granted:
-            if time.monotonic() >= deadline:
-                locks.cancel(ctx.db, lock_id)
-                raise LockTimeoutError(
-                    f"no {kind.value} lock on {interval} of {self.table.name!r} within "
-                    f"{wait_s:g} s: other transactions hold it (see t.locks()); wait longer "
-                    "(wait_s=), or raise this transaction's priority"
-                )
-            time.sleep(delay)
-            delay = min(delay * 2, 0.2)
+        for (lock_id, decision), (kind, interval, _, _) in zip(got, requests, strict=True):
+            delay = 0.005
+            while not decision.granted:
+                if time.monotonic() >= deadline:
+                    for other, _ in got:
+                        locks.cancel(ctx.db, other)
+                    raise LockTimeoutError(
+                        f"no {kind.value} lock on {interval} of {self.table.name!r} within "
+                        f"{wait_s:g} s: other transactions hold it (see t.locks()); wait "
+                        "longer (wait_s=), or raise this transaction's priority"
+                    )
+                time.sleep(delay)
+                delay = min(delay * 2, 0.2)
+                decision = locks.try_grant(ctx.db, self.table.id, lock_id, ctx.stale_after_s)
         self.base_seq = commits.rebase(ctx.db, self.id, self.owner)
 
     def inflight(self) -> None:

@@ -32,9 +32,10 @@ def run_niced(fn: Callable[[], T], nice: int) -> T:
     def body() -> None:
         tid = threading.get_native_id()
         with contextlib.suppress(OSError):  # not permitted (a sandbox): run at normal priority
-            os.setpriority(
-                os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice)
-            )
+            level = min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice)
+            os.setpriority(os.PRIO_PROCESS, tid, level)
+            if level == 19 and hasattr(os, "SCHED_IDLE"):  # below every nice value
+                os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
         try:
             out.append(fn())
         except BaseException as exc:  # noqa: BLE001 - raised in the caller

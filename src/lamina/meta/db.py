@@ -65,13 +65,47 @@ def _configure_sqlite(engine: Engine) -> None:
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA foreign_keys=ON")
-        cur.execute("PRAGMA busy_timeout=60000")
+        cur.execute(f"PRAGMA busy_timeout={_SQLITE_READ_BUSY_MS}")
         cur.close()
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        write = conn.get_execution_options().get("lamina_write", False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+        if conn.get_execution_options().get("lamina_write", False):
+            _begin_immediate(conn.connection.dbapi_connection)
+        else:
+            conn.exec_driver_sql("BEGIN")
+
+
+#: SQLite's own busy handler sleeps 1, 2, 5, 10, 15, 20, 25 ... ms between tries, so a
+#: writer waiting for the write lock often sleeps on long after it was released (most
+#: of the append latency tail under a concurrent compaction). Writers poll for the
+#: lock themselves, every 0.1-1 ms; reads (which WAL rarely blocks) keep the handler.
+_SQLITE_READ_BUSY_MS = 60_000
+_SQLITE_WRITE_WAIT_S = 60.0
+
+
+def _begin_immediate(dbapi_conn: Any) -> None:
+    """``BEGIN IMMEDIATE``, polling for the write lock (see above) for up to a minute;
+    then the last SQLITE_BUSY error is raised (retried by :func:`run`)."""
+    import sqlite3
+
+    dbapi_conn.execute("PRAGMA busy_timeout=0")
+    try:
+        deadline = time.monotonic() + _SQLITE_WRITE_WAIT_S
+        pause = 0.0001
+        while True:
+            try:
+                dbapi_conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                if time.monotonic() > deadline:  # as SQLAlchemy reports it: run() retries
+                    raise OperationalError("BEGIN IMMEDIATE", None, exc) from exc
+            time.sleep(pause * (0.5 + random.random()))
+            pause = min(pause * 1.5, 0.001)
+    finally:
+        dbapi_conn.execute(f"PRAGMA busy_timeout={_SQLITE_READ_BUSY_MS}")
 
 
 def _ping_when_idle(engine: Engine, idle_s: float) -> None:

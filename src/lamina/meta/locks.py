@@ -75,17 +75,23 @@ def _insert(
     return int(pk[0])
 
 
-def _decide(
-    db: Db, conn: Connection, table_id: int, lock_id: int, stale_after_s: float
-) -> Decision:
-    """Grant the request (revoking what it outranks) or leave it waiting, under the
-    table's lock, after dropping the locks of dead holders."""
+def _settle(db: Db, conn: Connection, table_id: int, stale_after_s: float) -> None:
+    """Take the table's lock and drop the locks of dead holders."""
     lock_table(db, conn, table_id)
     settle_open(conn, table_id, stale_after_s)
     live = select(commits.c.id).where(
         commits.c.table_id == table_id, commits.c.state.in_(OPEN_STATES)
     )
     conn.execute(delete(locks).where(locks.c.table_id == table_id, locks.c.commit_id.not_in(live)))
+
+
+def _decide(
+    db: Db, conn: Connection, table_id: int, lock_id: int, stale_after_s: float, settled: bool
+) -> Decision:
+    """Grant the request (revoking what it outranks) or leave it waiting, under the
+    table's lock, after dropping the locks of dead holders (unless ``settled``)."""
+    if not settled:
+        _settle(db, conn, table_id, stale_after_s)
     rows = conn.execute(select(locks).where(locks.c.table_id == table_id)).all()
     mine = next((r for r in rows if r.id == lock_id), None)
     if mine is None:
@@ -120,12 +126,34 @@ def request(
     decision, and when granted the commit's new base seq — the table's latest
     snapshot, which the holder reads from). Otherwise it stays WAITING in line."""
 
-    def txn(conn: Connection) -> tuple[int, Decision, int | None]:
-        lock_table(db, conn, table_id)
-        lock_id = _insert(conn, table_id, commit_id, kind, interval, priority, segments)
-        decision = _decide(db, conn, table_id, lock_id, stale_after_s)
-        base = rebase_in(conn, commit_id, owner) if decision.granted else None
-        return lock_id, decision, base
+    (got,), base = request_all(
+        db, table_id, commit_id, owner, [(kind, interval, priority, segments)], stale_after_s
+    )
+    return got[0], got[1], base
+
+
+Request = tuple[LockType, Interval, int, frozenset[str]]  # kind, interval, priority, ids
+
+
+def request_all(
+    db: Db,
+    table_id: int,
+    commit_id: int,
+    owner: str,
+    requests: list[Request],
+    stale_after_s: float,
+) -> tuple[list[tuple[int, Decision]], int | None]:
+    """:func:`request` of several locks in one transaction, each decided in turn:
+    their (id, decision) and, when all were granted, the commit's new base seq."""
+
+    def txn(conn: Connection) -> tuple[list[tuple[int, Decision]], int | None]:
+        _settle(db, conn, table_id, stale_after_s)
+        out = []
+        for kind, interval, priority, segments in requests:
+            lock_id = _insert(conn, table_id, commit_id, kind, interval, priority, segments)
+            out.append((lock_id, _decide(db, conn, table_id, lock_id, stale_after_s, True)))
+        granted = all(d.granted for _, d in out)
+        return out, rebase_in(conn, commit_id, owner) if granted else None
 
     return db.write(txn)
 
@@ -133,7 +161,7 @@ def request(
 def try_grant(db: Db, table_id: int, lock_id: int, stale_after_s: float) -> Decision:
     """Grant a waiting request now (revoking what it outranks) or leave it waiting;
     one transaction under the table's lock."""
-    return db.write(lambda conn: _decide(db, conn, table_id, lock_id, stale_after_s))
+    return db.write(lambda conn: _decide(db, conn, table_id, lock_id, stale_after_s, False))
 
 
 def cancel(db: Db, lock_id: int) -> None:
