@@ -49,6 +49,7 @@ BENCHMARKS = {
     "compaction": "bench_compaction.py",
     "keyindex": "bench_keyindex.py",
     "upsert": "bench_upsert.py",
+    "upsert_spark": "bench_upsert_spark.py",
 }
 
 
