@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import lamina
-from lamina.core.autocompact import Policy, policy_of, statuses
+from lamina.core.autocompact import Policy, policy_of, statuses, to_purge
 from lamina.core.interval import Granularity, Interval
 from lamina.core.segment import Segment
 from tests.helpers import SCHEMA, events
@@ -47,6 +47,19 @@ def test_late_data_and_policy_changes() -> None:
     assert st.action == "major" and "written since its compaction" in st.reason
 
 
+def test_superseded_records_make_a_chunk_pending_however_it_was_compacted() -> None:
+    pol = Policy(target_rows=100)
+    fp = pol.fingerprint
+    segs = [seg(1, 32768, 90, 9), seg(2, 32768, 90, 9)]
+    stale = to_purge(segs, {segs[0].id: 9, segs[1].id: 8}, 10)  # 10% and 8.9%
+    assert stale == {segs[0].id}
+    got = {st.chunk.start // D: st for st in statuses(segs, {9: fp}, pol, stale)}
+    assert (got[1].status, got[1].action) == ("PENDING", "minor")
+    assert "1 segment(s) with >= 10% of their records superseded" in got[1].reason
+    assert got[2].status == "COMPLETE"
+    assert to_purge(segs, {}, 10) == frozenset()
+
+
 def test_skip_offset_counts_from_the_newest_segment() -> None:
     pol = Policy(target_rows=100, skip_offset_us=D)
     segs = [seg(d, p, 5, 1) for d in (1, 2, 3) for p in (0, 1)]
@@ -69,6 +82,11 @@ def test_policy_properties() -> None:
     assert pol.target_rows == 1000 and pol.small == 500 and pol.rewrites
     assert Policy(1000).fingerprint != Policy(999).fingerprint
     assert pol.nice == 19 and policy_of({"compaction.nice": "0"}, 1).nice == 0
+    assert pol.max_superseded_pct == 10
+    assert policy_of({"compaction.max_superseded_percent": "25"}, 1).max_superseded_pct == 25
+    for bad in ("0", "101", "x"):
+        with pytest.raises(lamina.PropertyError, match="max_superseded_percent"):
+            policy_of({"compaction.max_superseded_percent": bad}, 1)
     # the CPU priority shapes no data: it is not part of the compaction state
     assert Policy(1000, nice=0).fingerprint == Policy(1000, nice=19).fingerprint
 

@@ -121,3 +121,18 @@ def test_every_planned_run_is_valid_and_disjoint(
         ids = {s.id for s in run.inputs}
         assert not ids & used
         used |= ids
+
+
+def test_a_segment_to_purge_makes_a_run_of_its_own() -> None:
+    """An upsert table's segment with many superseded records is rewritten, alone or
+    with adjacent small segments while the run stays within the target."""
+    big, small = first(0, rows=90), first(1, rows=10)
+    segs = [big, small, first(2, rows=80)]
+    assert plan_minor(segs, 100) == []  # nothing to merge
+    runs = plan_minor(segs, 100, purge={big.id})  # P0 and P1 together: 100 rows
+    assert [[s.partition_id for s in r.inputs] for r in runs] == [[0, 1]]
+    runs = plan_minor(segs, 95, purge={big.id})  # P0 alone: with P1 it exceeds the target
+    assert [[s.partition_id for s in r.inputs] for r in runs] == [[0]]
+    assert runs[0].minor_version == 1 and runs[0].root_range == (0, 1)
+    runs = plan_minor(segs, 100, purge={small.id})  # P1 alone (P0 and P2 are big)
+    assert [[s.partition_id for s in r.inputs] for r in runs] == [[1]]

@@ -470,6 +470,34 @@ def test_a_minor_compaction_drops_superseded_records_and_keeps_every_answer(
     assert latest(t)["k5"] == 6
 
 
+def test_a_segment_with_many_superseded_records_is_rewritten_without_them(
+    cat: lamina.Catalog, t: lamina.Table
+) -> None:
+    """Pinot's upsert compaction: once a segment's deletion vectors supersede
+    compaction.max_superseded_percent of its records (default 10), auto-compaction
+    rewrites it without them, however it was compacted before; below that, nothing."""
+    t.set_properties(**{"compaction.small_segment_rows": 1})  # no segment is small
+    first = t.upsert(rows(*[(f"k{i:03d}", 1, i) for i in range(100)]))  # one segment
+    t.upsert(rows(*[(f"k{i:03d}", 2, -i) for i in range(9)]))  # 9% superseded
+    assert [r.status.status for r in cat.compact_auto(dry_run=True)] == ["COMPLETE"]
+    t.upsert(rows(("k050", 3, -50)))  # 10%
+    (st,) = [r.status for r in cat.compact_auto(dry_run=True)]
+    assert (st.status, st.action) == ("PENDING", "minor")
+    assert "10% of their records superseded" in st.reason
+    assert t.compact() is not None and t.compact() is None  # t.compact() does it too
+    t.upsert(rows(("k051", 3, -51)))
+    t.upsert(rows(*[(f"k{i:03d}", 4, -i) for i in range(60, 69)]))  # 10 of its 90
+    (st,) = [r.status for r in cat.compact_auto(dry_run=True)]  # compacted, yet pending
+    assert (st.status, st.action) == ("PENDING", "minor")
+    want, before = latest(t), latest(t, first.id)
+    (done,) = [r for r in cat.compact_auto() if r.commit is not None]
+    assert latest(t) == want and latest(t, first.id) == before
+    assert t.to_arrow(all_versions=True).num_rows == 100  # the superseded ones went
+    assert [r.status.status for r in cat.compact_auto(dry_run=True)] == ["COMPLETE"]
+    got = cat.sql("SELECT count(*) AS n, sum(value) AS s FROM u").to_pylist()
+    assert got == [{"n": 100, "s": sum(want.values())}]
+
+
 def test_a_refresh_replaces_the_records_stored_in_its_interval(
     cat: lamina.Catalog, t: lamina.Table
 ) -> None:

@@ -33,6 +33,8 @@ from lamina.core.autocompact import (
     nice_of,
     policy_of,
     statuses,
+    superseded_pct_of,
+    to_purge,
 )
 from lamina.core.compaction import MinorRun, minor_run, plan_minor
 from lamina.core.interval import ETERNITY, Granularity, Interval
@@ -167,8 +169,26 @@ def named_chunks(table: Table, named: set[str]) -> set[Interval]:
 def plan(
     table: Table, interval: Interval | None, target: int, small: int | None = None
 ) -> list[MinorRun]:
-    """The runs a minor compaction of ``interval`` (None: the whole table) would merge."""
-    return plan_minor(candidates(table, interval)[1], target, small)
+    """The runs a minor compaction of ``interval`` (None: the whole table) would merge
+    (on an upsert table, also rewrite: :func:`purge`)."""
+    segs = candidates(table, interval)[1]
+    return plan_minor(segs, target, small, purge(table, segs))
+
+
+def purge(table: Table, segs: list[Segment]) -> frozenset[str]:
+    """An upsert table's segments among ``segs`` whose deletion vectors supersede
+    ``compaction.max_superseded_percent`` of their records or more (empty for other
+    tables). Raises PropertyError."""
+    if "upsert.primary_key" not in table._record.properties or not segs:
+        return frozenset()
+    from lamina.meta import deletes
+
+    root = table._ctx.db.root + "/"
+    by_path = {str(s.location).removeprefix(root): s.id for s in segs if s.location}
+    tid = table._record.id
+    found = table._ctx.db.read(lambda conn: deletes.latest(conn, tid, list(by_path)))
+    counts = {by_path[p]: len(v.superseded) for p, v in found.items() if p in by_path}
+    return to_purge(segs, counts, superseded_pct_of(table.properties))
 
 
 def chosen_run(table: Table, ids: list[str], target: int) -> MinorRun:
@@ -461,6 +481,7 @@ class _Survey:
     statuses: list[ChunkStatus]
     candidates: list[Segment]
     held: set[Interval]
+    purge: frozenset[str]
 
 
 def _survey(table: Table) -> _Survey:
@@ -473,12 +494,13 @@ def _survey(table: Table) -> _Survey:
     named = named_ids(table)
     segs = candidates(table, None, named)[1]
     held = named_chunks(table, named)
-    found = statuses(segs, compacted, pol)
+    stale = purge(table, segs)
+    found = statuses(segs, compacted, pol, stale)
     seen = {st.chunk for st in found}
     why = "a lineage entry names its segments (a push in progress or still revertible)"
     found += [ChunkStatus(c, "SKIPPED", "none", why) for c in held - seen]
     found.sort(key=lambda st: (st.chunk.end, st.chunk.start), reverse=True)
-    return _Survey(pol, found, segs, held)
+    return _Survey(pol, found, segs, held, stale)
 
 
 def auto_status(table: Table) -> list[ChunkStatus]:
@@ -509,7 +531,7 @@ def compact_auto(table: Table, dry_run: bool = False) -> list[AutoResult]:
     if minor:
         chunks = {st.chunk for st in minor}
         segs = [s for s in survey.candidates if s.interval in chunks]
-        runs = plan_minor(segs, pol.target_rows, pol.small)
+        runs = plan_minor(segs, pol.target_rows, pol.small, survey.purge)
         fp = Policy(pol.target_rows).fingerprint
         commit, error = _attempt(lambda: compact_minor(table, runs, fingerprint=fp, nice=pol.nice))
         out += [AutoResult(table.name, st, commit, error) for st in minor]

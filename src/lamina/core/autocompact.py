@@ -12,6 +12,11 @@ reason — Druid's compaction status, with two of its complaints fixed:
 * late data trickling into a compacted chunk (segments that no compaction wrote)
   makes it PENDING for a *minor* compaction, which runs beside appends (Druid #6136).
 
+Upsert tables: a segment whose deletion vectors supersede ``max_superseded_percent``
+of its records or more makes its chunk PENDING for a minor compaction that rewrites it
+without them (Pinot's upsert compaction, ``invalidRecordsThresholdPercent``), however
+it was compacted before.
+
 Chunks are considered newest first. ``skip_offset_from_latest`` is measured from the
 end of the newest segment (as Druid does), not from the wall clock.
 """
@@ -39,10 +44,14 @@ KEYS = (
     "sort_by",
     "rollup",
     "nice",
+    "max_superseded_percent",
 )
 #: how much lower than ingestion a minor compaction's reading and writing runs on the
 #: CPU (nice units; 19: lowest)
 DEFAULT_NICE = 19
+#: an upsert table's segment with this share (%) of superseded records or more is
+#: rewritten without them by a minor compaction
+DEFAULT_MAX_SUPERSEDED_PCT = 10
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,7 @@ class Policy:
     sort_by: tuple[str, ...] = ()
     rollup: Mapping[str, Any] | None = None
     nice: int = DEFAULT_NICE  # CPU priority of the work, not of its result: no fingerprint
+    max_superseded_pct: int = DEFAULT_MAX_SUPERSEDED_PCT  # upsert tables; see module doc
 
     @property
     def small(self) -> int:
@@ -101,7 +111,8 @@ def policy_of(props: Mapping[str, str], table_target_rows: int) -> Policy:
     ``max_segments_per_chunk`` (0: none), ``target_rows_per_segment`` (default: the
     table's), ``segment_granularity``, ``sort_by`` (comma-separated), ``rollup``
     (JSON), ``nice`` (0-19, default 19: how much lower than normal the CPU priority of
-    a minor compaction's reading and writing is). Raises PropertyError."""
+    a minor compaction's reading and writing is), ``max_superseded_percent`` (1-100,
+    default 10; upsert tables). Raises PropertyError."""
     unknown = sorted(
         k[len(PREFIX) :] for k in props if k.startswith(PREFIX) and k[len(PREFIX) :] not in KEYS
     )
@@ -127,6 +138,26 @@ def policy_of(props: Mapping[str, str], table_target_rows: int) -> Policy:
         sort_by=tuple(c.strip() for c in sort_by.split(",") if c.strip()),
         rollup=parsed_rollup,
         nice=nice_of(props),
+        max_superseded_pct=superseded_pct_of(props),
+    )
+
+
+def superseded_pct_of(props: Mapping[str, str]) -> int:
+    """``compaction.max_superseded_percent``: 1 to 100. Raises PropertyError."""
+    value = _int(props, "max_superseded_percent", DEFAULT_MAX_SUPERSEDED_PCT, 1)
+    if value > 100:
+        raise PropertyError(
+            f"{PREFIX}max_superseded_percent = {props[PREFIX + 'max_superseded_percent']!r}: "
+            "use 1 to 100"
+        )
+    return value
+
+
+def to_purge(visible: Sequence[Segment], superseded: Mapping[str, int], pct: int) -> frozenset[str]:
+    """The segments (ids) with ``pct`` % or more of their records superseded
+    (``superseded``: segment id -> superseded records)."""
+    return frozenset(
+        s.id for s in visible if s.row_count and superseded.get(s.id, 0) * 100 >= pct * s.row_count
     )
 
 
@@ -155,10 +186,12 @@ def statuses(
     visible: Sequence[Segment],
     compacted: Mapping[int, str],
     policy: Policy,
+    purge: frozenset[str] = frozenset(),
 ) -> list[ChunkStatus]:
     """Each chunk's status, newest first. ``visible``: the table's visible data
     segments (whole chunks); ``compacted``: commit id -> fingerprint of the table's
-    compaction commits."""
+    compaction commits; ``purge``: segments to rewrite without their superseded
+    records (:func:`to_purge`)."""
     by_chunk: dict[Interval, list[Segment]] = {}
     for s in visible:
         by_chunk.setdefault(s.interval, []).append(s)
@@ -170,7 +203,7 @@ def statuses(
     for chunk in sorted(by_chunk, key=lambda c: (c.end, c.start), reverse=True):
         segs = by_chunk[chunk]
         small = sum(1 for s in segs if s.row_count < policy.small)
-        state, action, reason = _decide(chunk, segs, small, compacted, policy, horizon)
+        state, action, reason = _decide(chunk, segs, small, compacted, policy, horizon, purge)
         out.append(ChunkStatus(chunk, state, action, reason, len(segs), small))
     return out
 
@@ -182,11 +215,16 @@ def _decide(
     compacted: Mapping[int, str],
     policy: Policy,
     horizon: int,
+    purge: frozenset[str] = frozenset(),
 ) -> tuple[str, str, str]:
     """(status, action, reason) of one chunk."""
     n = len(segs)
     if policy.skip_offset_us and chunk.end > horizon:
         return "SKIPPED", "none", "within skip_offset_from_latest of the newest data"
+    stale = sum(1 for s in segs if s.id in purge)
+    if stale and not policy.rewrites:
+        why = f">= {policy.max_superseded_pct}% of their records superseded by newer ones"
+        return "PENDING", "minor", f"{stale} segment(s) with {why}"
     # a carried copy (suffix) holds rows appended during a compaction, not its output
     prints = {None if s.suffix else compacted.get(s.commit_id or -1) for s in segs}
     late = sum(1 for s in segs if s.suffix or (s.commit_id or -1) not in compacted)

@@ -19,7 +19,7 @@ lies inside it must be an input.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 
@@ -121,13 +121,18 @@ def minor_run(inputs: Sequence[Segment], visible: Sequence[Segment], target_rows
 
 
 def plan_minor(
-    visible: Iterable[Segment], target_rows: int, small_rows: int | None = None
+    visible: Iterable[Segment],
+    target_rows: int,
+    small_rows: int | None = None,
+    purge: Collection[str] = frozenset(),
 ) -> list[MinorRun]:
     """Runs of adjacent small segments to merge, per chunk and version, from a
     snapshot's visible (whole) segments: consecutive units whose rows stay within
     ``target_rows`` in all, each run holding at least two segments. A unit of
     ``small_rows`` or more (default: half the target), a gap in the roots, or a
-    tombstone ends a run."""
+    tombstone ends a run. A unit holding a segment of ``purge`` (an upsert table's,
+    to rewrite without its superseded records) counts as small, and makes a run of
+    itself alone."""
     if target_rows < 1:
         raise CompactionError(f"target_rows_per_segment={target_rows}: pass a number >= 1")
     small_rows = -(-target_rows // 2) if small_rows is None else small_rows
@@ -140,7 +145,8 @@ def plan_minor(
         groups: list[list[list[Segment]]] = [[]]  # runs of units; the last one is open
         for unit in _units(segs):
             rows = sum(s.row_count for s in unit)
-            small = rows < small_rows and not any(s.is_tombstone for s in unit)
+            stale = any(s.id in purge for s in unit)
+            small = (rows < small_rows or stale) and not any(s.is_tombstone for s in unit)
             current = groups[-1]
             if current and (
                 not small
@@ -152,6 +158,6 @@ def plan_minor(
                 groups[-1].append(unit)
         for group in groups:
             inputs = [s for unit in group for s in unit]
-            if len(inputs) >= 2:
+            if len(inputs) >= 2 or any(s.id in purge for s in inputs):
                 runs.append(minor_run(inputs, segs, target_rows))
     return runs
