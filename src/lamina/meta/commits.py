@@ -138,6 +138,29 @@ _COMPLETE_AND_BUMP = (
     .add_cte(_ADD_SEGMENTS.cte("added"))
 )
 _INSERT = insert(commits)
+_RECORD_COLS = (
+    "table_id",
+    "action",
+    "state",
+    "seq",
+    "started_at",
+    "inflight_at",
+    "completed_at",
+    "heartbeat_at",
+    "owner",
+    "files_cleaned",
+    "metadata",
+    "footprint",
+)
+_recorded = (
+    insert(commits)
+    .values({name: bindparam(name, type_=commits.c[name].type) for name in _RECORD_COLS})
+    .returning(commits.c.id)
+    .cte("recorded")
+)
+#: PostgreSQL: a catalog-only commit recorded and the table's counters moved, in one
+#: statement (its new id)
+_RECORD_AND_BUMP = select(_recorded.c.id).add_cte(_BUMP.returning(tables.c.id).cte("bumped"))
 _OPEN_COLS = (
     "table_id",
     "action",
@@ -246,29 +269,28 @@ def record_commit(
     meta = json.dumps(metadata, default=str)
     bump = {"tid": trow.id, "seq": seq, "next_version": next_version, "max_span": max_span}
     if commit_id is None:
-        result = conn.execute(
-            _INSERT,
-            {
-                "table_id": trow.id,
-                "action": action,
-                "state": CommitState.COMPLETED.value,
-                "seq": seq,
-                "started_at": now,
-                "inflight_at": now,
-                "completed_at": now,
-                "heartbeat_at": now,
-                "owner": process_token(),
-                "files_cleaned": 0,
-                "metadata": meta,
-                "footprint": footprint,
-            },
-        )
-        pk = result.inserted_primary_key
-        assert pk is not None
-        commit_id = int(pk[0])
         assert not add, "a catalog-only commit adds no segments"
+        row = {
+            "table_id": trow.id,
+            "action": action,
+            "state": CommitState.COMPLETED.value,
+            "seq": seq,
+            "started_at": now,
+            "inflight_at": now,
+            "completed_at": now,
+            "heartbeat_at": now,
+            "owner": process_token(),
+            "files_cleaned": 0,
+            "metadata": meta,
+            "footprint": footprint,
+        }
+        if conn.dialect.name == "postgresql":
+            new_id = int(conn.execute(_RECORD_AND_BUMP, row | bump).scalar_one())
+            return Recorded(new_id, seq, now)
+        pk = conn.execute(_INSERT, row).inserted_primary_key
+        assert pk is not None
         conn.execute(_BUMP, bump)
-        return Recorded(commit_id, seq, now)
+        return Recorded(int(pk[0]), seq, now)
     rows = [{**r, "commit_id": commit_id, "added_seq": seq} for r in add]
     params = {"cid": commit_id, "now": now, "meta": meta, "fp": footprint, "action": action}
     params |= bump
