@@ -470,6 +470,23 @@ def test_a_minor_compaction_drops_superseded_records_and_keeps_every_answer(
     assert latest(t)["k5"] == 6
 
 
+def test_a_run_whose_records_are_all_superseded_compacts_to_an_empty_segment(
+    t: lamina.Table,
+) -> None:
+    """(The random history checker found it: the rewrite raised ValueError.)"""
+    day = 24 * 60
+    first = t.upsert(rows(("a", 1, 1)))
+    t.upsert(rows(("b", 2, 2)))  # day 1: two small segments
+    t.upsert(rows(("a", day + 1, 3), ("b", day + 1, 4)))  # day 2 supersedes both
+    c = t.compact()
+    assert c is not None
+    day1 = [
+        s for s in t.segments() if s.interval.start == min(x.interval.start for x in t.segments())
+    ]
+    assert [s.row_count for s in day1] == [0]
+    assert latest(t) == {"a": 3, "b": 4} and latest(t, first.id) == {"a": 1}
+
+
 def test_a_segment_with_many_superseded_records_is_rewritten_without_them(
     cat: lamina.Catalog, t: lamina.Table
 ) -> None:

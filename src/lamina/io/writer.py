@@ -105,8 +105,11 @@ def _chunk_codes(t: np.ndarray, granularity: Granularity) -> tuple[np.ndarray, n
 
 
 def pieces(rows: slice, target_rows: int) -> list[slice]:
-    """Cut a range into near-equal ranges of at most ``target_rows``."""
+    """Cut a range into near-equal ranges of at most ``target_rows`` (an empty range:
+    itself, one empty piece)."""
     n = rows.stop - rows.start
+    if n <= 0:
+        return [rows]
     count = max(1, -(-n // max(1, target_rows)))
     size = -(-n // count)
     return [slice(i, min(i + size, rows.stop)) for i in range(rows.start, rows.stop, size)]
