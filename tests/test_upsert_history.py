@@ -26,7 +26,7 @@ import signal
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -150,8 +150,20 @@ def _writer(catalog: str, wh: str, w: int, log_path: str, stop: str) -> None:
             break
         tok[0] = f"{w}.{op}"
         recs = _random_batch(rng, (w * 100_000 + op) * 100, op // 2)
-        log.put(op=tok[0], recs=recs)
-        c = t.upsert(_table(recs), metadata={"op": tok[0]})
+        how = rng.choices(["upsert", "overwrite", "refresh"], [0.9, 0.05, 0.05])[0]
+        if how != "upsert":  # one day's records replaced by the batch's (all on that day)
+            recs = [[r[0], recs[0][1], *r[2:]] for r in recs]
+        log.put(op=tok[0], recs=recs, how=how)
+        try:
+            if how == "upsert":
+                c = t.upsert(_table(recs), metadata={"op": tok[0]})
+            else:
+                write = t.overwrite if how == "overwrite" else t.refresh
+                day = T0 + timedelta(days=recs[0][1])
+                c = write(_table(recs), (day, day + timedelta(days=1)), metadata={"op": tok[0]})
+        except lamina.CommitConflictError:  # another overwrite, a delete of its chunk...
+            log.put(op=tok[0], failed=True)
+            continue
         log.put(op=tok[0], commit=c.id, seq=c.seq)
 
 
@@ -269,6 +281,13 @@ class Model:
                 self.cur[key] = Rec(key, ver, rid, bool(gone))
         self._close(seq, [r[4] for r in recs])
 
+    def overwrite(self, seq: int, removed: set[int], recs: list[Raw]) -> None:
+        """An overwrite or refresh: the records it removed go, then ``recs`` are
+        upserted against those left."""
+        self.removed |= removed
+        self.cur = {k: r for k, r in self.cur.items() if r.rid not in removed}
+        self.upsert(seq, recs)
+
     def compact(self, seq: int) -> None:
         """A compaction: no record changes."""
         self._close(seq, [])
@@ -307,6 +326,13 @@ def _replay(t: lamina.Table, run: Run) -> tuple[Model, dict[int, lamina.Commit]]
     by_seq = {c.seq: c for c in done if c.seq is not None}
     assert sorted(by_seq) == list(range(1, len(by_seq) + 1)), "seqs with holes"
     seg_rids = {it["seg"]: set(it["rids"]) for it in run.intents.values() if "seg" in it}
+    where: dict[str, str] = {}
+
+    def rids(ids: Iterable[str], seq: int) -> set[int]:
+        """The records of segments (published by then: as of ``seq``)."""
+        where.update((s.id, str(s.location)) for s in t.segments(True, by_seq[seq].id))
+        return {r for i in ids for r in pq.read_table(where[i], columns=["rid"])["rid"].to_pylist()}
+
     model = Model()
     for seq in sorted(by_seq):
         c = by_seq[seq]
@@ -314,6 +340,9 @@ def _replay(t: lamina.Table, run: Run) -> tuple[Model, dict[int, lamina.Commit]]
             model.upsert(seq, run.intents[c.metadata["op"]]["recs"])
         elif c.action == "COMPACT":
             model.compact(seq)
+        elif c.action in ("OVERWRITE", "REFRESH"):  # a carried segment: removed, added
+            gone = rids(c.removed, seq - 1) - rids(c.added, seq)
+            model.overwrite(seq, gone, run.intents[c.metadata["op"]]["recs"])
         else:
             assert c.action == "DELETE", c
             model.delete(seq, set().union(*(seg_rids[s] for s in c.removed)))

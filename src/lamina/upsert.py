@@ -242,6 +242,7 @@ def all_versions(
     from lamina.io.arrow import time_filter
     from lamina.io.reader import check_columns
     from lamina.meta import deletes
+    from lamina.meta.segments import first_added
 
     require(table)
     rec, wh = table._record, table._ctx.warehouse
@@ -249,8 +250,12 @@ def all_versions(
     plan = table.scan(as_of, interval)
     root = table._ctx.db.root + "/"
     rel = {t.segment.location: str(t.segment.location).removeprefix(root) for t in plan.tasks}
-    hist = table._ctx.db.read(lambda conn: deletes.history(conn, rec.id, rel.values()))
-    seq_of = {c.id: c.seq for c in table.history()}
+    hist, first = table._ctx.db.read(
+        lambda conn: (
+            deletes.history(conn, rec.id, rel.values()),
+            first_added(conn, rec.id, rel.values()),
+        )
+    )
     tc = rec.time_column
     parts = []
     for task in plan.tasks:
@@ -266,8 +271,8 @@ def all_versions(
             pos = np.fromiter(rows, np.int64, len(rows))
             pos = pos[until[pos] < 0]
             until[pos] = seq
-        start = seq_of.get(int(task.segment.commit_id or 0))
-        data = data.append_column(VALID_FROM, pa.array(np.full(data.num_rows, start or 0)))
+        start = first.get(rel[path], 0)  # a carried copy: when its file was stored
+        data = data.append_column(VALID_FROM, pa.array(np.full(data.num_rows, start)))
         data = data.append_column(VALID_UNTIL, pa.array(until, mask=until < 0))
         if task.keep is not None:
             assert tc is not None

@@ -87,6 +87,21 @@ def rows_by_id(conn: Connection, table_id: int, ids: list[str]) -> list[Any]:
     ]
 
 
+def first_added(conn: Connection, table_id: int, locations: Collection[str]) -> dict[str, int]:
+    """The seq at which each file was first published (a carried copy of a segment
+    keeps its file: its first segment row's, while retention keeps that row)."""
+    locs = sorted(set(locations))
+    out: dict[str, int] = {}
+    for i in range(0, len(locs), _BATCH):
+        for loc, seq in conn.execute(
+            select(segments.c.location, func.min(segments.c.added_seq))
+            .where(segments.c.table_id == table_id, segments.c.location.in_(locs[i : i + _BATCH]))
+            .group_by(segments.c.location)
+        ):
+            out[str(loc)] = int(seq)
+    return out
+
+
 def existing(conn: Connection, table_id: int, ids: list[str]) -> set[str]:
     """Which of ``ids`` name segments that exist (not removed)."""
     found: set[str] = set()
