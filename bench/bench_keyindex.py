@@ -203,7 +203,12 @@ def main(quick: bool = False) -> dict[str, Any]:
             "<= 1.0",
             note=f"dict {d_med * 1000:.1f} ms",
         ),
-        figure("disk per key", size / entries, "B", note=f"{size / 2**20:.0f} MiB, zstd"),
+        figure(
+            "disk per key",
+            size / entries,
+            "B",
+            note=f"{size / 2**20:.0f} MiB, Arrow IPC, uncompressed",
+        ),
         figure("save", save_s, "s", note="write_index: to_arrow, checksums, Arrow IPC file, fsync"),
         figure(
             "load: restart to first lookup (median of 3)",
