@@ -136,3 +136,30 @@ def test_a_segment_to_purge_makes_a_run_of_its_own() -> None:
     assert runs[0].minor_version == 1 and runs[0].root_range == (0, 1)
     runs = plan_minor(segs, 100, purge={small.id})  # P1 alone (P0 and P2 are big)
     assert [[s.partition_id for s in r.inputs] for r in runs] == [[1]]
+
+
+@given(
+    rows=st.lists(st.integers(0, 120), min_size=0, max_size=12),
+    gaps=st.sets(st.integers(0, 11)),
+    stale=st.sets(st.integers(0, 11)),
+    target=st.integers(1, 150),
+)
+def test_with_segments_to_purge_every_run_is_valid_and_each_of_them_is_rewritten(
+    rows: list[int], gaps: set[int], stale: set[int], target: int
+) -> None:
+    """Oracle: every segment to purge is in exactly one run; a run without one still
+    merges two or more small segments within the target; runs are valid and disjoint."""
+    segs = [first(i, r) for i, r in enumerate(rows) if i not in gaps]
+    purge = {s.id for s in segs if s.partition_id in stale}
+    runs = plan_minor(segs, target, purge=purge)
+    used: set[str] = set()
+    for run in runs:
+        assert check_inputs(run.inputs, segs) == run.root_range
+        ids = {s.id for s in run.inputs}
+        assert not ids & used
+        used |= ids
+        if not ids & purge:
+            assert len(run.inputs) >= 2 and run.rows <= target
+        assert len(run.inputs) == 1 or run.rows <= target
+        assert all(s.row_count * 2 < target or s.id in purge for s in run.inputs)
+    assert purge <= used
