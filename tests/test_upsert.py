@@ -337,6 +337,16 @@ def pstate(t: lamina.Table) -> dict[str, dict[str, Any]]:
     return {r["key"]: {c: r[c] for c in ("clicks", "tags", "best", "name", "first")} for r in got}
 
 
+@pytest.mark.parametrize("write", ["overwrite", "refresh"])
+def test_overwrites_of_partial_upsert_tables_are_refused(pt: lamina.Table, write: str) -> None:
+    data = pa.Table.from_pylist([prow("a", 1, clicks=1)], schema=PSCHEMA)
+    pt.upsert(data)
+    before = pstate(pt), len(pt.history())
+    with pytest.raises(UpsertError, match="overwrite or refresh of a partial-upsert table"):
+        getattr(pt, write)(pa.Table.from_pylist([prow("a", 2, clicks=5)], schema=PSCHEMA))
+    assert (pstate(pt), len(pt.history())) == before
+
+
 def test_partial_upserts_merge_with_pinots_strategies(pt: lamina.Table) -> None:
     up = lambda *rs: pt.upsert(pa.Table.from_pylist(list(rs), schema=PSCHEMA))  # noqa: E731
     up(prow("a", 1, clicks=1, tags=["x"], best=5, name="n1", first="f1"))

@@ -127,7 +127,7 @@ def overwrite(
 
     spec = require(table)
     if spec.is_partial:
-        raise UpsertError("an overwrite of a partial-upsert table is not supported yet")
+        raise UpsertError("an overwrite or refresh of a partial-upsert table is not supported yet")
     batch = conform(to_arrow_table(data), table._record.schema)
     read = UpsertBatch(spec, resolve_batch(batch, spec), key_hashes(batch, spec.primary_key), ())
     return _write(

@@ -309,7 +309,6 @@ def _lock_with_entry(db: Db, conn: Connection, name: str, entry_id: str) -> Any:
             literal(int(trow.last_seq)).label("last_seq"),
             lineage.c.id.label("entry"),
             lineage.c.state,
-            lineage.c.started_seq,
             lineage.c.to_count,
             lineage.c.successors,
             lineage.c.own_versions,
