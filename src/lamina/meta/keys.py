@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -341,6 +342,18 @@ def _where(st: KeyState, found: Lookup) -> tuple[tuple[str, int] | None, ...]:
     )
 
 
+@contextlib.contextmanager
+def _resolving(url: str, table_id: int, drop_after: bool) -> Iterator[None]:
+    """The index lock; with ``drop_after``, the table's index is forgotten afterwards
+    (rebuilt next time)."""
+    with _LOCK:
+        try:
+            yield
+        finally:
+            if drop_after:
+                _STATES.pop((url, table_id), None)
+
+
 def resolve(
     conn: Connection,
     url: str,
@@ -356,66 +369,49 @@ def resolve(
     ``gone``: files the same commit removes (an overwrite of an upsert table): the
     records there no longer count, and the index is rebuilt next time.
     Raises UpsertError, CommitConflictError (partial upserts)."""
-    with _LOCK:
-        try:
-            return _resolve(conn, url, table, wh, batch, locations, seq, gone or set())
-        finally:
-            if gone:
-                _STATES.pop((url, table.id), None)
-
-
-def _resolve(
-    conn: Connection,
-    url: str,
-    table: TableRecord,
-    wh: Warehouse,
-    batch: UpsertBatch,
-    locations: list[str],
-    seq: int,
-    gone: set[str],
-) -> Outcome:
-    spec = batch.spec
-    st = state(conn, url, table, spec, wh, seq)
-    res = batch.resolved
-    data = res.batch
-    current, found = _current(st, batch, wh, values=False, gone=gone)
-    if batch.expect is not None:  # a partial upsert merged with what it read before
-        changed = [i for i, w in enumerate(_where(st, found)) if w != batch.expect[i]]
-        if changed:
-            raise CommitConflictError(
-                f"{len(changed)} key(s) of this partial upsert got a newer record since it "
-                "read their values (another upsert published meanwhile); nothing was "
-                "published — it is safe to retry",
-                retryable=True,
+    with _resolving(url, table.id, bool(gone)):
+        spec = batch.spec
+        st = state(conn, url, table, spec, wh, seq)
+        res = batch.resolved
+        data = res.batch
+        current, found = _current(st, batch, wh, values=False, gone=gone or set())
+        if batch.expect is not None:  # a partial upsert merged with what it read before
+            changed = [i for i, w in enumerate(_where(st, found)) if w != batch.expect[i]]
+            if changed:
+                raise CommitConflictError(
+                    f"{len(changed)} key(s) of this partial upsert got a newer record since it "
+                    "read their values (another upsert published meanwhile); nothing was "
+                    "published — it is safe to retry",
+                    retryable=True,
+                )
+            spec = replace(spec, partial=None)  # its records are merged already
+        out = resolve_against(current, res, spec)
+        file_of, pos_of = batch.positions()
+        hidden: dict[str, BitMap] = {}
+        tombstones: dict[str, BitMap] = {}
+        replaced = out.invalidated
+        old_code = np.asarray(replaced.column(SEGMENT).to_numpy(), np.int64)
+        old_row = np.asarray(replaced.column(ROW).to_numpy(), np.int64)
+        _group(hidden, st.locations, old_code, old_row)
+        mine = np.flatnonzero(~out.queryable)  # own rows: superseded, or tombstones
+        _group(hidden, locations, file_of[mine], pos_of[mine])
+        tomb = np.flatnonzero(out.valid & ~out.queryable)
+        _group(tombstones, locations, file_of[tomb], pos_of[tomb])
+        valid = np.flatnonzero(out.valid)
+        if len(valid):
+            per_file = np.array([st.code(loc) for loc in locations], np.int32)
+            codes = per_file[file_of[valid]]
+            st.index.put(
+                batch.keys[valid],
+                codes,
+                pos_of[valid].astype(np.uint32),
+                cmp_values(
+                    data.column(spec.comparison_column).take(pa.array(valid)), st.index.cmp_dtype
+                ),
+                res.deleted[valid],
             )
-        spec = replace(spec, partial=None)  # its records are merged already
-    out = resolve_against(current, res, spec)
-    file_of, pos_of = batch.positions()
-    hidden: dict[str, BitMap] = {}
-    tombstones: dict[str, BitMap] = {}
-    replaced = out.invalidated
-    old_code = np.asarray(replaced.column(SEGMENT).to_numpy(), np.int64)
-    old_row = np.asarray(replaced.column(ROW).to_numpy(), np.int64)
-    _group(hidden, st.locations, old_code, old_row)
-    mine = np.flatnonzero(~out.queryable)  # own rows: superseded, or tombstones
-    _group(hidden, locations, file_of[mine], pos_of[mine])
-    tomb = np.flatnonzero(out.valid & ~out.queryable)
-    _group(tombstones, locations, file_of[tomb], pos_of[tomb])
-    valid = np.flatnonzero(out.valid)
-    if len(valid):
-        per_file = np.array([st.code(loc) for loc in locations], np.int32)
-        codes = per_file[file_of[valid]]
-        st.index.put(
-            batch.keys[valid],
-            codes,
-            pos_of[valid].astype(np.uint32),
-            cmp_values(
-                data.column(spec.comparison_column).take(pa.array(valid)), st.index.cmp_dtype
-            ),
-            res.deleted[valid],
-        )
-    st.seq = seq + 1  # this commit's (seqs have no holes); if it fails, forget() drops st
-    return Outcome(hidden, tombstones)
+        st.seq = seq + 1  # this commit's (seqs have no holes); if it fails, forget() drops st
+        return Outcome(hidden, tombstones)
 
 
 @dataclass(frozen=True)
