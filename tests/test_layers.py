@@ -23,7 +23,14 @@ LAYERS: list[tuple[str, ...]] = [
     ("lamina.context",),
     ("lamina.write", "lamina.read", "lamina.changes"),
     ("lamina.maintenance",),
-    ("lamina.table", "lamina.transaction", "lamina.push", "lamina.compaction", "lamina.upsert"),
+    (
+        "lamina.table",
+        "lamina.transaction",
+        "lamina.push",
+        "lamina.compaction",
+        "lamina.autocompaction",
+        "lamina.upsert",
+    ),
     ("lamina.catalog",),
     ("lamina.cli", "lamina.server", "lamina.rest", "lamina"),
 ]

@@ -20,7 +20,7 @@ from lamina.meta.schema import migrate
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from lamina.compaction import AutoResult
+    from lamina.autocompaction import AutoResult
     from lamina.engines.duckdb import SqlEngine
     from lamina.maintenance.retention import RetentionReport
     from lamina.table import Table
@@ -257,11 +257,11 @@ class Catalog:
         ``dry_run``. A chunk whose compaction met a conflict or a busy lock carries
         the error and is retried next run. Raises PropertyError, CompactionError (a
         bad policy), TableNotFoundError."""
-        from lamina import compaction
+        from lamina.autocompaction import compact_auto
 
         out: list[AutoResult] = []
         for name in tables if tables is not None else self.list_tables():
-            out += compaction.compact_auto(self.load_table(name), dry_run)
+            out += compact_auto(self.load_table(name), dry_run)
         return out
 
     def clean_failed_writes(self) -> int:

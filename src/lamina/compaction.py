@@ -15,10 +15,7 @@ meanwhile under APPEND locks (or optimistically) are carried onto its version.
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,12 +24,9 @@ import pyarrow.parquet as pq
 
 from lamina.core.autocompact import (
     DEFAULT_NICE,
-    ChunkStatus,
     Policy,
-    check_policy,
     nice_of,
     policy_of,
-    statuses,
     superseded_pct_of,
     to_purge,
 )
@@ -56,8 +50,6 @@ from lamina.errors import (
     CompactionError,
     InvalidGranularityError,
     InvalidIntervalError,
-    LockRevokedError,
-    LockTimeoutError,
 )
 from lamina.io.arrow import time_values_us
 from lamina.io.background import run_niced
@@ -458,122 +450,3 @@ def compact_major(
             data = data.sort_by([(table.time_column, "ascending")])
         tx._overwrite(data, iv, (gran, target_rows))
     return tx.commit_result
-
-
-# -- auto-compaction -------------------------------------------------------------------
-
-
-def policy(table: Table) -> Policy:
-    """The table's compaction policy. Raises PropertyError, CompactionError."""
-    got = policy_of(table.properties, table.target_rows_per_segment)
-    if got.segment_granularity is table.granularity:
-        got = dataclasses.replace(got, segment_granularity=None)
-    check_policy(got, table.schema.names)
-    return got
-
-
-@dataclass(frozen=True)
-class _Survey:
-    """What auto-compaction reads of a table, once: its policy, each chunk's status,
-    the segments a minor compaction may take, the chunks lineage entries hold."""
-
-    policy: Policy
-    statuses: list[ChunkStatus]
-    candidates: list[Segment]
-    held: set[Interval]
-    purge: frozenset[str]
-
-
-def _survey(table: Table) -> _Survey:
-    pol = policy(table)
-    compacted = {
-        c.id: str(c.metadata.get("fingerprint"))
-        for c in table.history()
-        if c.state == "COMPLETED" and c.metadata.get("compaction")
-    }
-    named = named_ids(table)
-    segs = candidates(table, None, named)[1]
-    held = named_chunks(table, named)
-    stale = purge(table, segs)
-    found = statuses(segs, compacted, pol, stale)
-    seen = {st.chunk for st in found}
-    why = "a lineage entry names its segments (a push in progress or still revertible)"
-    found += [ChunkStatus(c, "SKIPPED", "none", why) for c in held - seen]
-    found.sort(key=lambda st: (st.chunk.end, st.chunk.start), reverse=True)
-    return _Survey(pol, found, segs, held, stale)
-
-
-def auto_status(table: Table) -> list[ChunkStatus]:
-    """Every chunk's compaction status under the table's policy, newest first."""
-    return _survey(table).statuses
-
-
-@dataclass(frozen=True)
-class AutoResult:
-    """What auto-compaction did with one chunk: its status, and the commit or the
-    error that stopped it (a conflict or a lock timeout: retried next run)."""
-
-    table: str
-    status: ChunkStatus
-    commit: Commit | None = None
-    error: str | None = None
-
-
-def compact_auto(table: Table, dry_run: bool = False) -> list[AutoResult]:
-    """Compact the chunks the policy makes PENDING: one minor compaction of all
-    minor ones, then a major compaction per interval (newest first)."""
-    survey = _survey(table)
-    pol, found = survey.policy, survey.statuses
-    if dry_run:
-        return [AutoResult(table.name, st) for st in found]
-    out: list[AutoResult] = []
-    minor = [st for st in found if st.action == "minor"]
-    if minor:
-        chunks = {st.chunk for st in minor}
-        segs = [s for s in survey.candidates if s.interval in chunks]
-        runs = plan_minor(segs, pol.target_rows, pol.small, survey.purge)
-        fp = Policy(pol.target_rows).fingerprint
-        commit, error = _attempt(lambda: compact_minor(table, runs, fingerprint=fp, nice=pol.nice))
-        out += [AutoResult(table.name, st, commit, error) for st in minor]
-    gran = pol.segment_granularity or table.granularity
-    done: set[Interval] = set()
-    upserts = "upsert.primary_key" in table._record.properties
-    for st in (st for st in found if st.action == "major"):
-        if upserts:
-            why = "skipped: an upsert table is compacted by minor compactions only (for now)"
-            out.append(AutoResult(table.name, st, None, why))
-            continue
-        iv = (
-            st.chunk
-            if table.time_column is None
-            else Interval.of(gran.floor(st.chunk.start), gran.chunk(st.chunk.end - 1).end)
-        )
-        if any(c.overlaps(iv) for c in survey.held):
-            why = "skipped: a lineage entry names segments there (compacted once it settles)"
-            out.append(AutoResult(table.name, st, None, why))
-            continue
-        if iv in done:
-            out.append(AutoResult(table.name, st, out[-1].commit, out[-1].error))
-            continue
-        done.add(iv)
-        commit, error = _attempt(
-            lambda iv=iv: compact_major(  # type: ignore[misc]
-                table,
-                iv,
-                None if pol.segment_granularity is None else pol.segment_granularity.value,
-                list(pol.sort_by) or None,
-                None if pol.rollup is None else dict(pol.rollup),
-                pol.target_rows,
-            )
-        )
-        out.append(AutoResult(table.name, st, commit, error))
-    out += [AutoResult(table.name, st) for st in found if st.action == "none"]
-    return out
-
-
-def _attempt(run: Callable[[], Commit | None]) -> tuple[Commit | None, str | None]:
-    """Run one compaction; a conflict or a busy lock is reported, not raised."""
-    try:
-        return run(), None
-    except (CommitConflictError, LockTimeoutError, LockRevokedError) as exc:
-        return None, f"{type(exc).__name__}: {exc}"

@@ -358,7 +358,7 @@ def revert_replace_segments(
 def compaction_status(t: TableDep) -> list[ChunkCompactionInfo]:
     """Each chunk's compaction status under the table's ``compaction.*`` policy, newest
     first, with the reason (what ``lamina compact --auto --dry-run`` lists)."""
-    from lamina.compaction import auto_status
+    from lamina.autocompaction import auto_status
 
     return [
         ChunkCompactionInfo(

@@ -1,0 +1,144 @@
+"""Auto-compaction: each chunk's status under the table's compaction policy
+(``compaction.*`` properties; rules in :mod:`lamina.core.autocompact`), and the minor
+and major compactions (:mod:`lamina.compaction`) of the chunks it makes PENDING."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from lamina.compaction import (
+    candidates,
+    compact_major,
+    compact_minor,
+    named_chunks,
+    named_ids,
+    purge,
+)
+from lamina.core.autocompact import ChunkStatus, Policy, check_policy, policy_of, statuses
+from lamina.core.compaction import plan_minor
+from lamina.core.interval import Interval
+from lamina.core.model import Commit
+from lamina.core.segment import Segment
+from lamina.errors import CommitConflictError, LockRevokedError, LockTimeoutError
+
+if TYPE_CHECKING:
+    from lamina.table import Table
+
+
+def policy(table: Table) -> Policy:
+    """The table's compaction policy. Raises PropertyError, CompactionError."""
+    got = policy_of(table.properties, table.target_rows_per_segment)
+    if got.segment_granularity is table.granularity:
+        got = dataclasses.replace(got, segment_granularity=None)
+    check_policy(got, table.schema.names)
+    return got
+
+
+@dataclass(frozen=True)
+class _Survey:
+    """What auto-compaction reads of a table, once: its policy, each chunk's status,
+    the segments a minor compaction may take, the chunks lineage entries hold."""
+
+    policy: Policy
+    statuses: list[ChunkStatus]
+    candidates: list[Segment]
+    held: set[Interval]
+    purge: frozenset[str]
+
+
+def _survey(table: Table) -> _Survey:
+    pol = policy(table)
+    compacted = {
+        c.id: str(c.metadata.get("fingerprint"))
+        for c in table.history()
+        if c.state == "COMPLETED" and c.metadata.get("compaction")
+    }
+    named = named_ids(table)
+    segs = candidates(table, None, named)[1]
+    held = named_chunks(table, named)
+    stale = purge(table, segs)
+    found = statuses(segs, compacted, pol, stale)
+    seen = {st.chunk for st in found}
+    why = "a lineage entry names its segments (a push in progress or still revertible)"
+    found += [ChunkStatus(c, "SKIPPED", "none", why) for c in held - seen]
+    found.sort(key=lambda st: (st.chunk.end, st.chunk.start), reverse=True)
+    return _Survey(pol, found, segs, held, stale)
+
+
+def auto_status(table: Table) -> list[ChunkStatus]:
+    """Every chunk's compaction status under the table's policy, newest first."""
+    return _survey(table).statuses
+
+
+@dataclass(frozen=True)
+class AutoResult:
+    """What auto-compaction did with one chunk: its status, and the commit or the
+    error that stopped it (a conflict or a lock timeout: retried next run)."""
+
+    table: str
+    status: ChunkStatus
+    commit: Commit | None = None
+    error: str | None = None
+
+
+def compact_auto(table: Table, dry_run: bool = False) -> list[AutoResult]:
+    """Compact the chunks the policy makes PENDING: one minor compaction of all
+    minor ones, then a major compaction per interval (newest first)."""
+    survey = _survey(table)
+    pol, found = survey.policy, survey.statuses
+    if dry_run:
+        return [AutoResult(table.name, st) for st in found]
+    out: list[AutoResult] = []
+    minor = [st for st in found if st.action == "minor"]
+    if minor:
+        chunks = {st.chunk for st in minor}
+        segs = [s for s in survey.candidates if s.interval in chunks]
+        runs = plan_minor(segs, pol.target_rows, pol.small, survey.purge)
+        fp = Policy(pol.target_rows).fingerprint
+        commit, error = _attempt(lambda: compact_minor(table, runs, fingerprint=fp, nice=pol.nice))
+        out += [AutoResult(table.name, st, commit, error) for st in minor]
+    gran = pol.segment_granularity or table.granularity
+    done: set[Interval] = set()
+    upserts = "upsert.primary_key" in table._record.properties
+    for st in (st for st in found if st.action == "major"):
+        if upserts:
+            why = "skipped: an upsert table is compacted by minor compactions only (for now)"
+            out.append(AutoResult(table.name, st, None, why))
+            continue
+        iv = (
+            st.chunk
+            if table.time_column is None
+            else Interval.of(gran.floor(st.chunk.start), gran.chunk(st.chunk.end - 1).end)
+        )
+        if any(c.overlaps(iv) for c in survey.held):
+            why = "skipped: a lineage entry names segments there (compacted once it settles)"
+            out.append(AutoResult(table.name, st, None, why))
+            continue
+        if iv in done:
+            out.append(AutoResult(table.name, st, out[-1].commit, out[-1].error))
+            continue
+        done.add(iv)
+        commit, error = _attempt(
+            lambda iv=iv: compact_major(  # type: ignore[misc]
+                table,
+                iv,
+                None if pol.segment_granularity is None else pol.segment_granularity.value,
+                list(pol.sort_by) or None,
+                None if pol.rollup is None else dict(pol.rollup),
+                pol.target_rows,
+            )
+        )
+        out.append(AutoResult(table.name, st, commit, error))
+    out += [AutoResult(table.name, st) for st in found if st.action == "none"]
+    return out
+
+
+def _attempt(run: Callable[[], Commit | None]) -> tuple[Commit | None, str | None]:
+    """Run one compaction; a conflict or a busy lock is reported, not raised."""
+    try:
+        return run(), None
+    except (CommitConflictError, LockTimeoutError, LockRevokedError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
