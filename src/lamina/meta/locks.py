@@ -9,7 +9,7 @@ next lock decision on the table (pid gone on this host, or heartbeat expired).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import Connection, delete, insert, select, update
@@ -93,20 +93,34 @@ def _decide(
     if not settled:
         _settle(db, conn, table_id, stale_after_s)
     rows = conn.execute(select(locks).where(locks.c.table_id == table_id)).all()
-    mine = next((r for r in rows if r.id == lock_id), None)
+    table = [_lock_of(r) for r in rows]
+    mine = next((lk for lk in table if lk.id == lock_id), None)
     if mine is None:
         return Decision(False)  # its commit is gone
-    decision = decide(_lock_of(mine), [_lock_of(r) for r in rows])
+    return _apply(conn, mine, table)
+
+
+def _apply(conn: Connection, mine: Lock, table: list[Lock]) -> Decision:
+    """Decide ``mine`` against the table's locks ``table`` (updated in place) and
+    write the outcome."""
+    decision = decide(mine, table)
     if decision.granted:
-        if decision.revoke:
+        revoke = set(decision.revoke)
+        if revoke:
             conn.execute(
-                update(locks)
-                .where(locks.c.id.in_(decision.revoke))
-                .values(state=LockState.REVOKED.value)
+                update(locks).where(locks.c.id.in_(revoke)).values(state=LockState.REVOKED.value)
             )
         conn.execute(
-            update(locks).where(locks.c.id == lock_id).values(state=LockState.GRANTED.value)
+            update(locks).where(locks.c.id == mine.id).values(state=LockState.GRANTED.value)
         )
+        table[:] = [
+            replace(lk, state=LockState.REVOKED)
+            if lk.id in revoke
+            else replace(lk, state=LockState.GRANTED)
+            if lk.id == mine.id
+            else lk
+            for lk in table
+        ]
     return decision
 
 
@@ -148,10 +162,17 @@ def request_all(
 
     def txn(conn: Connection) -> tuple[list[tuple[int, Decision]], int | None]:
         _settle(db, conn, table_id, stale_after_s)
+        table = [
+            _lock_of(r) for r in conn.execute(select(locks).where(locks.c.table_id == table_id))
+        ]
         out = []
-        for kind, interval, priority, segments in requests:
+        for kind, interval, priority, segments in requests:  # each decided in turn
             lock_id = _insert(conn, table_id, commit_id, kind, interval, priority, segments)
-            out.append((lock_id, _decide(db, conn, table_id, lock_id, stale_after_s, True)))
+            mine = Lock(
+                lock_id, str(commit_id), kind, interval, priority, LockState.WAITING, segments
+            )
+            table.append(mine)
+            out.append((lock_id, _apply(conn, mine, table)))
         granted = all(d.granted for _, d in out)
         return out, rebase_in(conn, commit_id, owner) if granted else None
 

@@ -51,7 +51,7 @@ from lamina.meta.segments import (
     live_rows,
     live_segments,
     mark_removed,
-    next_overwrite_pid,
+    next_overwrite_pids,
     rows_by_id,
 )
 from lamina.meta.tables import lock_table
@@ -199,11 +199,10 @@ def _publish(
         targets, used_new = append_targets(chunks, reps, version, pending_reps)
         fresh = version if used_new else fresh
         new += append_segments(table.name, appends, targets, next_pid, plan.suffix)
-    next_pids: dict[tuple[Interval, int], int] = {}  # runs of one chunk: ids in turn
+    # runs of one chunk version take ids in turn
+    next_pids = next_overwrite_pids(conn, table.id, [(r.chunk, r.version) for r in plan.compacted])
     for run in plan.compacted:
         key = (run.chunk, run.version)
-        if key not in next_pids:
-            next_pids[key] = next_overwrite_pid(conn, table.id, run.chunk, run.version)
         new += compacted_segments(table.name, run, next_pids[key])
         next_pids[key] += len(run.files)
     carry = [i for i in carry if i not in hidden]  # an unfinished push stays hidden

@@ -15,6 +15,7 @@ from sqlalchemy import (
     delete,
     exists,
     func,
+    or_,
     select,
     true,
     update,
@@ -229,18 +230,42 @@ def chunk_versions(
     return reps, next_pid
 
 
-def next_overwrite_pid(conn: Connection, table_id: int, chunk: Interval, version: int) -> int:
-    """The first later-generation partition id of (chunk, version) no row ever took."""
-    top = conn.execute(
-        select(func.max(segments.c.partition_id)).where(
-            segments.c.table_id == table_id,
-            segments.c.start_us == chunk.start,
-            segments.c.end_us == chunk.end,
-            segments.c.version == version,
-            segments.c.partition_id >= OVERWRITE_PARTITION_START,
+def next_overwrite_pids(
+    conn: Connection, table_id: int, keys: Collection[tuple[Interval, int]]
+) -> dict[tuple[Interval, int], int]:
+    """For each (chunk, version) of ``keys``, the first later-generation partition id
+    no row ever took (one aggregate query)."""
+    wanted = set(keys)
+    out = dict.fromkeys(wanted, OVERWRITE_PARTITION_START)
+    if not wanted:
+        return out
+    which = or_(
+        *(
+            and_(
+                segments.c.start_us == iv.start,
+                segments.c.end_us == iv.end,
+                segments.c.version == v,
+            )
+            for iv, v in sorted(wanted, key=lambda k: (k[0].start, k[0].end, k[1]))
         )
-    ).scalar()
-    return OVERWRITE_PARTITION_START if top is None else int(top) + 1
+    )
+    stmt = (
+        select(
+            segments.c.start_us,
+            segments.c.end_us,
+            segments.c.version,
+            func.max(segments.c.partition_id),
+        )
+        .where(
+            segments.c.table_id == table_id,
+            segments.c.partition_id >= OVERWRITE_PARTITION_START,
+            which,
+        )
+        .group_by(segments.c.start_us, segments.c.end_us, segments.c.version)
+    )
+    for s, e, v, top in conn.execute(stmt):
+        out[(Interval.of(s, e), int(v))] = int(top) + 1
+    return out
 
 
 _Key = tuple[int, int, int]  # (start_us, end_us, version): one chunk version
