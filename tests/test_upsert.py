@@ -267,6 +267,24 @@ def test_count_and_sql_agree_with_the_latest_records(cat: lamina.Catalog, t: lam
     assert got.to_pylist() == [{"n": len(want), "s": sum(want)}]
 
 
+def test_sql_hides_superseded_rows_across_masks(
+    cat: lamina.Catalog, t: lamina.Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cat.sql hides rows by a bitmap per run of files; a run of files never exceeds
+    the mask's capacity (made 25 rows here: two files of 10 rows per mask)."""
+    from lamina.engines import duckdb as engine
+
+    monkeypatch.setattr(engine, "_MASK_ROWS", 25)
+    for n in range(5):  # five files of 10 records; each later one updates half the keys
+        t.upsert(rows(*[(f"k{i}", 10 * n + i, 100 * n + i) for i in range(5 * n, 5 * n + 10)]))
+    assert len([p for p in t.to_arrow(all_versions=True)["$valid_until"] if p.is_valid]) == 20
+    got = cat.sql("SELECT key, value FROM u").to_pylist()
+    assert {r["key"]: r["value"] for r in got} == latest(t)
+    assert len(got) == len(latest(t)) == 30
+    masks = "SELECT count(*) AS n FROM duckdb_tables() WHERE table_name LIKE '__lamina_mask_%'"
+    assert cat.sql(masks)["n"].to_pylist() == [2]  # 4 files hide rows: 2 masks
+
+
 def test_the_change_feed_pairs_each_update_as_a_delete_and_an_insert(t: lamina.Table) -> None:
     c1 = t.upsert(rows(("a", 1, 1), ("b", 1, 1)))
     c2 = t.upsert(rows(("a", 2, 2), ("c", 2, 3), ("b", 0, 9)))  # b's is out of order

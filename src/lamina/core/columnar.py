@@ -140,6 +140,11 @@ class ColumnarTasks:
     def row_count(self) -> int:
         return int(_ints(self.segs, "row_count")[self.rows].sum())
 
+    def row_counts(self) -> dict[str, int]:
+        """Rows of each file read, by path."""
+        counts = _ints(self.segs, "row_count")[self.rows].tolist()
+        return dict(zip(self._paths(self.rows), counts, strict=True))
+
     @property
     def all_whole(self) -> bool:
         return bool(self.whole.all())

@@ -107,6 +107,12 @@ class ScanPlan:
             return self.columns.all_whole
         return all(t.keep is None for t in self.tasks)
 
+    def row_counts(self) -> dict[str, int]:
+        """Rows of each planned file, by path."""
+        if self.columns is not None:
+            return self.columns.row_counts()
+        return {t.segment.location: t.segment.row_count for t in self.tasks}  # type: ignore[misc]
+
     @property
     def row_count(self) -> int:
         """Rows in the planned files (before row-range filters)."""

@@ -276,42 +276,70 @@ def _literal(t: pa.DataType, us: int) -> str:
     return f"'{text}+00'" if t.tz is not None else f"'{text}'"
 
 
-def _deletes_table(
-    con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan, paths: list[str], n: int
+#: get_bit takes an INTEGER position: one mask covers at most this many rows
+_MASK_ROWS = 2**31 - 8
+
+
+def _mask_groups(paths: list[str], counts: dict[str, int]) -> list[list[str]]:
+    """``paths`` in runs whose rows fit one mask."""
+    groups: list[list[str]] = [[]]
+    rows = 0
+    for p in paths:
+        if groups[-1] and rows + counts[p] > _MASK_ROWS:
+            groups.append([])
+            rows = 0
+        groups[-1].append(p)
+        rows += counts[p]
+    return groups
+
+
+def _mask_table(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    plan: ScanPlan,
+    paths: list[str],
+    counts: dict[str, int],
+    n: int,
 ) -> str:
-    """The deletion vectors of ``paths`` (read in that order) as a table of (file
-    index, row) pairs in the database, visible to every cursor; its name."""
+    """A one-row table in the database, visible to every cursor, holding the rows of
+    ``paths`` (read in that order) a reader keeps: ``keep``, one bit per row of the
+    files laid end to end, and ``offs``, where each file's bits start; its name."""
     import uuid
 
     import numpy as np
     import pyarrow as pa
 
-    rows = [plan.deletes[p] for p in paths]
+    sizes = np.array([counts[p] for p in paths], np.int64)
+    offs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    keep = np.ones(int(sizes.sum()), bool)
+    for at, p in zip(offs.tolist(), paths, strict=True):
+        keep[at + plan.deletes[p]] = False
     table = pa.table(
         {
-            "i": pa.array(
-                np.repeat(np.arange(len(paths), dtype=np.uint64), [len(r) for r in rows])
-            ),
-            "r": pa.array(np.concatenate(rows)),
+            "keep": pa.array([np.packbits(keep, bitorder="big").tobytes()], pa.binary()),
+            "offs": pa.array([offs], pa.list_(pa.int64())),
         }
     )
-    hidden = _quote(f"__lamina_deletes_{name}_{plan.seq}_{n}_{uuid.uuid4().hex[:12]}")
+    mask = _quote(f"__lamina_mask_{name}_{plan.seq}_{n}_{uuid.uuid4().hex[:12]}")
     arrow = f"__lamina_arrow_{uuid.uuid4().hex}"
     con.register(arrow, table)
     try:
-        con.execute(f"CREATE OR REPLACE TABLE {hidden} AS SELECT * FROM {_quote(arrow)}")
+        con.execute(
+            f"CREATE OR REPLACE TABLE {mask} AS SELECT keep::BIT AS keep, offs FROM {_quote(arrow)}"
+        )
     finally:
         con.unregister(arrow)
-    return hidden
+    return mask
 
 
 def view_sql(
     con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan, made: list[str] | None = None
 ) -> str:
     """SQL of a relation holding exactly the plan's rows (an upsert table's files less
-    the rows their deletion vectors hide: an anti join on DuckDB's ``file_index`` and
-    ``file_row_number`` virtual columns, against tables it creates and names in
-    ``made`` for the caller to drop once the relation is no longer used)."""
+    the rows their deletion vectors hide: each row's bit in a mask of the files' rows,
+    looked up by DuckDB's ``file_index`` and ``file_row_number`` virtual columns — no
+    join; the masks are one-row tables it creates and names in ``made`` for the caller
+    to drop once the relation is no longer used)."""
     branches: list[str] = []
 
     def source(paths: list[str]) -> list[str]:
@@ -321,13 +349,16 @@ def view_sql(
         if plain:
             out.append(f"SELECT * FROM read_parquet({_files(plain)}, hive_partitioning=false)")
         some = sorted(p for p in paths if p in plan.deletes)
-        if some:
-            hidden = _deletes_table(con, name, plan, some, len(branches) + len(out))
+        counts = plan.row_counts() if some else {}
+        for group in _mask_groups(some, counts) if some else []:
+            mask = _mask_table(con, name, plan, group, counts, len(branches) + len(out))
             if made is not None:
-                made.append(hidden)
+                made.append(mask)
+            # the file's bit: a lookup in a constant (the one-row table's), no join
+            at = "(m.offs[p.file_index::BIGINT + 1] + p.file_row_number::BIGINT)::INTEGER"
             out.append(
-                f"SELECT p.* FROM read_parquet({_files(some)}, hive_partitioning=false) AS p "
-                f"ANTI JOIN {hidden} AS d ON p.file_index = d.i AND p.file_row_number = d.r"
+                f"SELECT p.* FROM read_parquet({_files(group)}, hive_partitioning=false) AS p, "
+                f"{mask} AS m WHERE get_bit(m.keep, {at}) = 1"
             )
         return out
 
