@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from lamina.core.keyindex import KEY_DTYPE, KeyIndex, key_hashes, key_signature
+from lamina.core.keyindex import KEY_DTYPE, KeyIndex, Lookup, key_hashes, key_signature
 from lamina.errors import LaminaError, UpsertError
 from lamina.io.keyindex import KeyIndexFileError, read_index, write_index
 
@@ -251,6 +251,7 @@ class IndexMachine(RuleBasedStateMachine):
         self.index = KeyIndex(np.int64, merge_threshold=3)
         self.oracle: dict[tuple[int, int], tuple[int, int, int, bool]] = {}
         self.segments = 8
+        self.earlier: Lookup | None = None
 
     @rule(
         picks=st.lists(st.integers(0, len(POOL) - 1), unique=True, max_size=12),
@@ -264,9 +265,20 @@ class IndexMachine(RuleBasedStateMachine):
             st.lists(st.integers(-(2**62), 2**62), min_size=len(keys), max_size=len(keys))
         )
         tombs = data.draw(st.lists(st.booleans(), min_size=len(keys), max_size=len(keys)))
-        self.index.put(keys_of(keys), seg, np.array(rows), np.array(cmps), np.array(tombs, bool))
+        # the lookup put may reuse: none; of these keys (asked among all, then taken);
+        # or one from an earlier step (other keys, or the index changed since: ignored)
+        hint = data.draw(st.sampled_from(["none", "current", "earlier"]))
+        at = {
+            "none": None,
+            "current": self.index.lookup(keys_of(POOL)).take(np.array(picks, np.int64)),
+            "earlier": self.earlier,
+        }[hint]
+        self.index.put(
+            keys_of(keys), seg, np.array(rows), np.array(cmps), np.array(tombs, bool), at=at
+        )
         for k, r, c, t in zip(keys, rows, cmps, tombs, strict=True):
             self.oracle[k] = (seg, r, c, t)
+        self.earlier = self.index.lookup(keys_of(keys))
 
     @rule(picks=st.lists(st.integers(0, len(POOL) - 1), max_size=8))
     def remove(self, picks: list[int]) -> None:
@@ -365,6 +377,26 @@ def test_many_reputs_and_merges_against_a_dict() -> None:
             ) == oracle[i]
         else:
             assert not got.found[i] and got.segment[i] == -1
+
+
+def test_put_reuses_a_lookup_only_while_it_holds() -> None:
+    """put(at=lookup) skips its search only for a lookup of the same keys on the index
+    as it still is: after a merge moved the slots, the lookup is ignored."""
+    keys = key_hashes(pa.table({"k": np.arange(100)}), ["k"])
+    index = KeyIndex(np.int64, merge_threshold=1)
+    index.put(keys[:50], 1, np.arange(50), np.zeros(50, np.int64))
+    stale = index.lookup(keys[20:70])
+    index.put(keys[80:], 2, np.arange(20), np.zeros(20, np.int64))  # merges: slots move
+    index.put(keys[20:70], 3, np.arange(50), np.ones(50, np.int64), at=stale)
+    fresh = index.lookup(keys[:10])
+    index.put(keys[:10], 4, np.arange(10), np.ones(10, np.int64), at=fresh)
+    got = index.lookup(keys)
+    want = [4] * 10 + [1] * 10 + [3] * 50 + [-1] * 10 + [2] * 20
+    assert got.segment.tolist() == want and len(index) == 90
+    other = KeyIndex(np.int64, merge_threshold=1)  # another index: its slots differ
+    other.put(keys[50:], 5, np.arange(50), np.zeros(50, np.int64))
+    other.put(keys[:50], 6, np.arange(50), np.zeros(50, np.int64), at=index.lookup(keys[:50]))
+    assert other.lookup(keys).segment.tolist() == [6] * 50 + [5] * 50 and len(other) == 100
 
 
 def test_big_batches_and_the_directory() -> None:

@@ -17,6 +17,7 @@ so a writer touches its commit row only together with its owner token.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -38,7 +39,6 @@ from sqlalchemy import (
     true,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError
 
 from lamina.core.model import OPEN_STATES, Commit, CommitState
@@ -120,23 +120,32 @@ _COMPLETE = (
 _SEGMENT_COLS = [
     c for c in segments.columns if c.name not in ("pk", "removed_seq", "removed_commit")
 ]
-_unnest = (
-    func.unnest(*(bindparam(f"s_{c.name}", type_=ARRAY(c.type)) for c in _SEGMENT_COLS))
-    .table_valued(*(c.name for c in _SEGMENT_COLS), with_ordinality="n")
-    .render_derived()
-)
-_ADD_SEGMENTS = insert(segments).from_select(  # in the given order (their pks ascend)
-    [c.name for c in _SEGMENT_COLS],
-    select(*(_unnest.c[c.name] for c in _SEGMENT_COLS)).order_by(_unnest.c.n),
-)
-_done = _COMPLETE.returning(commits.c.id).cte("done")
-#: PostgreSQL: complete the commit, insert its segments (arrays, any number) and move
-#: the table's counters in one statement; the caller rolls back when no row returns
-_COMPLETE_AND_BUMP = (
-    _BUMP.where(exists(select(_done.c.id)))
-    .returning(tables.c.id)
-    .add_cte(_ADD_SEGMENTS.cte("added"))
-)
+
+
+@functools.cache
+def _complete_and_bump() -> Any:
+    """PostgreSQL: complete the commit, insert its segments (arrays, any number) and
+    move the table's counters in one statement; the caller rolls back when no row
+    returns. (Built on first use: the PostgreSQL dialect takes ~40 ms to import.)"""
+    from sqlalchemy.dialects.postgresql import ARRAY
+
+    unnest = (
+        func.unnest(*(bindparam(f"s_{c.name}", type_=ARRAY(c.type)) for c in _SEGMENT_COLS))
+        .table_valued(*(c.name for c in _SEGMENT_COLS), with_ordinality="n")
+        .render_derived()
+    )
+    add_segments = insert(segments).from_select(  # in the given order (their pks ascend)
+        [c.name for c in _SEGMENT_COLS],
+        select(*(unnest.c[c.name] for c in _SEGMENT_COLS)).order_by(unnest.c.n),
+    )
+    done = _COMPLETE.returning(commits.c.id).cte("done")
+    return (
+        _BUMP.where(exists(select(done.c.id)))
+        .returning(tables.c.id)
+        .add_cte(add_segments.cte("added"))
+    )
+
+
 _INSERT = insert(commits)
 _RECORD_COLS = (
     "table_id",
@@ -297,7 +306,7 @@ def record_commit(
     if conn.dialect.name == "postgresql":  # commit, segments and counters: one statement
         for c in _SEGMENT_COLS:
             params[f"s_{c.name}"] = [r.get(c.name) for r in rows]
-        if conn.execute(_COMPLETE_AND_BUMP, params).first() is None:
+        if conn.execute(_complete_and_bump(), params).first() is None:
             raise _not_inflight(commit_id)  # the caller's rollback drops the segments
         return Recorded(commit_id, seq, now)
     if conn.execute(_COMPLETE, params).rowcount != 1:

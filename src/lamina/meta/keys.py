@@ -275,7 +275,7 @@ def _current(
     if gone:
         gone_codes = [i for i, loc in enumerate(st.locations) if loc in gone]
         dead = found.found & np.isin(found.segment, np.array(gone_codes, np.int32))
-        found = Lookup(found.found & ~dead, found.segment, found.row, found.cmp, found.tomb)
+        found = replace(found, found=found.found & ~dead)
     at = winners[found.found]
     cmp_type = data.schema.field(spec.comparison_column).type
     cols: dict[str, Any] = {
@@ -401,6 +401,8 @@ def resolve(
         if len(valid):
             per_file = np.array([st.code(loc) for loc in locations], np.int32)
             codes = per_file[file_of[valid]]
+            asked = np.full(len(res.deleted), -1, np.int64)  # row -> its place in found
+            asked[res.winners] = np.arange(len(res.winners))
             st.index.put(
                 batch.keys[valid],
                 codes,
@@ -409,6 +411,7 @@ def resolve(
                     data.column(spec.comparison_column).take(pa.array(valid)), st.index.cmp_dtype
                 ),
                 res.deleted[valid],
+                at=found.take(asked[valid]),  # valid rows are winners: found has them
             )
         st.seq = seq + 1  # this commit's (seqs have no holes); if it fails, forget() drops st
         return Outcome(hidden, tombstones)
