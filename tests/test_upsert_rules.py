@@ -13,6 +13,7 @@ record-by-record dict model.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -72,9 +73,16 @@ class Store:
 
     def upsert(self, rows: list[Row] | pa.Table) -> Resolution:
         batch = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, self.schema)
-        res = resolve_against(
-            self.current(batch), resolve_batch(batch, self.spec), self.spec, len(self.segments) + 1
-        )
+        current, br = self.current(batch), resolve_batch(batch, self.spec)
+        res = resolve_against(current, br, self.spec, len(self.segments) + 1)
+        # the same with the rows of current named per key (as a key index lookup does)
+        at = {self.key(r): i for i, r in enumerate(current.to_pylist())}
+        winners = batch.take(pa.array(br.winners)).to_pylist()
+        match = np.array([at.get(self.key(r), -1) for r in winners], np.int64)
+        named = resolve_against(current, br, self.spec, len(self.segments) + 1, match=match)
+        for f in dataclasses.fields(res):
+            a, b = getattr(res, f.name), getattr(named, f.name)
+            assert a.equals(b) if isinstance(a, pa.Table) else np.array_equal(a, b), f.name
         self.apply(res)
         return res
 
@@ -601,6 +609,9 @@ def test_bad_current_raises_typed_errors() -> None:
     with pytest.raises(UpsertError, match="current has no column 'del'"):
         resolve_against(cur, pbr, PARTIAL_SPEC)
     assert resolve_against(None, pbr, PARTIAL_SPEC).valid.tolist() == [True]
+    for bad in (np.array([0, 1]), np.array([2])):  # two keys for one; a row current lacks
+        with pytest.raises(UpsertError, match="match must give one row of current"):
+            resolve_against(cur.slice(0, 1), br, FULL_SPEC, match=bad)
 
 
 # --- the oracle ---------------------------------------------------------------------------

@@ -226,6 +226,10 @@ def resolve_batch(batch: pa.Table, spec: UpsertSpec) -> BatchResult:
     if n == 0:
         empty = np.zeros(0, np.int64)
         return BatchResult(batch, empty, empty, np.zeros(0, bool), deleted, empty)
+    if n_keys == n:  # every key once (the usual batch): each row is its key's winner
+        winners = np.empty(n, np.int64)
+        winners[group] = np.arange(n)
+        return BatchResult(batch, group, winners, np.ones(n, bool), deleted, winners)
     rank = _numpy(pc.rank(cmp_values, sort_keys="ascending", tiebreaker="dense"), np.int64)
     order = np.argsort(group, kind="stable")  # rows by (key, row)
     g_sorted = group[order]
@@ -270,7 +274,11 @@ def _match_current(
 
 
 def resolve_against(
-    current: pa.Table | None, incoming: BatchResult, spec: UpsertSpec, seq: int | None = None
+    current: pa.Table | None,
+    incoming: BatchResult,
+    spec: UpsertSpec,
+    seq: int | None = None,
+    match: np.ndarray | None = None,
 ) -> Resolution:
     """Apply a resolved input after the current state; the input commits later (``seq``).
 
@@ -284,6 +292,9 @@ def resolve_against(
     Raises UpsertError when ``current`` lacks a column, holds a key twice, has a column
     whose type the input's cannot take, null/NaN comparison values, or a ``$seq`` not
     below ``seq``; or when a partial-upsert strategy cannot merge an input column.
+
+    ``match``: per key id of the input, the row of ``current`` holding that key (-1:
+    none), when the caller knows it (a key index lookup); else keys are matched by value.
     """
     batch = incoming.batch
     n = batch.num_rows
@@ -316,7 +327,13 @@ def resolve_against(
         raise UpsertError(f"current's columns do not match the input's types: {e}") from e
     _check_comparison(current.column(cmp_col), cmp_col, "current")
 
-    match = _match_current(current, batch, incoming.winners, keys)
+    if match is None:
+        match = _match_current(current, batch, incoming.winners, keys)
+    elif match.shape != (incoming.num_keys,) or match.max(initial=-1) >= len(current):
+        raise UpsertError(
+            f"match must give one row of current (< {len(current)}) or -1 per key of the "
+            f"input ({incoming.num_keys}), got shape {match.shape}"
+        )
     has_cur = match >= 0
     # Per row, the current comparison value of its key (null: no current record).
     cur_idx = pa.array(match[incoming.group], mask=~has_cur[incoming.group])

@@ -385,7 +385,9 @@ def resolve(
                     retryable=True,
                 )
             spec = replace(spec, partial=None)  # its records are merged already
-        out = resolve_against(current, res, spec)
+        match = np.full(len(res.winners), -1, np.int64)  # current's rows: the found keys
+        match[found.found] = np.arange(int(found.found.sum()))
+        out = resolve_against(current, res, spec, match=match)
         file_of, pos_of = batch.positions()
         hidden: dict[str, BitMap] = {}
         tombstones: dict[str, BitMap] = {}
