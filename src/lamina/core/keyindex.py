@@ -23,11 +23,13 @@ reflects.
 
 **Layout** (LSM-style, no per-key Python object): a base run, a delta run and up to
 eight fresh runs (one per recent put's new keys), each a set of parallel numpy arrays
-sorted by the key's high word (entries of one high word contiguous); the base also has
-a directory of its high words' top bits, so a search reads a few adjacent slots. A put
-or remove of a key already held updates its slot in place; new keys make a fresh run;
-fresh runs merge into the delta, and the delta into the base once it exceeds
-``max(merge_threshold, len(base) // 32)`` entries. Removed keys leave a vacant slot
+sorted by the key's high word (entries of one high word contiguous). Queries are
+sorted, then searched with numpy's binary search; a few queries into a big base use a
+directory of its high words' top bits instead, reading a few adjacent slots. A lookup
+remembers where it found each key, so a put of the same keys right after need not
+search again. A put or remove of a key already held updates its slot in place; new
+keys make a fresh run; fresh runs merge into the delta, and the delta into the base
+once it exceeds ``max(merge_threshold, len(base) // 32)`` entries. Removed keys leave a vacant slot
 until the next merge. Memory: 16 B of hash + 17 B of entry = 33 B per key, ~0.5 B of
 directory, the vacant slots and, during a merge, a second copy. Not thread-safe: one
 writer, or a lock around it.
