@@ -24,7 +24,8 @@ import pyarrow as pa
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import cli, figure, median, print_figures, result, scratch_dir, timed  # noqa: E402
 
-from lamina.core.keyindex import KeyIndex, key_hashes  # noqa: E402
+from lamina.core.keyhash import key_hashes  # noqa: E402
+from lamina.core.keyindex import KeyIndex  # noqa: E402
 from lamina.io.keyindex import read_index, write_index  # noqa: E402
 
 BATCH = 10_000

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from lamina.core.keyindex import KEY_DTYPE, KeyIndex, Lookup, key_hashes, key_signature
+from lamina.core.keyhash import KEY_DTYPE, key_hashes, key_signature
+from lamina.core.keyindex import KeyIndex, Lookup
 from lamina.errors import LaminaError, UpsertError
 from lamina.io.keyindex import KeyIndexFileError, read_index, write_index
 

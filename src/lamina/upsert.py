@@ -64,7 +64,7 @@ def upsert(
     """Write ``data``'s records; per key the latest wins. Raises UpsertError,
     SchemaError, TimeColumnError, CommitConflictError (a partial upsert whose keys kept
     changing under it)."""
-    from lamina.core.keyindex import key_hashes
+    from lamina.core.keyhash import key_hashes
     from lamina.io.arrow import conform, is_spark_dataframe, to_arrow_table
 
     spec = require(table)
@@ -122,7 +122,7 @@ def overwrite(
     record went has none until a new one comes (its older records elsewhere stay
     superseded, as when Pinot removes a segment). Raises UpsertError, SchemaError,
     DataOutsideIntervalError, CommitConflictError (another overwrite of the chunks)."""
-    from lamina.core.keyindex import key_hashes
+    from lamina.core.keyhash import key_hashes
     from lamina.io.arrow import conform, to_arrow_table
 
     spec = require(table)
@@ -201,7 +201,7 @@ def _written(spec: UpsertSpec, wh: Warehouse, locations: list[str]) -> UpsertBat
     delete columns only) in file order. Raises UpsertError (null keys...)."""
     import pyarrow.parquet as pq
 
-    from lamina.core.keyindex import key_hashes
+    from lamina.core.keyhash import key_hashes
 
     cols = list(
         dict.fromkeys(

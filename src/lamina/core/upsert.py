@@ -130,7 +130,7 @@ class Resolution:
 @dataclass(frozen=True)
 class UpsertBatch:
     """An upsert's input as its writer wrote it: resolved on its own (``resolved``),
-    each row's key hash (``keys``: see :func:`lamina.core.keyindex.key_hashes`), and per
+    each row's key hash (``keys``: see :func:`lamina.core.keyhash.key_hashes`), and per
     written file, in the commit's file order, the input rows it holds in file order
     (``file_rows``)."""
 

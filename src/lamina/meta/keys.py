@@ -28,7 +28,8 @@ from pyroaring import BitMap
 from sqlalchemy import Connection, select
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from lamina.core.keyindex import KeyIndex, Lookup, key_hashes
+from lamina.core.keyhash import key_hashes
+from lamina.core.keyindex import KeyIndex, Lookup
 from lamina.core.model import CommitAction, CommitState, TableRecord
 from lamina.core.segment import Segment
 from lamina.core.timeline import Timeline
