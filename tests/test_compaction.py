@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -80,6 +81,30 @@ def test_appends_continue_first_generation_ids_and_compact_again(cat: lamina.Cat
     assert merged.root_range == (0, 6) and merged.minor_version == 2
     assert merged.partition_id == OVERWRITE_PARTITION_START + 1  # ids never reused
     assert rows(t) == before
+
+
+def test_one_compaction_over_more_chunks_than_an_expression_may_name(
+    cat: lamina.Catalog,
+) -> None:
+    """A compaction of 1,100 chunks in one commit (SQLite refuses an OR of more than
+    1,000 terms: the partition ids are read in batches), then one more: every output
+    takes a later-generation id of its own, and every row is still there once."""
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts", segment_granularity="HOUR")
+    hours = 1_100
+    for seed in (1, 2):  # two small segments in each hour
+        data = events(days=1, per_day=hours, seed=seed)
+        start = np.datetime64("2024-01-01", "us")
+        ts = start + np.arange(hours).astype("timedelta64[h]").astype("timedelta64[us]")
+        t.append(data.set_column(0, "ts", pa.array(ts)))
+    before = rows(t)
+    c = t.compact()
+    assert c is not None and len(c.removed) == 2 * hours and len(c.added) == hours
+    t.append(events(days=1, per_day=hours, seed=3).set_column(0, "ts", pa.array(ts)))
+    c = t.compact()
+    assert c is not None and len(c.added) == hours
+    pids = {s.interval: s.partition_id for s in t.segments()}
+    assert set(pids.values()) == {OVERWRITE_PARTITION_START + 1} and len(pids) == hours
+    assert len(rows(t)) == len(before) + hours
 
 
 def test_an_append_during_a_compaction_is_kept_and_never_conflicts(cat: lamina.Catalog) -> None:

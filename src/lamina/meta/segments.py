@@ -234,38 +234,41 @@ def next_overwrite_pids(
     conn: Connection, table_id: int, keys: Collection[tuple[Interval, int]]
 ) -> dict[tuple[Interval, int], int]:
     """For each (chunk, version) of ``keys``, the first later-generation partition id
-    no row ever took (one aggregate query)."""
-    wanted = set(keys)
+    no row ever took (one aggregate query per ``_OR_BATCH`` of them)."""
+    wanted = sorted(set(keys), key=lambda k: (k[0].start, k[0].end, k[1]))
     out = dict.fromkeys(wanted, OVERWRITE_PARTITION_START)
-    if not wanted:
-        return out
-    which = or_(
-        *(
-            and_(
-                segments.c.start_us == iv.start,
-                segments.c.end_us == iv.end,
-                segments.c.version == v,
+    for i in range(0, len(wanted), _OR_BATCH):  # SQLite: an OR of n terms is n deep
+        which = or_(
+            *(
+                and_(
+                    segments.c.start_us == iv.start,
+                    segments.c.end_us == iv.end,
+                    segments.c.version == v,
+                )
+                for iv, v in wanted[i : i + _OR_BATCH]
             )
-            for iv, v in sorted(wanted, key=lambda k: (k[0].start, k[0].end, k[1]))
         )
-    )
-    stmt = (
-        select(
-            segments.c.start_us,
-            segments.c.end_us,
-            segments.c.version,
-            func.max(segments.c.partition_id),
+        stmt = (
+            select(
+                segments.c.start_us,
+                segments.c.end_us,
+                segments.c.version,
+                func.max(segments.c.partition_id),
+            )
+            .where(
+                segments.c.table_id == table_id,
+                segments.c.partition_id >= OVERWRITE_PARTITION_START,
+                which,
+            )
+            .group_by(segments.c.start_us, segments.c.end_us, segments.c.version)
         )
-        .where(
-            segments.c.table_id == table_id,
-            segments.c.partition_id >= OVERWRITE_PARTITION_START,
-            which,
-        )
-        .group_by(segments.c.start_us, segments.c.end_us, segments.c.version)
-    )
-    for s, e, v, top in conn.execute(stmt):
-        out[(Interval.of(s, e), int(v))] = int(top) + 1
+        for s, e, v, top in conn.execute(stmt):
+            out[(Interval.of(s, e), int(v))] = int(top) + 1
     return out
+
+
+#: terms per OR (SQLite limits an expression's depth to 1,000)
+_OR_BATCH = 200
 
 
 _Key = tuple[int, int, int]  # (start_us, end_us, version): one chunk version
