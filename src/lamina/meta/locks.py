@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
 from lamina.core.interval import Interval
 from lamina.core.locks import Decision, Lock, LockState, LockType, decide
@@ -50,6 +50,26 @@ def _lock_of(row: Any) -> Lock:
     )
 
 
+_INSERT = insert(locks)
+_TABLE_LOCKS = select(locks).where(locks.c.table_id == bindparam("tid"))
+_SET_STATE = update(locks).where(locks.c.id == bindparam("lid")).values(state=bindparam("st"))
+_REVOKE = (
+    update(locks)
+    .where(locks.c.id.in_(bindparam("ids", expanding=True)))
+    .values(state=LockState.REVOKED.value)
+)
+_OF_COMMIT = select(locks).where(locks.c.commit_id == bindparam("cid"))
+_RELEASE = delete(locks).where(locks.c.commit_id == bindparam("cid"))
+_DROP_DEAD = delete(locks).where(
+    locks.c.table_id == bindparam("tid"),
+    locks.c.commit_id.not_in(
+        select(commits.c.id).where(
+            commits.c.table_id == bindparam("tid"), commits.c.state.in_(OPEN_STATES)
+        )
+    ),
+)
+
+
 def _insert(
     conn: Connection,
     table_id: int,
@@ -58,6 +78,7 @@ def _insert(
     interval: Interval,
     priority: int,
     segments: frozenset[str],
+    state: LockState = LockState.WAITING,
 ) -> int:
     row = {
         "table_id": table_id,
@@ -66,11 +87,11 @@ def _insert(
         "start_us": interval.start,
         "end_us": interval.end,
         "priority": priority,
-        "state": LockState.WAITING.value,
+        "state": state.value,
         "created_at": now_us(),
         "segment_ids": json.dumps(sorted(segments)) if segments else None,
     }
-    pk = conn.execute(insert(locks).values(row)).inserted_primary_key
+    pk = conn.execute(_INSERT, row).inserted_primary_key
     assert pk is not None
     return int(pk[0])
 
@@ -79,10 +100,7 @@ def _settle(db: Db, conn: Connection, table_id: int, stale_after_s: float) -> No
     """Take the table's lock and drop the locks of dead holders."""
     lock_table(db, conn, table_id)
     settle_open(conn, table_id, stale_after_s)
-    live = select(commits.c.id).where(
-        commits.c.table_id == table_id, commits.c.state.in_(OPEN_STATES)
-    )
-    conn.execute(delete(locks).where(locks.c.table_id == table_id, locks.c.commit_id.not_in(live)))
+    conn.execute(_DROP_DEAD, {"tid": table_id})
 
 
 def _decide(
@@ -92,27 +110,24 @@ def _decide(
     table's lock, after dropping the locks of dead holders (unless ``settled``)."""
     if not settled:
         _settle(db, conn, table_id, stale_after_s)
-    rows = conn.execute(select(locks).where(locks.c.table_id == table_id)).all()
-    table = [_lock_of(r) for r in rows]
+    table = [_lock_of(r) for r in conn.execute(_TABLE_LOCKS, {"tid": table_id})]
     mine = next((lk for lk in table if lk.id == lock_id), None)
     if mine is None:
         return Decision(False)  # its commit is gone
     return _apply(conn, mine, table)
 
 
-def _apply(conn: Connection, mine: Lock, table: list[Lock]) -> Decision:
+def _apply(conn: Connection, mine: Lock, table: list[Lock], stored: bool = True) -> Decision:
     """Decide ``mine`` against the table's locks ``table`` (updated in place) and
-    write the outcome."""
+    write the outcome (``stored``: ``mine``'s row exists; else the caller inserts it
+    in the decided state)."""
     decision = decide(mine, table)
     if decision.granted:
         revoke = set(decision.revoke)
         if revoke:
-            conn.execute(
-                update(locks).where(locks.c.id.in_(revoke)).values(state=LockState.REVOKED.value)
-            )
-        conn.execute(
-            update(locks).where(locks.c.id == mine.id).values(state=LockState.GRANTED.value)
-        )
+            conn.execute(_REVOKE, {"ids": sorted(revoke)})
+        if stored:
+            conn.execute(_SET_STATE, {"lid": mine.id, "st": LockState.GRANTED.value})
         table[:] = [
             replace(lk, state=LockState.REVOKED)
             if lk.id in revoke
@@ -162,17 +177,21 @@ def request_all(
 
     def txn(conn: Connection) -> tuple[list[tuple[int, Decision]], int | None]:
         _settle(db, conn, table_id, stale_after_s)
-        table = [
-            _lock_of(r) for r in conn.execute(select(locks).where(locks.c.table_id == table_id))
-        ]
+        table = [_lock_of(r) for r in conn.execute(_TABLE_LOCKS, {"tid": table_id})]
         out = []
         for kind, interval, priority, segments in requests:  # each decided in turn
-            lock_id = _insert(conn, table_id, commit_id, kind, interval, priority, segments)
+            # decided before its row exists, as the newest request (ids grow with
+            # arrival), then stored in the decided state
+            newest = max((lk.id for lk in table), default=0) + 1
             mine = Lock(
-                lock_id, str(commit_id), kind, interval, priority, LockState.WAITING, segments
+                newest, str(commit_id), kind, interval, priority, LockState.WAITING, segments
             )
             table.append(mine)
-            out.append((lock_id, _apply(conn, mine, table)))
+            decision = _apply(conn, mine, table, stored=False)
+            state = LockState.GRANTED if decision.granted else LockState.WAITING
+            lock_id = _insert(conn, table_id, commit_id, kind, interval, priority, segments, state)
+            table[-1] = replace(table[-1], id=lock_id)
+            out.append((lock_id, decision))
         granted = all(d.granted for _, d in out)
         return out, rebase_in(conn, commit_id, owner) if granted else None
 
@@ -192,7 +211,7 @@ def cancel(db: Db, lock_id: int) -> None:
 
 def of_commit(conn: Connection, commit_id: int) -> list[Any]:
     """The lock rows of a commit."""
-    return list(conn.execute(select(locks).where(locks.c.commit_id == commit_id)).all())
+    return list(conn.execute(_OF_COMMIT, {"cid": commit_id}).all())
 
 
 def revoked(db: Db, commit_id: int) -> tuple[str, Interval] | None:
@@ -209,7 +228,7 @@ def revoked(db: Db, commit_id: int) -> tuple[str, Interval] | None:
 
 def release(conn: Connection, commit_id: int) -> None:
     """Drop a commit's locks (inside the transaction that completes it)."""
-    conn.execute(delete(locks).where(locks.c.commit_id == commit_id))
+    conn.execute(_RELEASE, {"cid": commit_id})
 
 
 def list_locks(db: Db, name: str) -> list[LockInfo]:
