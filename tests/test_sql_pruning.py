@@ -8,7 +8,7 @@ import pytest
 
 import lamina
 from lamina.core.interval import Interval
-from lamina.engines.duckdb import time_bound
+from lamina.engines.sql_bounds import time_bound
 from tests.helpers import SCHEMA, events
 
 

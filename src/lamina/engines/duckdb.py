@@ -15,7 +15,6 @@ loading pyarrow.
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -25,6 +24,7 @@ import duckdb
 
 from lamina.core.interval import MAX_US, MIN_US, Interval, format_us
 from lamina.core.scan import ScanPlan, prune_plan
+from lamina.engines.sql_bounds import time_bound
 from lamina.errors import SqlError
 
 if TYPE_CHECKING:
@@ -382,157 +382,3 @@ def view_sql(
 
 def register_view(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan) -> None:
     con.execute(f"CREATE OR REPLACE VIEW {_quote(name)} AS {view_sql(con, name, plan)}")
-
-
-# -- time-bound extraction -----------------------------------------------------------
-
-_LOWER = {"COMPARE_GREATERTHANOREQUALTO", "COMPARE_GREATERTHAN"}
-_FLIP = {
-    "COMPARE_GREATERTHANOREQUALTO": "COMPARE_LESSTHANOREQUALTO",
-    "COMPARE_GREATERTHAN": "COMPARE_LESSTHAN",
-    "COMPARE_LESSTHAN": "COMPARE_GREATERTHAN",
-    "COMPARE_LESSTHANOREQUALTO": "COMPARE_GREATERTHANOREQUALTO",
-    "COMPARE_EQUAL": "COMPARE_EQUAL",
-}
-
-
-def time_bound(
-    con: duckdb.DuckDBPyConnection, query: str, table: str, column: str, schema: pa.Schema
-) -> Interval | None:
-    """A superset of the times ``query`` can read from ``table``, or None if unsure."""
-    try:
-        raw = con.execute("SELECT json_serialize_sql(?)", [query]).fetchall()
-        tree = json.loads(raw[0][0]) if raw else {}
-    except (duckdb.Error, ValueError):
-        return None
-    stmts = tree.get("statements") or []
-    if tree.get("error") or len(stmts) != 1:
-        return None
-    node = stmts[0].get("node", {})
-    src = node.get("from_table") or {}
-    if node.get("type") != "SELECT_NODE" or src.get("type") != "BASE_TABLE":
-        return None
-    if src.get("table_name", "").lower() != table.lower() or _count_refs(tree, table) != 1:
-        return None
-    if node.get("cte_map", {}).get("map"):
-        return None
-    names = {table.lower(), (src.get("alias") or "").lower()} - {""}
-    conjuncts = _conjuncts(node.get("where_clause"))
-    encoded = query.encode()
-    lo, hi = MIN_US, MAX_US
-    cast = _cast_type(schema.field(column).type)
-    for c in conjuncts:
-        for bound_lo, bound_hi in _bounds(con, c, column, names, encoded, cast):
-            lo, hi = max(lo, bound_lo), min(hi, bound_hi)
-    if (lo, hi) == (MIN_US, MAX_US):
-        return None
-    return Interval.of(lo, hi) if lo < hi else Interval.of(lo, lo + 1)
-
-
-def _cast_type(t: pa.DataType) -> str:
-    import pyarrow as pa
-
-    if pa.types.is_date(t):
-        return "DATE"
-    return "TIMESTAMPTZ" if t.tz is not None else "TIMESTAMP"
-
-
-def _count_refs(tree: Any, table: str) -> int:
-    if isinstance(tree, dict):
-        own = int(
-            tree.get("type") == "BASE_TABLE"
-            and str(tree.get("table_name", "")).lower() == table.lower()
-        )
-        return own + sum(_count_refs(v, table) for v in tree.values())
-    if isinstance(tree, list):
-        return sum(_count_refs(v, table) for v in tree)
-    return 0
-
-
-def _conjuncts(expr: Any) -> list[dict[str, Any]]:
-    if not isinstance(expr, dict):
-        return []
-    if expr.get("type") == "CONJUNCTION_AND":
-        return [c for child in expr.get("children", []) for c in _conjuncts(child)]
-    return [expr]
-
-
-def _is_column(e: Any, column: str, names: set[str]) -> bool:
-    if not isinstance(e, dict) or e.get("class") != "COLUMN_REF":
-        return False
-    parts = [p.lower() for p in e.get("column_names", [])]
-    return parts == [column.lower()] or (
-        len(parts) == 2 and parts[0] in names and parts[1] == column.lower()
-    )
-
-
-def _has_column(e: Any) -> bool:
-    if isinstance(e, dict):
-        if e.get("class") in ("COLUMN_REF", "SUBQUERY", "FUNCTION", "WINDOW"):
-            return True
-        return any(_has_column(v) for v in e.values())
-    if isinstance(e, list):
-        return any(_has_column(v) for v in e)
-    return False
-
-
-def _constant_us(
-    con: duckdb.DuckDBPyConnection, e: Any, query: bytes, cast: str
-) -> tuple[int, int] | None:
-    """Floor and ceiling in µs of a constant expression read as the column's type."""
-    if not isinstance(e, dict) or e.get("class") not in ("CONSTANT", "CAST") or _has_column(e):
-        return None
-    at, length = e.get("query_location"), e.get("query_location_length")
-    if (
-        not isinstance(at, int)
-        or not isinstance(length, int)
-        or at + length > len(query)
-        or not length
-    ):
-        return None
-    text = query[at : at + length].decode()
-    try:
-        rows = con.execute(
-            f"SELECT epoch_ns(CAST(CAST(({text}) AS {cast}) AS TIMESTAMP_NS))"
-        ).fetchall()
-    except duckdb.Error:
-        return None
-    if not rows or rows[0][0] is None:
-        return None
-    ns = int(rows[0][0])
-    return ns // 1000, -(-ns // 1000)
-
-
-def _bounds(
-    con: duckdb.DuckDBPyConnection,
-    c: dict[str, Any],
-    column: str,
-    names: set[str],
-    query: bytes,
-    cast: str,
-) -> list[tuple[int, int]]:
-    """The interval one condition allows (exact where it can be, else a superset)."""
-    step = 86_400_000_000 if cast == "DATE" else 1  # the next value after v is v + step
-    kind = c.get("type")
-    if kind == "COMPARE_BETWEEN" and _is_column(c.get("input"), column, names):
-        lo = _constant_us(con, c.get("lower"), query, cast)
-        hi = _constant_us(con, c.get("upper"), query, cast)
-        return [(lo[0], hi[0] + step)] if lo is not None and hi is not None else []
-    if kind not in _FLIP:
-        return []
-    left, right = c.get("left"), c.get("right")
-    if not _is_column(left, column, names):
-        left, right, kind = right, left, _FLIP[kind]
-        if not _is_column(left, column, names):
-            return []
-    v = _constant_us(con, right, query, cast)
-    if v is None:
-        return []
-    floor, ceil = v
-    if kind in _LOWER:
-        return [(floor, MAX_US)]
-    if kind == "COMPARE_LESSTHAN":
-        return [(MIN_US, ceil)]
-    if kind == "COMPARE_LESSTHANOREQUALTO":
-        return [(MIN_US, floor + step)]
-    return [(floor, floor + step)]
