@@ -150,7 +150,8 @@ class Catalog:
         }
         props = check_properties(props)
         if primary_key is not None:
-            from lamina.core.upsert import UpsertSpec, cmp_dtype
+            from lamina.core.comparison import cmp_dtype
+            from lamina.core.upsert import UpsertSpec
             from lamina.core.upsert_spec import refuse_consistent_push
 
             spec = UpsertSpec.parse(

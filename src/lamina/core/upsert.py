@@ -48,13 +48,14 @@ later comparisons.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lamina.core.partial import merge
 from lamina.core.upsert_spec import DEFAULT_KEY, Strategy, UpsertSpec, type_problem
 from lamina.errors import UpsertError
 
@@ -69,9 +70,6 @@ __all__ = [
     "Resolution",
     "Strategy",
     "UpsertSpec",
-    "cmp_arrow",
-    "cmp_dtype",
-    "cmp_values",
     "resolve_against",
     "resolve_batch",
 ]
@@ -441,130 +439,4 @@ def _merge_column(
             f"partial upsert strategy {strategy.value} cannot merge column {col!r} of type "
             f"{q.type}: {problem}"
         )
-    return _MERGERS[strategy](p, q)
-
-
-def _concat_lists(a: pa.Array, b: pa.Array) -> pa.Array:
-    """Per row a + b (a null list counts as empty); null only where both are null."""
-    n = len(a)
-    la = _numpy(pc.fill_null(pc.list_value_length(a), 0), np.int64)
-    lb = _numpy(pc.fill_null(pc.list_value_length(b), 0), np.int64)
-    va, vb = pc.list_flatten(a), pc.list_flatten(b)
-    offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(la + lb, out=offsets[1:])
-    start_a = np.cumsum(la) - la
-    start_b = len(va) + np.cumsum(lb) - lb
-    row = np.repeat(np.arange(n), la + lb)
-    k = np.arange(offsets[-1]) - offsets[row]
-    src = np.where(k < la[row], start_a[row] + k, start_b[row] + k - la[row])
-    vals = pa.concat_arrays([va, vb]).take(pa.array(src, pa.int64()))
-    mask = pa.array(~(_numpy(a.is_valid(), bool) | _numpy(b.is_valid(), bool)))
-    off_type = pa.int64() if pa.types.is_large_list(a.type) else pa.int32()
-    cls = pa.LargeListArray if pa.types.is_large_list(a.type) else pa.ListArray
-    return cls.from_arrays(pa.array(offsets, off_type), vals, type=a.type, mask=mask)
-
-
-def _sorted_set(lists: pa.Array) -> pa.Array:
-    """Per row the sorted distinct elements (null elements last, kept once)."""
-    n = len(lists)
-    lens = _numpy(pc.fill_null(pc.list_value_length(lists), 0), np.int64)
-    row = np.repeat(np.arange(n), lens)
-    vals = pc.list_flatten(lists)
-    idx = pc.sort_indices(
-        pa.table({"r": row, "v": vals}),
-        [("r", "ascending"), ("v", "ascending")],  # nulls at the end
-    )
-    r, v = row[_numpy(idx, np.int64)], vals.take(idx)
-    keep = np.ones(len(r), bool)
-    if len(r) > 1:
-        differ = _numpy(pc.fill_null(pc.not_equal(v[1:], v[:-1]), True), bool)
-        both_null = _numpy(pc.and_(v[1:].is_null(), v[:-1].is_null()), bool)
-        keep[1:] = (r[1:] != r[:-1]) | (differ & ~both_null)
-    offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(r[keep], minlength=n), out=offsets[1:])
-    off_type = pa.int64() if pa.types.is_large_list(lists.type) else pa.int32()
-    cls = pa.LargeListArray if pa.types.is_large_list(lists.type) else pa.ListArray
-    mask = pa.array(~_numpy(lists.is_valid(), bool))
-    return cls.from_arrays(
-        pa.array(offsets, off_type), v.filter(pa.array(keep)), type=lists.type, mask=mask
-    )
-
-
-def _union(p: pa.Array, q: pa.Array) -> pa.Array:
-    both = pc.and_(p.is_valid(), q.is_valid())
-    return pc.if_else(both, _sorted_set(_concat_lists(p, q)), pc.coalesce(q, p))
-
-
-def _increment(p: pa.Array, q: pa.Array) -> pa.Array:
-    return pc.coalesce(pc.add(p, q), p, q)  # wraps around on integer overflow, like Java
-
-
-_MERGERS: dict[Strategy, Callable[[pa.Array, pa.Array], pa.Array]] = {
-    Strategy.OVERWRITE: lambda p, q: pc.coalesce(q, p),
-    Strategy.FORCE_OVERWRITE: lambda p, q: q,
-    Strategy.IGNORE: lambda p, q: pc.coalesce(p, q),
-    Strategy.INCREMENT: _increment,
-    Strategy.APPEND: _concat_lists,
-    Strategy.UNION: _union,
-    Strategy.MAX: lambda p, q: pc.max_element_wise(p, q, skip_nulls=True),
-    Strategy.MIN: lambda p, q: pc.min_element_wise(p, q, skip_nulls=True),
-}
-
-
-# -- comparison values as the key index holds them ------------------------------------
-
-
-#: decimals of up to this precision compare as their unscaled int64 value
-_DECIMAL_DIGITS = 18
-
-
-def _small_decimal(t: pa.DataType) -> bool:
-    return pa.types.is_decimal(t) and t.precision <= _DECIMAL_DIGITS
-
-
-def cmp_dtype(t: pa.DataType) -> np.dtype:
-    """The index's type for comparison values of Arrow type ``t``. Raises UpsertError
-    for a type the index cannot order numerically (strings, wide decimals)."""
-    if pa.types.is_floating(t):
-        return np.dtype(np.float64)
-    if (
-        pa.types.is_integer(t) or pa.types.is_temporal(t) or pa.types.is_boolean(t)
-    ) and not pa.types.is_uint64(t):
-        return np.dtype(np.int64)
-    if _small_decimal(t):  # one scale for the column: unscaled values keep the order
-        return np.dtype(np.int64)
-    raise UpsertError(
-        f"a comparison column of type {t} is not supported by the key index yet: use a "
-        f"numeric, date or timestamp column, or a decimal of precision <= {_DECIMAL_DIGITS}"
-    )
-
-
-def cmp_values(values: pa.Array | pa.ChunkedArray, dtype: np.dtype) -> np.ndarray:
-    """Comparison values as the index holds them."""
-    if _small_decimal(values.type):
-        arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
-        arr = arr.cast(pa.decimal128(arr.type.precision, arr.type.scale))
-        words = np.frombuffer(arr.buffers()[1], "<i8")  # 128-bit little-endian: low, high
-        return words[2 * arr.offset : 2 * (arr.offset + len(arr)) : 2].astype(dtype)
-    if pa.types.is_temporal(values.type):
-        values = (
-            values.cast(pa.int64())
-            if not pa.types.is_date32(values.type)
-            else (values.cast(pa.int32()).cast(pa.int64()))
-        )
-    return np.asarray(values.to_numpy(zero_copy_only=False), dtype=dtype)
-
-
-def cmp_arrow(values: np.ndarray, t: pa.DataType) -> pa.Array:
-    """Index comparison values back as Arrow type ``t``."""
-    if _small_decimal(t):  # unscaled int64 -> 128-bit two's complement
-        low = np.asarray(values, "<i8")
-        words = np.stack([low, low >> 63], axis=1).ravel()
-        dec = pa.Array.from_buffers(
-            pa.decimal128(t.precision, t.scale), len(low), [None, pa.py_buffer(words)]
-        )
-        return dec.cast(t)
-    arr = pa.array(values)
-    if pa.types.is_date32(t):
-        return arr.cast(pa.int32()).cast(t)
-    return arr.cast(t)
+    return merge(strategy, p, q)

@@ -28,6 +28,7 @@ from pyroaring import BitMap
 from sqlalchemy import Connection, select
 from sqlalchemy.exc import IntegrityError, OperationalError
 
+from lamina.core.comparison import cmp_arrow, cmp_dtype, cmp_values
 from lamina.core.keyhash import key_hashes
 from lamina.core.keyindex import KeyIndex, Lookup
 from lamina.core.model import CommitAction, CommitState, TableRecord
@@ -39,9 +40,6 @@ from lamina.core.upsert import (
     SEGMENT,
     UpsertBatch,
     UpsertSpec,
-    cmp_arrow,
-    cmp_dtype,
-    cmp_values,
     resolve_against,
 )
 from lamina.errors import CommitConflictError, UpsertError

@@ -1,0 +1,91 @@
+"""Pinot's partial-upsert strategies on Arrow columns: how a new record's value merges
+with the stored one, vectorized (for all but the two overwrites, a null on either
+side takes the other value)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lamina.core.upsert_spec import Strategy
+
+__all__ = ["merge"]
+
+
+def merge(strategy: Strategy, prev: pa.Array, new: pa.Array) -> pa.Array:
+    """Per row, ``new`` merged into ``prev`` by ``strategy`` (a null ``prev``: none)."""
+    return _MERGERS[strategy](prev, new)
+
+
+def _numpy(arr: pa.Array | pa.ChunkedArray, dtype: type) -> np.ndarray:
+    return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=dtype)
+
+
+def _concat_lists(a: pa.Array, b: pa.Array) -> pa.Array:
+    """Per row a + b (a null list counts as empty); null only where both are null."""
+    n = len(a)
+    la = _numpy(pc.fill_null(pc.list_value_length(a), 0), np.int64)
+    lb = _numpy(pc.fill_null(pc.list_value_length(b), 0), np.int64)
+    va, vb = pc.list_flatten(a), pc.list_flatten(b)
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(la + lb, out=offsets[1:])
+    start_a = np.cumsum(la) - la
+    start_b = len(va) + np.cumsum(lb) - lb
+    row = np.repeat(np.arange(n), la + lb)
+    k = np.arange(offsets[-1]) - offsets[row]
+    src = np.where(k < la[row], start_a[row] + k, start_b[row] + k - la[row])
+    vals = pa.concat_arrays([va, vb]).take(pa.array(src, pa.int64()))
+    mask = pa.array(~(_numpy(a.is_valid(), bool) | _numpy(b.is_valid(), bool)))
+    off_type = pa.int64() if pa.types.is_large_list(a.type) else pa.int32()
+    cls = pa.LargeListArray if pa.types.is_large_list(a.type) else pa.ListArray
+    return cls.from_arrays(pa.array(offsets, off_type), vals, type=a.type, mask=mask)
+
+
+def _sorted_set(lists: pa.Array) -> pa.Array:
+    """Per row the sorted distinct elements (null elements last, kept once)."""
+    n = len(lists)
+    lens = _numpy(pc.fill_null(pc.list_value_length(lists), 0), np.int64)
+    row = np.repeat(np.arange(n), lens)
+    vals = pc.list_flatten(lists)
+    idx = pc.sort_indices(
+        pa.table({"r": row, "v": vals}),
+        [("r", "ascending"), ("v", "ascending")],  # nulls at the end
+    )
+    r, v = row[_numpy(idx, np.int64)], vals.take(idx)
+    keep = np.ones(len(r), bool)
+    if len(r) > 1:
+        differ = _numpy(pc.fill_null(pc.not_equal(v[1:], v[:-1]), True), bool)
+        both_null = _numpy(pc.and_(v[1:].is_null(), v[:-1].is_null()), bool)
+        keep[1:] = (r[1:] != r[:-1]) | (differ & ~both_null)
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(r[keep], minlength=n), out=offsets[1:])
+    off_type = pa.int64() if pa.types.is_large_list(lists.type) else pa.int32()
+    cls = pa.LargeListArray if pa.types.is_large_list(lists.type) else pa.ListArray
+    mask = pa.array(~_numpy(lists.is_valid(), bool))
+    return cls.from_arrays(
+        pa.array(offsets, off_type), v.filter(pa.array(keep)), type=lists.type, mask=mask
+    )
+
+
+def _union(p: pa.Array, q: pa.Array) -> pa.Array:
+    both = pc.and_(p.is_valid(), q.is_valid())
+    return pc.if_else(both, _sorted_set(_concat_lists(p, q)), pc.coalesce(q, p))
+
+
+def _increment(p: pa.Array, q: pa.Array) -> pa.Array:
+    return pc.coalesce(pc.add(p, q), p, q)  # wraps around on integer overflow, like Java
+
+
+_MERGERS: dict[Strategy, Callable[[pa.Array, pa.Array], pa.Array]] = {
+    Strategy.OVERWRITE: lambda p, q: pc.coalesce(q, p),
+    Strategy.FORCE_OVERWRITE: lambda p, q: q,
+    Strategy.IGNORE: lambda p, q: pc.coalesce(p, q),
+    Strategy.INCREMENT: _increment,
+    Strategy.APPEND: _concat_lists,
+    Strategy.UNION: _union,
+    Strategy.MAX: lambda p, q: pc.max_element_wise(p, q, skip_nulls=True),
+    Strategy.MIN: lambda p, q: pc.min_element_wise(p, q, skip_nulls=True),
+}
