@@ -490,6 +490,7 @@ def test_a_decimal_comparison_column_orders_by_value(cat: lamina.Catalog) -> Non
     wide = pa.schema([pa.field("k", pa.int64(), nullable=False), ("ver", pa.decimal128(20, 2))])
     with pytest.raises(UpsertError, match="precision <= 18"):
         cat.create_table("wide", wide, primary_key="k", comparison_column="ver")
+    assert "wide" not in cat.list_tables()  # nothing created
 
 
 def test_a_minor_compaction_drops_superseded_records_and_keeps_every_answer(
