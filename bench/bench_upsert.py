@@ -17,10 +17,14 @@ scale.
    .when_not_matched_insert_all()``.
    DuckLake: the same rows in a DuckLake catalog (DuckDB's ``ducklake`` extension), then
    ``MERGE INTO``, in a subprocess of this interpreter, or of ``$LAMINA_BENCH_DUCKLAKE_PYTHON``
-   when this DuckDB cannot load the extension (the DuckDB version used is reported);
-   skipped with the reason when neither can. Every result is checked against the
-   expected table (row count and every column of every id) before its time counts. Fresh
-   directories per repetition, systems in rotating order, medians (spread in the notes).
+   when this DuckDB cannot load the extension, or else of a side venv the bench makes in
+   ``.bench-ducklake/`` with DuckDB and PyPI's ``duckdb-extension-ducklake`` of one
+   version (the DuckDB version used is reported); skipped with the reason when none can.
+   deltalake and DuckLake are timed in a warm process and in a fresh one too (a new
+   process opens the table and merges), and lamina's fresh-process figures are compared
+   with theirs. Every result is checked against the expected table (row count and every
+   column of every id) before its time counts. Fresh directories per repetition, systems
+   in rotating order, medians (spread in the notes).
 2. **Sustained ingestion.** Micro-batches of 10k rows, 30% updates of earlier keys, into
    one table in one process: rows/s of ``t.upsert``, against ``t.append`` of the same
    batches into a table without a primary key and ``pq.write_table`` of each batch.
@@ -332,25 +336,53 @@ def run_lamina(base: pa.Table, batch: pa.Table, want: pa.Table, root: str) -> di
     return out
 
 
+def _delta_merge(path: str, batch: pa.Table) -> Any:
+    from deltalake import DeltaTable
+
+    return (
+        DeltaTable(path)
+        .merge(source=batch, predicate="t.id = s.id", source_alias="s", target_alias="t")
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute()
+    )
+
+
+def _fresh_delta_merge(path: str, batch_path: str, out: str) -> None:
+    """Child: import deltalake, read the batch, then time the merge (as
+    :func:`_fresh_upsert` times lamina's upsert: what a new process pays)."""
+    import deltalake  # noqa: F401
+
+    batch = pq.read_table(batch_path)
+    secs, _ = timed(lambda: _delta_merge(path, batch))
+    Path(out).write_text(json.dumps({"seconds": secs}))
+
+
 def run_delta(base: pa.Table, batch: pa.Table, want: pa.Table, root: str) -> dict[str, Any]:
+    """deltalake's merge of ``batch`` into ``base``, in this (warm) process and in a new
+    one, each on its own copy."""
     from deltalake import DeltaTable, write_deltalake
 
-    path = os.path.join(root, "delta")
+    path, fresh = os.path.join(root, "delta"), os.path.join(root, "delta-fresh")
     load_s, _ = timed(lambda: write_deltalake(path, base))
-
-    def merge() -> Any:
-        return (
-            DeltaTable(path)
-            .merge(source=batch, predicate="t.id = s.id", source_alias="s", target_alias="t")
-            .when_matched_update_all()
-            .when_not_matched_insert_all()
-            .execute()
-        )
-
-    secs, metrics = timed(merge)
-    verify(DeltaTable(path).to_pyarrow_table(), want, "deltalake")
+    write_deltalake(fresh, base)
+    secs, metrics = timed(lambda: _delta_merge(path, batch))
+    batch_path, out = os.path.join(root, "batch.parquet"), os.path.join(root, "fresh.json")
+    pq.write_table(batch, batch_path)
+    proc = mp.get_context("spawn").Process(target=_fresh_delta_merge, args=(fresh, batch_path, out))
+    proc.start()
+    proc.join(1800)
+    if proc.exitcode != 0 or not os.path.exists(out):
+        raise RuntimeError(f"fresh-process deltalake merge failed (exit code {proc.exitcode})")
+    for p in (path, fresh):
+        verify(DeltaTable(p).to_pyarrow_table(), want, "deltalake")
     keep = ("num_target_rows_updated", "num_target_rows_inserted", "num_target_files_added")
-    return {"merge_s": secs, "load_s": load_s, "metrics": {k: metrics.get(k) for k in keep}}
+    return {
+        "merge_s": secs,
+        "fresh_s": json.loads(Path(out).read_text())["seconds"],
+        "load_s": load_s,
+        "metrics": {k: metrics.get(k) for k in keep},
+    }
 
 
 DUCKLAKE_SCRIPT = r"""
@@ -377,11 +409,15 @@ info = {"duckdb": duckdb.__version__, "how": how, "threads": con.sql(
 if sys.argv[1] == "probe":
     print(json.dumps(info))
     sys.exit(0)
-root, base, batch, out = sys.argv[1:5]
+step, root, base, batch, out = sys.argv[1:6]
 con.execute("ATTACH 'ducklake:%s/meta.ducklake' AS lake (DATA_PATH '%s/data/')" % (root, root))
-t0 = time.perf_counter()
-con.execute("CREATE TABLE lake.t AS SELECT * FROM read_parquet('%s')" % base)
-info["load_s"] = time.perf_counter() - t0
+if step in ("load", "both"):
+    t0 = time.perf_counter()
+    con.execute("CREATE TABLE lake.t AS SELECT * FROM read_parquet('%s')" % base)
+    info["load_s"] = time.perf_counter() - t0
+if step == "load":
+    print(json.dumps(info))
+    sys.exit(0)
 con.execute("CREATE TEMP TABLE s AS SELECT * FROM read_parquet('%s')" % batch)
 t0 = time.perf_counter()
 con.execute(
@@ -394,13 +430,45 @@ print(json.dumps(info))
 """
 
 
+# DuckDB loads only extensions built for its own version, and this machine cannot
+# download them; PyPI has the ducklake extension as a package for some DuckDB releases.
+# When neither this interpreter nor $LAMINA_BENCH_DUCKLAKE_PYTHON can load it, the bench
+# makes a side venv (gitignored) with a DuckDB and an extension of one version.
+DUCKLAKE_VERSION = "1.5.5"
+DUCKLAKE_VENV = Path(__file__).resolve().parent.parent / ".bench-ducklake"
+
+
+def _side_venv() -> tuple[str | None, str]:
+    """The side venv's interpreter (made on first use), or None and why it could not be."""
+    python = DUCKLAKE_VENV / "bin" / "python"
+    if python.exists():
+        return str(python), ""
+    pkgs = [f"duckdb=={DUCKLAKE_VERSION}", f"duckdb-extension-ducklake=={DUCKLAKE_VERSION}"]
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(DUCKLAKE_VENV)], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", *pkgs, "pyarrow"],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        subprocess.run(["rm", "-rf", str(DUCKLAKE_VENV)], check=False)
+        return None, f"side venv with {' '.join(pkgs)}: {exc}"
+    return str(python), ""
+
+
 def ducklake_python() -> tuple[str | None, str]:
     """An interpreter whose DuckDB loads the ducklake extension, and how (or None and
     why not)."""
     reasons = []
-    for python in dict.fromkeys(
-        p for p in (sys.executable, os.environ.get("LAMINA_BENCH_DUCKLAKE_PYTHON")) if p
-    ):
+    candidates = [sys.executable, os.environ.get("LAMINA_BENCH_DUCKLAKE_PYTHON")]
+    if "LAMINA_BENCH_DUCKLAKE_PYTHON" not in os.environ:
+        side, why = _side_venv()
+        candidates.append(side)
+        if why:
+            reasons.append(why)
+    for python in dict.fromkeys(p for p in candidates if p):
         try:
             proc = subprocess.run(
                 [python, "-c", DUCKLAKE_SCRIPT, "probe"],
@@ -417,33 +485,39 @@ def ducklake_python() -> tuple[str | None, str]:
         lines = proc.stderr.strip().splitlines() or ["?"]
         why = next((ln for ln in lines if "Error" in ln), lines[-1])
         reasons.append(f"{python}: {why[:140]}")
-    if "LAMINA_BENCH_DUCKLAKE_PYTHON" not in os.environ:
-        reasons.append(
-            "set LAMINA_BENCH_DUCKLAKE_PYTHON to a Python with duckdb and "
-            "duckdb-extension-ducklake of one version"
-        )
+    reasons.append(
+        "set LAMINA_BENCH_DUCKLAKE_PYTHON to a Python with duckdb and "
+        "duckdb-extension-ducklake of one version"
+    )
     return None, "; ".join(reasons)
+
+
+def _ducklake(python: str, *args: str) -> dict[str, Any]:
+    proc = subprocess.run(
+        [python, "-c", DUCKLAKE_SCRIPT, *args], capture_output=True, text=True, timeout=1800
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"DuckLake MERGE failed: {proc.stderr.strip()[-500:]}")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
 def run_ducklake(
     python: str, base: pa.Table, batch: pa.Table, want: pa.Table, root: str
 ) -> dict[str, Any]:
+    """DuckLake's MERGE INTO: in the process that loaded the table (warm), and in a new
+    process over another copy (fresh)."""
     paths = [os.path.join(root, f) for f in ("base.parquet", "batch.parquet", "out.parquet")]
     pq.write_table(base, paths[0])
     pq.write_table(batch, paths[1])
-    lake = os.path.join(root, "lake")
-    os.makedirs(lake)
-    proc = subprocess.run(
-        [python, "-c", DUCKLAKE_SCRIPT, lake, *paths],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"DuckLake MERGE failed: {proc.stderr.strip()[-500:]}")
-    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    warm, fresh = os.path.join(root, "lake"), os.path.join(root, "lake-fresh")
+    os.makedirs(warm)
+    os.makedirs(fresh)
+    info = _ducklake(python, "both", warm, *paths)
     verify(pq.read_table(paths[2]), want, "DuckLake")
-    return dict(info)
+    _ducklake(python, "load", fresh, *paths)
+    info["fresh_s"] = _ducklake(python, "merge", fresh, *paths)["merge_s"]
+    verify(pq.read_table(paths[2]), want, "DuckLake (fresh process)")
+    return info
 
 
 def upsert_vs_merge(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -469,9 +543,10 @@ def upsert_vs_merge(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                 got[n].append(runners[n](d))
         la = got["lamina"][-1]
         line = ", ".join(f"lamina {m} {la[m + '_s']:.3f}s" for m in LAMINA_MODES)
-        line += f", deltalake {got['deltalake'][-1]['merge_s']:.3f}s"
-        if "ducklake" in got:
-            line += f", DuckLake {got['ducklake'][-1]['merge_s']:.3f}s"
+        for n, who in (("deltalake", "deltalake"), ("ducklake", "DuckLake")):
+            if n in got:
+                r = got[n][-1]
+                line += f", {who} {r['merge_s']:.3f}s (fresh {r['fresh_s']:.3f}s)"
         print(f"  rep {rep + 1}/{reps}: {line}")
 
     def col(n: str, k: str) -> list[float]:
@@ -509,11 +584,33 @@ def upsert_vs_merge(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                 note=spread(duck) + f"; {dl_note}",
             )
         )
+    delta_fresh = col("deltalake", "fresh_s")
+    duck_fresh = col("ducklake", "fresh_s") if duck else []
+    figs.append(
+        figure(
+            "  deltalake merge, fresh process", median(delta_fresh), "s", note=spread(delta_fresh)
+        )
+    )
+    if duck:
+        figs.append(
+            figure(
+                "  DuckLake MERGE INTO, fresh process",
+                median(duck_fresh),
+                "s",
+                note=spread(duck_fresh),
+            )
+        )
+    # Like for like: lamina in a warm process against the others in theirs, lamina in a
+    # new process against theirs in a new process.
     for mode in LAMINA_MODES:
         m = median(col("lamina", f"{mode}_s"))
-        figs.append(figure(f"lamina {mode} / deltalake merge", m / median(delta), "x", "<= 0.5"))
+        dl, dk = (delta, duck) if mode == "warm" else (delta_fresh, duck_fresh)
+        how = "" if mode == "warm" else " (theirs fresh too)"
+        figs.append(figure(f"lamina {mode} / deltalake merge{how}", m / median(dl), "x", "<= 0.5"))
         if duck:
-            figs.append(figure(f"lamina {mode} / DuckLake MERGE", m / median(duck), "x", "<= 1.0"))
+            figs.append(
+                figure(f"lamina {mode} / DuckLake MERGE{how}", m / median(dk), "x", "<= 1.0")
+            )
     if not duck:
         figs.append(figure("lamina / DuckLake MERGE", None, "x", "<= 1.0", "skipped: " + dl_note))
     try:
