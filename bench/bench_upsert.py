@@ -290,6 +290,7 @@ def fresh_upsert(
     batch_path = os.path.join(scratch, f"batch-{time.monotonic_ns()}.parquet")
     pq.write_table(batch, batch_path)
     out = batch_path + ".json"
+    os.sync()  # the files just written go to disk first, not while the child is timed
     proc = mp.get_context("spawn").Process(
         target=_fresh_upsert, args=(wh, table, batch_path, out, rebuild)
     )
@@ -369,6 +370,7 @@ def run_delta(base: pa.Table, batch: pa.Table, want: pa.Table, root: str) -> dic
     secs, metrics = timed(lambda: _delta_merge(path, batch))
     batch_path, out = os.path.join(root, "batch.parquet"), os.path.join(root, "fresh.json")
     pq.write_table(batch, batch_path)
+    os.sync()  # as before lamina's fresh process
     proc = mp.get_context("spawn").Process(target=_fresh_delta_merge, args=(fresh, batch_path, out))
     proc.start()
     proc.join(1800)
@@ -515,6 +517,7 @@ def run_ducklake(
     info = _ducklake(python, "both", warm, *paths)
     verify(pq.read_table(paths[2]), want, "DuckLake")
     _ducklake(python, "load", fresh, *paths)
+    os.sync()  # as before lamina's fresh process
     info["fresh_s"] = _ducklake(python, "merge", fresh, *paths)["merge_s"]
     verify(pq.read_table(paths[2]), want, "DuckLake (fresh process)")
     return info

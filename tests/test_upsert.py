@@ -529,6 +529,72 @@ def test_a_minor_compaction_drops_superseded_records_and_keeps_every_answer(
     assert latest(t)["k5"] == 6
 
 
+def _index_entries(t: lamina.Table) -> set[tuple[Any, ...]]:
+    """This process's key index of ``t``, caught up to the latest commit, as (key hash,
+    file, row, comparison value, tombstone) tuples."""
+    from sqlalchemy import select
+
+    from lamina.meta import keys as key_index
+    from lamina.meta.schema import tables
+    from lamina.upsert import spec_of
+
+    ctx, rec, spec = t._ctx, t._record, spec_of(t)
+    assert spec is not None
+
+    def read(conn: Any) -> set[tuple[Any, ...]]:
+        seq = conn.execute(select(tables.c.last_seq).where(tables.c.id == rec.id)).scalar_one()
+        st = key_index.state(conn, str(ctx.db.engine.url), rec, spec, ctx.warehouse, seq)
+        a = st.index.to_arrow().to_pydict()
+        return {
+            (hi, lo, st.locations[seg], row, cmp, tomb)
+            for hi, lo, seg, row, cmp, tomb in zip(*(a[c] for c in a), strict=True)
+        }
+
+    got: set[tuple[Any, ...]] = ctx.db.read(read)
+    return got
+
+
+def test_the_key_index_follows_a_compaction_without_a_rebuild(
+    t: lamina.Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process's index replays a compaction (its outputs' latest records, with the
+    vectors carried onto them) instead of rebuilding from every file, and ends equal to
+    a rebuilt index, an upsert that landed while the compaction ran included."""
+    from lamina import compaction
+    from lamina.meta import keys as key_index
+
+    for b in range(4):
+        t.upsert(rows(*[(f"k{i}", b * 10 + i, b * 100 + i) for i in range(b, 8)]))
+    t.upsert(rows(("k6", 100, 0, True)))  # a live tombstone
+    t.upsert(rows(("k0", -5, -1)))  # out of order
+    real = compaction._superseded
+
+    def then_upsert(table: lamina.Table, runs: Any) -> Any:
+        got = real(table, runs)
+        t.upsert(rows(("k4", 500, -4), ("k9", 500, 9)))  # publishes while it runs
+        return got
+
+    monkeypatch.setattr(compaction, "_superseded", then_upsert)
+    assert t.compact() is not None
+    monkeypatch.setattr(compaction, "_superseded", real)
+    rebuilds: list[int] = []
+    real_rebuild = key_index._rebuild
+
+    def counted(*args: Any) -> Any:
+        rebuilds.append(1)
+        return real_rebuild(*args)
+
+    monkeypatch.setattr(key_index, "_rebuild", counted)
+    caught_up = _index_entries(t)
+    assert rebuilds == []  # replayed, not rebuilt
+    key_index.forget(str(t._ctx.db.engine.url), t._record.id)
+    assert _index_entries(t) == caught_up and rebuilds == [1]
+    t.upsert(rows(("k4", 400, 44), ("k6", 50, 66), ("k7", 600, 77)))  # older, older, newer
+    assert latest(t) == {
+        "k0": 0, "k1": 101, "k2": 202, "k3": 303, "k4": -4, "k5": 305, "k7": 77, "k9": 9
+    }  # fmt: skip
+
+
 def test_a_run_whose_records_are_all_superseded_compacts_to_an_empty_segment(
     t: lamina.Table,
 ) -> None:

@@ -27,6 +27,7 @@ writer, or a lock around it.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -573,9 +574,17 @@ class KeyIndex:
         )
 
     @classmethod
-    def from_arrow(cls, table: pa.Table, merge_threshold: int = 65_536) -> KeyIndex:
-        """The index :meth:`to_arrow` gave. Raises UpsertError if the table's columns or
-        types differ, or its keys are not sorted by (hi, lo) without repeats."""
+    def from_arrow(
+        cls,
+        table: pa.Table,
+        merge_threshold: int = 65_536,
+        adopt: Callable[[pa.Array, np.dtype], np.ndarray | None] | None = None,
+    ) -> KeyIndex:
+        """The index :meth:`to_arrow` gave. ``adopt(array, dtype)``: a writable numpy
+        array over a column's own memory, or None to copy it (a loader that owns the
+        memory the table was read into saves the copy). Raises UpsertError if the
+        table's columns or types differ, or its keys are not sorted by (hi, lo) without
+        repeats."""
         cmp_field = table.schema.field("cmp") if "cmp" in table.column_names else None
         cmp_dtype = np.dtype(np.float64) if cmp_field and cmp_field.type == pa.float64() else None
         expected = index_schema(cmp_dtype or np.dtype(np.int64))
@@ -590,6 +599,10 @@ class KeyIndex:
 
         def col(name: str, dtype: Any) -> np.ndarray:
             c = table.column(name)
+            if c.num_chunks == 1 and adopt is not None:
+                got = adopt(c.chunk(0), np.dtype(dtype))
+                if got is not None:
+                    return got
             arr = c.to_numpy() if c.num_chunks != 1 else c.chunk(0).to_numpy(zero_copy_only=False)
             return np.array(arr, dtype=dtype)  # a writable copy
 

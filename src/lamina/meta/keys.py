@@ -6,9 +6,9 @@ record: a data file (by a code standing for its location), the row in it, its
 comparison value and whether it is a tombstone. It is derived from the table's data
 files and deletion vectors (:mod:`lamina.meta.deletes`), so any process can build it;
 this module keeps one per table and catalog, and brings it up to date inside the
-publishing transaction (which holds the table lock): by the records of the upsert
-commits published since (its own among them), or, after any other kind of commit,
-by rebuilding it from the snapshot.
+publishing transaction (which holds the table lock): by the records of the upsert and
+compaction commits published since (its own among them), or, after any other kind of
+commit, by rebuilding it from the snapshot.
 """
 
 from __future__ import annotations
@@ -173,10 +173,19 @@ def _rebuild(
     return st
 
 
+#: commits :func:`_catch_up` replays: the latest records of the files they added (their
+#: deletion vectors at the commit applied) replace their keys' entries. An upsert's new
+#: files hold its winners; a (minor) compaction's outputs hold every latest record of its
+#: inputs (it drops only superseded records, and carries the vectors that upserts added
+#: while it ran), and it reveals nothing. Other commits can remove latest records or
+#: reveal older ones (an overwrite, a deleted version): the index is rebuilt after them.
+REPLAYED = frozenset({CommitAction.UPSERT.value, CommitAction.COMPACT.value})
+
+
 def _catch_up(
     conn: Connection, st: KeyState, table: TableRecord, spec: UpsertSpec, wh: Warehouse, seq: int
 ) -> KeyState:
-    """``st`` brought to ``seq``: replaying upsert commits, else rebuilt."""
+    """``st`` brought to ``seq``: replaying upsert and compaction commits, else rebuilt."""
     done = conn.execute(
         select(commits.c.id, commits.c.seq, commits.c.action)
         .where(
@@ -187,7 +196,7 @@ def _catch_up(
         )
         .order_by(commits.c.seq)
     ).all()
-    if any(r.action != CommitAction.UPSERT.value for r in done):
+    if any(r.action not in REPLAYED for r in done):
         return _rebuild(conn, table, spec, wh, seq)
     for cid, cseq, _ in done:
         locs = [
