@@ -141,6 +141,7 @@ def _writer(catalog: str, wh: str, w: int, log_path: str, stop: str) -> None:
         else:
             log.put(op=tok[0], publishing=time.time())
             time.sleep(1.0)
+            os.unlink(f"{stop}.stall.{w}")  # not killed in it: the claim is over
         add(*args, **kwargs)
 
     deletes.add = stalling_add
@@ -196,17 +197,24 @@ def _deleter(catalog: str, wh: str, log_path: str, stop: str) -> None:
 
 
 def _compactor(catalog: str, wh: str, log_path: str, stop: str) -> None:
-    """Minor compactions now and then: merging small segments, and rewriting those
-    whose deletion vectors supersede 5% of their records or more, while the writers
-    upsert and the deleter deletes (a conflict or a busy lock: tried again later)."""
+    """Compactions now and then, while the writers upsert and the deleter deletes (a
+    conflict or a busy lock: tried again later): minor ones, merging small segments and
+    rewriting those whose deletion vectors supersede 5% of their records or more; and
+    one in four a major one of a random day, sorted by another column."""
     rng = random.Random(98)
     t = _connect(catalog, wh).load_table("u")
     log = _Log(log_path)
     log.put(ready="c")
     while not os.path.exists(stop):
         time.sleep(rng.uniform(0.05, 0.3))
+        day = T0 + timedelta(days=rng.randrange(DAYS))
         try:
-            c = t.compact(target_rows_per_segment=40)
+            if rng.random() < 0.25:
+                c = t.compact(
+                    mode="major", interval=(day, day + timedelta(days=1)), sort_by=["rid"]
+                )
+            else:
+                c = t.compact(target_rows_per_segment=40)
         except lamina.LaminaError as exc:
             log.put(failed=type(exc).__name__, why=str(exc)[:300])
             continue
@@ -320,6 +328,11 @@ class Run:
     seconds: float
 
 
+def _compaction(c: lamina.Commit) -> bool:
+    """A minor compaction (COMPACT) or a major one (an OVERWRITE the compactor made)."""
+    return c.action == "COMPACT" or c.metadata.get("compaction") == "major"
+
+
 def _replay(t: lamina.Table, run: Run) -> tuple[Model, dict[int, lamina.Commit]]:
     """The model of the table's completed commits, replayed in seq order."""
     done = [c for c in t.history() if c.state == "COMPLETED"]
@@ -338,7 +351,7 @@ def _replay(t: lamina.Table, run: Run) -> tuple[Model, dict[int, lamina.Commit]]
         c = by_seq[seq]
         if c.action == "UPSERT":
             model.upsert(seq, run.intents[c.metadata["op"]]["recs"])
-        elif c.action == "COMPACT":
+        elif _compaction(c):
             model.compact(seq)
         elif c.action in ("OVERWRITE", "REFRESH"):  # a carried segment: removed, added
             gone = rids(c.removed, seq - 1) - rids(c.added, seq)
@@ -406,7 +419,7 @@ def _check(cat: lamina.Catalog, t: lamina.Table, model: Model, run: Run, by_seq:
     # a compaction leaves out records superseded by then (never one still showing); a
     # record it rewrote lists the compaction's seq as $valid_from, its validity clipped
     # to the rewritten file's (one superseded while the compaction ran: [C, C))
-    compactions = {s for s, c in by_seq.items() if c.action == "COMPACT"}
+    compactions = {s for s, c in by_seq.items() if _compaction(c)}
     dropped = set(want_valid) - set(got_valid)
     assert not set(got_valid) - set(want_valid), "all_versions lists an unknown record"
     assert all(want_valid[rid][1] is not None for rid in dropped), "a shown record dropped"
@@ -506,7 +519,10 @@ def _run(
                     killed.append(w)
                     mid.append(marker["op"])
                     spawn(max(procs) + 1)
-            if len(mid) < mid_kills and not stalled and not stall.exists() and now > start + 1:
+            # a claim not logged yet counts too: else a second writer could claim a new one
+            claimed = any(os.path.exists(f"{stall}.{w}") for w in procs if w not in killed)
+            idle = not stalled and not claimed and not stall.exists()
+            if len(mid) < mid_kills and idle and now > start + 1:
                 stall.touch()  # the next publish of some writer pauses
             if int(now * 5) != int((now - 0.02) * 5):  # five times a second
                 n = sum(c.seq is not None for c in t.history())
@@ -549,7 +565,8 @@ def test_random_upserts_match_the_model(catalog_url: str, tmp_path: Path) -> Non
         assert set(run.acks) == set(run.intents), "a write neither completed nor failed"
         _check(cat, t, model, run, by_seq)
         kinds = Counter(c.action for c in by_seq.values())
-        assert kinds["UPSERT"] > 30 and kinds["COMPACT"] and len(run.seen) > 10
+        majors = sum(1 for c in by_seq.values() if c.metadata.get("compaction") == "major")
+        assert kinds["UPSERT"] > 30 and kinds["COMPACT"] and majors and len(run.seen) > 10
         print(
             f"\n[{catalog_url.split(':')[0]}] {run.seconds:.1f} s, commits {dict(kinds)}, "
             f"{len(model.since)} records, {len(run.seen)} reads"

@@ -92,12 +92,12 @@ def compact(
         raise CompactionError(f"priority must be a whole number >= 0, not {priority!r}")
     prio = PRIORITY_COMPACTION if priority is None else int(priority)
     target = target_rows(table, target_rows_per_segment)
-    if mode == "major" and "upsert.primary_key" in table._record.properties:
+    if mode == "major" and rollup is not None and "upsert.primary_key" in table._record.properties:
         from lamina.errors import UpsertError
 
         raise UpsertError(
-            f"a major compaction is not supported on upsert table {table.name!r} yet: "
-            "compact it with mode='minor' (drops the records no longer any key's latest)"
+            f"rollup merges the records of many keys into one row: upsert table "
+            f"{table.name!r} keeps one record per key; compact it without rollup"
         )
     if mode == "major":
         iv = None if interval is None else Interval.coerce(interval)
@@ -403,8 +403,10 @@ def compact_major(
     wait_s: float | None = None,
 ) -> Commit | None:
     """Rewrite the chunks of ``interval`` (default: all data) at a new version, under a
-    REPLACE lock. Raises CompactionError, LockTimeoutError, LockRevokedError,
-    CommitConflictError."""
+    REPLACE lock. On an upsert table, the records that are their key's latest (live
+    tombstones too) are rewritten and resolved by key at publish, never winning a tie:
+    a record an upsert published meanwhile stays the latest. Raises CompactionError,
+    LockTimeoutError, LockRevokedError, CommitConflictError."""
     try:
         gran = (
             table.granularity
@@ -435,13 +437,23 @@ def compact_major(
         meta["sort_by"] = list(sort_by)
     if rollup is not None:
         meta["rollup"] = rollup
-    with table.transaction(
-        metadata=meta, lock="REPLACE", interval=iv, priority=priority, wait_s=wait_s
+    from lamina.transaction import Transaction
+    from lamina.upsert import latest_records, spec_of
+
+    upsert = spec_of(table)
+    with Transaction(  # t.transaction() refuses upsert tables; a compaction is resolved
+        table, metadata=meta, lock="REPLACE", interval=iv, priority=priority, wait_s=wait_s
     ) as tx:
         tx._rewrite = True
+        tx._upsert = upsert
         base = tx.base_seq
         as_of = next((c.id for c in table.history() if c.seq == base), None)
-        data = table.schema.empty_table() if as_of is None else table.to_arrow(as_of, interval=iv)
+        if as_of is None:
+            data = table.schema.empty_table()
+        elif upsert is not None:  # each key's latest record, live tombstones too
+            data = latest_records(table, as_of, iv)
+        else:
+            data = table.to_arrow(as_of, interval=iv)
         if spec is not None:
             data = roll_up(data, spec, table.time_column)
         if sort_by:

@@ -22,6 +22,7 @@ from lamina.errors import AlreadyAppliedError, LockError, TransactionError
 from lamina.write import WriteTransaction
 
 if TYPE_CHECKING:
+    from lamina.core.upsert import UpsertSpec
     from lamina.table import Table
 
 
@@ -84,6 +85,8 @@ class Transaction:
         self._removes: list[str] = []
         self._ops = 0
         self._rewrite = False  # a major compaction: see PublishPlan.rewrite
+        #: a major compaction of an upsert table: its records are resolved at publish
+        self._upsert: UpsertSpec | None = None
         self._state = "new"
         self.commit_result: Commit | None = None
 
@@ -179,6 +182,13 @@ class Transaction:
             action, files, appends = CommitAction.APPEND, self._appends, []
         else:
             action, files, appends = CommitAction.DELETE, [], []
+        upsert = None
+        if self._upsert is not None and files:
+            from lamina.upsert import rewritten
+
+            upsert = rewritten(
+                self._upsert, self._table._ctx.warehouse, [f.location for f in files]
+            )
         plan = PublishPlan(
             tuple(files),
             tuple(sorted(self._chunks)) if self._chunks else None,
@@ -189,6 +199,7 @@ class Transaction:
             txn=self.txn,
             locked=self._lock is not None,
             rewrite=self._rewrite,
+            upsert=upsert,
         )
         try:
             commit = self._write.publish(plan)

@@ -196,6 +196,50 @@ def _partial(
     return _write(table, merged, merged_read, metadata, txn, expect)
 
 
+def rewritten(spec: UpsertSpec, wh: Warehouse, locations: list[str]) -> UpsertBatch:
+    """A major compaction's records, read back from the files it wrote: stored as they
+    are (no partial merge) and never winning a tie against a record current at publish
+    (one that came after they were read). Raises UpsertError."""
+    from dataclasses import replace
+
+    written = _written(replace(spec, partial=None), wh, locations)
+    return replace(written, rewrite=True)
+
+
+def latest_records(table: Table, as_of: int | None, interval: Interval | None) -> pa.Table:
+    """The records stored in the snapshot's segments of ``interval`` that are their
+    key's latest (live tombstones included: hidden, they still decide later
+    comparisons): what a major compaction rewrites. Raises SnapshotNotFoundError."""
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    from lamina.io.arrow import time_filter
+    from lamina.meta import deletes
+
+    rec, wh = table._record, table._ctx.warehouse
+    plan = table.scan(as_of, interval)
+    root = table._ctx.db.root + "/"
+    rel = {str(t.segment.location): str(t.segment.location).removeprefix(root) for t in plan.tasks}
+    vectors = table._ctx.db.read(
+        lambda conn: deletes.at(conn, rec.id, plan.seq, list(rel.values()))
+    )
+    parts = []
+    for task in plan.tasks:
+        path = str(task.segment.location)
+        data = pq.read_table(path, filesystem=wh.fs, schema=rec.schema)
+        v = vectors.get(rel[path])
+        if v is not None and v.superseded:
+            keep = np.ones(data.num_rows, bool)
+            keep[np.fromiter(v.superseded, np.int64, len(v.superseded))] = False
+            data = data.filter(pa.array(keep))
+        if task.keep is not None:
+            assert rec.time_column is not None
+            flt = time_filter(rec.schema.field(rec.time_column), task.keep)
+            data = ds.dataset(data).to_table(filter=flt)
+        parts.append(data)
+    return pa.concat_tables(parts) if parts else rec.schema.empty_table()
+
+
 def _written(spec: UpsertSpec, wh: Warehouse, locations: list[str]) -> UpsertBatch:
     """The records of files an engine wrote (Spark), read back (key, comparison and
     delete columns only) in file order. Raises UpsertError (null keys...)."""

@@ -140,6 +140,9 @@ class UpsertBatch:
     #: (file location, row; None: no record) when it read them — publishing refuses
     #: if any changed meanwhile
     expect: tuple[tuple[str, int] | None, ...] | None = None
+    #: records a compaction rewrote (each its key's latest when it read them): a record
+    #: current at publish came after them, so it keeps a tie (see :func:`resolve_against`)
+    rewrite: bool = False
 
     def positions(self) -> tuple[np.ndarray, np.ndarray]:
         """Per input row: the index of its file and its position in that file."""
@@ -277,6 +280,7 @@ def resolve_against(
     spec: UpsertSpec,
     seq: int | None = None,
     match: np.ndarray | None = None,
+    ties_to_current: bool = False,
 ) -> Resolution:
     """Apply a resolved input after the current state; the input commits later (``seq``).
 
@@ -293,6 +297,8 @@ def resolve_against(
 
     ``match``: per key id of the input, the row of ``current`` holding that key (-1:
     none), when the caller knows it (a key index lookup); else keys are matched by value.
+    ``ties_to_current``: a tie keeps the current record (the input is a rewrite of
+    records that were their keys' latest: a current record of such a key came later).
     """
     batch = incoming.batch
     n = batch.num_rows
@@ -336,7 +342,8 @@ def resolve_against(
     # Per row, the current comparison value of its key (null: no current record).
     cur_idx = pa.array(match[incoming.group], mask=~has_cur[incoming.group])
     cur_cmp_per_row = current.column(cmp_col).take(cur_idx)
-    not_older = pc.fill_null(pc.greater_equal(batch.column(cmp_col), cur_cmp_per_row), True)
+    beats = pc.greater if ties_to_current else pc.greater_equal
+    not_older = pc.fill_null(beats(batch.column(cmp_col), cur_cmp_per_row), True)
     applied = incoming.in_order & _numpy(not_older, bool)
     out_of_order = ~applied
 

@@ -395,7 +395,7 @@ def resolve(
             spec = replace(spec, partial=None)  # its records are merged already
         match = np.full(len(res.winners), -1, np.int64)  # current's rows: the found keys
         match[found.found] = np.arange(int(found.found.sum()))
-        out = resolve_against(current, res, spec, match=match)
+        out = resolve_against(current, res, spec, match=match, ties_to_current=batch.rewrite)
         file_of, pos_of = batch.positions()
         hidden: dict[str, BitMap] = {}
         tombstones: dict[str, BitMap] = {}
