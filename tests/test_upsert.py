@@ -608,7 +608,7 @@ def test_a_major_compaction_keeps_each_keys_latest_record(cat: lamina.Catalog) -
     before = {c.id: latest(t, c.id) for c in commits}
     stored = t.to_arrow(all_versions=True).num_rows
     with pytest.raises(UpsertError, match="rollup"):
-        t.compact(mode="major", rollup={"dimensions": ["key"], "metrics": {"n": "count"}})
+        t.compact(mode="major", rollup={"dimensions": ["key"], "metrics": {"value": "sum"}})
     c = t.compact(mode="major", segment_granularity="DAY", sort_by=["value"])
     assert c is not None
     assert {s.interval.end - s.interval.start for s in t.segments()} == {24 * 3600 * 10**6}
@@ -619,6 +619,27 @@ def test_a_major_compaction_keeps_each_keys_latest_record(cat: lamina.Catalog) -
     t.upsert(rows(("k5", 300, 5), ("k4", 200, -1)))  # both older: out of order
     t.upsert(rows(("k3", 500, 33)))
     assert latest(t) == {"k0": 0, "k1": 101, "k2": 202, "k3": 33, "k4": 304}
+
+
+def test_auto_compaction_sorts_an_upsert_table_by_its_policy(
+    cat: lamina.Catalog, t: lamina.Table
+) -> None:
+    """A policy that sorts makes auto-compaction run major compactions of an upsert
+    table too; the answers stay; a rollup policy is skipped with the reason."""
+    for b in range(3):
+        t.upsert(rows(*[(f"k{i}", b * 10 + i, b * 100 + i) for i in range(6)]))
+    t.set_properties(**{"compaction.sort_by": "value"})
+    results = cat.compact_auto(tables=["u"])
+    assert results and all(r.commit is not None for r in results if r.status.action == "major")
+    assert any(r.commit is not None and r.commit.action == "OVERWRITE" for r in results)
+    assert latest(t) == {f"k{i}": 200 + i for i in range(6)}
+    assert t.to_arrow(all_versions=True).num_rows == 6
+    t.set_properties(
+        **{"compaction.rollup": '{"dimensions": ["key"], "metrics": {"value": "sum"}}'}
+    )
+    skipped = [r for r in cat.compact_auto(tables=["u"]) if r.status.action == "major"]
+    assert skipped and all(r.error and "one record per key" in r.error for r in skipped)
+    assert latest(t) == {f"k{i}": 200 + i for i in range(6)}
 
 
 def test_upserts_during_a_major_compaction_stay_the_latest(

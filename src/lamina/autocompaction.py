@@ -104,8 +104,8 @@ def compact_auto(table: Table, dry_run: bool = False) -> list[AutoResult]:
     done: set[Interval] = set()
     upserts = "upsert.primary_key" in table._record.properties
     for st in (st for st in found if st.action == "major"):
-        if upserts:
-            why = "skipped: an upsert table is compacted by minor compactions only (for now)"
+        if upserts and pol.rollup is not None:
+            why = "skipped: the policy rolls up, and an upsert table keeps one record per key"
             out.append(AutoResult(table.name, st, None, why))
             continue
         iv = (

@@ -92,13 +92,6 @@ def compact(
         raise CompactionError(f"priority must be a whole number >= 0, not {priority!r}")
     prio = PRIORITY_COMPACTION if priority is None else int(priority)
     target = target_rows(table, target_rows_per_segment)
-    if mode == "major" and rollup is not None and "upsert.primary_key" in table._record.properties:
-        from lamina.errors import UpsertError
-
-        raise UpsertError(
-            f"rollup merges the records of many keys into one row: upsert table "
-            f"{table.name!r} keeps one record per key; compact it without rollup"
-        )
     if mode == "major":
         iv = None if interval is None else Interval.coerce(interval)
         return compact_major(table, iv, segment_granularity, sort_by, rollup, target, prio, wait_s)
@@ -406,7 +399,8 @@ def compact_major(
     REPLACE lock. On an upsert table, the records that are their key's latest (live
     tombstones too) are rewritten and resolved by key at publish, never winning a tie:
     a record an upsert published meanwhile stays the latest. Raises CompactionError,
-    LockTimeoutError, LockRevokedError, CommitConflictError."""
+    UpsertError (a rollup of an upsert table), LockTimeoutError, LockRevokedError,
+    CommitConflictError."""
     try:
         gran = (
             table.granularity
@@ -423,6 +417,13 @@ def compact_major(
             f"(columns: {', '.join(table.schema.names)})"
         )
     spec = None if rollup is None else Rollup.parse(rollup, table.schema, table.time_column)
+    if spec is not None and "upsert.primary_key" in table._record.properties:
+        from lamina.errors import UpsertError
+
+        raise UpsertError(
+            f"rollup merges the records of many keys into one row: upsert table "
+            f"{table.name!r} keeps one record per key; compact it without rollup"
+        )
     iv = _layout(table, interval, gran)
     if iv is None:
         return None
