@@ -245,7 +245,8 @@ POOL += [(12345, lo) for lo in (1, 2, 3, 99)] + [(0, 5), (0, 6), (M64, 0), (M64,
 
 
 class IndexMachine(RuleBasedStateMachine):
-    """Random puts, removes, relocations and lookups, checked against a dict."""
+    """Random puts, removes, dropped segments, relocations and lookups, checked against
+    a dict."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -288,6 +289,13 @@ class IndexMachine(RuleBasedStateMachine):
         assert self.index.remove(keys_of(keys)) == held
         for k in keys:
             self.oracle.pop(k, None)
+
+    @rule(codes=st.lists(st.integers(0, 9), max_size=3))
+    def drop_segments(self, codes: list[int]) -> None:
+        held = [k for k, v in self.oracle.items() if v[0] in codes]
+        assert self.index.drop_segments(codes) == len(held)
+        for k in held:
+            del self.oracle[k]
 
     @rule(old=st.integers(0, 7), new=st.integers(0, 9), data=st.data())
     def relocate(self, old: int, new: int, data: st.DataObject) -> None:

@@ -593,6 +593,61 @@ def test_the_key_index_follows_a_compaction_without_a_rebuild(
     }  # fmt: skip
 
 
+def test_the_key_index_replays_every_kind_of_commit(
+    cat: lamina.Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After each kind of commit, the index of the process that published it and an
+    index caught up from before it (replaying the files it hid and showed) both equal
+    one rebuilt from every file; nothing but the forced rebuilds rebuilds."""
+    from lamina.core.keyindex import KeyIndex
+    from lamina.meta import keys as key_index
+
+    t = cat.create_table(  # ordered by value: each day holds some keys' latest record
+        "v", SCHEMA, time_column="ts", primary_key="key", comparison_column="value",
+        delete_column="deleted",
+    )  # fmt: skip
+
+    url, tid = str(t._ctx.db.engine.url), t._record.id
+    rebuilds: list[int] = []
+    real_rebuild = key_index._rebuild
+
+    def counted(*args: Any) -> Any:
+        rebuilds.append(1)
+        return real_rebuild(*args)
+
+    monkeypatch.setattr(key_index, "_rebuild", counted)
+    day = 24 * 60
+
+    def check(write: Any) -> None:
+        _index_entries(t)  # current
+        st = key_index._STATES[(url, tid)]
+        before = key_index.KeyState(
+            KeyIndex.from_arrow(st.index.to_arrow()), st.seq, list(st.locations), dict(st.codes)
+        )
+        n = len(rebuilds)
+        write()
+        published = _index_entries(t)
+        key_index._STATES[(url, tid)] = before
+        replayed = _index_entries(t)
+        assert len(rebuilds) == n, "caught up by a rebuild"
+        key_index.forget(url, tid)
+        assert published == replayed == _index_entries(t)
+
+    for d in range(4):  # keys k0-k7 spread over 4 days, each key's records on two days
+        t.upsert(rows(*[(f"k{i}", ((i + d) % 4) * day + d, d * 10 + i) for i in range(8)]))
+    t.upsert(rows(("k7", 5 * day, 99, True)))  # a live tombstone on day 6
+    check(lambda: t.upsert(rows(("k1", 6 * day, 111), ("k2", 0, -2))))  # newer; older
+    shown = latest(t)
+    check(lambda: t.overwrite(rows(("k3", day + 1, 333)), interval="2024-01-02/2024-01-03"))
+    assert len(latest(t)) < len(shown)  # keys whose latest record was there went
+    check(lambda: t.refresh(rows(("k4", 2 * day + 7, 444)), interval="2024-01-03/2024-01-04"))
+    first = min(s.interval.start for s in t.segments())
+    check(lambda: t.delete_segments([s.id for s in t.segments() if s.interval.start == first]))
+    check(lambda: t.compact())
+    check(lambda: t.compact(mode="major", segment_granularity="WEEK"))
+    assert 0 < len(latest(t)) < len(shown)
+
+
 def test_a_major_compaction_keeps_each_keys_latest_record(cat: lamina.Catalog) -> None:
     """HOUR chunks into DAY ones, sorted by value: only each key's latest record (and
     live tombstones) is rewritten; every answer, past snapshots included, stays; a

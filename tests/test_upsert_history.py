@@ -200,16 +200,19 @@ def _compactor(catalog: str, wh: str, log_path: str, stop: str) -> None:
     """Compactions now and then, while the writers upsert and the deleter deletes (a
     conflict or a busy lock: tried again later): minor ones, merging small segments and
     rewriting those whose deletion vectors supersede 5% of their records or more; and
-    one in four a major one of a random day, sorted by another column."""
+    one in four a major one of a random day, sorted by another column (once one kind
+    completed, the other kind until it did too)."""
     rng = random.Random(98)
     t = _connect(catalog, wh).load_table("u")
     log = _Log(log_path)
     log.put(ready="c")
+    done: set[bool] = set()  # the kinds (major: True) that completed once
     while not os.path.exists(stop):
         time.sleep(rng.uniform(0.05, 0.3))
         day = T0 + timedelta(days=rng.randrange(DAYS))
+        major = rng.random() < 0.25 if len(done) != 1 else True not in done
         try:
-            if rng.random() < 0.25:
+            if major:
                 c = t.compact(
                     mode="major", interval=(day, day + timedelta(days=1)), sort_by=["rid"]
                 )
@@ -219,6 +222,7 @@ def _compactor(catalog: str, wh: str, log_path: str, stop: str) -> None:
             log.put(failed=type(exc).__name__, why=str(exc)[:300])
             continue
         if c is not None:
+            done.add(major)
             log.put(compacted=c.seq)
 
 

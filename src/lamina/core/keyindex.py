@@ -493,6 +493,23 @@ class KeyIndex:
         self._len -= removed
         return removed
 
+    def drop_segments(self, codes: list[int]) -> int:
+        """Forget every key whose entry points into one of the segment ``codes`` (their
+        files left the table); returns how many were held."""
+        want = np.array(sorted(c for c in set(codes) if c in self._counts), np.int32)
+        if not len(want):
+            return 0
+        dropped = 0
+        self._version = next(_VERSIONS)
+        for run in self._runs():
+            at = np.flatnonzero(np.isin(run.seg, want) & (run.state != _VACANT))
+            run.state[at] = _VACANT
+            dropped += len(at)
+        for code in want.tolist():
+            self._counts.pop(code, None)
+        self._len -= dropped
+        return dropped
+
     def relocate(self, old_segment: int, new_segment: int, row_map: np.ndarray) -> int:
         """A compaction rewrote ``old_segment``'s rows into ``new_segment``: every entry
         at (old_segment, r) moves to (new_segment, row_map[r]). Returns how many moved.

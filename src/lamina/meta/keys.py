@@ -6,9 +6,9 @@ record: a data file (by a code standing for its location), the row in it, its
 comparison value and whether it is a tombstone. It is derived from the table's data
 files and deletion vectors (:mod:`lamina.meta.deletes`), so any process can build it;
 this module keeps one per table and catalog, and brings it up to date inside the
-publishing transaction (which holds the table lock): by the records of the upsert and
-compaction commits published since (its own among them), or, after any other kind of
-commit, by rebuilding it from the snapshot.
+publishing transaction (which holds the table lock) by replaying the commits
+published since (its own among them); a new process starts from the newest saved
+snapshot of the index, or builds it from the table's files.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -173,19 +172,25 @@ def _rebuild(
     return st
 
 
-#: commits :func:`_catch_up` replays: the latest records of the files they added (their
-#: deletion vectors at the commit applied) replace their keys' entries. An upsert's new
-#: files hold its winners; a (minor) compaction's outputs hold every latest record of its
-#: inputs (it drops only superseded records, and carries the vectors that upserts added
-#: while it ran), and it reveals nothing. Other commits can remove latest records or
-#: reveal older ones (an overwrite, a deleted version): the index is rebuilt after them.
-REPLAYED = frozenset({CommitAction.UPSERT.value, CommitAction.COMPACT.value})
+def _visible_files(conn: Connection, table: TableRecord, seq: int) -> set[str]:
+    """The data files (locations) visible at ``seq``."""
+    return {s.location.lstrip("/") for s in _visible(conn, table, seq) if s.location}
 
 
 def _catch_up(
     conn: Connection, st: KeyState, table: TableRecord, spec: UpsertSpec, wh: Warehouse, seq: int
 ) -> KeyState:
-    """``st`` brought to ``seq``: replaying upsert and compaction commits, else rebuilt."""
+    """``st`` brought to ``seq`` by replaying the commits since, in order, as a rebuild
+    would see them: the keys whose latest record was in files that stopped showing
+    are forgotten, then the latest records of the files that started showing (their
+    deletion vectors at the commit applied) replace their keys' entries.
+
+    An upsert only adds files (its winners; the vectors it wrote supersede the records
+    they replace). Any other commit (a compaction, an overwrite, a refresh, a deleted
+    segment) is replayed by the difference of the files visible before and after it:
+    a compaction's outputs hold every latest record of its inputs, an overwrite's files
+    the records upserted against the rest; what it removed takes its keys' entries
+    along. Files keep their location when a commit carries them, so they are neither."""
     done = conn.execute(
         select(commits.c.id, commits.c.seq, commits.c.action)
         .where(
@@ -196,20 +201,28 @@ def _catch_up(
         )
         .order_by(commits.c.seq)
     ).all()
-    if any(r.action not in REPLAYED for r in done):
-        return _rebuild(conn, table, spec, wh, seq)
-    for cid, cseq, _ in done:
-        locs = [
-            r[0]
-            for r in conn.execute(
-                select(segments.c.location).where(
-                    segments.c.table_id == table.id, segments.c.commit_id == cid
+    shown: set[str] | None = None  # the files visible at st.seq, once known
+    for cid, cseq, action in done:
+        if action == CommitAction.UPSERT.value:
+            added = [
+                r[0]
+                for r in conn.execute(
+                    select(segments.c.location).where(
+                        segments.c.table_id == table.id, segments.c.commit_id == cid
+                    )
                 )
-            )
-        ]
-        own = deletes.at(conn, table.id, int(cseq), locs)
+                if r[0]
+            ]
+            if shown is not None:
+                shown |= set(added)
+        else:
+            before = _visible_files(conn, table, st.seq) if shown is None else shown
+            shown = _visible_files(conn, table, int(cseq))
+            gone, added = before - shown, sorted(shown - before)
+            st.index.drop_segments([st.codes[loc] for loc in gone if loc in st.codes])
+        own = deletes.at(conn, table.id, int(cseq), added)
         _add_files(
-            st, wh, spec, {loc: v.superseded if (v := own.get(loc)) else BitMap() for loc in locs}
+            st, wh, spec, {loc: v.superseded if (v := own.get(loc)) else BitMap() for loc in added}
         )
         st.seq = int(cseq)
     st.seq = seq
@@ -350,18 +363,6 @@ def _where(st: KeyState, found: Lookup) -> tuple[tuple[str, int] | None, ...]:
     )
 
 
-@contextlib.contextmanager
-def _resolving(url: str, table_id: int, drop_after: bool) -> Iterator[None]:
-    """The index lock; with ``drop_after``, the table's index is forgotten afterwards
-    (rebuilt next time)."""
-    with _LOCK:
-        try:
-            yield
-        finally:
-            if drop_after:
-                _STATES.pop((url, table_id), None)
-
-
 def resolve(
     conn: Connection,
     url: str,
@@ -375,9 +376,10 @@ def resolve(
     """Resolve an upsert written to ``locations`` (its files, in order) against the
     index as of ``seq`` (the table's latest commit); update the index to include it.
     ``gone``: files the same commit removes (an overwrite of an upsert table): the
-    records there no longer count, and the index is rebuilt next time.
+    records there no longer count, and the keys whose entries point there afterwards
+    are forgotten.
     Raises UpsertError, CommitConflictError (partial upserts)."""
-    with _resolving(url, table.id, bool(gone)):
+    with _LOCK:
         spec = batch.spec
         st = state(conn, url, table, spec, wh, seq)
         res = batch.resolved
@@ -423,6 +425,8 @@ def resolve(
                 res.deleted[valid],
                 at=found.take(asked[valid]),  # valid rows are winners: found has them
             )
+        if gone:  # keys whose latest record went with the files and came back in none
+            st.index.drop_segments([st.codes[loc] for loc in gone if loc in st.codes])
         st.seq = seq + 1  # this commit's (seqs have no holes); if it fails, forget() drops st
         return Outcome(hidden, tombstones)
 
