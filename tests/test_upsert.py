@@ -552,6 +552,21 @@ def _index_entries(t: lamina.Table) -> set[tuple[Any, ...]]:
     return got
 
 
+def _count_rebuilds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one at each rebuild of a key index from the files."""
+    from lamina.meta import keys as key_index
+
+    rebuilds: list[int] = []
+    real = key_index._rebuild
+
+    def counted(*args: Any) -> Any:
+        rebuilds.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(key_index, "_rebuild", counted)
+    return rebuilds
+
+
 def test_the_key_index_follows_a_compaction_without_a_rebuild(
     t: lamina.Table, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -575,14 +590,7 @@ def test_the_key_index_follows_a_compaction_without_a_rebuild(
     monkeypatch.setattr(compaction, "_superseded", then_upsert)
     assert t.compact() is not None
     monkeypatch.setattr(compaction, "_superseded", real)
-    rebuilds: list[int] = []
-    real_rebuild = key_index._rebuild
-
-    def counted(*args: Any) -> Any:
-        rebuilds.append(1)
-        return real_rebuild(*args)
-
-    monkeypatch.setattr(key_index, "_rebuild", counted)
+    rebuilds = _count_rebuilds(monkeypatch)
     caught_up = _index_entries(t)
     assert rebuilds == []  # replayed, not rebuilt
     key_index.forget(str(t._ctx.db.engine.url), t._record.id)
@@ -608,14 +616,7 @@ def test_the_key_index_replays_every_kind_of_commit(
     )  # fmt: skip
 
     url, tid = str(t._ctx.db.engine.url), t._record.id
-    rebuilds: list[int] = []
-    real_rebuild = key_index._rebuild
-
-    def counted(*args: Any) -> Any:
-        rebuilds.append(1)
-        return real_rebuild(*args)
-
-    monkeypatch.setattr(key_index, "_rebuild", counted)
+    rebuilds = _count_rebuilds(monkeypatch)
     day = 24 * 60
 
     def check(write: Any) -> None:

@@ -230,13 +230,35 @@ def chunk_versions(
     return reps, next_pid
 
 
+#: the top later-generation partition id of one chunk version (prebuilt: a compaction's
+#: publish asks for a few while it holds the catalog's write lock)
+_TOP_PID = select(func.max(segments.c.partition_id)).where(
+    segments.c.table_id == bindparam("tid"),
+    segments.c.start_us == bindparam("start"),
+    segments.c.end_us == bindparam("end"),
+    segments.c.version == bindparam("version"),
+    segments.c.partition_id >= OVERWRITE_PARTITION_START,
+)
+#: up to this many chunk versions are asked for one by one with :data:`_TOP_PID`
+_ONE_BY_ONE = 8
+
+
 def next_overwrite_pids(
     conn: Connection, table_id: int, keys: Collection[tuple[Interval, int]]
 ) -> dict[tuple[Interval, int], int]:
     """For each (chunk, version) of ``keys``, the first later-generation partition id
-    no row ever took (one aggregate query per ``_OR_BATCH`` of them)."""
+    no row ever took: a prebuilt query per chunk version for a few, else one aggregate
+    query per ``_OR_BATCH`` of them."""
     wanted = sorted(set(keys), key=lambda k: (k[0].start, k[0].end, k[1]))
     out = dict.fromkeys(wanted, OVERWRITE_PARTITION_START)
+    if len(wanted) <= _ONE_BY_ONE:
+        for iv, v in wanted:
+            top = conn.execute(
+                _TOP_PID, {"tid": table_id, "start": iv.start, "end": iv.end, "version": v}
+            ).scalar()
+            if top is not None:
+                out[(iv, v)] = int(top) + 1
+        return out
     for i in range(0, len(wanted), _OR_BATCH):  # SQLite: an OR of n terms is n deep
         which = or_(
             *(
