@@ -32,6 +32,7 @@ from lamina.core.upsert import (
     UpsertSpec,
     resolve_against,
     resolve_batch,
+    resolve_rewrite,
 )
 from lamina.errors import LaminaError, UpsertError
 
@@ -732,3 +733,23 @@ def test_oracle_matches_record_by_record_model(
         assert res.records.to_pylist() == stored
         assert res.out_of_order.tolist() == late
         assert store.visible() == model.visible()
+
+
+def test_a_rewrite_shows_exactly_the_copies_of_records_still_latest() -> None:
+    """A major compaction's copies: a copy shows when its key's latest record is still
+    the one it copies, whatever the comparison values; a tombstone's copy stays valid
+    but hidden; nothing is invalidated (the copied files go)."""
+    batch = pa.table(
+        {"id": [1, 2, 3], "ts": [5, 5, 5], "del": [False, False, True]},
+        schema=pa.schema([nn("id", pa.int64()), ("ts", pa.int64()), ("del", pa.bool_())]),
+    )
+    res = resolve_batch(batch, DEL_SPEC)
+    still = np.zeros(res.num_keys, bool)  # per key id: rows 0 and 2's keys still latest
+    still[res.group] = [True, False, True]
+    out = resolve_rewrite(res, still)
+    assert out.valid.tolist() == [True, False, True]
+    assert out.queryable.tolist() == [True, False, False]
+    assert out.out_of_order.tolist() == [False, True, False]
+    assert out.invalidated.num_rows == 0
+    with pytest.raises(UpsertError, match="one flag per key"):
+        resolve_rewrite(res, np.array([True]))

@@ -397,8 +397,9 @@ def compact_major(
 ) -> Commit | None:
     """Rewrite the chunks of ``interval`` (default: all data) at a new version, under a
     REPLACE lock. On an upsert table, the records that are their key's latest (live
-    tombstones too) are rewritten and resolved by key at publish, never winning a tie:
-    a record an upsert published meanwhile stays the latest. Raises CompactionError,
+    tombstones too) are rewritten, and at publish each copy shows exactly when the
+    record it copies still would (an upsert may have superseded it meanwhile). Raises
+    CompactionError,
     UpsertError (a rollup of an upsert table), LockTimeoutError, LockRevokedError,
     CommitConflictError."""
     try:

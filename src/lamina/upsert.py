@@ -198,8 +198,8 @@ def _partial(
 
 def rewritten(spec: UpsertSpec, wh: Warehouse, locations: list[str]) -> UpsertBatch:
     """A major compaction's records, read back from the files it wrote: stored as they
-    are (no partial merge) and never winning a tie against a record current at publish
-    (one that came after they were read). Raises UpsertError."""
+    are (no partial merge), each showing at publish exactly when the record it copies
+    still would (:func:`lamina.core.upsert.resolve_rewrite`). Raises UpsertError."""
     from dataclasses import replace
 
     written = _written(replace(spec, partial=None), wh, locations)

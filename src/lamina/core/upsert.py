@@ -140,8 +140,8 @@ class UpsertBatch:
     #: (file location, row; None: no record) when it read them — publishing refuses
     #: if any changed meanwhile
     expect: tuple[tuple[str, int] | None, ...] | None = None
-    #: records a compaction rewrote (each its key's latest when it read them): a record
-    #: current at publish came after them, so it keeps a tie (see :func:`resolve_against`)
+    #: records a compaction rewrote, each its key's latest when it read them (resolved
+    #: by :func:`resolve_rewrite`, not compared)
     rewrite: bool = False
 
     def positions(self) -> tuple[np.ndarray, np.ndarray]:
@@ -280,7 +280,6 @@ def resolve_against(
     spec: UpsertSpec,
     seq: int | None = None,
     match: np.ndarray | None = None,
-    ties_to_current: bool = False,
 ) -> Resolution:
     """Apply a resolved input after the current state; the input commits later (``seq``).
 
@@ -297,8 +296,6 @@ def resolve_against(
 
     ``match``: per key id of the input, the row of ``current`` holding that key (-1:
     none), when the caller knows it (a key index lookup); else keys are matched by value.
-    ``ties_to_current``: a tie keeps the current record (the input is a rewrite of
-    records that were their keys' latest: a current record of such a key came later).
     """
     batch = incoming.batch
     n = batch.num_rows
@@ -342,8 +339,7 @@ def resolve_against(
     # Per row, the current comparison value of its key (null: no current record).
     cur_idx = pa.array(match[incoming.group], mask=~has_cur[incoming.group])
     cur_cmp_per_row = current.column(cmp_col).take(cur_idx)
-    beats = pc.greater if ties_to_current else pc.greater_equal
-    not_older = pc.fill_null(beats(batch.column(cmp_col), cur_cmp_per_row), True)
+    not_older = pc.fill_null(pc.greater_equal(batch.column(cmp_col), cur_cmp_per_row), True)
     applied = incoming.in_order & _numpy(not_older, bool)
     out_of_order = ~applied
 
@@ -363,6 +359,25 @@ def resolve_against(
         )
         records = _merge_partial(batch, incoming, spec, current, match, cur_deleted, applied)
     return Resolution(records, valid, queryable, out_of_order, invalidated)
+
+
+def resolve_rewrite(incoming: BatchResult, still_latest: np.ndarray) -> Resolution:
+    """A compaction's rewrite of records that were their keys' latest when it read them
+    (one per key): a record stays its key's latest exactly when the key's latest record
+    is still the one it copies (``still_latest``, per key id). Otherwise a newer record
+    superseded it meanwhile, and the copy never shows, even if that newer record is
+    gone by now (a key whose latest record was removed has none; its older records stay
+    superseded). The records it copies go with the files the compaction removes: none
+    is invalidated. Raises UpsertError if ``still_latest`` is not one flag per key."""
+    if still_latest.shape != (incoming.num_keys,):
+        raise UpsertError(
+            f"still_latest must give one flag per key ({incoming.num_keys}), got shape "
+            f"{still_latest.shape}"
+        )
+    valid = np.zeros(incoming.batch.num_rows, bool)
+    valid[incoming.winners[still_latest]] = True
+    none = pa.table({SEGMENT: pa.array([], pa.int32()), ROW: pa.array([], pa.int64())})
+    return Resolution(incoming.batch, valid, valid & ~incoming.deleted, ~valid, none)
 
 
 def _extra(current: pa.Table) -> list[str]:

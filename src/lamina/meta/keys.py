@@ -40,6 +40,7 @@ from lamina.core.upsert import (
     UpsertBatch,
     UpsertSpec,
     resolve_against,
+    resolve_rewrite,
 )
 from lamina.errors import CommitConflictError, UpsertError
 from lamina.io.warehouse import Warehouse
@@ -384,20 +385,26 @@ def resolve(
         st = state(conn, url, table, spec, wh, seq)
         res = batch.resolved
         data = res.batch
-        current, found = _current(st, batch, wh, values=False, gone=gone or set())
-        if batch.expect is not None:  # a partial upsert merged with what it read before
-            changed = [i for i, w in enumerate(_where(st, found)) if w != batch.expect[i]]
-            if changed:
-                raise CommitConflictError(
-                    f"{len(changed)} key(s) of this partial upsert got a newer record since it "
-                    "read their values (another upsert published meanwhile); nothing was "
-                    "published — it is safe to retry",
-                    retryable=True,
-                )
-            spec = replace(spec, partial=None)  # its records are merged already
-        match = np.full(len(res.winners), -1, np.int64)  # current's rows: the found keys
-        match[found.found] = np.arange(int(found.found.sum()))
-        out = resolve_against(current, res, spec, match=match, ties_to_current=batch.rewrite)
+        if batch.rewrite:  # a major compaction: a copy shows while what it copies would
+            found = st.index.lookup(batch.keys[res.winners])
+            codes = [st.codes[loc] for loc in gone or () if loc in st.codes]
+            still = found.found & np.isin(found.segment, np.array(codes, np.int32))
+            out = resolve_rewrite(res, still)
+        else:
+            current, found = _current(st, batch, wh, values=False, gone=gone or set())
+            if batch.expect is not None:  # a partial upsert merged with what it read before
+                changed = [i for i, w in enumerate(_where(st, found)) if w != batch.expect[i]]
+                if changed:
+                    raise CommitConflictError(
+                        f"{len(changed)} key(s) of this partial upsert got a newer record "
+                        "since it read their values (another upsert published meanwhile); "
+                        "nothing was published — it is safe to retry",
+                        retryable=True,
+                    )
+                spec = replace(spec, partial=None)  # its records are merged already
+            match = np.full(len(res.winners), -1, np.int64)  # current's rows: found keys
+            match[found.found] = np.arange(int(found.found.sum()))
+            out = resolve_against(current, res, spec, match=match)
         file_of, pos_of = batch.positions()
         hidden: dict[str, BitMap] = {}
         tombstones: dict[str, BitMap] = {}
