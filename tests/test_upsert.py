@@ -677,6 +677,25 @@ def test_a_major_compaction_keeps_each_keys_latest_record(cat: lamina.Catalog) -
     assert latest(t) == {"k0": 0, "k1": 101, "k2": 202, "k3": 33, "k4": 304}
 
 
+def test_a_major_compaction_of_a_day_with_no_latest_record_leaves_it_empty(
+    t: lamina.Table,
+) -> None:
+    """(The history checker met it: a later overwrite removes the empty segment.)"""
+    day = 24 * 60
+    t.upsert(rows(("a", 1, 1), ("b", 2, 1)))
+    t.upsert(rows(("a", day + 1, 2), ("b", day + 2, 2)))  # day 2 supersedes day 1
+    assert t.compact(mode="major", interval="2024-01-01/2024-01-02") is not None
+    every = t.segments(all=True)
+    first = min(s.interval for s in every)
+    assert any(s.interval == first and s.location is None for s in every)  # empty segment
+    assert all(s.interval != first for s in t.segments()) and latest(t) == {"a": 2, "b": 2}
+    t.overwrite(rows(("c", 5, 3)), interval="2024-01-01/2024-01-02")
+    assert latest(t) == {"a": 2, "b": 2, "c": 3}
+    assert _index_entries(t) == _index_entries(t)  # caught up
+    t.upsert(rows(("a", 3, 9)))  # older than day 2's: out of order
+    assert latest(t) == {"a": 2, "b": 2, "c": 3}
+
+
 def test_auto_compaction_sorts_an_upsert_table_by_its_policy(
     cat: lamina.Catalog, t: lamina.Table
 ) -> None:

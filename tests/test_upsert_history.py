@@ -343,12 +343,14 @@ def _replay(t: lamina.Table, run: Run) -> tuple[Model, dict[int, lamina.Commit]]
     by_seq = {c.seq: c for c in done if c.seq is not None}
     assert sorted(by_seq) == list(range(1, len(by_seq) + 1)), "seqs with holes"
     seg_rids = {it["seg"]: set(it["rids"]) for it in run.intents.values() if "seg" in it}
-    where: dict[str, str] = {}
+    where: dict[str, str | None] = {}
 
     def rids(ids: Iterable[str], seq: int) -> set[int]:
-        """The records of segments (published by then: as of ``seq``)."""
-        where.update((s.id, str(s.location)) for s in t.segments(True, by_seq[seq].id))
-        return {r for i in ids for r in pq.read_table(where[i], columns=["rid"])["rid"].to_pylist()}
+        """The records of segments (published by then: as of ``seq``); a major
+        compaction of a day whose records were all superseded leaves an empty one."""
+        where.update((s.id, s.location) for s in t.segments(True, by_seq[seq].id))
+        read = [str(where[i]) for i in ids if where[i] is not None]
+        return {r for path in read for r in pq.read_table(path, columns=["rid"])["rid"].to_pylist()}
 
     model = Model()
     for seq in sorted(by_seq):

@@ -317,15 +317,12 @@ def compact_minor(
     ctx = table._ctx
     wait = ctx.writer_wait_s if wait_s is None else wait_s
     meta = {"compaction": "minor", "runs": len(runs), "fingerprint": fingerprint}
-    # opened INFLIGHT: the files follow the locks at once (one catalog transaction less)
-    with WriteTransaction(ctx, table._record, CommitAction.COMPACT, meta, inflight=True) as w:
-        w.acquire_all(  # one catalog transaction
-            [
-                (LockType.SEGMENT, r.chunk, priority, frozenset(s.id for s in r.inputs))
-                for r in runs
-            ],
-            wait,
-        )
+    # opened INFLIGHT with its SEGMENT locks: the files follow at once (on SQLite one
+    # catalog transaction opens the commit and takes the locks)
+    asked = [(LockType.SEGMENT, r.chunk, priority, frozenset(s.id for s in r.inputs)) for r in runs]
+    with WriteTransaction(
+        ctx, table._record, CommitAction.COMPACT, meta, inflight=True, locks_at_open=(asked, wait)
+    ) as w:
         drop = _superseded(table, runs)
         done = tuple(_write_run(table, w.dir, run, engine, nice, drop) for run in runs)
         inputs = tuple(i for r in done for i in r.inputs)

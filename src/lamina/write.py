@@ -134,9 +134,11 @@ class WriteTransaction:
         action: str,
         metadata: dict[str, Any],
         inflight: bool = False,
+        locks_at_open: tuple[list[locks.Request], float] | None = None,
     ) -> None:
         self.ctx = ctx
         self._open_inflight = inflight
+        self._locks_at_open = locks_at_open
         self.table = table
         self.action = action
         self.metadata = metadata
@@ -151,8 +153,19 @@ class WriteTransaction:
         return commit_dir(self.table.name, self.id)
 
     def __enter__(self) -> WriteTransaction:
-        """Open the commit on the table's latest snapshot. Raises TableNotFoundError."""
+        """Open the commit on the table's latest snapshot; with ``locks_at_open``
+        (requests, wait_s), also take those task locks (:meth:`acquire_all`), on
+        SQLite in the transaction that opens it. Raises TableNotFoundError,
+        LockTimeoutError."""
         ctx = self.ctx
+        asked = self._locks_at_open
+        then = None
+        if asked is not None and ctx.db.sqlite:
+            tid, owner, stale_s = self.table.id, self.owner, ctx.stale_after_s
+
+            def then(conn: Any, commit_id: int) -> Any:
+                return locks.request_in(conn, ctx.db, tid, commit_id, owner, asked[0], stale_s)
+
         opened = commits.begin_commit(
             ctx.db,
             self.table.id,
@@ -161,12 +174,23 @@ class WriteTransaction:
             self.metadata,
             ctx.stale_after_s,
             inflight=self._open_inflight,
+            then=then,
         )
         self.id, self.base_seq = opened.id, opened.base_seq
         if opened.stale:
             ctx.clean_commits(self.table.name, opened.stale)
         _HEARTBEATS.add(ctx.db, self.id, self.owner, ctx.heartbeat_s)
         writer.guard(ctx.warehouse.path(self.dir), self)
+        if asked is not None:
+            try:
+                if opened.then is not None:
+                    got, base = opened.then
+                    self._await_locks(got, base, asked[0], asked[1])
+                else:
+                    self.acquire_all(*asked)
+            except BaseException as exc:
+                self.__exit__(type(exc), exc, exc.__traceback__)
+                raise
         return self
 
     def check(self) -> None:
@@ -216,6 +240,18 @@ class WriteTransaction:
         got, base = locks.request_all(
             ctx.db, self.table.id, self.id, self.owner, requests, ctx.stale_after_s
         )
+        self._await_locks(got, base, requests, wait_s)
+
+    def _await_locks(
+        self,
+        got: list[tuple[int, locks.Decision]],
+        base: int | None,
+        requests: list[locks.Request],
+        wait_s: float,
+    ) -> None:
+        """The rest of :meth:`acquire_all` once the requests are stored: wait for the
+        ones not granted at once (``base``: all were; the new base seq)."""
+        ctx = self.ctx
         if base is not None:  # all granted at once: one catalog transaction
             self.base_seq = base
             return

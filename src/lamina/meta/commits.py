@@ -22,7 +22,7 @@ import json
 import os
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -325,6 +325,7 @@ class Opened:
     id: int
     base_seq: int
     stale: list[int]
+    then: Any = None  #: what ``begin_commit(then=...)`` returned
 
 
 def begin_commit(
@@ -335,11 +336,14 @@ def begin_commit(
     metadata: dict[str, Any],
     stale_after_s: float,
     inflight: bool = False,
+    then: Callable[[Connection, int], Any] | None = None,
 ) -> Opened:
     """Open a REQUESTED commit (INFLIGHT with ``inflight``: a write that starts
     writing files at once skips a transition) based on the table's latest snapshot. Any number of
     writers may be open at once (conflicts are checked at publish). Other writers'
     commits whose writer is gone are aborted on the way (lazy cleanup).
+    ``then(conn, commit_id)``: more work in the same transaction on SQLite (its result
+    in ``Opened.then``; not run on PostgreSQL, where the caller does it apart).
     Raises TableNotFoundError.
 
     PostgreSQL: one autocommitted statement (plus one to abort dead writers, if any).
@@ -358,7 +362,7 @@ def begin_commit(
     }
     try:
         if db.sqlite:
-            return db.write(lambda conn: _open_sqlite(conn, row, stale_after_s))
+            return db.write(lambda conn: _open_sqlite(conn, row, stale_after_s, then))
         got = db.write(lambda conn: conn.execute(_OPEN_RELAXED, row).all(), single=True)
     except IntegrityError:
         raise TableNotFoundError(f"table id {table_id} was dropped meanwhile") from None
@@ -378,12 +382,18 @@ def begin_commit(
     return Opened(new_id, int(base), stale)
 
 
-def _open_sqlite(conn: Connection, row: dict[str, Any], stale_after_s: float) -> Opened:
+def _open_sqlite(
+    conn: Connection,
+    row: dict[str, Any],
+    stale_after_s: float,
+    then: Callable[[Connection, int], Any] | None,
+) -> Opened:
     new_id, base = conn.execute(_OPEN_RETURNING, row).one()
     assert base is not None  # the foreign key keeps the table row
     unsettled = [r for r in conn.execute(_UNSETTLED, row).all() if r.id != new_id]
     stale = _settle_writers(conn, unsettled, stale_after_s, now_us())[1]
-    return Opened(int(new_id), int(base), stale)
+    more = None if then is None else then(conn, int(new_id))
+    return Opened(int(new_id), int(base), stale, more)
 
 
 def _dead(row: Any, stale_after_s: float, now: int) -> bool:

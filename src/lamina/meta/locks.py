@@ -174,28 +174,38 @@ def request_all(
 ) -> tuple[list[tuple[int, Decision]], int | None]:
     """:func:`request` of several locks in one transaction, each decided in turn:
     their (id, decision) and, when all were granted, the commit's new base seq."""
+    return db.write(
+        lambda conn: request_in(conn, db, table_id, commit_id, owner, requests, stale_after_s)
+    )
 
-    def txn(conn: Connection) -> tuple[list[tuple[int, Decision]], int | None]:
-        _settle(db, conn, table_id, stale_after_s)
-        table = [_lock_of(r) for r in conn.execute(_TABLE_LOCKS, {"tid": table_id})]
-        out = []
-        for kind, interval, priority, segments in requests:  # each decided in turn
-            # decided before its row exists, as the newest request (ids grow with
-            # arrival), then stored in the decided state
-            newest = max((lk.id for lk in table), default=0) + 1
-            mine = Lock(
-                newest, str(commit_id), kind, interval, priority, LockState.WAITING, segments
-            )
-            table.append(mine)
-            decision = _apply(conn, mine, table, stored=False)
-            state = LockState.GRANTED if decision.granted else LockState.WAITING
-            lock_id = _insert(conn, table_id, commit_id, kind, interval, priority, segments, state)
-            table[-1] = replace(table[-1], id=lock_id)
-            out.append((lock_id, decision))
-        granted = all(d.granted for _, d in out)
-        return out, rebase_in(conn, commit_id, owner) if granted else None
 
-    return db.write(txn)
+def request_in(
+    conn: Connection,
+    db: Db,
+    table_id: int,
+    commit_id: int,
+    owner: str,
+    requests: list[Request],
+    stale_after_s: float,
+) -> tuple[list[tuple[int, Decision]], int | None]:
+    """:func:`request_all` inside a write transaction the caller holds (the one that
+    opens the commit, for a compaction on SQLite: one transaction less)."""
+    _settle(db, conn, table_id, stale_after_s)
+    table = [_lock_of(r) for r in conn.execute(_TABLE_LOCKS, {"tid": table_id})]
+    out = []
+    for kind, interval, priority, segments in requests:  # each decided in turn
+        # decided before its row exists, as the newest request (ids grow with arrival),
+        # then stored in the decided state
+        newest = max((lk.id for lk in table), default=0) + 1
+        mine = Lock(newest, str(commit_id), kind, interval, priority, LockState.WAITING, segments)
+        table.append(mine)
+        decision = _apply(conn, mine, table, stored=False)
+        state = LockState.GRANTED if decision.granted else LockState.WAITING
+        lock_id = _insert(conn, table_id, commit_id, kind, interval, priority, segments, state)
+        table[-1] = replace(table[-1], id=lock_id)
+        out.append((lock_id, decision))
+    granted = all(d.granted for _, d in out)
+    return out, rebase_in(conn, commit_id, owner) if granted else None
 
 
 def try_grant(db: Db, table_id: int, lock_id: int, stale_after_s: float) -> Decision:
