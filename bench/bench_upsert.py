@@ -188,6 +188,7 @@ def instrument() -> None:
     import lamina.core.keyindex as ki
     import lamina.io.writer as writer
     import lamina.meta.deletes as deletes
+    import lamina.meta.key_snapshots as key_snapshots
     import lamina.meta.keys as keys
     import lamina.meta.publish as publish
     import lamina.upsert as up
@@ -210,7 +211,7 @@ def instrument() -> None:
         (ki.KeyIndex, "lookup", "      KeyIndex.lookup"),
         (ki.KeyIndex, "put", "      KeyIndex.put (incl. index build)"),
         (deletes, "add", "    deletion vectors: insert"),
-        (keys, "save_if_due", "  save the index snapshot (when due)"),
+        (key_snapshots, "save_if_due", "  save the index snapshot (when due)"),
     ):
         if hasattr(owner, attr):
             _wrap(owner, attr, label)

@@ -436,9 +436,10 @@ def test_a_new_process_starts_from_the_saved_key_index(
 ) -> None:
     """Once the index grew enough, the upserting process saves it; a new process loads
     it (and the upserts since) instead of reading every data file."""
+    from lamina.meta import key_snapshots
     from lamina.meta import keys as key_index
 
-    monkeypatch.setattr(key_index, "SAVE_EVERY", 50)
+    monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 50)
     for b in range(4):  # 4 x 40 keys: a snapshot after the second batch
         t.upsert(rows(*[(f"k{i}", b, b * 1000 + i) for i in range(40 * b, 40 * b + 40)]))
     t.upsert(rows(("k1", 5, 7)))

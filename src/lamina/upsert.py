@@ -169,9 +169,9 @@ def _write(
 
 def _save_keys(table: Table) -> None:
     """Snapshot the key index when due (a new process then starts from it)."""
-    from lamina.meta import keys as key_index
+    from lamina.meta.key_snapshots import save_if_due
 
-    key_index.save_if_due(table._ctx.db, table._record, table._ctx.warehouse)
+    save_if_due(table._ctx.db, table._record, table._ctx.warehouse)
 
 
 #: times a partial upsert merges and writes again when another upsert of its keys

@@ -237,8 +237,9 @@ class WriteTransaction:
         requested together in one catalog transaction (granted at once, the usual
         case, that is all). Raises LockTimeoutError."""
         ctx = self.ctx
-        got, base = locks.request_all(
-            ctx.db, self.table.id, self.id, self.owner, requests, ctx.stale_after_s
+        tid, cid, owner, stale_s = self.table.id, self.id, self.owner, ctx.stale_after_s
+        got, base = ctx.db.write(
+            lambda conn: locks.request_in(conn, ctx.db, tid, cid, owner, requests, stale_s)
         )
         self._await_locks(got, base, requests, wait_s)
 

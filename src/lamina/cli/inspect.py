@@ -472,7 +472,7 @@ def keys(
     """Key index statistics of an upsert table: keys, memory, deletion vectors, and how
     long this process took to build the index from the table's files."""
     from lamina.errors import UpsertError
-    from lamina.meta import keys as key_index
+    from lamina.meta.key_snapshots import stats
     from lamina.upsert import spec_of
 
     with connect(ctx, catalog, warehouse) as cat:
@@ -480,7 +480,7 @@ def keys(
         spec = spec_of(table)
         if spec is None:
             raise UpsertError(f"table {name!r} has no primary key: it has no key index")
-        got = key_index.stats(cat.context.db, table._record, spec, cat.warehouse)
+        got = stats(cat.context.db, table._record, spec, cat.warehouse)
     row = {
         "seq": got.seq,
         "keys": got.keys,

@@ -155,28 +155,14 @@ def request(
     decision, and when granted the commit's new base seq — the table's latest
     snapshot, which the holder reads from). Otherwise it stays WAITING in line."""
 
-    (got,), base = request_all(
-        db, table_id, commit_id, owner, [(kind, interval, priority, segments)], stale_after_s
+    asked: list[Request] = [(kind, interval, priority, segments)]
+    (got,), base = db.write(
+        lambda conn: request_in(conn, db, table_id, commit_id, owner, asked, stale_after_s)
     )
     return got[0], got[1], base
 
 
 Request = tuple[LockType, Interval, int, frozenset[str]]  # kind, interval, priority, ids
-
-
-def request_all(
-    db: Db,
-    table_id: int,
-    commit_id: int,
-    owner: str,
-    requests: list[Request],
-    stale_after_s: float,
-) -> tuple[list[tuple[int, Decision]], int | None]:
-    """:func:`request` of several locks in one transaction, each decided in turn:
-    their (id, decision) and, when all were granted, the commit's new base seq."""
-    return db.write(
-        lambda conn: request_in(conn, db, table_id, commit_id, owner, requests, stale_after_s)
-    )
 
 
 def request_in(
@@ -188,8 +174,10 @@ def request_in(
     requests: list[Request],
     stale_after_s: float,
 ) -> tuple[list[tuple[int, Decision]], int | None]:
-    """:func:`request_all` inside a write transaction the caller holds (the one that
-    opens the commit, for a compaction on SQLite: one transaction less)."""
+    """:func:`request` of several locks, each decided in turn, inside the caller's
+    write transaction (:func:`lamina.meta.commits.begin_commit` can open the commit in
+    the same one): their (id, decision) and, when all were granted, the commit's new
+    base seq."""
     _settle(db, conn, table_id, stale_after_s)
     table = [_lock_of(r) for r in conn.execute(_TABLE_LOCKS, {"tid": table_id})]
     out = []
