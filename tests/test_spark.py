@@ -354,6 +354,15 @@ def test_spark_upserts_and_a_restarted_stream_applies_no_batch_twice(
                                schema=arrow_to_spark_schema(USCHEMA))  # fmt: skip
     t.upsert(df)
     assert latest(t) == {"a": 1, "b": 1}
+    v = cat.create_table("v", USCHEMA, time_column="ts", primary_key="key")
+    v.upsert(rows(("a", 1, 1), ("b", 1, 1)))
+    with v.transaction() as tx:  # a Spark DataFrame and Arrow records: one upsert
+        tx.upsert(spark.createDataFrame(rows(("a", 1, 7), ("d", 1, 1)).to_pandas(),
+                                        schema=arrow_to_spark_schema(USCHEMA)))  # fmt: skip
+        tx.upsert(rows(("d", 1, 8), ("b", 0, 9)))  # d: a tie, the later operation wins
+    assert latest(v) == {"a": 7, "b": 1, "d": 8}
+    v.upsert(rows(("d", 0, 0), ("e", 0, 0)))  # the index holds the transaction's d
+    assert latest(v) == {"a": 7, "b": 1, "d": 8, "e": 0}
     src, ckpt = tmp_path / "in", tmp_path / "ckpt"
     src.mkdir()
     pq.write_table(rows(("a", 2, 2), ("c", 2, 3), ("b", 3, 0, True)), src / "1.parquet")

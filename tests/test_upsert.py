@@ -221,14 +221,10 @@ def test_the_definition_is_fixed(t: lamina.Table) -> None:
     assert t.primary_key == ("key",)
 
 
-@pytest.mark.parametrize("write", ["push", "transaction"])
-def test_writes_upsert_tables_do_not_take_yet_are_refused(t: lamina.Table, write: str) -> None:
+def test_a_push_is_refused_on_upsert_tables(t: lamina.Table) -> None:
     t.upsert(rows(("a", 1, 1)))
     with pytest.raises(UpsertError, match="not supported on upsert table"):
-        if write == "push":
-            t.push()
-        else:
-            t.transaction()
+        t.push()
     assert latest(t) == {"a": 1}
 
 

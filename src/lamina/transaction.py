@@ -24,6 +24,7 @@ from lamina.write import WriteTransaction
 if TYPE_CHECKING:
     from lamina.core.upsert import UpsertSpec
     from lamina.table import Table
+    from lamina.upsert import Stored
 
 
 def _lock_request(
@@ -87,6 +88,10 @@ class Transaction:
         self._rewrite = False  # a major compaction: see PublishPlan.rewrite
         #: a major compaction of an upsert table: its records are resolved at publish
         self._upsert: UpsertSpec | None = None
+        from lamina.upsert import spec_of
+
+        self._spec = spec_of(table)  # an upsert table: the operations' records are
+        self._stored: list[Stored] = []  # resolved together at publish
         self._state = "new"
         self.commit_result: Commit | None = None
 
@@ -137,12 +142,23 @@ class Transaction:
     # -- operations -----------------------------------------------------------------
 
     def append(self, data: Any) -> None:
-        """Add rows (visible when the transaction commits). Raises as ``t.append``,
-        and TransactionError for a chunk this transaction overwrites."""
+        """Add rows (visible when the transaction commits; on an upsert table: upsert
+        them). Raises as ``t.append``, and TransactionError for a chunk this
+        transaction overwrites."""
         self._check_open()
         files = self._produce(data, CommitAction.APPEND, None)
         self._clash([f.chunk for f in files], self._chunks, "overwrites")
         self._appends += files
+
+    def upsert(self, data: Any) -> None:
+        """Upsert records: per key the latest wins, against the table as it is when
+        the transaction commits (a later operation's record is the later one on a
+        tie). Raises as ``t.upsert``, and TransactionError for a chunk this
+        transaction overwrites."""
+        from lamina.upsert import require
+
+        require(self._table)
+        self.append(data)
 
     def overwrite(
         self, data: Any, interval: Interval | str | tuple[Any, Any] | None = None
@@ -189,6 +205,10 @@ class Transaction:
             upsert = rewritten(
                 self._upsert, self._table._ctx.warehouse, [f.location for f in files]
             )
+        elif self._spec is not None and (files or appends):
+            from lamina.upsert import combined
+
+            upsert = combined(self._spec, self._stored, [*files, *appends])
         plan = PublishPlan(
             tuple(files),
             tuple(sorted(self._chunks)) if self._chunks else None,
@@ -234,9 +254,15 @@ class Transaction:
         interval: Interval | None,
         layout: tuple[Granularity, int] | None = None,
     ) -> list[NewSegment]:
-        produce = self._table._producer(data, action, interval, layout)
         self._ops += 1
-        return produce(f"{self._write.dir}/op{self._ops}")
+        where = f"{self._write.dir}/op{self._ops}"
+        if self._spec is not None and self._upsert is None:  # resolved at publish
+            from lamina.upsert import store
+
+            stored = store(self._table, data, action, interval, where)
+            self._stored.append(stored)
+            return stored.files
+        return self._table._producer(data, action, interval, layout)(where)
 
     @staticmethod
     def _clash(chunks: list[Interval], other: set[Interval], what: str) -> None:

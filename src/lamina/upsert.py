@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from lamina.errors import CommitConflictError, UpsertError
 
 if TYPE_CHECKING:
     from lamina.core.interval import Interval
+    from lamina.core.model import NewSegment
     from lamina.core.scan import ScanPlan
     from lamina.io.warehouse import Warehouse
     from lamina.table import Table
@@ -240,30 +242,105 @@ def latest_records(table: Table, as_of: int | None, interval: Interval | None) -
     return pa.concat_tables(parts) if parts else rec.schema.empty_table()
 
 
-def _written(spec: UpsertSpec, wh: Warehouse, locations: list[str]) -> UpsertBatch:
-    """The records of files an engine wrote (Spark), read back (key, comparison and
-    delete columns only) in file order. Raises UpsertError (null keys...)."""
+def _columns(spec: UpsertSpec) -> list[str]:
+    """The columns an upsert is resolved by: key, comparison and delete columns."""
+    delete = [spec.delete_column] if spec.delete_column else []
+    return list(dict.fromkeys([*spec.primary_key, spec.comparison_column, *delete]))
+
+
+def _read_back(
+    spec: UpsertSpec, wh: Warehouse, locations: list[str]
+) -> tuple[pa.Table, tuple[np.ndarray, ...]]:
+    """The resolving columns of files an engine wrote (Spark), in file order, and per
+    file its rows there. Raises UpsertError for no file."""
     import pyarrow.parquet as pq
 
-    from lamina.core.keyhash import key_hashes
-
-    cols = list(
-        dict.fromkeys(
-            [
-                *spec.primary_key,
-                spec.comparison_column,
-                *([spec.delete_column] if spec.delete_column else []),
-            ]
-        )
-    )
+    cols = _columns(spec)
     parts = [pq.read_table(wh.path(loc), columns=cols, filesystem=wh.fs) for loc in locations]
     if not parts:
         raise UpsertError("the upsert wrote no file: nothing to resolve")
-    batch = pa.concat_tables(parts)
     sizes = np.cumsum([0, *(p.num_rows for p in parts)])
     file_rows = tuple(np.arange(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True))
+    return pa.concat_tables(parts), file_rows
+
+
+def _written(spec: UpsertSpec, wh: Warehouse, locations: list[str]) -> UpsertBatch:
+    """The records of files an engine wrote (Spark), read back (key, comparison and
+    delete columns only) in file order. Raises UpsertError (null keys...)."""
+    from lamina.core.keyhash import key_hashes
+
+    batch, file_rows = _read_back(spec, wh, locations)
     return UpsertBatch(
         spec, resolve_batch(batch, spec), key_hashes(batch, spec.primary_key), file_rows
+    )
+
+
+@dataclass(frozen=True)
+class Stored:
+    """One operation of a transaction on an upsert table: the files it wrote, the
+    resolving columns of its records in input order, and per file its rows there."""
+
+    files: list[NewSegment]
+    records: pa.Table
+    file_rows: tuple[np.ndarray, ...]
+
+
+def store(
+    table: Table, data: Any, action: str, interval: Interval | None, commit_dir: str
+) -> Stored:
+    """Write ``data``'s records under ``commit_dir`` for a transaction (an upsert, or
+    an overwrite of ``interval``); they are resolved when it commits
+    (:func:`combined`). Raises UpsertError (null keys or comparison values),
+    SchemaError, TimeColumnError, DataOutsideIntervalError."""
+    from lamina.io.arrow import conform, is_spark_dataframe, to_arrow_table
+    from lamina.io.writer import split_by_chunk, write_parts
+
+    spec = require(table)
+    rec, wh = table._record, table._ctx.warehouse
+    if is_spark_dataframe(data):
+        from lamina.engines.spark import spark_producer
+
+        files = spark_producer(rec, wh, table.target_rows_per_segment, data)(commit_dir)
+        table._overwrite_chunks(action, [f.chunk for f in files], interval)
+        if files:
+            records, file_rows = _read_back(spec, wh, [f.location for f in files])
+        else:
+            records, file_rows = rec.schema.empty_table().select(_columns(spec)), ()
+        resolve_batch(records, spec)  # null keys, comparison values: refused here
+        return Stored(files, records, file_rows)
+    batch = conform(to_arrow_table(data), rec.schema)
+    records = batch.select(_columns(spec))
+    resolve_batch(records, spec)  # refused before anything is written
+    parts = split_by_chunk(batch, rec.time_column, rec.granularity, table.target_rows_per_segment)
+    table._overwrite_chunks(action, [p.chunk for p in parts], interval)
+    files = write_parts(wh, commit_dir, parts)
+    file_rows = tuple(
+        np.arange(p.rows.start, p.rows.stop) if isinstance(p.rows, slice) else p.rows for p in parts
+    )
+    return Stored(files, records, file_rows)
+
+
+def combined(spec: UpsertSpec, ops: list[Stored], files: list[NewSegment]) -> UpsertBatch:
+    """A transaction's operations as one upsert: their records in operation order (a
+    later operation's record is the later one on a tie), ``files`` in the commit's
+    order. An operation refused after it wrote (its files are not among ``files``)
+    is left out."""
+    from lamina.core.keyhash import key_hashes
+
+    held = {f.location for f in files}
+    ops = [op for op in ops if all(f.location in held for f in op.files)]
+    records = pa.concat_tables([op.records for op in ops])
+    rows_of: dict[str, np.ndarray] = {}
+    offset = 0
+    for op in ops:
+        for f, rows in zip(op.files, op.file_rows, strict=True):
+            rows_of[f.location] = rows + offset
+        offset += op.records.num_rows
+    return UpsertBatch(
+        spec,
+        resolve_batch(records, spec),
+        key_hashes(records, spec.primary_key),
+        tuple(rows_of[f.location] for f in files),
     )
 
 

@@ -220,7 +220,7 @@ def _publish(
 
         if wh is None:
             raise CommitError("an upsert publishes with the table's warehouse; pass it")
-        locations = [f.location for f in plan.files]
+        locations = [f.location for f in (*plan.files, *plan.append_files)]
         kept = {s.location for s in new}  # carried copies keep their files
         gone_files = {
             r.location for r in rows_by_id(conn, table.id, sorted(removed)) if r.location
