@@ -12,7 +12,7 @@ import pytest
 
 import lamina
 from lamina.errors import TransactionError, UpsertError
-from tests.test_upsert import SCHEMA, _index_entries, latest, rows
+from tests.test_upsert import SCHEMA, _same_after_rebuild, latest, rows
 
 DAY = 24 * 60
 
@@ -22,15 +22,6 @@ def t(cat: lamina.Catalog) -> lamina.Table:
     return cat.create_table(
         "u", SCHEMA, time_column="ts", primary_key="key", delete_column="deleted"
     )
-
-
-def _same_after_rebuild(t: lamina.Table) -> None:
-    """This process's key index equals one rebuilt from the files."""
-    from lamina.meta import keys
-
-    mine = _index_entries(t)
-    keys.forget(str(t._ctx.db.engine.url), t._record.id)
-    assert _index_entries(t) == mine
 
 
 def test_a_transaction_is_one_upsert_of_all_its_operations(

@@ -96,14 +96,7 @@ def upsert(
         if not spec.is_partial:
             done = _write(table, batch, read, metadata, txn)
         else:
-            for attempt in range(PARTIAL_ATTEMPTS):
-                try:
-                    done = _partial(table, read, metadata, txn)
-                    break
-                except CommitConflictError as exc:  # a key changed before it published
-                    if not exc.retryable or attempt == PARTIAL_ATTEMPTS - 1:
-                        raise
-                    time.sleep(random.uniform(0, 0.005 * (attempt + 1)))  # others go first
+            done = _partial(table, read, metadata, txn)
     _save_keys(table)
     return done
 
@@ -120,21 +113,25 @@ def overwrite(
     """An upsert table's overwrite (or refresh, ``action``, which also removes the live
     segments ``remove``): the records stored in ``interval``'s chunks (default: those
     the data touches) go, as with any overwrite, and ``data``'s records are upserted
-    against those that remain elsewhere, in one commit. A key whose latest
-    record went has none until a new one comes (its older records elsewhere stay
-    superseded, as when Pinot removes a segment). Raises UpsertError, SchemaError,
-    DataOutsideIntervalError, CommitConflictError (another overwrite of the chunks)."""
+    against those that remain elsewhere (on a partial-upsert table: merged with them),
+    in one commit. A key whose latest record went has none until a new one comes (its
+    older records elsewhere stay superseded, as when Pinot removes a segment). Raises
+    UpsertError, SchemaError, DataOutsideIntervalError, CommitConflictError (another
+    overwrite of the chunks)."""
     from lamina.core.keyhash import key_hashes
     from lamina.io.arrow import conform, to_arrow_table
 
     spec = require(table)
-    if spec.is_partial:
-        raise UpsertError("an overwrite or refresh of a partial-upsert table is not supported yet")
     batch = conform(to_arrow_table(data), table._record.schema)
     read = UpsertBatch(spec, resolve_batch(batch, spec), key_hashes(batch, spec.primary_key), ())
-    return _write(
-        table, batch, read, metadata, txn, action=action, interval=interval, remove=remove
-    )
+    if spec.is_partial:
+        done = _partial(table, read, metadata, txn, action, interval, remove)
+    else:
+        done = _write(
+            table, batch, read, metadata, txn, action=action, interval=interval, remove=remove
+        )
+    _save_keys(table)
+    return done
 
 
 def _write(
@@ -182,20 +179,78 @@ PARTIAL_ATTEMPTS = 20
 
 
 def _partial(
-    table: Table, read: UpsertBatch, metadata: dict[str, Any] | None, txn: tuple[str, int] | None
+    table: Table,
+    read: UpsertBatch,
+    metadata: dict[str, Any] | None,
+    txn: tuple[str, int] | None,
+    action: CommitAction = CommitAction.UPSERT,
+    interval: Interval | None = None,
+    remove: tuple[str, ...] = (),
 ) -> Commit:
-    """A partial upsert: merge with the keys' current records, write the merged
-    records, publish unless one of its keys changed meanwhile (CommitConflictError,
-    retryable)."""
+    """A partial upsert (or overwrite, refresh: ``action``): merge with the keys'
+    current records (those the write leaves), write the merged records, publish unless
+    one of its keys changed meanwhile — then merge and write again, up to
+    :data:`PARTIAL_ATTEMPTS` times (after a short random pause, longer each time).
+    Raises CommitConflictError."""
+    for attempt in range(PARTIAL_ATTEMPTS):
+        try:
+            return _merge_and_write(table, read, metadata, txn, action, interval, remove)
+        except CommitConflictError as exc:  # a key changed before it published
+            if not exc.retryable or attempt == PARTIAL_ATTEMPTS - 1:
+                raise
+            time.sleep(random.uniform(0, 0.005 * (attempt + 1)))  # others go first
+    raise AssertionError("unreachable")
+
+
+def _merge_and_write(
+    table: Table,
+    read: UpsertBatch,
+    metadata: dict[str, Any] | None,
+    txn: tuple[str, int] | None,
+    action: CommitAction,
+    interval: Interval | None,
+    remove: tuple[str, ...],
+) -> Commit:
+    """One attempt of :func:`_partial` (CommitConflictError, retryable: a key changed
+    before it published)."""
     from lamina.core.upsert import resolve_against
     from lamina.meta import keys as key_index
 
     ctx, rec, spec = table._ctx, table._record, read.spec
     wh, url = ctx.warehouse, str(ctx.db.engine.url)
-    current, expect = ctx.db.read(lambda conn: key_index.read_current(conn, url, rec, wh, read))
+    gone = _replaced_files(table, read, action, interval, remove)
+    current, expect = ctx.db.read(
+        lambda conn: key_index.read_current(conn, url, rec, wh, read, gone)
+    )
     merged = resolve_against(current, read.resolved, spec).records
     merged_read = UpsertBatch(spec, resolve_batch(merged, spec), read.keys, ())
-    return _write(table, merged, merged_read, metadata, txn, expect)
+    return _write(
+        table, merged, merged_read, metadata, txn, expect, action, interval=interval, remove=remove
+    )
+
+
+def _replaced_files(
+    table: Table,
+    read: UpsertBatch,
+    action: CommitAction,
+    interval: Interval | None,
+    remove: tuple[str, ...],
+) -> set[str]:
+    """The files (catalog locations) of the live segments an overwrite or refresh
+    removes, as of now: those inside its chunks, and ``remove``. Empty for an upsert."""
+    from lamina.io.writer import split_by_chunk
+
+    if action == CommitAction.UPSERT:
+        return set()
+    rec = table._record
+    parts = split_by_chunk(read.resolved.batch, rec.time_column, rec.granularity, 2**62)
+    chunks = table._overwrite_chunks(action, [p.chunk for p in parts], interval) or ()
+    root = table._ctx.db.root + "/"
+    return {
+        str(s.location).removeprefix(root)
+        for s in table.snapshot().segments
+        if s.id in remove or any(c.contains(s.interval) for c in chunks)
+    }
 
 
 def rewritten(spec: UpsertSpec, wh: Warehouse, locations: list[str]) -> UpsertBatch:

@@ -340,15 +340,21 @@ def _stored(
 
 
 def read_current(
-    conn: Connection, url: str, table: TableRecord, wh: Warehouse, batch: UpsertBatch
+    conn: Connection,
+    url: str,
+    table: TableRecord,
+    wh: Warehouse,
+    batch: UpsertBatch,
+    gone: set[str] | None = None,
 ) -> tuple[pa.Table, tuple[tuple[str, int] | None, ...]]:
     """A partial upsert's view before it writes: the current records of its keys,
     values included, and where each winner key's record was (file, row; None: no
-    record), for :func:`resolve` to check nothing changed them before publish."""
+    record), for :func:`resolve` to check nothing changed them before publish.
+    Records in files ``gone`` (those an overwrite removes) count as absent."""
     seq = int(conn.execute(select(tables.c.last_seq).where(tables.c.id == table.id)).scalar_one())
     with LOCK:
         st = state(conn, url, table, batch.spec, wh, seq)
-        current, found = _current(st, batch, wh, values=True)
+        current, found = _current(st, batch, wh, values=True, gone=gone)
         return current, _where(st, found)
 
 
