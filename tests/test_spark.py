@@ -338,6 +338,37 @@ def test_spark_reads_an_upsert_tables_latest_records(spark: Any, cat: lamina.Cat
     assert pairs(t.to_spark(spark).collect()) == pairs(t.to_arrow().to_pylist())
 
 
+def test_an_upsert_tables_change_feed_in_spark_equals_the_local_feed(
+    spark: Any, cat: lamina.Catalog
+) -> None:
+    """Updates are delete + insert pairs, records superseded in their own input or
+    out of order never show, deletes and removed segments show as 'delete'; a column
+    subset and an empty range too."""
+    from tests.test_upsert import SCHEMA as USCHEMA
+    from tests.test_upsert import rows
+
+    t = cat.create_table("u", USCHEMA, time_column="ts", primary_key="key", delete_column="deleted")
+    c1 = t.upsert(rows(("a", 1, 1), ("b", 1, 1), ("c", 24 * 60, 1)))
+    t.upsert(rows(("a", 2, 2), ("a", 3, 3), ("b", 0, 7)))  # a twice; b's is out of order
+    t.upsert(rows(("c", 24 * 60 + 1, 0, True), ("d", 5, 4)))  # c deleted
+    t.overwrite(rows(("b", 9, 9)), interval=("2024-01-01", "2024-01-02"))  # a and d go
+
+    def feed(tbl: Any) -> list[tuple[Any, ...]]:
+        cols = ["_change", "_commit_seq", "key", "value"]
+        return sorted(tuple(r[c] for c in cols) for r in tbl)
+
+    local = t.read_changes(c1.seq - 1)
+    df = t.read_changes_spark(spark, c1.seq - 1)
+    assert df.columns == [*USCHEMA.names, "_change", "_commit_id", "_commit_seq"]
+    assert feed(df.collect()) == feed(local.to_pylist())
+    assert ("insert", c1.seq + 1, "a", 3) in feed(local.to_pylist())
+    assert not any(k == "a" and v == 2 for _, _, k, v in feed(local.to_pylist()))
+    sub = t.read_changes_spark(spark, c1.seq, columns=["key", "value"])
+    assert sub.columns == ["key", "value", "_change", "_commit_id", "_commit_seq"]
+    assert feed(sub.collect()) == feed(t.read_changes(c1.seq, columns=["key", "value"]).to_pylist())
+    assert t.read_changes_spark(spark, t.history()[-1].seq).count() == 0
+
+
 def test_spark_upserts_and_a_restarted_stream_applies_no_batch_twice(
     spark: Any, cat: lamina.Catalog, tmp_path: Path
 ) -> None:

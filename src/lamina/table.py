@@ -676,6 +676,10 @@ class Table:
     ) -> Any:
         """:meth:`read_changes` as a Spark DataFrame (read by Spark's Parquet reader;
         rows in no guaranteed order — sort by ``_commit_seq`` for a feed)."""
+        if "upsert.primary_key" in self._record.properties:  # by records, not segments
+            from lamina.upsert import read_changes_spark
+
+            return read_changes_spark(spark, self, after_seq, until_seq, columns)
         from lamina import changes
 
         return changes.read_changes_spark(

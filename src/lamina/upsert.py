@@ -479,42 +479,29 @@ def _visible_rows(plan: ScanPlan) -> dict[str, tuple[int, Interval | None, np.nd
     }
 
 
-def read_changes(
-    table: Table, after_seq: int, until_seq: int | None = None, columns: list[str] | None = None
-) -> pa.Table:
-    """The change feed of an upsert table (see ``Table.read_changes``): per commit, the
-    records that stopped showing ('delete': superseded by a newer record of their key,
-    deleted, or in removed segments) and those that started ('insert'); an update is a
-    delete and an insert. Raises SnapshotNotFoundError, SchemaError."""
-    import pyarrow.dataset as ds
-    import pyarrow.parquet as pq
+@dataclass(frozen=True)
+class ChangedRows:
+    """Rows of one file a commit showed ('insert') or stopped showing ('delete'): at
+    ``positions``, those inside ``keep`` (None: all)."""
 
-    from lamina.changes import CHANGE, COMMIT_ID, COMMIT_SEQ, change_schema
-    from lamina.io.arrow import time_filter
-    from lamina.io.reader import check_columns
+    change: str
+    commit_id: int
+    seq: int
+    path: str
+    positions: np.ndarray
+    keep: Interval | None
+
+
+def changed_rows(table: Table, after_seq: int, until_seq: int | None) -> list[ChangedRows]:
+    """The change feed of an upsert table as row positions (catalog only, no file
+    read), in feed order: per commit, deletes, then inserts. Raises
+    SnapshotNotFoundError."""
     from lamina.meta.changes import change_points
     from lamina.read import plan
 
-    ctx, rec = table._ctx, table._record
+    ctx = table._ctx
     changes = change_points(ctx.db, table.name, after_seq, until_seq)
-    schema = rec.schema
-    check_columns(schema, columns)
-    out_schema = change_schema(
-        schema if columns is None else pa.schema([schema.field(c) for c in columns])
-    )
-    tc = rec.time_column
-    cols = columns if columns is None or tc is None or tc in columns else [*columns, tc]
-    parts: list[pa.Table] = []
-
-    def rows_of(path: str, pos: np.ndarray, keep: Interval | None) -> pa.Table:
-        data = pq.read_table(path, columns=cols, filesystem=ctx.warehouse.fs, schema=schema)
-        data = data.take(pa.array(pos))
-        if keep is not None:
-            assert tc is not None
-            flt = time_filter(schema.field(tc), keep)
-            return ds.dataset(data).to_table(columns=columns, filter=flt)
-        return data if columns is None else data.select(columns)
-
+    out: list[ChangedRows] = []
     before: dict[str, tuple[int, Interval | None, np.ndarray]] = {}
     if changes.base is not None:
         before = _visible_rows(plan(ctx, table.name, changes.base))
@@ -527,16 +514,101 @@ def read_changes(
                 shown = np.setdiff1d(np.arange(n), hidden)
                 if path in new:
                     shown = np.intersect1d(shown, new[path][2])  # shows in old, hidden in new
-                if not len(shown):
-                    continue
-                data = rows_of(path, shown, keep)
-                k = data.num_rows
-                if k:
-                    data = (
-                        data.append_column(CHANGE, pa.array([tag] * k, pa.string()))
-                        .append_column(COMMIT_ID, pa.array([point.commit_id] * k, pa.int64()))
-                        .append_column(COMMIT_SEQ, pa.array([point.seq] * k, pa.int64()))
-                    )
-                    parts.append(data.cast(out_schema))
+                if len(shown):
+                    out.append(ChangedRows(tag, point.commit_id, point.seq, path, shown, keep))
         before = after
+    return out
+
+
+def _feed_columns(table: Table, columns: list[str] | None) -> tuple[pa.Schema, list[str] | None]:
+    """The feed's schema, and the columns to read (the time column too when a column
+    subset leaves it out: partly shown files filter on it). Raises SchemaError."""
+    from lamina.changes import change_schema
+    from lamina.io.reader import check_columns
+
+    schema, tc = table._record.schema, table._record.time_column
+    check_columns(schema, columns)
+    out = change_schema(
+        schema if columns is None else pa.schema([schema.field(c) for c in columns])
+    )
+    read = columns if columns is None or tc is None or tc in columns else [*columns, tc]
+    return out, read
+
+
+def read_changes(
+    table: Table, after_seq: int, until_seq: int | None = None, columns: list[str] | None = None
+) -> pa.Table:
+    """The change feed of an upsert table (see ``Table.read_changes``): per commit, the
+    records that stopped showing ('delete': superseded by a newer record of their key,
+    deleted, or in removed segments) and those that started ('insert'); an update is a
+    delete and an insert. Raises SnapshotNotFoundError, SchemaError."""
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    from lamina.changes import CHANGE, COMMIT_ID, COMMIT_SEQ
+    from lamina.io.arrow import time_filter
+
+    rec, fs = table._record, table._ctx.warehouse.fs
+    out_schema, cols = _feed_columns(table, columns)
+    parts: list[pa.Table] = []
+    for piece in changed_rows(table, after_seq, until_seq):
+        data = pq.read_table(piece.path, columns=cols, filesystem=fs, schema=rec.schema)
+        data = data.take(pa.array(piece.positions))
+        if piece.keep is not None:
+            assert rec.time_column is not None
+            flt = time_filter(rec.schema.field(rec.time_column), piece.keep)
+            data = ds.dataset(data).to_table(columns=columns, filter=flt)
+        elif columns is not None:
+            data = data.select(columns)
+        k = data.num_rows
+        if k:
+            data = (
+                data.append_column(CHANGE, pa.array([piece.change] * k, pa.string()))
+                .append_column(COMMIT_ID, pa.array([piece.commit_id] * k, pa.int64()))
+                .append_column(COMMIT_SEQ, pa.array([piece.seq] * k, pa.int64()))
+            )
+            parts.append(data.cast(out_schema))
     return pa.concat_tables(parts) if parts else out_schema.empty_table()
+
+
+def read_changes_spark(
+    spark: Any,
+    table: Table,
+    after_seq: int,
+    until_seq: int | None = None,
+    columns: list[str] | None = None,
+) -> Any:
+    """:func:`read_changes` as a Spark DataFrame: the files read by Spark's Parquet
+    reader, joined with the changed rows' positions on ``_metadata.row_index``. Raises
+    SnapshotNotFoundError, SchemaError."""
+    from lamina.changes import CHANGE, COMMIT_ID, COMMIT_SEQ
+    from lamina.engines.spark import arrow_to_spark_schema, read_rows
+
+    out_schema, _ = _feed_columns(table, columns)
+    names = out_schema.names
+    pieces = changed_rows(table, after_seq, until_seq)
+    by_keep: dict[Interval | None, list[ChangedRows]] = {}
+    for piece in pieces:
+        by_keep.setdefault(piece.keep, []).append(piece)
+    frames = []
+    for keep, group in by_keep.items():
+        sizes = [len(p.positions) for p in group]
+        rows = pa.table(
+            {
+                "path": pa.array(
+                    [p.path for p, k in zip(group, sizes, strict=True) for _ in range(k)]
+                ),
+                "row": pa.array(np.concatenate([p.positions for p in group]), pa.int64()),
+                CHANGE: pa.array(np.repeat([p.change for p in group], sizes), pa.string()),
+                COMMIT_ID: pa.array(np.repeat([p.commit_id for p in group], sizes), pa.int64()),
+                COMMIT_SEQ: pa.array(np.repeat([p.seq for p in group], sizes), pa.int64()),
+            }
+        )
+        df = read_rows(spark, table._ctx.warehouse, table._record, rows, keep)
+        frames.append(df.select(*[f"`{c}`" for c in names]))
+    if not frames:
+        return spark.createDataFrame([], arrow_to_spark_schema(out_schema))
+    result = frames[0]
+    for f in frames[1:]:
+        result = result.unionByName(f)
+    return result

@@ -368,6 +368,37 @@ def read_spark(spark: SparkSession, plan: ScanPlan, wh: Warehouse) -> DataFrame:
     return result
 
 
+def read_rows(
+    spark: SparkSession, wh: Warehouse, rec: TableRecord, rows: pa.Table, keep: Interval | None
+) -> DataFrame:
+    """The table's rows at ``rows``' (``path``, ``row``) positions, those inside
+    ``keep`` (None: all), with ``rows``' other columns beside them: the files read by
+    Spark's Parquet reader, joined on the file and ``_metadata.row_index``."""
+    from pyspark.sql import functions as F
+
+    paths = sorted(set(rows.column("path").to_pylist()))
+    uri = {p: re.sub(_LOCAL, "/", wh.uri(p)) for p in paths}  # as Spark's, normalized
+    extra = [c for c in rows.column_names if c not in ("path", "row")]
+    wanted = rows.drop_columns(["path"]).add_column(
+        0, "__lamina_f", pa.array([uri[p] for p in rows.column("path").to_pylist()], pa.string())
+    )
+    wanted = wanted.rename_columns(["__lamina_f", "__lamina_r", *extra])
+    at = spark.createDataFrame(wanted.to_pandas())
+    df = spark.read.schema(arrow_to_spark_schema(rec.schema)).parquet(*[wh.uri(p) for p in paths])
+    df = df.select(
+        *[f"`{n}`" for n in rec.schema.names],
+        F.regexp_replace(F.col("_metadata.file_path"), _LOCAL, "/").alias("__lamina_f"),
+        F.col("_metadata.row_index").alias("__lamina_r"),
+    )
+    df = df.join(at, ["__lamina_f", "__lamina_r"]).drop("__lamina_f", "__lamina_r")
+    if keep is not None:
+        assert rec.time_column is not None
+        c = F.col(f"`{rec.time_column}`")
+        lo, hi = _spark_literal(rec.schema.field(rec.time_column).type, keep)
+        df = df.where((c >= lo) & (c < hi))
+    return df
+
+
 def _spark_literal(t: pa.DataType, keep: Interval) -> tuple[Any, Any]:
     """Bounds as SQL literals that mean the same whatever the session time zone."""
     from pyspark.sql import functions as F
