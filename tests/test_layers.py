@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
         "lamina.compaction",
         "lamina.autocompaction",
         "lamina.upsert",
+        "lamina.upsert_read",
     ),
     ("lamina.catalog",),
     ("lamina.cli", "lamina.server", "lamina.rest", "lamina"),

@@ -759,7 +759,7 @@ def test_upserts_during_a_major_compaction_stay_the_latest(
     the record the compaction rewrites included (it came later); the compaction's
     copies of what it superseded stay hidden, also when the newer record is removed
     again before the compaction publishes (the history checker found that case)."""
-    import lamina.upsert as up
+    import lamina.upsert_read as up
 
     day = 24 * 60
     t.upsert(rows(("a", 10, 1), ("b", 10, 1), ("c", 10, 1), ("d", 10, 1, True), ("f", 10, 1)))

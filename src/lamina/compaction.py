@@ -437,7 +437,8 @@ def compact_major(
     if rollup is not None:
         meta["rollup"] = rollup
     from lamina.transaction import Transaction
-    from lamina.upsert import latest_records, spec_of
+    from lamina.upsert import spec_of
+    from lamina.upsert_read import latest_records
 
     upsert = spec_of(table)
     with Transaction(  # t.transaction() refuses upsert tables; a compaction is resolved

@@ -612,12 +612,12 @@ class Table:
         A latest read whose files a concurrent push or retention removed is planned
         again on the newer snapshot (never a mix: each attempt reads one snapshot).
         ``all_versions`` (upsert tables): every stored record with ``$valid_from`` and
-        ``$valid_until`` seqs (:func:`lamina.upsert.all_versions`).
+        ``$valid_until`` seqs (:func:`lamina.upsert_read.all_versions`).
         """
         from lamina.io.reader import read_arrow
 
         if all_versions:
-            from lamina.upsert import all_versions as every
+            from lamina.upsert_read import all_versions as every
 
             return every(self, as_of, columns, interval)
 
@@ -660,7 +660,7 @@ class Table:
         Raises SnapshotNotFoundError (seqs out of range, or retention deleted what the
         start snapshot used), SchemaError (unknown columns)."""
         if "upsert.primary_key" in self._record.properties:  # by records, not segments
-            from lamina.upsert import read_changes
+            from lamina.upsert_read import read_changes
 
             return read_changes(self, after_seq, until_seq, columns)
         from lamina import changes
@@ -677,7 +677,7 @@ class Table:
         """:meth:`read_changes` as a Spark DataFrame (read by Spark's Parquet reader;
         rows in no guaranteed order — sort by ``_commit_seq`` for a feed)."""
         if "upsert.primary_key" in self._record.properties:  # by records, not segments
-            from lamina.upsert import read_changes_spark
+            from lamina.upsert_read import read_changes_spark
 
             return read_changes_spark(spark, self, after_seq, until_seq, columns)
         from lamina import changes

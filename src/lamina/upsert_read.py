@@ -1,0 +1,268 @@
+"""Reading upsert tables beyond their latest records: every stored record with its
+validity (:func:`all_versions`, Pinot's skipUpsert), the record-level change feed
+(:func:`read_changes`, also in Spark), and the latest records a major compaction
+rewrites (:func:`latest_records`). See docs/upserts.md."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from lamina.upsert import require
+
+if TYPE_CHECKING:
+    from lamina.core.interval import Interval
+    from lamina.core.scan import ScanPlan
+    from lamina.table import Table
+
+
+def latest_records(table: Table, as_of: int | None, interval: Interval | None) -> pa.Table:
+    """The records stored in the snapshot's segments of ``interval`` that are their
+    key's latest (live tombstones included: hidden, they still decide later
+    comparisons): what a major compaction rewrites. Raises SnapshotNotFoundError."""
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    from lamina.io.arrow import time_filter
+    from lamina.meta import deletes
+
+    rec, wh = table._record, table._ctx.warehouse
+    plan = table.scan(as_of, interval)
+    root = table._ctx.db.root + "/"
+    rel = {str(t.segment.location): str(t.segment.location).removeprefix(root) for t in plan.tasks}
+    vectors = table._ctx.db.read(
+        lambda conn: deletes.at(conn, rec.id, plan.seq, list(rel.values()))
+    )
+    parts = []
+    for task in plan.tasks:
+        path = str(task.segment.location)
+        data = pq.read_table(path, filesystem=wh.fs, schema=rec.schema)
+        v = vectors.get(rel[path])
+        if v is not None and v.superseded:
+            keep = np.ones(data.num_rows, bool)
+            keep[np.fromiter(v.superseded, np.int64, len(v.superseded))] = False
+            data = data.filter(pa.array(keep))
+        if task.keep is not None:
+            assert rec.time_column is not None
+            flt = time_filter(rec.schema.field(rec.time_column), task.keep)
+            data = ds.dataset(data).to_table(filter=flt)
+        parts.append(data)
+    return pa.concat_tables(parts) if parts else rec.schema.empty_table()
+
+
+VALID_FROM = "$valid_from"
+VALID_UNTIL = "$valid_until"
+
+
+def all_versions(
+    table: Table, as_of: int | None = None, columns: list[str] | None = None, interval: Any = None
+) -> pa.Table:
+    """Every record stored in the snapshot's segments, superseded ones too (Pinot's
+    skipUpsert), with :data:`VALID_FROM` (the seq of the commit that stored it) and
+    :data:`VALID_UNTIL` (the seq from which it no longer shows: a newer record of its
+    key, or a delete; null while it still shows). A record that never showed (out of
+    order, superseded in its own input, a tombstone) has both equal.
+    Raises UpsertError (not an upsert table), SnapshotNotFoundError, SchemaError."""
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    from lamina.io.arrow import time_filter
+    from lamina.io.reader import check_columns
+    from lamina.meta import deletes
+    from lamina.meta.segments import first_added
+
+    require(table)
+    rec, wh = table._record, table._ctx.warehouse
+    check_columns(rec.schema, columns)
+    plan = table.scan(as_of, interval)
+    root = table._ctx.db.root + "/"
+    rel = {t.segment.location: str(t.segment.location).removeprefix(root) for t in plan.tasks}
+    hist, first = table._ctx.db.read(
+        lambda conn: (
+            deletes.history(conn, rec.id, rel.values()),
+            first_added(conn, rec.id, rel.values()),
+        )
+    )
+    tc = rec.time_column
+    parts = []
+    for task in plan.tasks:
+        path = str(task.segment.location)
+        cols = columns
+        if task.keep is not None and cols is not None and tc not in cols:
+            cols = [*cols, str(tc)]
+        data = pq.read_table(path, columns=cols, filesystem=wh.fs, schema=rec.schema)
+        until = np.full(data.num_rows, -1, np.int64)
+        for seq, rows in hist.get(rel[path], []):
+            if seq > plan.seq:
+                break
+            pos = np.fromiter(rows, np.int64, len(rows))
+            pos = pos[until[pos] < 0]
+            until[pos] = seq
+        start = first.get(rel[path], 0)  # a carried copy: when its file was stored
+        data = data.append_column(VALID_FROM, pa.array(np.full(data.num_rows, start)))
+        data = data.append_column(VALID_UNTIL, pa.array(until, mask=until < 0))
+        if task.keep is not None:
+            assert tc is not None
+            flt = time_filter(rec.schema.field(tc), task.keep)
+            keep = [*(columns or rec.schema.names), VALID_FROM, VALID_UNTIL]
+            data = ds.dataset(data).to_table(columns=keep, filter=flt)
+        parts.append(data)
+    if not parts:
+        empty = rec.schema.empty_table()
+        empty = empty.select(columns) if columns is not None else empty
+        return empty.append_column(VALID_FROM, pa.array([], pa.int64())).append_column(
+            VALID_UNTIL, pa.array([], pa.int64())
+        )
+    return pa.concat_tables(parts)
+
+
+def _visible_rows(plan: ScanPlan) -> dict[str, tuple[int, Interval | None, np.ndarray]]:
+    """Per file of ``plan``: its row count, the time span it answers for (None: all of
+    it) and the positions it hides."""
+    none = np.zeros(0, np.int64)
+    return {
+        str(t.segment.location): (
+            t.segment.row_count,
+            t.keep,
+            plan.deletes.get(str(t.segment.location), none),
+        )
+        for t in plan.tasks
+    }
+
+
+@dataclass(frozen=True)
+class ChangedRows:
+    """Rows of one file a commit showed ('insert') or stopped showing ('delete'): at
+    ``positions``, those inside ``keep`` (None: all)."""
+
+    change: str
+    commit_id: int
+    seq: int
+    path: str
+    positions: np.ndarray
+    keep: Interval | None
+
+
+def changed_rows(table: Table, after_seq: int, until_seq: int | None) -> list[ChangedRows]:
+    """The change feed of an upsert table as row positions (catalog only, no file
+    read), in feed order: per commit, deletes, then inserts. Raises
+    SnapshotNotFoundError."""
+    from lamina.meta.changes import change_points
+    from lamina.read import plan
+
+    ctx = table._ctx
+    changes = change_points(ctx.db, table.name, after_seq, until_seq)
+    out: list[ChangedRows] = []
+    before: dict[str, tuple[int, Interval | None, np.ndarray]] = {}
+    if changes.base is not None:
+        before = _visible_rows(plan(ctx, table.name, changes.base))
+    for point in changes.points:
+        after = _visible_rows(plan(ctx, table.name, point.commit_id))
+        for tag in ("delete", "insert"):
+            old, new = (before, after) if tag == "delete" else (after, before)
+            for path in sorted(old):
+                n, keep, hidden = old[path]
+                shown = np.setdiff1d(np.arange(n), hidden)
+                if path in new:
+                    shown = np.intersect1d(shown, new[path][2])  # shows in old, hidden in new
+                if len(shown):
+                    out.append(ChangedRows(tag, point.commit_id, point.seq, path, shown, keep))
+        before = after
+    return out
+
+
+def _feed_columns(table: Table, columns: list[str] | None) -> tuple[pa.Schema, list[str] | None]:
+    """The feed's schema, and the columns to read (the time column too when a column
+    subset leaves it out: partly shown files filter on it). Raises SchemaError."""
+    from lamina.changes import change_schema
+    from lamina.io.reader import check_columns
+
+    schema, tc = table._record.schema, table._record.time_column
+    check_columns(schema, columns)
+    out = change_schema(
+        schema if columns is None else pa.schema([schema.field(c) for c in columns])
+    )
+    read = columns if columns is None or tc is None or tc in columns else [*columns, tc]
+    return out, read
+
+
+def read_changes(
+    table: Table, after_seq: int, until_seq: int | None = None, columns: list[str] | None = None
+) -> pa.Table:
+    """The change feed of an upsert table (see ``Table.read_changes``): per commit, the
+    records that stopped showing ('delete': superseded by a newer record of their key,
+    deleted, or in removed segments) and those that started ('insert'); an update is a
+    delete and an insert. Raises SnapshotNotFoundError, SchemaError."""
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+
+    from lamina.changes import CHANGE, COMMIT_ID, COMMIT_SEQ
+    from lamina.io.arrow import time_filter
+
+    rec, fs = table._record, table._ctx.warehouse.fs
+    out_schema, cols = _feed_columns(table, columns)
+    parts: list[pa.Table] = []
+    for piece in changed_rows(table, after_seq, until_seq):
+        data = pq.read_table(piece.path, columns=cols, filesystem=fs, schema=rec.schema)
+        data = data.take(pa.array(piece.positions))
+        if piece.keep is not None:
+            assert rec.time_column is not None
+            flt = time_filter(rec.schema.field(rec.time_column), piece.keep)
+            data = ds.dataset(data).to_table(columns=columns, filter=flt)
+        elif columns is not None:
+            data = data.select(columns)
+        k = data.num_rows
+        if k:
+            data = (
+                data.append_column(CHANGE, pa.array([piece.change] * k, pa.string()))
+                .append_column(COMMIT_ID, pa.array([piece.commit_id] * k, pa.int64()))
+                .append_column(COMMIT_SEQ, pa.array([piece.seq] * k, pa.int64()))
+            )
+            parts.append(data.cast(out_schema))
+    return pa.concat_tables(parts) if parts else out_schema.empty_table()
+
+
+def read_changes_spark(
+    spark: Any,
+    table: Table,
+    after_seq: int,
+    until_seq: int | None = None,
+    columns: list[str] | None = None,
+) -> Any:
+    """:func:`read_changes` as a Spark DataFrame: the files read by Spark's Parquet
+    reader, joined with the changed rows' positions on ``_metadata.row_index``. Raises
+    SnapshotNotFoundError, SchemaError."""
+    from lamina.changes import CHANGE, COMMIT_ID, COMMIT_SEQ
+    from lamina.engines.spark import arrow_to_spark_schema, read_rows
+
+    out_schema, _ = _feed_columns(table, columns)
+    names = out_schema.names
+    pieces = changed_rows(table, after_seq, until_seq)
+    by_keep: dict[Interval | None, list[ChangedRows]] = {}
+    for piece in pieces:
+        by_keep.setdefault(piece.keep, []).append(piece)
+    frames = []
+    for keep, group in by_keep.items():
+        sizes = [len(p.positions) for p in group]
+        rows = pa.table(
+            {
+                "path": pa.array(
+                    [p.path for p, k in zip(group, sizes, strict=True) for _ in range(k)]
+                ),
+                "row": pa.array(np.concatenate([p.positions for p in group]), pa.int64()),
+                CHANGE: pa.array(np.repeat([p.change for p in group], sizes), pa.string()),
+                COMMIT_ID: pa.array(np.repeat([p.commit_id for p in group], sizes), pa.int64()),
+                COMMIT_SEQ: pa.array(np.repeat([p.seq for p in group], sizes), pa.int64()),
+            }
+        )
+        df = read_rows(spark, table._ctx.warehouse, table._record, rows, keep)
+        frames.append(df.select(*[f"`{c}`" for c in names]))
+    if not frames:
+        return spark.createDataFrame([], arrow_to_spark_schema(out_schema))
+    result = frames[0]
+    for f in frames[1:]:
+        result = result.unionByName(f)
+    return result
