@@ -12,7 +12,16 @@ import pytest
 
 import lamina
 from lamina.errors import TransactionError, UpsertError
-from tests.test_upsert import SCHEMA, _same_after_rebuild, latest, rows
+from tests.test_upsert import (
+    PSCHEMA,
+    SCHEMA,
+    STRATEGIES,
+    _same_after_rebuild,
+    latest,
+    prow,
+    pstate,
+    rows,
+)
 
 DAY = 24 * 60
 
@@ -145,14 +154,91 @@ def test_an_upsert_published_while_a_transaction_is_open_is_resolved_against(
     _same_after_rebuild(t)
 
 
-def test_a_transaction_on_a_partial_upsert_table_is_refused(cat: lamina.Catalog) -> None:
-    pt = cat.create_table(
-        "p", SCHEMA, time_column="ts", primary_key="key", partial_upsert={"value": "INCREMENT"}
-    )
-    pt.upsert(rows(("a", 1, 1)))
-    with pytest.raises(UpsertError, match="partial-upsert"):
-        pt.transaction()
-    assert latest(pt) == {"a": 1}
+@pytest.fixture
+def pt(cat: lamina.Catalog) -> lamina.Table:
+    return cat.create_table(
+        "p", PSCHEMA, time_column="ts", primary_key="key", delete_column="deleted",
+        partial_upsert=STRATEGIES,
+    )  # fmt: skip
+
+
+def precs(*rs: dict[str, Any]) -> pa.Table:
+    return pa.Table.from_pylist(list(rs), schema=PSCHEMA)
+
+
+def test_a_partial_upsert_transaction_merges_as_its_writes_made_one_by_one(
+    cat: lamina.Catalog, pt: lamina.Table
+) -> None:
+    """Deletion and overwrite first, then every operation's records merged in order
+    with what remains: the same records as the writes made one by one."""
+    seq = cat.create_table(
+        "s", PSCHEMA, time_column="ts", primary_key="key", delete_column="deleted",
+        partial_upsert=STRATEGIES,
+    )  # fmt: skip
+    for table in (pt, seq):
+        table.upsert(precs(prow("a", 1, clicks=1, tags=["x"]), prow("b", 1, clicks=1)))
+        table.upsert(precs(prow("a", DAY + 1, clicks=2, name="n"), prow("c", DAY, clicks=5)))
+        table.upsert(precs(prow("d", 2 * DAY, clicks=7)))
+    day3 = [
+        next(
+            s.id
+            for s in t.segments()
+            if s.interval == sorted({x.interval for x in t.segments()})[2]
+        )
+        for t in (pt, seq)
+    ]
+    over = precs(prow("b", 2, clicks=10), prow("e", 3, clicks=1))  # day 1: a and b go
+    ups = [
+        precs(prow("a", DAY + 2, clicks=1, tags=["y"]), prow("d", 2 * DAY + 1, clicks=1)),
+        precs(prow("a", DAY + 3, clicks=1), prow("c", DAY + 1, deleted=True)),
+    ]
+    with pt.transaction() as tx:
+        tx.overwrite(over, ("2024-01-01", "2024-01-02"))
+        tx.upsert(ups[0])  # a merges with its day-2 record; d's goes below: taken whole
+        tx.append(ups[1])  # a again; c deleted
+        tx.delete_segments([day3[0]])
+        assert pstate(pt)["a"]["clicks"] == 3  # nothing shows yet
+    seq.delete_segments([day3[1]])
+    seq.overwrite(over, ("2024-01-01", "2024-01-02"))
+    for data in ups:
+        seq.upsert(data)
+    assert pstate(pt) == pstate(seq)
+    assert pstate(pt)["a"] == {
+        "clicks": 5,
+        "tags": ["x", "y"],
+        "best": None,
+        "name": "n",
+        "first": None,
+    }  # its day-2 record (3, ["x"]) stays: +1, +1
+    assert {k: v["clicks"] for k, v in pstate(pt).items()} == {"a": 5, "b": 10, "d": 1, "e": 1}
+    _same_after_rebuild(pt)
+
+
+def test_a_key_changed_before_the_publish_is_merged_again(
+    pt: lamina.Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upsert of a held key publishes between the transaction's merge and its
+    publish: the publish refuses (retryable), the transaction merges again and counts
+    both increments."""
+    import lamina.upsert as up
+
+    pt.upsert(precs(prow("hot", 1, clicks=1)))
+    real, calls = up.merge_held, []
+
+    def merged_then_upsert(*args: Any) -> Any:
+        got = real(*args)
+        calls.append(1)
+        if len(calls) == 1:
+            pt.upsert(precs(prow("hot", 1, clicks=10)))
+        return got
+
+    monkeypatch.setattr(up, "merge_held", merged_then_upsert)
+    with pt.transaction() as tx:
+        tx.upsert(precs(prow("hot", 1, clicks=100), prow("new", 1, clicks=1)))
+    assert len(calls) == 2
+    assert {k: v["clicks"] for k, v in pstate(pt).items()} == {"hot": 111, "new": 1}
+    assert [c.state for c in pt.history()].count("COMPLETED") == 3
+    _same_after_rebuild(pt)
 
 
 def test_upsert_in_a_transaction_needs_a_primary_key(cat: lamina.Catalog) -> None:

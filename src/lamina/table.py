@@ -11,7 +11,7 @@ from lamina.core.model import Commit, CommitAction, NewSegment, PublishPlan, Sna
 from lamina.core.scan import ScanPlan
 from lamina.core.segment import Segment
 from lamina.core.timeline import Timeline
-from lamina.errors import DataOutsideIntervalError, SnapshotNotFoundError, UpsertError
+from lamina.errors import DataOutsideIntervalError, SnapshotNotFoundError
 from lamina.meta import snapshots, tables
 
 if TYPE_CHECKING:
@@ -271,20 +271,11 @@ class Table:
 
         On an upsert table, ``tx.append``/``tx.upsert`` and ``tx.overwrite`` records
         are resolved by key when the transaction commits, as one upsert (a later
-        operation's record is the later one on a tie).
-        Raises TransactionError, LockError, LockTimeoutError, InvalidIntervalError,
-        UpsertError (a partial-upsert table).
+        operation's record is the later one on a tie); a partial-upsert table's are
+        merged with their keys' records then (and again if a key changed meanwhile).
+        Raises TransactionError, LockError, LockTimeoutError, InvalidIntervalError.
         """
         from lamina.transaction import Transaction
-        from lamina.upsert import spec_of
-
-        spec = spec_of(self)
-        if spec is not None and spec.is_partial:
-            raise UpsertError(
-                f"a transaction on partial-upsert table {self.name!r} is not supported: "
-                "its records merge with their keys' current records as they publish; "
-                "upsert each batch on its own (t.upsert)"
-            )
 
         return Transaction(self, isolation, metadata, txn, lock, interval, priority, wait_s)
 

@@ -18,13 +18,13 @@ from lamina.core.conflicts import Isolation
 from lamina.core.interval import ETERNITY, Granularity, Interval
 from lamina.core.locks import PRIORITY_BATCH, LockType
 from lamina.core.model import Commit, CommitAction, NewSegment, PublishPlan, txn_of
-from lamina.errors import AlreadyAppliedError, LockError, TransactionError
+from lamina.errors import AlreadyAppliedError, CommitConflictError, LockError, TransactionError
 from lamina.write import WriteTransaction
 
 if TYPE_CHECKING:
-    from lamina.core.upsert import UpsertSpec
+    from lamina.core.upsert import UpsertBatch, UpsertSpec
     from lamina.table import Table
-    from lamina.upsert import Stored
+    from lamina.upsert import Held, Stored
 
 
 def _lock_request(
@@ -92,6 +92,10 @@ class Transaction:
 
         self._spec = spec_of(table)  # an upsert table: the operations' records are
         self._stored: list[Stored] = []  # resolved together at publish
+        #: a partial-upsert table's operations: merged and written when it commits
+        self._held: list[Held] = []
+        self._merged: UpsertBatch | None = None
+        self._append_chunks: set[Interval] = set()
         self._state = "new"
         self.commit_result: Commit | None = None
 
@@ -146,9 +150,16 @@ class Transaction:
         them). Raises as ``t.append``, and TransactionError for a chunk this
         transaction overwrites."""
         self._check_open()
+        if self._holds:
+            held = self._hold(data, CommitAction.APPEND, None)
+            self._clash(list(held.chunks), self._chunks, "overwrites")
+            self._held.append(held)
+            self._append_chunks |= set(held.chunks)
+            return
         files = self._produce(data, CommitAction.APPEND, None)
         self._clash([f.chunk for f in files], self._chunks, "overwrites")
         self._appends += files
+        self._append_chunks |= {f.chunk for f in files}
 
     def upsert(self, data: Any) -> None:
         """Upsert records: per key the latest wins, against the table as it is when
@@ -173,13 +184,19 @@ class Transaction:
     ) -> None:
         """Overwrite with chunks of ``layout`` = (granularity, target rows per segment)
         when given (a major compaction's re-partitioning), else the table's."""
+        if self._holds:
+            held = self._hold(data, CommitAction.OVERWRITE, iv)
+            self._clash(list(held.chunks), self._append_chunks, "appends to")
+            self._held.append(held)
+            self._chunks |= set(held.chunks)
+            return
         files = self._produce(data, CommitAction.OVERWRITE, iv, layout)
         gran = None if layout is None else layout[0]
         chunks = self._table._overwrite_chunks(
             CommitAction.OVERWRITE, [f.chunk for f in files], iv, gran
         )
         assert chunks is not None
-        self._clash(list(chunks), {f.chunk for f in self._appends}, "appends to")
+        self._clash(list(chunks), self._append_chunks, "appends to")
         self._overwrites += files
         self._chunks |= set(chunks)
 
@@ -191,7 +208,41 @@ class Transaction:
     def commit(self) -> Commit:
         """Publish every operation in one catalog transaction. Raises
         CommitConflictError (nothing published, files removed), TransactionError."""
+        from lamina.upsert import PARTIAL_ATTEMPTS, pause
+
         self._check_open()
+        attempts = PARTIAL_ATTEMPTS if self._held else 1
+        for attempt in range(attempts):
+            where = f"{self._write.dir}/merged{attempt}"
+            try:
+                if self._held:  # merged with the keys' records as they are now
+                    self._merge(where)
+                commit = self._write.publish(self._plan())
+            except AlreadyAppliedError as exc:  # the application wrote this version already
+                self._state = "skipped"
+                self._write.__exit__(type(exc), exc, exc.__traceback__)
+                commit = self._table._commit(exc.commit_id)
+                self.commit_result = commit
+                return commit
+            except CommitConflictError as exc:
+                if exc.retryable and attempt < attempts - 1:  # a key changed: merge again
+                    fs = self._table._ctx.warehouse.fs
+                    fs.delete_dir(self._table._ctx.warehouse.path(where))
+                    pause(attempt)
+                    continue
+                self._fail(exc)
+                raise
+            except BaseException as exc:
+                self._fail(exc)
+                raise
+            self._write.__exit__(None, None, None)
+            self._state = "committed"
+            self.commit_result = commit
+            return commit
+        raise AssertionError("unreachable")
+
+    def _plan(self) -> PublishPlan:
+        """What the operations publish."""
         if self._chunks:
             action, files, appends = CommitAction.OVERWRITE, self._overwrites, self._appends
         elif self._appends or not self._removes:
@@ -205,11 +256,13 @@ class Transaction:
             upsert = rewritten(
                 self._upsert, self._table._ctx.warehouse, [f.location for f in files]
             )
+        elif self._merged is not None and (files or appends):
+            upsert = self._merged
         elif self._spec is not None and (files or appends):
             from lamina.upsert import combined
 
             upsert = combined(self._spec, self._stored, [*files, *appends])
-        plan = PublishPlan(
+        return PublishPlan(
             tuple(files),
             tuple(sorted(self._chunks)) if self._chunks else None,
             remove_ids=tuple(self._removes),
@@ -221,22 +274,10 @@ class Transaction:
             rewrite=self._rewrite,
             upsert=upsert,
         )
-        try:
-            commit = self._write.publish(plan)
-        except AlreadyAppliedError as exc:  # the application wrote this version already
-            self._state = "skipped"
-            self._write.__exit__(type(exc), exc, exc.__traceback__)
-            commit = self._table._commit(exc.commit_id)
-            self.commit_result = commit
-            return commit
-        except BaseException as exc:
-            self._state = "aborted"
-            self._write.__exit__(type(exc), exc, exc.__traceback__)
-            raise
-        self._write.__exit__(None, None, None)
-        self._state = "committed"
-        self.commit_result = commit
-        return commit
+
+    def _fail(self, exc: BaseException) -> None:
+        self._state = "aborted"
+        self._write.__exit__(type(exc), exc, exc.__traceback__)
 
     def abort(self) -> None:
         """Discard every operation: nothing is published, the files are removed."""
@@ -246,6 +287,24 @@ class Transaction:
             self._state = "aborted"
 
     # -- helpers --------------------------------------------------------------------
+
+    @property
+    def _holds(self) -> bool:
+        """Whether operations are held until the commit (a partial-upsert table's)."""
+        return self._spec is not None and self._spec.is_partial and self._upsert is None
+
+    def _hold(self, data: Any, action: str, interval: Interval | None) -> Held:
+        from lamina.upsert import hold
+
+        return hold(self._table, data, action, interval)
+
+    def _merge(self, where: str) -> None:
+        """Merge the held operations with their keys' current records and write them
+        under ``where``."""
+        from lamina.upsert import merge_held
+
+        merged = merge_held(self._table, self._held, self._chunks, self._removes, where)
+        self._overwrites, self._appends, self._merged = merged
 
     def _produce(
         self,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -197,8 +198,14 @@ def _partial(
         except CommitConflictError as exc:  # a key changed before it published
             if not exc.retryable or attempt == PARTIAL_ATTEMPTS - 1:
                 raise
-            time.sleep(random.uniform(0, 0.005 * (attempt + 1)))  # others go first
+            pause(attempt)
     raise AssertionError("unreachable")
+
+
+def pause(attempt: int) -> None:
+    """Before a partial upsert merges again: a short random pause, longer after each
+    attempt, so that the others go first."""
+    time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
 
 
 def _merge_and_write(
@@ -244,6 +251,13 @@ def _replaced_files(
     rec = table._record
     parts = split_by_chunk(read.resolved.batch, rec.time_column, rec.granularity, 2**62)
     chunks = table._overwrite_chunks(action, [p.chunk for p in parts], interval) or ()
+    return _live_files(table, chunks, remove)
+
+
+def _live_files(table: Table, chunks: Iterable[Interval], remove: Iterable[str]) -> set[str]:
+    """The files (catalog locations) of the live segments inside ``chunks`` or with
+    an id in ``remove``."""
+    chunks, remove = tuple(chunks), set(remove)
     root = table._ctx.db.root + "/"
     return {
         str(s.location).removeprefix(root)
@@ -362,3 +376,74 @@ def combined(spec: UpsertSpec, ops: list[Stored], files: list[NewSegment]) -> Up
         key_hashes(records, spec.primary_key),
         tuple(rows_of[f.location] for f in files),
     )
+
+
+@dataclass(frozen=True)
+class Held:
+    """An operation of a transaction on a partial-upsert table, held until it commits:
+    its records, whether it overwrites, and the chunks it writes (an append) or
+    replaces (an overwrite)."""
+
+    records: pa.Table
+    overwrite: bool
+    chunks: tuple[Interval, ...]
+
+
+def hold(table: Table, data: Any, action: str, interval: Interval | None) -> Held:
+    """Check an operation of a transaction on a partial-upsert table and hold its
+    records (a Spark DataFrame comes to the driver, as for ``t.upsert``). Raises
+    UpsertError, SchemaError, TimeColumnError, DataOutsideIntervalError."""
+    from lamina.io.arrow import conform, is_spark_dataframe, to_arrow_table
+    from lamina.io.writer import split_by_chunk
+
+    spec, rec = require(table), table._record
+    if is_spark_dataframe(data):
+        data = data.toArrow()
+    batch = conform(to_arrow_table(data), rec.schema)
+    resolve_batch(batch, spec)  # refused here, before anything is written
+    parts = split_by_chunk(batch, rec.time_column, rec.granularity, 2**62)
+    written = [p.chunk for p in parts]
+    replaced = table._overwrite_chunks(action, written, interval)
+    chunks = replaced if replaced is not None else tuple(sorted(set(written)))
+    return Held(batch, replaced is not None, chunks)
+
+
+def merge_held(
+    table: Table, held: list[Held], chunks: Iterable[Interval], remove: list[str], where: str
+) -> tuple[list[NewSegment], list[NewSegment], UpsertBatch]:
+    """A partial-upsert transaction at commit: its operations' records, in operation
+    order, merged with their keys' current records (those its overwrites of ``chunks``
+    and its deletion of ``remove`` leave), written under ``where``: the overwrites'
+    files, the appends' files, and the upsert to resolve at publish (which refuses it,
+    retryable, if a key changed since the merge). Raises UpsertError."""
+    from lamina.core.keyhash import key_hashes
+    from lamina.core.upsert import resolve_against
+    from lamina.io.writer import split_by_chunk, write_parts
+    from lamina.meta import keys as key_index
+
+    ctx, rec, spec = table._ctx, table._record, require(table)
+    wh, url = ctx.warehouse, str(ctx.db.engine.url)
+    records = pa.concat_tables([h.records for h in held])
+    read = UpsertBatch(
+        spec, resolve_batch(records, spec), key_hashes(records, spec.primary_key), ()
+    )
+    gone = _live_files(table, chunks, remove)
+    current, expect = ctx.db.read(
+        lambda conn: key_index.read_current(conn, url, rec, wh, read, gone)
+    )
+    merged = resolve_against(current, read.resolved, spec).records
+    over = np.concatenate(
+        [np.full(h.records.num_rows, h.overwrite) for h in held] or [np.zeros(0, bool)]
+    )
+    files: list[list[NewSegment]] = []
+    file_rows: list[np.ndarray] = []
+    for kind, rows in (("overwrite", np.flatnonzero(over)), ("append", np.flatnonzero(~over))):
+        parts = split_by_chunk(
+            merged.take(pa.array(rows)), rec.time_column, rec.granularity,
+            table.target_rows_per_segment,
+        )  # fmt: skip
+        files.append(write_parts(wh, f"{where}/{kind}", parts))
+        file_rows += [rows[np.arange(p.rows.start, p.rows.stop) if isinstance(p.rows, slice)
+                           else p.rows] for p in parts]  # fmt: skip
+    batch = UpsertBatch(spec, resolve_batch(merged, spec), read.keys, tuple(file_rows), expect)
+    return files[0], files[1], batch
