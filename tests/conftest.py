@@ -91,3 +91,14 @@ def spark():  # type: ignore[no-untyped-def]
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def pt(cat: lamina.Catalog) -> lamina.Table:
+    """A partial-upsert table ``p`` of tests/test_upsert.py's PSCHEMA and STRATEGIES."""
+    from tests.test_upsert import PSCHEMA, STRATEGIES
+
+    return cat.create_table(
+        "p", PSCHEMA, time_column="ts", primary_key="key", delete_column="deleted",
+        partial_upsert=STRATEGIES,
+    )  # fmt: skip

@@ -335,14 +335,6 @@ def prow(key: str, minute: int, **values: Any) -> dict[str, Any]:
     return {"key": key, "ts": T0 + timedelta(minutes=minute), "deleted": False, **values}
 
 
-@pytest.fixture
-def pt(cat: lamina.Catalog) -> lamina.Table:
-    return cat.create_table(
-        "p", PSCHEMA, time_column="ts", primary_key="key", delete_column="deleted",
-        partial_upsert=STRATEGIES,
-    )  # fmt: skip
-
-
 def pstate(t: lamina.Table) -> dict[str, dict[str, Any]]:
     got = t.to_arrow().to_pylist()
     assert len({r["key"] for r in got}) == len(got)

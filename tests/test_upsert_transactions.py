@@ -154,14 +154,6 @@ def test_an_upsert_published_while_a_transaction_is_open_is_resolved_against(
     _same_after_rebuild(t)
 
 
-@pytest.fixture
-def pt(cat: lamina.Catalog) -> lamina.Table:
-    return cat.create_table(
-        "p", PSCHEMA, time_column="ts", primary_key="key", delete_column="deleted",
-        partial_upsert=STRATEGIES,
-    )  # fmt: skip
-
-
 def precs(*rs: dict[str, Any]) -> pa.Table:
     return pa.Table.from_pylist(list(rs), schema=PSCHEMA)
 

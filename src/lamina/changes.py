@@ -46,14 +46,8 @@ def read_changes(
     parts = []
     for tag, commit_id, seq, tasks in _pieces(ctx, name, changes):
         data = read_arrow(_plan_of(changes, seq, tasks), ctx.warehouse, columns)
-        n = data.num_rows
-        if n:
-            data = (
-                data.append_column(CHANGE, pa.array([tag] * n, pa.string()))
-                .append_column(COMMIT_ID, pa.array([commit_id] * n, pa.int64()))
-                .append_column(COMMIT_SEQ, pa.array([seq] * n, pa.int64()))
-            )
-            parts.append(data.cast(out_schema))
+        if data.num_rows:
+            parts.append(tagged(data, tag, commit_id, seq).cast(out_schema))
     return pa.concat_tables(parts) if parts else out_schema.empty_table()
 
 
@@ -69,7 +63,7 @@ def read_changes_spark(
     Parquet reader). Raises as :func:`read_changes`."""
     from pyspark.sql import functions as F
 
-    from lamina.engines.spark import arrow_to_spark_schema, read_spark
+    from lamina.engines.spark import read_spark
 
     changes = change_points(ctx.db, name, after_seq, until_seq)
     schema = changes.table.schema
@@ -84,9 +78,26 @@ def read_changes_spark(
             .withColumn(COMMIT_ID, F.lit(commit_id).cast("long"))
             .withColumn(COMMIT_SEQ, F.lit(seq).cast("long"))
         )
+    return union(spark, frames, change_schema(pa.schema([schema.field(c) for c in keep])))
+
+
+def tagged(data: pa.Table, change: str, commit_id: int, seq: int) -> pa.Table:
+    """``data`` with the change feed's columns: every row ``change`` by that commit."""
+    n = data.num_rows
+    return (
+        data.append_column(CHANGE, pa.array([change] * n, pa.string()))
+        .append_column(COMMIT_ID, pa.array([commit_id] * n, pa.int64()))
+        .append_column(COMMIT_SEQ, pa.array([seq] * n, pa.int64()))
+    )
+
+
+def union(spark: Any, frames: list[Any], schema: pa.Schema) -> Any:
+    """The Spark DataFrames ``frames`` one after the other (by column name); an empty
+    one of ``schema`` if there are none."""
+    from lamina.engines.spark import arrow_to_spark_schema
+
     if not frames:
-        out = arrow_to_spark_schema(change_schema(pa.schema([schema.field(c) for c in keep])))
-        return spark.createDataFrame([], out)
+        return spark.createDataFrame([], arrow_to_spark_schema(schema))
     result = frames[0]
     for f in frames[1:]:
         result = result.unionByName(f)

@@ -199,7 +199,7 @@ def read_changes(
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
-    from lamina.changes import CHANGE, COMMIT_ID, COMMIT_SEQ
+    from lamina.changes import tagged
     from lamina.io.arrow import time_filter
 
     rec, fs = table._record, table._ctx.warehouse.fs
@@ -214,14 +214,8 @@ def read_changes(
             data = ds.dataset(data).to_table(columns=columns, filter=flt)
         elif columns is not None:
             data = data.select(columns)
-        k = data.num_rows
-        if k:
-            data = (
-                data.append_column(CHANGE, pa.array([piece.change] * k, pa.string()))
-                .append_column(COMMIT_ID, pa.array([piece.commit_id] * k, pa.int64()))
-                .append_column(COMMIT_SEQ, pa.array([piece.seq] * k, pa.int64()))
-            )
-            parts.append(data.cast(out_schema))
+        if data.num_rows:
+            parts.append(tagged(data, piece.change, piece.commit_id, piece.seq).cast(out_schema))
     return pa.concat_tables(parts) if parts else out_schema.empty_table()
 
 
@@ -235,8 +229,8 @@ def read_changes_spark(
     """:func:`read_changes` as a Spark DataFrame: the files read by Spark's Parquet
     reader, joined with the changed rows' positions on ``_metadata.row_index``. Raises
     SnapshotNotFoundError, SchemaError."""
-    from lamina.changes import CHANGE, COMMIT_ID, COMMIT_SEQ
-    from lamina.engines.spark import arrow_to_spark_schema, read_rows
+    from lamina.changes import CHANGE, COMMIT_ID, COMMIT_SEQ, union
+    from lamina.engines.spark import read_rows
 
     out_schema, _ = _feed_columns(table, columns)
     names = out_schema.names
@@ -260,9 +254,4 @@ def read_changes_spark(
         )
         df = read_rows(spark, table._ctx.warehouse, table._record, rows, keep)
         frames.append(df.select(*[f"`{c}`" for c in names]))
-    if not frames:
-        return spark.createDataFrame([], arrow_to_spark_schema(out_schema))
-    result = frames[0]
-    for f in frames[1:]:
-        result = result.unionByName(f)
-    return result
+    return union(spark, frames, out_schema)
