@@ -204,6 +204,14 @@ def test_upsert_into_a_table_without_a_primary_key(cat: lamina.Catalog) -> None:
         ({"primary_key": "value"}, "nullable"),
         ({"primary_key": "key", "delete_column": "value"}, "boolean"),
         ({"primary_key": "key", "partial_upsert": {"key": "INCREMENT"}}, "never merged"),
+        (
+            {
+                "primary_key": "key",
+                "delete_column": "deleted",
+                "partial_upsert": {"deleted": "MAX"},
+            },
+            "delete column: it is never merged",
+        ),
         ({"comparison_column": "value"}, "primary_key"),
     ],
 )

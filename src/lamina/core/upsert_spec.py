@@ -72,8 +72,8 @@ class UpsertSpec:
     """How a table upserts. Build it with :meth:`parse`, which checks it against a schema.
 
     ``partial`` is None for full upserts (the latest record replaces the previous one
-    whole); otherwise the explicit (column, strategy) pairs, the rest of the non-key,
-    non-comparison columns merging with ``default_strategy``.
+    whole); otherwise the explicit (column, strategy) pairs, the rest of the columns
+    (but the key, comparison and delete columns) merging with ``default_strategy``.
     """
 
     primary_key: tuple[str, ...]
@@ -91,10 +91,16 @@ class UpsertSpec:
         """The explicit per-column strategies (empty for full upserts)."""
         return dict(self.partial or ())
 
+    @property
+    def _unmerged(self) -> tuple[str, ...]:
+        """The columns every record keeps as it came: key, comparison and delete."""
+        return (*self.primary_key, self.comparison_column, *filter(None, [self.delete_column]))
+
     def strategy(self, column: str) -> Strategy | None:
-        """The strategy merging ``column``; None for full upserts and for the key and
-        comparison columns, which are never merged."""
-        if self.partial is None or column in self.primary_key or column == self.comparison_column:
+        """The strategy merging ``column``; None for full upserts and for the key,
+        comparison and delete columns, which are never merged (a record's delete flag is
+        its own)."""
+        if self.partial is None or column in self._unmerged:
             return None
         return self.strategies.get(column, self.default_strategy)
 
@@ -197,15 +203,17 @@ class UpsertSpec:
                 default = strategy(col, value)
                 continue
             f = field(col, "partial upsert column")
-            if col in keys or col == cmp_col:
-                role = "primary key" if col in keys else "comparison"
+            if col in keys or col in (cmp_col, delete_column):
+                role = (
+                    "primary key" if col in keys else ("comparison" if col == cmp_col else "delete")
+                )
                 raise UpsertError(
                     f"{col!r} is the {role} column: it is never merged, remove its "
                     "partial upsert strategy"
                 )
             explicit[col] = strategy(col, value)
         for col in names:
-            if col in keys or col == cmp_col:
+            if col in keys or col in (cmp_col, delete_column):
                 continue
             s = explicit.get(col, default)
             problem = type_problem(s, schema.field(col).type)
