@@ -235,6 +235,21 @@ def test_parse_errors_and_failures_are_sql_errors(cat10: lamina.Catalog) -> None
         cat10.sql("select nope from events")
 
 
+def test_joins_using_columns(cat10: lamina.Catalog) -> None:
+    """DuckDB binds ``JOIN ... USING`` to find the tables a query names (it fails
+    without them); the tables come from the parse tree then, CTEs included."""
+    other = cat10.create_table("other", schema=SCHEMA, time_column="ts")
+    other.append(events(days=1, per_day=5))
+    q = "SELECT count(*) AS n FROM events JOIN other USING ({c})"
+    on = "SELECT count(*) AS n FROM events e JOIN other o ON e.{c} = o.{c}"
+    col = "k"
+    assert n(cat10.sql(q.format(c=col))) == n(cat10.sql(on.format(c=col))) > 0
+    cte = f"WITH x AS (SELECT * FROM events) SELECT count(*) AS n FROM x JOIN other USING ({col})"
+    assert n(cat10.sql(cte)) == n(cat10.sql(on.format(c=col)))
+    with pytest.raises(SqlError, match="query failed"):
+        cat10.sql(f"SELECT count(*) FROM events JOIN nope USING ({col})")
+
+
 def test_close_then_query_again(cat10: lamina.Catalog) -> None:
     assert n(cat10.sql("select count(*) from events")) == 300
     cat10.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import sys
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -188,6 +189,9 @@ class Catalog:
     def drop_table(self, name: str) -> None:
         """Remove a table from the catalog, then its files."""
         record = table_rows.drop_table(self.context.db, name)
+        keys = sys.modules.get("lamina.meta.keys")  # loaded: this process upserted
+        if keys is not None:
+            keys.forget(str(self.context.db.engine.url), record.id)
         self.warehouse.delete_dir(self.warehouse.path(record.name))
 
     # -- SQL ----------------------------------------------------------------------

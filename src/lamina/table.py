@@ -684,8 +684,8 @@ class Table:
 
     def count(self, as_of: int | None = None) -> int:
         plan = self.scan(as_of)  # no row range to apply: the catalog's row counts answer
-        if plan.all_whole and not plan.deletes:
-            return plan.row_count
+        if plan.all_whole:  # less the rows deletion vectors hide
+            return plan.row_count - sum(len(hidden) for hidden in plan.deletes.values())
         tc = plan.table.time_column  # one column: concat_tables drops zero-column rows
         return self.to_arrow(as_of, columns=[tc] if tc else []).num_rows
 

@@ -161,6 +161,9 @@ def changed_rows(table: Table, after_seq: int, until_seq: int | None) -> list[Ch
         before = _visible_rows(plan(ctx, table.name, changes.base))
     for point in changes.points:
         after = _visible_rows(plan(ctx, table.name, point.commit_id))
+        if not point.touched:  # a compaction: the same records, rewritten
+            before = after
+            continue
         for tag in ("delete", "insert"):
             old, new = (before, after) if tag == "delete" else (after, before)
             for path in sorted(old):

@@ -181,7 +181,10 @@ def tables(
                     "time_column": t.time_column,
                     "granularity": t.granularity.value,
                     "segments": len(segs),
-                    "rows": sum(s.row_count for s in segs),
+                    # an upsert table: less the superseded rows (the catalog answers)
+                    "rows": t.count()
+                    if "upsert.primary_key" in t.properties
+                    else sum(s.row_count for s in segs),
                     "size_bytes": sum(s.size_bytes for s in segs),
                 }
             )

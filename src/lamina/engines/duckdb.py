@@ -219,7 +219,7 @@ def _parsed(
     """``cur``, and the table names and statement kinds of ``query`` read with
     ``parser`` (closed then; ``cur`` too on failure). SqlError if it does not parse."""
     try:
-        named = parser.get_table_names(query)
+        named = _table_names(parser, query)
         return cur, named, {s.type for s in parser.extract_statements(query)}
     except duckdb.Error as exc:
         cur.close()
@@ -229,6 +229,35 @@ def _parsed(
         raise
     finally:
         parser.close()
+
+
+def _table_names(parser: duckdb.DuckDBPyConnection, query: str) -> set[str]:
+    """The names of the tables ``query`` reads. DuckDB's own answer binds the query,
+    which fails where binding needs the tables' columns (``JOIN ... USING``); then the
+    table references of its parse tree (CTE names among them: they match no table)."""
+    import json
+
+    try:
+        return set(parser.get_table_names(query))
+    except duckdb.BinderException:
+        row = parser.execute("SELECT json_serialize_sql(?)", [query]).fetchone()
+        tree = json.loads(row[0]) if row else {}
+        if tree.get("error"):
+            raise
+    names: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "BASE_TABLE" and node.get("table_name"):
+                names.add(str(node["table_name"]))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(tree)
+    return names
 
 
 def _mentions(query: str, column: str) -> bool:

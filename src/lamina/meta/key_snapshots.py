@@ -16,7 +16,7 @@ from lamina.core.model import TableRecord
 from lamina.core.upsert import UpsertSpec
 from lamina.io.warehouse import Warehouse
 from lamina.meta import deletes
-from lamina.meta.keys import LOCK, held, state
+from lamina.meta.keys import LOCK, held, state, visible_files
 from lamina.meta.schema import key_snapshots, tables
 
 
@@ -45,7 +45,7 @@ def stats(db: Any, table: TableRecord, spec: UpsertSpec, wh: Warehouse) -> KeySt
             started = time.perf_counter()
             st = state(conn, str(db.engine.url), table, spec, wh, seq)
             took = time.perf_counter() - started
-            vectors = deletes.at(conn, table.id, seq)
+            vectors = deletes.at(conn, table.id, seq, visible_files(conn, table, seq))
             return KeyStats(
                 seq,
                 len(st.index),

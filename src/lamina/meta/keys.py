@@ -176,7 +176,7 @@ def _rebuild(
     return st
 
 
-def _visible_files(conn: Connection, table: TableRecord, seq: int) -> set[str]:
+def visible_files(conn: Connection, table: TableRecord, seq: int) -> set[str]:
     """The data files (locations) visible at ``seq``."""
     return {s.location.lstrip("/") for s in _visible(conn, table, seq) if s.location}
 
@@ -220,8 +220,8 @@ def _catch_up(
             if shown is not None:
                 shown |= set(added)
         else:
-            before = _visible_files(conn, table, st.seq) if shown is None else shown
-            shown = _visible_files(conn, table, int(cseq))
+            before = visible_files(conn, table, st.seq) if shown is None else shown
+            shown = visible_files(conn, table, int(cseq))
             gone, added = before - shown, sorted(shown - before)
             st.index.drop_segments([st.codes[loc] for loc in gone if loc in st.codes])
         own = deletes.at(conn, table.id, int(cseq), added)
@@ -231,6 +231,12 @@ def _catch_up(
         st.seq = int(cseq)
     st.seq = seq
     return st
+
+
+def _purged(conn: Connection, table: TableRecord) -> int:
+    """The seq before which retention deleted the table's history."""
+    stmt = select(tables.c.purged_seq).where(tables.c.id == table.id)
+    return int(conn.execute(stmt).scalar_one())
 
 
 def _saved(conn: Connection, table: TableRecord, wh: Warehouse, seq: int) -> KeyState | None:
@@ -261,11 +267,14 @@ def state(
 ) -> KeyState:
     """The table's index as of ``seq`` (the latest commit), kept for the next call:
     this process's, else the newest saved snapshot caught up, else built from the
-    table's files."""
+    table's files. An index older than the table's retention point is not caught up
+    (retention deleted the rows its replay reads): it is built again."""
     key = (url, table.id)
     st = _STATES.get(key)
     if st is None or st.seq > seq:  # none yet, or of another catalog at this URL
         st = _saved(conn, table, wh, seq)
+    if st is not None and st.seq < seq and st.seq < _purged(conn, table):
+        st = None
     if st is None or st.seq > seq:
         st = _rebuild(conn, table, spec, wh, seq)
     elif st.seq != seq:

@@ -33,6 +33,7 @@ from lamina.errors import (
     LockRevokedError,
     SegmentNotFoundError,
     TableNotFoundError,
+    UpsertError,
 )
 from lamina.io.warehouse import Warehouse
 from lamina.meta import app_txns
@@ -118,6 +119,25 @@ def publish(
         raise
 
 
+def _refuse_partial(
+    live: list[Segment],
+    gone: list[Segment],
+    remove_ids: tuple[str, ...],
+    chunks: tuple[Interval, ...],
+) -> None:
+    """An overwrite of an upsert table replaces whole segments: one that would show in
+    part only (coarser than the overwrite's chunks, after a major compaction to a larger
+    granularity) would keep records the key index counts as gone. Raises UpsertError."""
+    out = {s.id for s in gone} | set(remove_ids)
+    for seg in live:
+        if seg.id not in out and any(seg.interval.overlaps(c) for c in chunks):
+            raise UpsertError(
+                f"this overwrite covers only part of segment {seg.id} ({seg.interval}); an "
+                "overwrite of an upsert table replaces whole segments: "
+                f"overwrite (or refresh) its whole span {seg.interval}; nothing was published"
+            )
+
+
 def _publish(
     conn: Connection,
     db: Db,
@@ -171,6 +191,8 @@ def _publish(
             span = _span(list(plan.overwrite))
             live = live_segments(conn, table.id, table.name, span, hidden)
             gone = overshadowed(live, new)
+            if plan.upsert is not None and not plan.rewrite:
+                _refuse_partial(live, gone, plan.remove_ids, plan.overwrite)
             if plan.rewrite:
                 _check_unnamed(gone, current)
             else:  # and the sources a completed entry hides: a rollback shows none

@@ -15,7 +15,18 @@ from lamina.core.model import TableRecord
 from lamina.errors import TableExistsError, TableNotFoundError
 from lamina.meta.db import Db
 from lamina.meta.rows import table_record
-from lamina.meta.schema import commits, lineage, lineage_ids, manifests, segments, tables
+from lamina.meta.schema import (
+    app_txns,
+    commits,
+    deletes,
+    key_snapshots,
+    lineage,
+    lineage_ids,
+    locks,
+    manifests,
+    segments,
+    tables,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -98,15 +109,15 @@ def set_properties(db: Db, name: str, updates: dict[str, str]) -> TableRecord:
 
 
 def drop_table(db: Db, name: str) -> TableRecord:
-    """Delete the table's rows (segments, lineage, commits). Raises TableNotFoundError."""
+    """Delete the table's rows (segments, lineage, commits, deletion vectors, key index
+    snapshots, exactly-once versions, locks). Raises TableNotFoundError."""
 
     def txn(conn: Connection) -> TableRecord:
         rec = read_table(conn, name)
         entries = select(lineage.c.id).where(lineage.c.table_id == rec.id)
         conn.execute(delete(lineage_ids).where(lineage_ids.c.entry_id.in_(entries)))
-        conn.execute(delete(lineage).where(lineage.c.table_id == rec.id))
-        conn.execute(delete(segments).where(segments.c.table_id == rec.id))
-        conn.execute(delete(manifests).where(manifests.c.table_id == rec.id))
+        for rows in (lineage, segments, manifests, deletes, key_snapshots, app_txns, locks):
+            conn.execute(delete(rows).where(rows.c.table_id == rec.id))
         conn.execute(delete(commits).where(commits.c.table_id == rec.id))
         conn.execute(delete(tables).where(tables.c.id == rec.id))
         return rec
