@@ -23,8 +23,8 @@ def seg(day: int, pid: int, rows: int, commit: int, suffix: str = "") -> Segment
 def test_statuses_and_reasons() -> None:
     pol = Policy(target_rows=100)
     segs = [seg(1, 0, 10, 1), seg(1, 1, 10, 2), seg(2, 0, 90, 3), seg(3, 0, 80, 9)]
-    got = {st.chunk.start // D: st for st in statuses(segs, {9: pol.fingerprint}, pol)}
-    assert [st.chunk.start // D for st in statuses(segs, {9: pol.fingerprint}, pol)] == [3, 2, 1]
+    got = {st.chunk.start // D: st for st in statuses(segs, {9: pol.state}, pol)}
+    assert [st.chunk.start // D for st in statuses(segs, {9: pol.state}, pol)] == [3, 2, 1]
     assert (got[1].status, got[1].action) == ("PENDING", "minor")
     assert "2 small segments" in got[1].reason
     assert (got[2].status, got[2].reason) == ("COMPLETE", "no small segments to merge")
@@ -33,23 +33,23 @@ def test_statuses_and_reasons() -> None:
 
 def test_late_data_and_policy_changes() -> None:
     pol = Policy(target_rows=100)
-    fp = pol.fingerprint
+    fp = pol.state
     late = [seg(1, 32768, 40, 9), seg(1, 5, 3, 10)]
     (st,) = statuses(late, {9: fp}, pol)
     assert st.action == "minor" and "1 segment(s) written since its compaction" in st.reason
     sorted_pol = Policy(target_rows=100, sort_by=("v",))
     (st,) = statuses([seg(1, 32768, 40, 9)], {9: fp}, sorted_pol)
     assert st.action == "major" and "compacted under another policy" in st.reason
-    (st,) = statuses([seg(1, 0, 40, 9)], {9: sorted_pol.fingerprint}, sorted_pol)
+    (st,) = statuses([seg(1, 0, 40, 9)], {9: sorted_pol.state}, sorted_pol)
     assert st.status == "COMPLETE"
     carried = [seg(1, 0, 40, 9), seg(1, 1, 40, 9, suffix="c9")]  # rows appended meanwhile
-    (st,) = statuses(carried, {9: sorted_pol.fingerprint}, sorted_pol)
+    (st,) = statuses(carried, {9: sorted_pol.state}, sorted_pol)
     assert st.action == "major" and "written since its compaction" in st.reason
 
 
 def test_superseded_records_make_a_chunk_pending_however_it_was_compacted() -> None:
     pol = Policy(target_rows=100)
-    fp = pol.fingerprint
+    fp = pol.state
     segs = [seg(1, 32768, 90, 9), seg(2, 32768, 90, 9)]
     stale = to_purge(segs, {segs[0].id: 9, segs[1].id: 8}, 10)  # 10% and 8.9%
     assert stale == {segs[0].id}
@@ -152,9 +152,17 @@ def test_bad_policies_are_typed(cat: lamina.Catalog) -> None:
     ]:
         with pytest.raises(lamina.LaminaError, match=match):
             t.set_properties(**{key: value})
-    t.set_properties(**{"compaction.sort_by": "nope"})
+    # checked against the table when set: nothing changes
     with pytest.raises(lamina.CompactionError, match="nope"):
-        cat.compact_auto()
+        t.set_properties(**{"compaction.sort_by": "nope"})
+    weekly = cat.create_table("weekly", schema=SCHEMA, time_column="ts", segment_granularity="WEEK")
+    with pytest.raises(lamina.CompactionError, match="do not nest"):
+        weekly.set_properties(**{"compaction.segment_granularity": "MONTH"})
+    assert not any(k.startswith("compaction.") for k in weekly.properties)
+    t.set_properties(**{"compaction.segment_granularity": "MONTH"})  # DAY chunks nest
+    timeless = cat.create_table("timeless", schema=SCHEMA)
+    with pytest.raises(lamina.CompactionError, match="no time column"):
+        timeless.set_properties(**{"compaction.segment_granularity": "DAY"})
 
 
 def test_auto_compaction_leaves_chunks_a_lineage_entry_names(cat: lamina.Catalog) -> None:

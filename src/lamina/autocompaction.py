@@ -22,7 +22,12 @@ from lamina.core.compaction import plan_minor
 from lamina.core.interval import Interval
 from lamina.core.model import Commit
 from lamina.core.segment import Segment
-from lamina.errors import CommitConflictError, LockRevokedError, LockTimeoutError
+from lamina.errors import (
+    CommitConflictError,
+    CompactionError,
+    LockRevokedError,
+    LockTimeoutError,
+)
 
 if TYPE_CHECKING:
     from lamina.table import Table
@@ -31,9 +36,10 @@ if TYPE_CHECKING:
 def policy(table: Table) -> Policy:
     """The table's compaction policy. Raises PropertyError, CompactionError."""
     got = policy_of(table.properties, table.target_rows_per_segment)
+    got = dataclasses.replace(got, chunk_granularity=got.segment_granularity)
     if got.segment_granularity is table.granularity:
         got = dataclasses.replace(got, segment_granularity=None)
-    check_policy(got, table.schema.names)
+    check_policy(got, table.schema.names, table.time_column, table.granularity)
     return got
 
 
@@ -52,7 +58,7 @@ class _Survey:
 def _survey(table: Table) -> _Survey:
     pol = policy(table)
     compacted = {
-        c.id: str(c.metadata.get("fingerprint"))
+        c.id: c.metadata.get("state") or {"fingerprint": c.metadata.get("fingerprint")}
         for c in table.history()
         if c.state == "COMPLETED" and c.metadata.get("compaction")
     }
@@ -60,7 +66,8 @@ def _survey(table: Table) -> _Survey:
     segs = candidates(table, None, named)[1]
     held = named_chunks(table, named)
     stale = purge(table, segs)
-    found = statuses(segs, compacted, pol, stale)
+    ends = [s.interval.end for s in segs] + [c.end for c in held]  # held data counts too
+    found = statuses(segs, compacted, pol, stale, max(ends) if ends else None)
     seen = {st.chunk for st in found}
     why = "a lineage entry names its segments (a push in progress or still revertible)"
     found += [ChunkStatus(c, "SKIPPED", "none", why) for c in held - seen]
@@ -97,8 +104,8 @@ def compact_auto(table: Table, dry_run: bool = False) -> list[AutoResult]:
         chunks = {st.chunk for st in minor}
         segs = [s for s in survey.candidates if s.interval in chunks]
         runs = plan_minor(segs, pol.target_rows, pol.small, survey.purge)
-        fp = Policy(pol.target_rows).fingerprint
-        commit, error = _attempt(lambda: compact_minor(table, runs, fingerprint=fp, nice=pol.nice))
+        state = Policy(pol.target_rows).state
+        commit, error = _attempt(lambda: compact_minor(table, runs, state=state, nice=pol.nice))
         out += [AutoResult(table.name, st, commit, error) for st in minor]
     gran = pol.segment_granularity or table.granularity
     done: set[Interval] = set()
@@ -137,8 +144,9 @@ def compact_auto(table: Table, dry_run: bool = False) -> list[AutoResult]:
 
 
 def _attempt(run: Callable[[], Commit | None]) -> tuple[Commit | None, str | None]:
-    """Run one compaction; a conflict or a busy lock is reported, not raised."""
+    """Run one compaction; a conflict, a busy lock or a compaction the chunk does not
+    allow is reported, not raised."""
     try:
         return run(), None
-    except (CommitConflictError, LockTimeoutError, LockRevokedError) as exc:
+    except (CommitConflictError, LockTimeoutError, LockRevokedError, CompactionError) as exc:
         return None, f"{type(exc).__name__}: {exc}"

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from lamina.core.autocompact import (
     DEFAULT_NICE,
     Policy,
+    fingerprint_of,
     nice_of,
     policy_of,
     superseded_pct_of,
@@ -102,8 +103,8 @@ def compact(
     else:  # planning only reads (no catalog lock held): it yields to ingestion too
         iv = table._aligned(interval)
         runs = run_niced(lambda: plan(table, iv, target), nice_of(table.properties))
-    fp = Policy(target).fingerprint
-    return compact_minor(table, runs, prio, wait_s, fp, engine, nice_of(table.properties))
+    state = Policy(target).state
+    return compact_minor(table, runs, prio, wait_s, state, engine, nice_of(table.properties))
 
 
 def target_rows(table: Table, given: int | None) -> int:
@@ -301,7 +302,7 @@ def compact_minor(
     runs: list[MinorRun],
     priority: int = PRIORITY_COMPACTION,
     wait_s: float | None = None,
-    fingerprint: str | None = None,
+    state: dict[str, Any] | None = None,
     engine: str = "auto",
     nice: int = DEFAULT_NICE,
 ) -> Commit | None:
@@ -316,7 +317,10 @@ def compact_minor(
         return None
     ctx = table._ctx
     wait = ctx.writer_wait_s if wait_s is None else wait_s
-    meta = {"compaction": "minor", "runs": len(runs), "fingerprint": fingerprint}
+    meta: dict[str, Any] = {"compaction": "minor", "runs": len(runs)}
+    if state is not None:  # the compaction state its segments record (core.autocompact)
+        meta["state"] = state
+        meta["fingerprint"] = fingerprint_of(state)
     # opened INFLIGHT with its SEGMENT locks: the files follow at once (on SQLite one
     # catalog transaction opens the commit and takes the locks)
     asked = [(LockType.SEGMENT, r.chunk, priority, frozenset(s.id for s in r.inputs)) for r in runs]
@@ -426,12 +430,13 @@ def compact_major(
     if iv is None:
         return None
     meta: dict[str, Any] = {"compaction": "major", "granularity": gran.value}
-    meta["fingerprint"] = Policy(
+    done = Policy(
         target_rows,
         segment_granularity=None if gran is table.granularity else gran,
         sort_by=tuple(sort_by or ()),
         rollup=rollup,
-    ).fingerprint
+    )
+    meta["state"], meta["fingerprint"] = done.state, done.fingerprint
     if sort_by:
         meta["sort_by"] = list(sort_by)
     if rollup is not None:

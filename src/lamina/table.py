@@ -82,7 +82,14 @@ class Table:
             from lamina.core.upsert_spec import refuse_consistent_push
 
             refuse_consistent_push(values)
-        self._record = tables.set_properties(self._ctx.db, self.name, check_properties(values))
+        checked = check_properties(values)
+        if any(k.startswith("compaction.") for k in checked):  # the policy, on this table
+            from lamina.core.autocompact import check_policy, policy_of
+
+            props = {**self._record.properties, **checked}
+            pol = policy_of(props, self.target_rows_per_segment)
+            check_policy(pol, self.schema.names, self.time_column, self.granularity)
+        self._record = tables.set_properties(self._ctx.db, self.name, checked)
 
     # -- writing ------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lamina.core.interval import Granularity, Interval
+from lamina.core.interval import MIN_US, Granularity, Interval
 from lamina.core.properties import duration_us
 from lamina.core.segment import Segment
 from lamina.errors import CompactionError, PropertyError
@@ -67,6 +67,9 @@ class Policy:
     rollup: Mapping[str, Any] | None = None
     nice: int = DEFAULT_NICE  # CPU priority of the work, not of its result: no fingerprint
     max_superseded_pct: int = DEFAULT_MAX_SUPERSEDED_PCT  # upsert tables; see module doc
+    #: the granularity the policy names, even the table's own (``segment_granularity``
+    #: is None then): a chunk of another length is re-partitioned to it
+    chunk_granularity: Granularity | None = None
 
     @property
     def small(self) -> int:
@@ -80,16 +83,43 @@ class Policy:
         return bool(self.segment_granularity or self.sort_by or self.rollup)
 
     @property
-    def fingerprint(self) -> str:
-        """The compaction state that segments compacted under this policy record."""
+    def state(self) -> dict[str, Any]:
+        """The compaction state segments compacted under this policy record: the
+        settings that shape their data (JSON)."""
         doc = {
             "target_rows": self.target_rows,
             "segment_granularity": self.segment_granularity and self.segment_granularity.value,
             "sort_by": list(self.sort_by),
             "rollup": self.rollup,
         }
-        raw = json.dumps(doc, sort_keys=True, default=str).encode()
-        return hashlib.sha256(raw).hexdigest()[:16]
+        normal: dict[str, Any] = json.loads(json.dumps(doc, sort_keys=True, default=str))
+        return normal
+
+    @property
+    def fingerprint(self) -> str:
+        """A digest of :attr:`state`."""
+        return fingerprint_of(self.state)
+
+    def met_by(self, state: Mapping[str, Any]) -> bool:
+        """Whether segments compacted with ``state`` (a commit's; an older commit
+        holds only its ``fingerprint``) are as this policy wants them, as Druid decides:
+        the target size always counts; a sort order and a rollup only when the policy
+        names one (a policy without them accepts any). Granularity is read off the
+        chunk itself (:func:`statuses`)."""
+        if "target_rows" not in state:
+            return state.get("fingerprint") == self.fingerprint
+        mine = self.state
+        return (
+            state["target_rows"] == mine["target_rows"]
+            and (not self.sort_by or state.get("sort_by") == mine["sort_by"])
+            and (self.rollup is None or state.get("rollup") == mine["rollup"])
+        )
+
+
+def fingerprint_of(state: Mapping[str, Any]) -> str:
+    """A digest of a compaction state (:attr:`Policy.state`)."""
+    raw = json.dumps(state, sort_keys=True, default=str).encode()
+    return hashlib.sha256(raw).hexdigest()[:16]
 
 
 def _int(props: Mapping[str, str], key: str, default: int, least: int) -> int:
@@ -184,21 +214,28 @@ class ChunkStatus:
 
 def statuses(
     visible: Sequence[Segment],
-    compacted: Mapping[int, str],
+    compacted: Mapping[int, Mapping[str, Any]],
     policy: Policy,
     purge: frozenset[str] = frozenset(),
+    newest: int | None = None,
 ) -> list[ChunkStatus]:
     """Each chunk's status, newest first. ``visible``: the table's visible data
-    segments (whole chunks); ``compacted``: commit id -> fingerprint of the table's
-    compaction commits; ``purge``: segments to rewrite without their superseded
-    records (:func:`to_purge`)."""
+    segments (whole chunks); ``compacted``: commit id -> compaction state of the
+    table's compaction commits (:attr:`Policy.state`, or ``{"fingerprint": ...}``);
+    ``purge``: segments to rewrite without their superseded records
+    (:func:`to_purge`); ``newest``: the end of the table's newest data (default:
+    ``visible``'s), from which ``skip_offset_from_latest`` counts, as in Druid — with
+    a target granularity, from the start of its bucket there, so that no bucket
+    reaching into the offset is rewritten."""
     by_chunk: dict[Interval, list[Segment]] = {}
     for s in visible:
         by_chunk.setdefault(s.interval, []).append(s)
     if not by_chunk:
         return []
-    newest = max(c.end for c in by_chunk)
+    newest = max(c.end for c in by_chunk) if newest is None else newest
     horizon = newest - policy.skip_offset_us
+    if policy.skip_offset_us and policy.chunk_granularity is not None:
+        horizon = policy.chunk_granularity.floor(horizon)
     out = []
     for chunk in sorted(by_chunk, key=lambda c: (c.end, c.start), reverse=True):
         segs = by_chunk[chunk]
@@ -212,7 +249,7 @@ def _decide(
     chunk: Interval,
     segs: Sequence[Segment],
     small: int,
-    compacted: Mapping[int, str],
+    compacted: Mapping[int, Mapping[str, Any]],
     policy: Policy,
     horizon: int,
     purge: frozenset[str] = frozenset(),
@@ -226,21 +263,20 @@ def _decide(
         why = f">= {policy.max_superseded_pct}% of their records superseded by newer ones"
         return "PENDING", "minor", f"{stale} segment(s) with {why}"
     # a carried copy (suffix) holds rows appended during a compaction, not its output
-    prints = {None if s.suffix else compacted.get(s.commit_id or -1) for s in segs}
-    late = sum(1 for s in segs if s.suffix or (s.commit_id or -1) not in compacted)
-    if policy.rewrites and prints != {policy.fingerprint}:
-        if prints <= {None}:
-            why = "never compacted"
-        elif None not in prints:
-            why = "compacted under another policy"
-        else:
-            why = f"{late} segment(s) written since its compaction"
-        return "PENDING", "major", f"{why}; the policy re-partitions, sorts or rolls up"
+    states = [None if s.suffix else compacted.get(s.commit_id or -1) for s in segs]
+    late = sum(1 for st in states if st is None)
+    other = sum(1 for st in states if st is not None and not policy.met_by(st))
+    gran = policy.chunk_granularity
+    if gran is not None and chunk.start > MIN_US and chunk != gran.chunk(chunk.start):
+        why = _why(n, late, n - late)  # compacted into other chunks: another policy
+        return "PENDING", "major", f"{why}; the policy re-partitions into {gran.value} chunks"
+    if (policy.sort_by or policy.rollup is not None) and (late or other):
+        return "PENDING", "major", f"{_why(n, late, other)}; the policy sorts or rolls up"
     if small >= 2:
-        if late == n:
-            return "PENDING", "minor", f"{small} small segments (< {policy.small:,} rows)"
-        return "PENDING", "minor", f"{late} segment(s) written since its compaction, {small} small"
-    if prints == {policy.fingerprint}:
+        return "PENDING", "minor", f"{_why(n, late, other, small)}"
+    if other:  # another target size, say: rewritten to this one (as Druid does)
+        return "PENDING", "major", _why(n, late, other)
+    if not late:
         return "COMPLETE", "none", "compacted under this policy"
     if policy.max_segments and n > policy.max_segments:
         why = f"{n} segments > max_segments_per_chunk {policy.max_segments}, too few small"
@@ -248,8 +284,58 @@ def _decide(
     return "COMPLETE", "none", "no small segments to merge"
 
 
-def check_policy(policy: Policy, schema_names: Sequence[str]) -> None:
-    """Raises CompactionError when the policy names unknown columns."""
+def _why(n: int, late: int, other: int, small: int = 0) -> str:
+    """Why a chunk is PENDING: ``late`` of its ``n`` segments never compacted, ``other``
+    compacted under another policy, ``small`` small."""
+    if late == n:
+        what = f"{small} small segments" if small else "never compacted"
+    elif other and not late:
+        what = "compacted under another policy"
+    else:
+        what = f"{late} segment(s) written since its compaction"
+    return what + (f", {small} small" if small and late != n else "")
+
+
+#: (finer, coarser) granularities whose chunks nest: every boundary of the coarser is
+#: one of the finer (a week can span two months: WEEK nests in none of the calendar ones)
+_NESTS = {
+    (Granularity.HOUR, Granularity.DAY), (Granularity.HOUR, Granularity.WEEK),
+    (Granularity.DAY, Granularity.WEEK),
+    *((fine, coarse) for fine in (Granularity.HOUR, Granularity.DAY, Granularity.MONTH,
+                                  Granularity.QUARTER)
+      for coarse in (Granularity.MONTH, Granularity.QUARTER, Granularity.YEAR)
+      if fine is not coarse and not (fine is Granularity.QUARTER and coarse is not
+                                     Granularity.YEAR)),
+}  # fmt: skip
+
+
+def nest(a: Granularity, b: Granularity) -> bool:
+    """Whether chunks of ``a`` and ``b`` nest, one inside the other."""
+    return a is b or Granularity.ALL in (a, b) or (a, b) in _NESTS or (b, a) in _NESTS
+
+
+def check_policy(
+    policy: Policy,
+    schema_names: Sequence[str],
+    time_column: str | None = None,
+    granularity: Granularity | None = None,
+) -> None:
+    """Raises CompactionError when the policy names unknown columns, or asks for a
+    segment granularity the table's chunks (``granularity``; a table without
+    ``time_column`` has one chunk) do not nest with."""
+    target = policy.segment_granularity
+    if target is not None and granularity is not None and target is not granularity:
+        if time_column is None and target is not Granularity.ALL:
+            raise CompactionError(
+                f"{PREFIX}segment_granularity = {target.value}: the table has no time column, "
+                "so one chunk; remove the setting"
+            )
+        if not nest(target, granularity):
+            raise CompactionError(
+                f"{PREFIX}segment_granularity = {target.value}: its chunks and the table's "
+                f"{granularity.value} chunks do not nest (a week can span two months); "
+                "choose a granularity they nest with"
+            )
     for col in policy.sort_by:
         if col not in schema_names:
             raise CompactionError(f"{PREFIX}sort_by names {col!r}, not a column of the table")
