@@ -5,6 +5,8 @@ policy change affects, late data, the skip offset, dry runs, bad policies."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import lamina
 from lamina.core.autocompact import Policy, policy_of, statuses, to_purge
@@ -181,3 +183,65 @@ def test_auto_compaction_leaves_chunks_a_lineage_entry_names(cat: lamina.Catalog
     with pytest.raises(lamina.CommitConflictError, match="lineage entry"):
         t.compact(mode="major", interval=("2024-01-01", "2024-01-02"))
     assert t.count() == 8
+
+
+# -- the compaction-state rule, against an oracle ----------------------------------------
+
+_SORTS = st.sampled_from([(), ("v",), ("k", "v")])
+_ROLLUPS = st.sampled_from([None, {"dimensions": ["k"]}, {"dimensions": ["k"], "metrics": {}}])
+_POLICIES = st.builds(
+    Policy,
+    target_rows=st.sampled_from([10, 100]),
+    sort_by=_SORTS,
+    rollup=_ROLLUPS,
+    chunk_granularity=st.sampled_from([None, Granularity.DAY, Granularity.WEEK]),
+)
+
+
+@settings(max_examples=400)
+@given(
+    policy=_POLICIES,
+    made=st.lists(st.one_of(st.none(), _POLICIES), min_size=1, max_size=4),
+    rows=st.lists(st.integers(0, 200), min_size=4, max_size=4),
+)
+def test_a_chunk_is_picked_exactly_when_the_policy_wants_it_otherwise(
+    policy: Policy, made: list[Policy | None], rows: list[int]
+) -> None:
+    """One DAY chunk whose segments were written by plain writes (None) or by
+    compactions under other policies. Oracle (Druid's CompactionStatus): the chunk is
+    COMPLETE exactly when it is a chunk of the policy's granularity (if it names one),
+    has fewer than 2 small segments and every segment comes from a compaction with the
+    policy's target size, and its sort order and rollup where the policy names them —
+    or, never compacted, has nothing to merge. A chunk compacted under the policy itself
+    is never picked again (Druid #8481)."""
+    segs = [seg(7, i, rows[i], i + 1) for i in range(len(made))]
+    compacted = {i + 1: p.state for i, p in enumerate(made) if p is not None}
+    (got,) = statuses(segs, compacted, policy)
+    small = sum(1 for s in segs if s.row_count < policy.small)
+    done = [p for p in made if p is not None]
+    meets = [
+        p.target_rows == policy.target_rows
+        and (not policy.sort_by or p.sort_by == policy.sort_by)
+        and (policy.rollup is None or p.rollup == policy.rollup)
+        for p in done
+    ]
+    day = segs[0].interval
+    shaped = policy.chunk_granularity in (None, Granularity.DAY) or day == (
+        policy.chunk_granularity.chunk(day.start)
+    )
+    late = len(made) - len(done)
+    reshapes = policy.sort_by or policy.rollup is not None
+    want_complete = (
+        shaped
+        and small < 2
+        and all(meets)
+        and not (reshapes and late)
+        and (late == 0 or not policy.max_segments)
+    )
+    assert (got.status == "COMPLETE") == want_complete, got
+    if got.status == "PENDING":
+        assert got.action in ("minor", "major") and got.reason
+    # compacted under the policy itself, into one big segment: never picked again
+    (again,) = statuses([seg(7, 0, 10_000, 1)], {1: policy.state}, policy)
+    shaped_one = policy.chunk_granularity in (None, Granularity.DAY)
+    assert (again.status == "COMPLETE") == shaped_one
