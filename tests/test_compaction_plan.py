@@ -163,3 +163,18 @@ def test_with_segments_to_purge_every_run_is_valid_and_each_of_them_is_rewritten
         assert len(run.inputs) == 1 or run.rows <= target
         assert all(s.row_count * 2 < target or s.id in purge for s in run.inputs)
     assert purge <= used
+
+
+def test_runs_are_sized_by_the_rows_segments_keep() -> None:
+    """An upsert table's segments keep fewer rows than they hold (their superseded
+    records are dropped): runs and outputs are sized by what they keep, as Pinot sizes
+    its merges by valid records. Two 80-row segments keeping 5 each merge into one
+    segment; a 250-row segment keeping 10 is rewritten into one, not three."""
+    a, b = first(0, rows=80), first(1, rows=80)
+    assert [len(r.inputs) for r in plan_minor([a, b], 100, purge={a.id, b.id})] == [1, 1]
+    (run,) = plan_minor([a, b], 100, purge={a.id, b.id}, kept={a.id: 5, b.id: 5})
+    assert len(run.inputs) == 2 and run.outputs == 1
+    big = first(0, rows=250)
+    assert plan_minor([big], 100, purge={big.id})[0].outputs == 3
+    assert plan_minor([big], 100, purge={big.id}, kept={big.id: 10})[0].outputs == 1
+    assert minor_run([big], [big], 100, {big.id: 10}).outputs == 1

@@ -53,6 +53,7 @@ class _Survey:
     candidates: list[Segment]
     held: set[Interval]
     purge: frozenset[str]
+    kept: dict[str, int]  # rows a segment keeps, when fewer than it holds (upserts)
 
 
 def _survey(table: Table) -> _Survey:
@@ -65,14 +66,14 @@ def _survey(table: Table) -> _Survey:
     named = named_ids(table)
     segs = candidates(table, None, named)[1]
     held = named_chunks(table, named)
-    stale = purge(table, segs)
+    stale, kept = purge(table, segs)
     ends = [s.interval.end for s in segs] + [c.end for c in held]  # held data counts too
     found = statuses(segs, compacted, pol, stale, max(ends) if ends else None)
     seen = {st.chunk for st in found}
     why = "a lineage entry names its segments (a push in progress or still revertible)"
     found += [ChunkStatus(c, "SKIPPED", "none", why) for c in held - seen]
     found.sort(key=lambda st: (st.chunk.end, st.chunk.start), reverse=True)
-    return _Survey(pol, found, segs, held, stale)
+    return _Survey(pol, found, segs, held, stale, kept)
 
 
 def auto_status(table: Table) -> list[ChunkStatus]:
@@ -103,7 +104,7 @@ def compact_auto(table: Table, dry_run: bool = False) -> list[AutoResult]:
     if minor:
         chunks = {st.chunk for st in minor}
         segs = [s for s in survey.candidates if s.interval in chunks]
-        runs = plan_minor(segs, pol.target_rows, pol.small, survey.purge)
+        runs = plan_minor(segs, pol.target_rows, pol.small, survey.purge, survey.kept)
         state = Policy(pol.target_rows).state
         commit, error = _attempt(lambda: compact_minor(table, runs, state=state, nice=pol.nice))
         out += [AutoResult(table.name, st, commit, error) for st in minor]

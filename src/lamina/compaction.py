@@ -158,15 +158,17 @@ def plan(
     """The runs a minor compaction of ``interval`` (None: the whole table) would merge
     (on an upsert table, also rewrite: :func:`purge`)."""
     segs = candidates(table, interval)[1]
-    return plan_minor(segs, target, small, purge(table, segs))
+    stale, kept = purge(table, segs)
+    return plan_minor(segs, target, small, stale, kept)
 
 
-def purge(table: Table, segs: list[Segment]) -> frozenset[str]:
+def purge(table: Table, segs: list[Segment]) -> tuple[frozenset[str], dict[str, int]]:
     """An upsert table's segments among ``segs`` whose deletion vectors supersede
-    ``compaction.max_superseded_percent`` of their records or more (empty for other
-    tables). Raises PropertyError."""
+    ``compaction.max_superseded_percent`` of their records or more, and the records
+    each segment with superseded ones keeps (both empty for other tables).
+    Raises PropertyError."""
     if "upsert.primary_key" not in table._record.properties or not segs:
-        return frozenset()
+        return frozenset(), {}
     from lamina.meta import deletes
 
     root = table._ctx.db.root + "/"
@@ -174,7 +176,8 @@ def purge(table: Table, segs: list[Segment]) -> frozenset[str]:
     tid = table._record.id
     found = table._ctx.db.read(lambda conn: deletes.latest(conn, tid, list(by_path)))
     counts = {by_path[p]: len(v.superseded) for p, v in found.items() if p in by_path}
-    return to_purge(segs, counts, superseded_pct_of(table.properties))
+    kept = {s.id: s.row_count - counts[s.id] for s in segs if counts.get(s.id)}
+    return to_purge(segs, counts, superseded_pct_of(table.properties)), kept
 
 
 def chosen_run(table: Table, ids: list[str], target: int) -> MinorRun:
@@ -192,7 +195,7 @@ def chosen_run(table: Table, ids: list[str], target: int) -> MinorRun:
     inputs = [by_id[i] for i in dict.fromkeys(ids)]
     first = inputs[0]
     chunk = [s for s in visible if (s.interval, s.version) == (first.interval, first.version)]
-    return minor_run(inputs, chunk, target)
+    return minor_run(inputs, chunk, target, purge(table, inputs)[1])
 
 
 def _merged(table: Table, run: MinorRun) -> pa.Table:

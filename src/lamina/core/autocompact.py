@@ -291,6 +291,8 @@ def _why(n: int, late: int, other: int, small: int = 0) -> str:
         what = f"{small} small segments" if small else "never compacted"
     elif other and not late:
         what = "compacted under another policy"
+    elif not late:
+        what = "compacted under this policy"
     else:
         what = f"{late} segment(s) written since its compaction"
     return what + (f", {small} small" if small and late != n else "")

@@ -19,7 +19,7 @@ lies inside it must be an input.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 
@@ -104,11 +104,17 @@ def check_inputs(inputs: Sequence[Segment], visible: Sequence[Segment]) -> tuple
     return lo, hi
 
 
-def minor_run(inputs: Sequence[Segment], visible: Sequence[Segment], target_rows: int) -> MinorRun:
+def minor_run(
+    inputs: Sequence[Segment],
+    visible: Sequence[Segment],
+    target_rows: int,
+    kept: Mapping[str, int] | None = None,
+) -> MinorRun:
     """The run merging ``inputs`` (see :func:`check_inputs`) into segments of about
-    ``target_rows`` rows. Raises CompactionError."""
+    ``target_rows`` rows; ``kept``: the rows a segment keeps when they are fewer than
+    it holds (an upsert table's, less its superseded records). Raises CompactionError."""
     lo, hi = check_inputs(inputs, visible)
-    rows = sum(s.row_count for s in inputs)
+    rows = sum(_rows(s, kept) for s in inputs)
     first = inputs[0]
     return MinorRun(
         chunk=first.interval,
@@ -120,11 +126,16 @@ def minor_run(inputs: Sequence[Segment], visible: Sequence[Segment], target_rows
     )
 
 
+def _rows(s: Segment, kept: Mapping[str, int] | None) -> int:
+    return s.row_count if kept is None else kept.get(s.id, s.row_count)
+
+
 def plan_minor(
     visible: Iterable[Segment],
     target_rows: int,
     small_rows: int | None = None,
     purge: Collection[str] = frozenset(),
+    kept: Mapping[str, int] | None = None,
 ) -> list[MinorRun]:
     """Runs of adjacent small segments to merge, per chunk and version, from a
     snapshot's visible (whole) segments: consecutive units whose rows stay within
@@ -132,7 +143,8 @@ def plan_minor(
     ``small_rows`` or more (default: half the target), a gap in the roots, or a
     tombstone ends a run. A unit holding a segment of ``purge`` (an upsert table's,
     to rewrite without its superseded records) counts as small, and makes a run of
-    itself alone."""
+    itself alone. Sizes count the rows each segment keeps (``kept``, default all), as
+    Pinot sizes its merges by valid records."""
     if target_rows < 1:
         raise CompactionError(f"target_rows_per_segment={target_rows}: pass a number >= 1")
     small_rows = -(-target_rows // 2) if small_rows is None else small_rows
@@ -144,14 +156,14 @@ def plan_minor(
         segs = by_chunk[key]
         groups: list[list[list[Segment]]] = [[]]  # runs of units; the last one is open
         for unit in _units(segs):
-            rows = sum(s.row_count for s in unit)
+            rows = sum(_rows(s, kept) for s in unit)
             stale = any(s.id in purge for s in unit)
             small = (rows < small_rows or stale) and not any(s.is_tombstone for s in unit)
             current = groups[-1]
             if current and (
                 not small
                 or current[-1][0].root_range[1] != unit[0].root_range[0]
-                or sum(s.row_count for u in current for s in u) + rows > target_rows
+                or sum(_rows(s, kept) for u in current for s in u) + rows > target_rows
             ):
                 groups.append([])
             if small:
@@ -159,5 +171,5 @@ def plan_minor(
         for group in groups:
             inputs = [s for unit in group for s in unit]
             if len(inputs) >= 2 or any(s.id in purge for s in inputs):
-                runs.append(minor_run(inputs, segs, target_rows))
+                runs.append(minor_run(inputs, segs, target_rows, kept))
     return runs
