@@ -99,7 +99,7 @@ def compact(
     if segments is not None:
         if interval is not None:
             raise CompactionError("pass segments= or interval=, not both")
-        runs = [chosen_run(table, list(segments), target)]
+        runs = chosen_runs(table, list(segments), target)
     else:  # planning only reads (no catalog lock held): it yields to ingestion too
         iv = table._aligned(interval)
         runs = run_niced(lambda: plan(table, iv, target), nice_of(table.properties))
@@ -180,9 +180,11 @@ def purge(table: Table, segs: list[Segment]) -> tuple[frozenset[str], dict[str, 
     return to_purge(segs, counts, superseded_pct_of(table.properties)), kept
 
 
-def chosen_run(table: Table, ids: list[str], target: int) -> MinorRun:
-    """The run merging exactly the named segments, which must obey the seed's three
-    rules (see :func:`lamina.core.compaction.check_inputs`). Raises CompactionError."""
+def chosen_runs(table: Table, ids: list[str], target: int) -> list[MinorRun]:
+    """The runs merging exactly the named segments, one per chunk and version (as
+    Druid checks a compaction's segment locks interval by interval); each run must
+    obey the seed's three rules (see :func:`lamina.core.compaction.check_inputs`).
+    Raises CompactionError."""
     _, visible = candidates(table, None)
     by_id = {s.id: s for s in visible}
     unknown = [i for i in ids if i not in by_id]
@@ -193,9 +195,14 @@ def chosen_run(table: Table, ids: list[str], target: int) -> MinorRun:
             "t.segments() lists the visible ones"
         )
     inputs = [by_id[i] for i in dict.fromkeys(ids)]
-    first = inputs[0]
-    chunk = [s for s in visible if (s.interval, s.version) == (first.interval, first.version)]
-    return minor_run(inputs, chunk, target, purge(table, inputs)[1])
+    kept = purge(table, inputs)[1]
+    groups: dict[tuple[Interval, int], list[Segment]] = {}
+    for s in inputs:
+        groups.setdefault((s.interval, s.version), []).append(s)
+    return [
+        minor_run(group, [s for s in visible if (s.interval, s.version) == key], target, kept)
+        for key, group in sorted(groups.items())
+    ]
 
 
 def _merged(table: Table, run: MinorRun) -> pa.Table:

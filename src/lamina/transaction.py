@@ -11,12 +11,13 @@ are removed.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from lamina.core.conflicts import Isolation
 from lamina.core.interval import ETERNITY, Granularity, Interval
-from lamina.core.locks import PRIORITY_BATCH, LockType
+from lamina.core.locks import PRIORITY_BATCH, PRIORITY_STREAMING, LockType
 from lamina.core.model import Commit, CommitAction, NewSegment, PublishPlan, txn_of
 from lamina.errors import AlreadyAppliedError, CommitConflictError, LockError, TransactionError
 from lamina.write import WriteTransaction
@@ -46,7 +47,8 @@ def _lock_request(
     iv = ETERNITY if interval is None else Interval.coerce(interval)
     if iv != ETERNITY:
         table.granularity.check_aligned(iv)
-    prio = PRIORITY_BATCH if priority is None else priority
+    upserts = "upsert.primary_key" in table._record.properties  # ingestion: streaming
+    prio = (PRIORITY_STREAMING if upserts else PRIORITY_BATCH) if priority is None else priority
     if isinstance(prio, bool) or not isinstance(prio, int) or prio < 0:
         raise LockError(f"priority must be a whole number >= 0, not {priority!r}")
     wait = table._ctx.writer_wait_s if wait_s is None else float(wait_s)
@@ -152,11 +154,13 @@ class Transaction:
         self._check_open()
         if self._holds:
             held = self._hold(data, CommitAction.APPEND, None)
+            self._covered(held.chunks)
             self._clash(list(held.chunks), self._chunks, "overwrites")
             self._held.append(held)
             self._append_chunks |= set(held.chunks)
             return
         files = self._produce(data, CommitAction.APPEND, None)
+        self._covered([f.chunk for f in files])
         self._clash([f.chunk for f in files], self._chunks, "overwrites")
         self._appends += files
         self._append_chunks |= {f.chunk for f in files}
@@ -186,6 +190,7 @@ class Transaction:
         when given (a major compaction's re-partitioning), else the table's."""
         if self._holds:
             held = self._hold(data, CommitAction.OVERWRITE, iv)
+            self._covered(held.chunks)
             self._clash(list(held.chunks), self._append_chunks, "appends to")
             self._held.append(held)
             self._chunks |= set(held.chunks)
@@ -196,6 +201,7 @@ class Transaction:
             CommitAction.OVERWRITE, [f.chunk for f in files], iv, gran
         )
         assert chunks is not None
+        self._covered(chunks)
         self._clash(list(chunks), self._append_chunks, "appends to")
         self._overwrites += files
         self._chunks |= set(chunks)
@@ -322,6 +328,20 @@ class Transaction:
             self._stored.append(stored)
             return stored.files
         return self._table._producer(data, action, interval, layout)(where)
+
+    def _covered(self, chunks: Iterable[Interval]) -> None:
+        """A transaction that took a lock writes only inside it, as a Druid task may
+        publish only segments its locks cover. Raises LockError."""
+        if self._lock is None:
+            return
+        kind, held = self._lock[0], self._lock[1]
+        outside = sorted(c for c in chunks if not held.contains(c))
+        if outside:
+            raise LockError(
+                f"this transaction holds a {kind.value} lock on {held}; it cannot write "
+                f"{outside[0]}, outside it: pass an interval= covering every chunk it "
+                "writes (the operation was not added)"
+            )
 
     @staticmethod
     def _clash(chunks: list[Interval], other: set[Interval], what: str) -> None:

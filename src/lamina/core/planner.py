@@ -12,7 +12,7 @@ from lamina.core.interval import Interval
 from lamina.core.model import CompactedRun, NewSegment
 from lamina.core.segment import Segment
 from lamina.core.timeline import Timeline
-from lamina.errors import LaminaError
+from lamina.errors import CommitConflictError, LaminaError
 
 #: A chunk of one version: where appended files land.
 Target = tuple[Interval, int]
@@ -161,8 +161,9 @@ def carried_segments(
     an appended partition would (no core count of its own). Returns (original, copy)
     pairs.
 
-    Raises LaminaError when a carried segment lies in no single new chunk (appended
-    into a coarser chunk than the overwrite's): the overwrite must be retried.
+    Raises CommitConflictError (retryable) when a carried segment lies in no single
+    new chunk (appended into a coarser chunk than the overwrite's): the overwrite must
+    be retried.
     """
     chunks: dict[Interval, list[Segment]] = {}
     for seg in new:
@@ -172,9 +173,11 @@ def carried_segments(
     for seg in sorted(carried, key=lambda s: (s.interval, s.version, s.partition_id)):
         home = next((c for c in chunks if c.contains(seg.interval)), None)
         if home is None:
-            raise LaminaError(
+            raise CommitConflictError(
                 f"segment {seg.id}, appended while this overwrite ran, spans more than one "
-                "of its chunks; retry the overwrite (it will replace those rows too)"
+                "of its chunks; nothing was published — retry the overwrite (it will "
+                "replace those rows too)",
+                retryable=True,
             )
         version = chunks[home][0].version
         out.append(

@@ -212,6 +212,22 @@ def of_commit(conn: Connection, commit_id: int) -> list[Any]:
     return list(conn.execute(_OF_COMMIT, {"cid": commit_id}).all())
 
 
+def replacing(conn: Connection, table_id: int, commit_id: int, span: Interval) -> list[Lock]:
+    """Granted REPLACE and EXCLUSIVE locks of other commits overlapping ``span``."""
+    kinds = (LockType.REPLACE.value, LockType.EXCLUSIVE.value)
+    rows = conn.execute(
+        select(locks).where(
+            locks.c.table_id == table_id,
+            locks.c.commit_id != commit_id,
+            locks.c.state == LockState.GRANTED.value,
+            locks.c.type.in_(kinds),
+            locks.c.start_us < span.end,
+            locks.c.end_us > span.start,
+        )
+    ).all()
+    return [_lock_of(r) for r in rows]
+
+
 def revoked(db: Db, commit_id: int) -> tuple[str, Interval] | None:
     """Type and interval of a lock of the commit that was revoked, if any."""
     row = db.read(

@@ -8,6 +8,7 @@ commit through :func:`lamina.meta.commits.record_commit`.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, select
@@ -30,6 +31,7 @@ from lamina.errors import (
     CommitConflictError,
     CommitError,
     LineageError,
+    LockError,
     LockRevokedError,
     SegmentNotFoundError,
     TableNotFoundError,
@@ -117,6 +119,31 @@ def publish(
     except BaseException:
         keys.forget(str(db.engine.url), table.id)  # it may hold what did not commit
         raise
+
+
+def _lands_inside(
+    conn: Connection,
+    table_id: int,
+    commit_id: int,
+    targets: Iterable[tuple[Interval, int]],
+    locked: list[Interval],
+) -> None:
+    """Appended rows land in a visible chunk, which may be wider than the locks of a
+    locked write (coarser than the table's chunks after a major compaction). That is
+    refused where another commit holds a REPLACE or EXCLUSIVE lock in the chunk: its
+    overwrite could not carry the wider segment (Druid: an append needs a lock on the
+    whole interval of the segment it allocates). Raises LockError."""
+    for chunk, _ in targets:
+        if any(iv.contains(chunk) for iv in locked):
+            continue
+        other = lock_rows.replacing(conn, table_id, commit_id, chunk)
+        if other:
+            raise LockError(
+                f"appended rows land in chunk {chunk} (coarser than the table's chunks "
+                f"after a major compaction), where commit {other[0].holder} holds a "
+                f"{other[0].type.value} lock on {other[0].interval}; take the lock on the "
+                "whole chunk (it waits for that one); nothing was published"
+            )
 
 
 def _refuse_partial(
@@ -219,6 +246,8 @@ def _publish(
             more = chunk_versions(conn, table.id, table.name, span, hidden - waiting, longest)
             pending_reps = more[0] if more is not None else []
         targets, used_new = append_targets(chunks, reps, version, pending_reps)
+        if plan.locked and not plan.rewrite:  # no other lock holder's chunk is widened
+            _lands_inside(conn, table.id, commit_id, targets.values(), covered)
         fresh = version if used_new else fresh
         new += append_segments(table.name, appends, targets, next_pid, plan.suffix)
     # runs of one chunk version take ids in turn
