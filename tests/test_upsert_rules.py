@@ -451,8 +451,9 @@ MERGE_CASES: list[tuple[str, Any, Any, Any]] = [
     ("un", None, None, None),
     ("un", ["c", "a"], ["b", "a"], ["a", "b", "c"]),
     ("un", [], ["b", "b"], ["b"]),
+    # the delete column is never merged: each record's flag is its own (null: not deleted)
     ("del", None, False, False),
-    ("del", False, None, False),
+    ("del", False, None, None),
 ]
 
 
@@ -607,7 +608,7 @@ def test_bad_current_raises_typed_errors() -> None:
     with pytest.raises(UpsertError, match="do not match the input's types"):
         resolve_against(cur.set_column(1, "ts", pa.array(["x", "y"])), br, FULL_SPEC)
     pbr = resolve_batch(pa.Table.from_pylist([prow(1, 1)], PARTIAL), PARTIAL_SPEC)
-    with pytest.raises(UpsertError, match="current has no column 'del'"):
+    with pytest.raises(UpsertError, match="current has no column 'ow'"):
         resolve_against(cur, pbr, PARTIAL_SPEC)
     assert resolve_against(None, pbr, PARTIAL_SPEC).valid.tolist() == [True]
     for bad in (np.array([0, 1]), np.array([2])):  # two keys for one; a row current lacks
