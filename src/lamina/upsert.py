@@ -326,7 +326,7 @@ def store(
     an overwrite of ``interval``); they are resolved when it commits
     (:func:`combined`). Raises UpsertError (null keys or comparison values),
     SchemaError, TimeColumnError, DataOutsideIntervalError."""
-    from lamina.io.arrow import conform, is_spark_dataframe, to_arrow_table
+    from lamina.io.arrow import conform, is_spark_dataframe, storage_schema, to_arrow_table
     from lamina.io.writer import split_by_chunk, write_parts
 
     spec = require(table)
@@ -336,10 +336,12 @@ def store(
 
         files = spark_producer(rec, wh, table.target_rows_per_segment, data)(commit_dir)
         table._overwrite_chunks(action, [f.chunk for f in files], interval)
-        if files:
+        want = storage_schema(rec.schema)
+        if files:  # as the table stores them, as local operations' records are
             records, file_rows = _read_back(spec, wh, [f.location for f in files])
+            records = records.cast(pa.schema([want.field(c) for c in records.column_names]))
         else:
-            records, file_rows = rec.schema.empty_table().select(_columns(spec)), ()
+            records, file_rows = want.empty_table().select(_columns(spec)), ()
         resolve_batch(records, spec)  # null keys, comparison values: refused here
         return Stored(files, records, file_rows)
     batch = conform(to_arrow_table(data), rec.schema)
