@@ -153,11 +153,7 @@ class Transaction:
         transaction overwrites."""
         self._check_open()
         if self._holds:
-            held = self._hold(data, CommitAction.APPEND, None)
-            self._covered(held.chunks)
-            self._clash(list(held.chunks), self._chunks, "overwrites")
-            self._held.append(held)
-            self._append_chunks |= set(held.chunks)
+            self._hold(data, CommitAction.APPEND, None)
             return
         files = self._produce(data, CommitAction.APPEND, None)
         self._covered([f.chunk for f in files])
@@ -189,11 +185,7 @@ class Transaction:
         """Overwrite with chunks of ``layout`` = (granularity, target rows per segment)
         when given (a major compaction's re-partitioning), else the table's."""
         if self._holds:
-            held = self._hold(data, CommitAction.OVERWRITE, iv)
-            self._covered(held.chunks)
-            self._clash(list(held.chunks), self._append_chunks, "appends to")
-            self._held.append(held)
-            self._chunks |= set(held.chunks)
+            self._hold(data, CommitAction.OVERWRITE, iv)
             return
         files = self._produce(data, CommitAction.OVERWRITE, iv, layout)
         gran = None if layout is None else layout[0]
@@ -299,10 +291,20 @@ class Transaction:
         """Whether operations are held until the commit (a partial-upsert table's)."""
         return self._spec is not None and self._spec.is_partial and self._upsert is None
 
-    def _hold(self, data: Any, action: str, interval: Interval | None) -> Held:
+    def _hold(self, data: Any, action: str, interval: Interval | None) -> None:
+        """Check an operation of a partial-upsert table's transaction and hold it (see
+        :func:`lamina.upsert.hold`). Raises as ``t.upsert``, LockError, TransactionError."""
         from lamina.upsert import hold
 
-        return hold(self._table, data, action, interval)
+        held = hold(self._table, data, action, interval)
+        self._covered(held.chunks)
+        if held.overwrite:
+            self._clash(list(held.chunks), self._append_chunks, "appends to")
+            self._chunks |= set(held.chunks)
+        else:
+            self._clash(list(held.chunks), self._chunks, "overwrites")
+            self._append_chunks |= set(held.chunks)
+        self._held.append(held)
 
     def _merge(self, where: str) -> None:
         """Merge the held operations with their keys' current records and write them

@@ -1,22 +1,20 @@
 """Publishing a commit's files, and removing segments: one transaction each.
 
 The transaction locks the table, reads what the pure planner needs (live segments in
-the span, lineage entries, free partition ids), applies its plan and records the
-commit through :func:`lamina.meta.commits.record_commit`.
+the span, lineage entries, free partition ids), checks what may refuse it
+(:mod:`lamina.meta.publish_checks`), applies its plan and records the commit through
+:func:`lamina.meta.commits.record_commit`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, select
 
-from lamina.core.conflicts import Footprint, Isolation, Kind, SegmentRef, check
 from lamina.core.interval import Interval, from_us
 from lamina.core.lineage import LineageState, hidden_by, may_show, protected
-from lamina.core.locks import LockState, LockType
 from lamina.core.model import Commit, CommitAction, CommitState, PublishPlan, TableRecord
 from lamina.core.planner import (
     append_segments,
@@ -28,21 +26,18 @@ from lamina.core.planner import (
 )
 from lamina.core.segment import Segment
 from lamina.errors import (
-    CommitConflictError,
     CommitError,
     LineageError,
-    LockError,
-    LockRevokedError,
     SegmentNotFoundError,
     TableNotFoundError,
-    UpsertError,
 )
 from lamina.io.warehouse import Warehouse
 from lamina.meta import app_txns
 from lamina.meta import lineage as entries_rows
 from lamina.meta import locks as lock_rows
+from lamina.meta import publish_checks as checks
 from lamina.meta.commits import record_commit
-from lamina.meta.conflicts import encode, since
+from lamina.meta.conflicts import encode
 from lamina.meta.db import Db
 from lamina.meta.rows import segment_of, segment_values
 from lamina.meta.schema import MAX_SPAN_US, commits, tables
@@ -121,50 +116,6 @@ def publish(
         raise
 
 
-def _lands_inside(
-    conn: Connection,
-    table_id: int,
-    commit_id: int,
-    targets: Iterable[tuple[Interval, int]],
-    locked: list[Interval],
-) -> None:
-    """Appended rows land in a visible chunk, which may be wider than the locks of a
-    locked write (coarser than the table's chunks after a major compaction). That is
-    refused where another commit holds a REPLACE or EXCLUSIVE lock in the chunk: its
-    overwrite could not carry the wider segment (Druid: an append needs a lock on the
-    whole interval of the segment it allocates). Raises LockError."""
-    for chunk, _ in targets:
-        if any(iv.contains(chunk) for iv in locked):
-            continue
-        other = lock_rows.replacing(conn, table_id, commit_id, chunk)
-        if other:
-            raise LockError(
-                f"appended rows land in chunk {chunk} (coarser than the table's chunks "
-                f"after a major compaction), where commit {other[0].holder} holds a "
-                f"{other[0].type.value} lock on {other[0].interval}; take the lock on the "
-                "whole chunk (it waits for that one); nothing was published"
-            )
-
-
-def _refuse_partial(
-    live: list[Segment],
-    gone: list[Segment],
-    remove_ids: tuple[str, ...],
-    chunks: tuple[Interval, ...],
-) -> None:
-    """An overwrite of an upsert table replaces whole segments: one that would show in
-    part only (coarser than the overwrite's chunks, after a major compaction to a larger
-    granularity) would keep records the key index counts as gone. Raises UpsertError."""
-    out = {s.id for s in gone} | set(remove_ids)
-    for seg in live:
-        if seg.id not in out and any(seg.interval.overlaps(c) for c in chunks):
-            raise UpsertError(
-                f"this overwrite covers only part of segment {seg.id} ({seg.interval}); an "
-                "overwrite of an upsert table replaces whole segments: "
-                f"overwrite (or refresh) its whole span {seg.interval}; nothing was published"
-            )
-
-
 def _publish(
     conn: Connection,
     db: Db,
@@ -185,10 +136,10 @@ def _publish(
         )
     version = int(trow.next_version)
     action = plan.action or trow.action
-    covered = _held_locks(conn, commit_id) if plan.locked else []
+    covered = checks.held_locks(conn, commit_id) if plan.locked else []
     if plan.rewrite:  # rows read at the base: any concurrent change refuses it
         covered = []
-    carry = _check_conflicts(conn, table.id, commit_id, trow, action, plan, covered)
+    carry = checks.check_conflicts(conn, table.id, commit_id, trow, action, plan, covered)
     if plan.txn is not None:
         app_txns.check(conn, table.id, *plan.txn)
     entry = None
@@ -219,9 +170,9 @@ def _publish(
             live = live_segments(conn, table.id, table.name, span, hidden)
             gone = overshadowed(live, new)
             if plan.upsert is not None and not plan.rewrite:
-                _refuse_partial(live, gone, plan.remove_ids, plan.overwrite)
+                checks.refuse_partial(live, gone, plan.remove_ids, plan.overwrite)
             if plan.rewrite:
-                _check_unnamed(gone, current)
+                checks.check_unnamed(gone, current)
             else:  # and the sources a completed entry hides: a rollback shows none
                 gone += overshadowed(_replaced_sources(conn, table, current, span), new)
             removed = {s.id for s in gone}
@@ -247,7 +198,7 @@ def _publish(
             pending_reps = more[0] if more is not None else []
         targets, used_new = append_targets(chunks, reps, version, pending_reps)
         if plan.locked and not plan.rewrite:  # no other lock holder's chunk is widened
-            _lands_inside(conn, table.id, commit_id, targets.values(), covered)
+            checks.lands_inside(conn, table.id, commit_id, targets.values(), covered)
         fresh = version if used_new else fresh
         new += append_segments(table.name, appends, targets, next_pid, plan.suffix)
     # runs of one chunk version take ids in turn
@@ -264,7 +215,7 @@ def _publish(
         new += [copy for _, copy in pairs]
         copies = {orig.id: copy.id for orig, copy in pairs}
     if plan.remove_ids:
-        removed |= _check_removable(conn, table.id, plan.remove_ids, hidden, held)
+        removed |= checks.check_removable(conn, table.id, plan.remove_ids, hidden, held)
     outcome = None
     if plan.upsert is not None:  # resolved by key against every commit before it
         from lamina.meta import keys
@@ -353,82 +304,6 @@ def _publish(
     )
 
 
-def _held_locks(conn: Connection, commit_id: int) -> list[Interval]:
-    """Intervals of the commit's granted locks. Raises LockRevokedError if a
-    higher-priority request revoked one (nothing is published then)."""
-    rows = lock_rows.of_commit(conn, commit_id)
-    revoked = [r for r in rows if r.state == LockState.REVOKED.value]
-    if revoked:
-        r = revoked[0]
-        raise LockRevokedError(
-            f"commit {commit_id}'s {r.type} lock on {Interval.of(r.start_us, r.end_us)} was "
-            "revoked by a higher-priority request; nothing was published — retry, or raise "
-            "this transaction's priority"
-        )
-    return [
-        Interval.of(r.start_us, r.end_us)
-        for r in rows
-        if r.state == LockState.GRANTED.value and r.type != LockType.SEGMENT.value
-    ]
-
-
-def _check_conflicts(
-    conn: Connection,
-    table_id: int,
-    commit_id: int,
-    trow: Any,
-    action: str,
-    plan: PublishPlan,
-    covered: list[Interval],
-) -> list[str]:
-    """Check the commits completed since the write's base snapshot (none: the common
-    single-writer case costs nothing). Returns the ids of segments appended meanwhile
-    that an overwrite carries. A write whose intervals all lie in locks it holds has
-    no optimistic conflicts there (the locks excluded them); it still carries appends.
-    Raises CommitConflictError."""
-    if trow.base_seq is None or int(trow.last_seq) <= int(trow.base_seq):
-        return []
-    kind = Kind.of(action)
-    if kind is Kind.APPEND and plan.txn is None and plan.lineage_entry is None:
-        return []  # a plain append conflicts with nothing: read no footprints
-    removed = tuple(
-        SegmentRef(r.segment_id, Interval.of(r.start_us, r.end_us))
-        for r in rows_by_id(conn, table_id, list(plan.remove_ids))
-    )
-    mine = Footprint(
-        commit_id,
-        kind,
-        removed=removed,
-        replaced=tuple(plan.overwrite or ()),
-        lineage=frozenset([plan.lineage_entry] if plan.lineage_entry else []),
-        app_id=plan.txn[0] if plan.txn is not None else None,
-    )
-    others = since(conn, table_id, int(trow.base_seq))
-    moved = [o for o in others if o.kind is Kind.LINEAGE]
-    if plan.rewrite and moved:  # a push ended or reverted: the rows it read changed
-        raise CommitConflictError(
-            f"commit {commit_id} (a major compaction) read rows before lineage commit "
-            f"{moved[0].commit_id} changed what is visible; nothing was published — compact "
-            "again",
-            other=moved[0].commit_id,
-            retryable=True,
-        )
-    spans = [*mine.replaced, *(s.interval for s in removed)]
-    spans += [f.chunk for f in (*plan.files, *plan.append_files)]
-    locked = bool(covered) and all(any(c.contains(iv) for c in covered) for iv in spans)
-    verdict = check(mine, others, Isolation(plan.isolation), locked)
-    if verdict.conflict is not None:
-        c = verdict.conflict
-        raise CommitConflictError(
-            f"commit {commit_id} ({action}) conflicts with commit {c.other}, which "
-            f"completed after this write began: {c.reason}; nothing was published"
-            + ("; it is safe to retry" if c.retryable else "; re-read the table and decide"),
-            other=c.other,
-            retryable=c.retryable,
-        )
-    return [s.id for s in verdict.carry]
-
-
 def _longer_span(current: int, new: list[Segment]) -> int | None:
     """The table's new longest segment span, if ``new`` holds a longer one."""
     longest = max((s.interval.end - s.interval.start for s in new), default=0)
@@ -453,45 +328,6 @@ def _replaced_sources(
         for r in live_rows(conn, table.id, span)
         if r.segment_id in held
     ]
-
-
-def _check_unnamed(gone: list[Segment], entries: list[Any]) -> None:
-    """A rewrite (major compaction) may not retire segments that a lineage entry in
-    progress, or one that may still be rolled back, names: ending or reverting it
-    would then show or hide the wrong rows. Raises CommitConflictError."""
-    for e in entries:
-        if e.state in (LineageState.IN_PROGRESS, LineageState.COMPLETED):
-            named = sorted(e.ids & {s.id for s in gone})
-            if named:
-                raise CommitConflictError(
-                    f"segment {named[0]} is named by lineage entry {e.id} ({e.state}); a "
-                    "major compaction leaves it alone until the entry is reverted or "
-                    "cleaned up by retention — compact later; nothing was published"
-                )
-
-
-def _check_removable(
-    conn: Connection, table_id: int, ids: tuple[str, ...], hidden: set[str], held: set[str]
-) -> set[str]:
-    """The segments a commit removes, all still live and held by no lineage entry.
-    Raises CommitConflictError, LineageError."""
-    live = existing(conn, table_id, list(ids))
-    gone = [i for i in ids if i not in live or i in hidden]
-    if gone:
-        by = {r.segment_id: r.removed_commit for r in rows_by_id(conn, table_id, gone[:5])}
-        other = next((int(c) for c in by.values() if c is not None), None)
-        raise CommitConflictError(
-            f"segments {gone[:5]} were removed meanwhile"
-            + (f" by commit {other}" if other is not None else "")
-            + "; nothing was published — re-read the table and decide",
-            other=other,
-        )
-    busy = sorted(set(ids) & held)
-    if busy:
-        raise LineageError(
-            f"segments {busy[:5]} are held by a lineage entry; end or revert it first"
-        )
-    return set(ids)
 
 
 def _complete(

@@ -1,0 +1,187 @@
+"""What refuses a publish, checked inside its transaction (see
+:mod:`lamina.meta.publish`): revoked locks, conflicts with the commits completed since
+the write began, segments removed meanwhile or held by lineage, and the rules of locked
+and upsert writes. Each raises a typed error; nothing is published then."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import Connection
+
+from lamina.core.conflicts import Footprint, Isolation, Kind, SegmentRef, check
+from lamina.core.interval import Interval
+from lamina.core.lineage import LineageState
+from lamina.core.locks import LockState, LockType
+from lamina.core.model import PublishPlan
+from lamina.core.segment import Segment
+from lamina.errors import (
+    CommitConflictError,
+    LineageError,
+    LockError,
+    LockRevokedError,
+    UpsertError,
+)
+from lamina.meta import locks as lock_rows
+from lamina.meta.conflicts import since
+from lamina.meta.segments import existing, rows_by_id
+
+
+def lands_inside(
+    conn: Connection,
+    table_id: int,
+    commit_id: int,
+    targets: Iterable[tuple[Interval, int]],
+    locked: list[Interval],
+) -> None:
+    """Appended rows land in a visible chunk, which may be wider than the locks of a
+    locked write (coarser than the table's chunks after a major compaction). That is
+    refused where another commit holds a REPLACE or EXCLUSIVE lock in the chunk: its
+    overwrite could not carry the wider segment (Druid: an append needs a lock on the
+    whole interval of the segment it allocates). Raises LockError."""
+    for chunk, _ in targets:
+        if any(iv.contains(chunk) for iv in locked):
+            continue
+        other = lock_rows.replacing(conn, table_id, commit_id, chunk)
+        if other:
+            raise LockError(
+                f"appended rows land in chunk {chunk} (coarser than the table's chunks "
+                f"after a major compaction), where commit {other[0].holder} holds a "
+                f"{other[0].type.value} lock on {other[0].interval}; take the lock on the "
+                "whole chunk (it waits for that one); nothing was published"
+            )
+
+
+def refuse_partial(
+    live: list[Segment],
+    gone: list[Segment],
+    remove_ids: tuple[str, ...],
+    chunks: tuple[Interval, ...],
+) -> None:
+    """An overwrite of an upsert table replaces whole segments: one that would show in
+    part only (coarser than the overwrite's chunks, after a major compaction to a larger
+    granularity) would keep records the key index counts as gone. Raises UpsertError."""
+    out = {s.id for s in gone} | set(remove_ids)
+    for seg in live:
+        if seg.id not in out and any(seg.interval.overlaps(c) for c in chunks):
+            raise UpsertError(
+                f"this overwrite covers only part of segment {seg.id} ({seg.interval}); an "
+                "overwrite of an upsert table replaces whole segments: "
+                f"overwrite (or refresh) its whole span {seg.interval}; nothing was published"
+            )
+
+
+def held_locks(conn: Connection, commit_id: int) -> list[Interval]:
+    """Intervals of the commit's granted locks. Raises LockRevokedError if a
+    higher-priority request revoked one (nothing is published then)."""
+    rows = lock_rows.of_commit(conn, commit_id)
+    revoked = [r for r in rows if r.state == LockState.REVOKED.value]
+    if revoked:
+        r = revoked[0]
+        raise LockRevokedError(
+            f"commit {commit_id}'s {r.type} lock on {Interval.of(r.start_us, r.end_us)} was "
+            "revoked by a higher-priority request; nothing was published — retry, or raise "
+            "this transaction's priority"
+        )
+    return [
+        Interval.of(r.start_us, r.end_us)
+        for r in rows
+        if r.state == LockState.GRANTED.value and r.type != LockType.SEGMENT.value
+    ]
+
+
+def check_conflicts(
+    conn: Connection,
+    table_id: int,
+    commit_id: int,
+    trow: Any,
+    action: str,
+    plan: PublishPlan,
+    covered: list[Interval],
+) -> list[str]:
+    """Check the commits completed since the write's base snapshot (none: the common
+    single-writer case costs nothing). Returns the ids of segments appended meanwhile
+    that an overwrite carries. A write whose intervals all lie in locks it holds has
+    no optimistic conflicts there (the locks excluded them); it still carries appends.
+    Raises CommitConflictError."""
+    if trow.base_seq is None or int(trow.last_seq) <= int(trow.base_seq):
+        return []
+    kind = Kind.of(action)
+    if kind is Kind.APPEND and plan.txn is None and plan.lineage_entry is None:
+        return []  # a plain append conflicts with nothing: read no footprints
+    removed = tuple(
+        SegmentRef(r.segment_id, Interval.of(r.start_us, r.end_us))
+        for r in rows_by_id(conn, table_id, list(plan.remove_ids))
+    )
+    mine = Footprint(
+        commit_id,
+        kind,
+        removed=removed,
+        replaced=tuple(plan.overwrite or ()),
+        lineage=frozenset([plan.lineage_entry] if plan.lineage_entry else []),
+        app_id=plan.txn[0] if plan.txn is not None else None,
+    )
+    others = since(conn, table_id, int(trow.base_seq))
+    moved = [o for o in others if o.kind is Kind.LINEAGE]
+    if plan.rewrite and moved:  # a push ended or reverted: the rows it read changed
+        raise CommitConflictError(
+            f"commit {commit_id} (a major compaction) read rows before lineage commit "
+            f"{moved[0].commit_id} changed what is visible; nothing was published — compact "
+            "again",
+            other=moved[0].commit_id,
+            retryable=True,
+        )
+    spans = [*mine.replaced, *(s.interval for s in removed)]
+    spans += [f.chunk for f in (*plan.files, *plan.append_files)]
+    locked = bool(covered) and all(any(c.contains(iv) for c in covered) for iv in spans)
+    verdict = check(mine, others, Isolation(plan.isolation), locked)
+    if verdict.conflict is not None:
+        c = verdict.conflict
+        raise CommitConflictError(
+            f"commit {commit_id} ({action}) conflicts with commit {c.other}, which "
+            f"completed after this write began: {c.reason}; nothing was published"
+            + ("; it is safe to retry" if c.retryable else "; re-read the table and decide"),
+            other=c.other,
+            retryable=c.retryable,
+        )
+    return [s.id for s in verdict.carry]
+
+
+def check_unnamed(gone: list[Segment], entries: list[Any]) -> None:
+    """A rewrite (major compaction) may not retire segments that a lineage entry in
+    progress, or one that may still be rolled back, names: ending or reverting it
+    would then show or hide the wrong rows. Raises CommitConflictError."""
+    for e in entries:
+        if e.state in (LineageState.IN_PROGRESS, LineageState.COMPLETED):
+            named = sorted(e.ids & {s.id for s in gone})
+            if named:
+                raise CommitConflictError(
+                    f"segment {named[0]} is named by lineage entry {e.id} ({e.state}); a "
+                    "major compaction leaves it alone until the entry is reverted or "
+                    "cleaned up by retention — compact later; nothing was published"
+                )
+
+
+def check_removable(
+    conn: Connection, table_id: int, ids: tuple[str, ...], hidden: set[str], held: set[str]
+) -> set[str]:
+    """The segments a commit removes, all still live and held by no lineage entry.
+    Raises CommitConflictError, LineageError."""
+    live = existing(conn, table_id, list(ids))
+    gone = [i for i in ids if i not in live or i in hidden]
+    if gone:
+        by = {r.segment_id: r.removed_commit for r in rows_by_id(conn, table_id, gone[:5])}
+        other = next((int(c) for c in by.values() if c is not None), None)
+        raise CommitConflictError(
+            f"segments {gone[:5]} were removed meanwhile"
+            + (f" by commit {other}" if other is not None else "")
+            + "; nothing was published — re-read the table and decide",
+            other=other,
+        )
+    busy = sorted(set(ids) & held)
+    if busy:
+        raise LineageError(
+            f"segments {busy[:5]} are held by a lineage entry; end or revert it first"
+        )
+    return set(ids)
