@@ -223,6 +223,19 @@ def test_bad_definitions_are_refused(
     assert "bad" not in cat.list_tables()
 
 
+@pytest.mark.parametrize("column", ["file_row_number", "file_index"])
+def test_a_column_named_as_the_readers_row_position_is_refused(
+    cat: lamina.Catalog, column: str
+) -> None:
+    """cat.sql finds a row's deletion-vector bit by DuckDB's virtual columns of these
+    names; a column of the same name would shadow them and show superseded rows."""
+    schema = SCHEMA.append(pa.field(column, pa.int64()))
+    with pytest.raises(UpsertError, match=f"column '{column}' .* rename it"):
+        cat.create_table("bad", schema, time_column="ts", primary_key="key")
+    assert "bad" not in cat.list_tables()
+    cat.create_table("fine", schema, time_column="ts")  # an append table reads no vectors
+
+
 def test_the_definition_is_fixed(t: lamina.Table) -> None:
     with pytest.raises(PropertyError, match="upsert definition"):
         t.set_properties(**{"upsert.primary_key": '["value"]'})
@@ -269,22 +282,21 @@ def test_count_and_sql_agree_with_the_latest_records(cat: lamina.Catalog, t: lam
     assert got.to_pylist() == [{"n": len(want), "s": sum(want)}]
 
 
-def test_sql_hides_superseded_rows_across_masks(
-    cat: lamina.Catalog, t: lamina.Table, monkeypatch: pytest.MonkeyPatch
+def test_sql_hides_superseded_rows_by_a_bitmap_per_file(
+    cat: lamina.Catalog, t: lamina.Table
 ) -> None:
-    """cat.sql hides rows by a bitmap per run of files; a run of files never exceeds
-    the mask's capacity (made 25 rows here: two files of 10 rows per mask)."""
-    from lamina.engines import duckdb as engine
-
-    monkeypatch.setattr(engine, "_MASK_ROWS", 25)
+    """cat.sql hides rows by a bitmap per file, in one table per view: only files that
+    hide rows have one, and files of every kind are read in one scan."""
     for n in range(5):  # five files of 10 records; each later one updates half the keys
         t.upsert(rows(*[(f"k{i}", 10 * n + i, 100 * n + i) for i in range(5 * n, 5 * n + 10)]))
     assert len([p for p in t.to_arrow(all_versions=True)["$valid_until"] if p.is_valid]) == 20
     got = cat.sql("SELECT key, value FROM u").to_pylist()
     assert {r["key"]: r["value"] for r in got} == latest(t)
     assert len(got) == len(latest(t)) == 30
-    masks = "SELECT count(*) AS n FROM duckdb_tables() WHERE table_name LIKE '__lamina_mask_%'"
-    assert cat.sql(masks)["n"].to_pylist() == [2]  # 4 files hide rows: 2 masks
+    masks = "SELECT table_name FROM duckdb_tables() WHERE table_name LIKE '__lamina_mask_%'"
+    (mask,) = cat.sql(masks)["table_name"].to_pylist()
+    files = cat.sql(f'SELECT count(*) AS n FROM "{mask}"')["n"].to_pylist()
+    assert files == [4]  # the first four files hide rows, the last hides none
 
 
 def test_the_change_feed_pairs_each_update_as_a_delete_and_an_insert(t: lamina.Table) -> None:

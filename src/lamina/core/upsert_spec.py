@@ -13,6 +13,10 @@ import pyarrow as pa
 
 from lamina.errors import UpsertError
 
+#: Virtual columns of DuckDB's Parquet reader that ``cat.sql`` applies deletion vectors
+#: with; a column of the same name would shadow them.
+READER_COLUMNS = ("file_index", "file_row_number")
+
 #: The key of ``partial_upsert`` naming the default strategy (Pinot's
 #: ``defaultPartialUpsertStrategy``).
 DEFAULT_KEY = "*"
@@ -125,9 +129,17 @@ class UpsertSpec:
         struct, map, dictionary, boolean is allowed); a delete column that is not boolean
         or is a key or the comparison column; an unknown strategy; a strategy on a key or
         the comparison column; a strategy that cannot merge its column's type (also
-        checked for every column the default strategy applies to).
+        checked for every column the default strategy applies to); a column named as
+        one of :data:`READER_COLUMNS`.
         """
         names = list(schema.names)
+        taken = sorted(set(names) & set(READER_COLUMNS))
+        if taken:
+            raise UpsertError(
+                f"column {taken[0]!r} has the name of the row position SQL reads deletion "
+                f"vectors by (reserved on upsert tables: {', '.join(READER_COLUMNS)}): "
+                "rename it"
+            )
 
         def field(col: object, role: str) -> pa.Field:
             if not isinstance(col, str) or col not in names:

@@ -305,56 +305,35 @@ def _literal(t: pa.DataType, us: int) -> str:
     return f"'{text}+00'" if t.tz is not None else f"'{text}'"
 
 
-#: get_bit takes an INTEGER position: one mask covers at most this many rows
-_MASK_ROWS = 2**31 - 8
-
-
-def _mask_groups(paths: list[str], counts: dict[str, int]) -> list[list[str]]:
-    """``paths`` in runs whose rows fit one mask."""
-    groups: list[list[str]] = [[]]
-    rows = 0
-    for p in paths:
-        if groups[-1] and rows + counts[p] > _MASK_ROWS:
-            groups.append([])
-            rows = 0
-        groups[-1].append(p)
-        rows += counts[p]
-    return groups
-
-
 def _mask_table(
-    con: duckdb.DuckDBPyConnection,
-    name: str,
-    plan: ScanPlan,
-    paths: list[str],
-    counts: dict[str, int],
-    n: int,
+    con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan, masked: list[tuple[int, str]]
 ) -> str:
-    """A one-row table in the database, visible to every cursor, holding the rows of
-    ``paths`` (read in that order) a reader keeps: ``keep``, one bit per row of the
-    files laid end to end, and ``offs``, where each file's bits start; its name."""
+    """A table in the database, visible to every cursor, with one row per file of
+    ``masked`` (its index in a ``read_parquet`` list, its path): ``file`` and ``keep``,
+    one bit per row of the file, set for the rows a reader keeps; its name."""
     import uuid
 
     import numpy as np
     import pyarrow as pa
 
-    sizes = np.array([counts[p] for p in paths], np.int64)
-    offs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    keep = np.ones(int(sizes.sum()), bool)
-    for at, p in zip(offs.tolist(), paths, strict=True):
-        keep[at + plan.deletes[p]] = False
+    counts = plan.row_counts()
+    keeps = []
+    for _, path in masked:
+        keep = np.ones(counts[path], bool)
+        keep[plan.deletes[path]] = False
+        keeps.append(np.packbits(keep, bitorder="big").tobytes())
     table = pa.table(
         {
-            "keep": pa.array([np.packbits(keep, bitorder="big").tobytes()], pa.binary()),
-            "offs": pa.array([offs], pa.list_(pa.int64())),
+            "file": pa.array([i for i, _ in masked], pa.uint64()),
+            "keep": pa.array(keeps, pa.binary()),
         }
     )
-    mask = _quote(f"__lamina_mask_{name}_{plan.seq}_{n}_{uuid.uuid4().hex[:12]}")
+    mask = _quote(f"__lamina_mask_{name}_{plan.seq}_{uuid.uuid4().hex[:12]}")
     arrow = f"__lamina_arrow_{uuid.uuid4().hex}"
     con.register(arrow, table)
     try:
         con.execute(
-            f"CREATE OR REPLACE TABLE {mask} AS SELECT keep::BIT AS keep, offs FROM {_quote(arrow)}"
+            f"CREATE OR REPLACE TABLE {mask} AS SELECT file, keep::BIT AS keep FROM {_quote(arrow)}"
         )
     finally:
         con.unregister(arrow)
@@ -365,33 +344,30 @@ def view_sql(
     con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan, made: list[str] | None = None
 ) -> str:
     """SQL of a relation holding exactly the plan's rows (an upsert table's files less
-    the rows their deletion vectors hide: each row's bit in a mask of the files' rows,
-    looked up by DuckDB's ``file_index`` and ``file_row_number`` virtual columns — no
-    join; the masks are one-row tables it creates and names in ``made`` for the caller
-    to drop once the relation is no longer used)."""
+    the rows their deletion vectors hide: each file's bitmap of kept rows, joined on
+    DuckDB's ``file_index`` and read at ``file_row_number``). The bitmaps are tables it
+    creates and names in ``made`` for the caller to drop once the relation is no longer
+    used. One bitmap per file, looked up by a join on a handful of rows, not one
+    constant for all: DuckDB copies a constant into every vector of 2,048 rows, so a
+    table-wide bitmap costs time in proportion to the table's size on every vector."""
     branches: list[str] = []
 
-    def source(paths: list[str]) -> list[str]:
-        """SELECTs of ``paths``: plain files, and files with deletion vectors."""
-        out = []
-        plain = [p for p in paths if p not in plan.deletes]
-        if plain:
-            out.append(f"SELECT * FROM read_parquet({_files(plain)}, hive_partitioning=false)")
-        some = sorted(p for p in paths if p in plan.deletes)
-        counts = plan.row_counts() if some else {}
-        for group in _mask_groups(some, counts) if some else []:
-            mask = _mask_table(con, name, plan, group, counts, len(branches) + len(out))
-            if made is not None:
-                made.append(mask)
-            # the file's bit: a lookup in a constant (the one-row table's), no join
-            at = "(m.offs[p.file_index::BIGINT + 1] + p.file_row_number::BIGINT)::INTEGER"
-            out.append(
-                f"SELECT p.* FROM read_parquet({_files(group)}, hive_partitioning=false) AS p, "
-                f"{mask} AS m WHERE get_bit(m.keep, {at}) = 1"
-            )
-        return out
+    def source(paths: list[str]) -> str:
+        """SELECT of the rows of ``paths`` their deletion vectors keep."""
+        scan = f"read_parquet({_files(paths)}, hive_partitioning=false)"
+        masked = [(i, p) for i, p in enumerate(paths) if p in plan.deletes]
+        if not masked:
+            return f"SELECT * FROM {scan}"
+        mask = _mask_table(con, name, plan, masked)
+        if made is not None:
+            made.append(mask)
+        return (
+            f"SELECT p.* FROM {scan} AS p LEFT JOIN {mask} AS m ON p.file_index = m.file "
+            "WHERE m.keep IS NULL OR get_bit(m.keep, p.file_row_number::INTEGER) = 1"
+        )
 
-    branches += source(plan.whole_files)
+    if plan.whole_files:
+        branches.append(source(plan.whole_files))
     groups: dict[Interval, list[str]] = {}
     for path, keep in plan.partial_files:
         groups.setdefault(keep, []).append(path)
@@ -401,7 +377,7 @@ def view_sql(
         t = plan.table.schema.field(tc).type
         lo = f"{_quote(tc)} >= {_literal(t, keep.start)}" if keep.start > MIN_US else "TRUE"
         hi = f"{_quote(tc)} < {_literal(t, keep.end)}" if keep.end < MAX_US else "TRUE"
-        branches += [f"SELECT * FROM ({q}) WHERE {lo} AND {hi}" for q in source(paths)]
+        branches.append(f"SELECT * FROM ({source(paths)}) WHERE {lo} AND {hi}")
     if not branches:  # a registered Arrow table is private to ``con``
         empty = f"__lamina_empty_{name}"
         con.register(empty, plan.table.schema.empty_table())
