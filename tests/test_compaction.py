@@ -145,6 +145,25 @@ def test_a_delete_of_an_input_during_a_compaction_refuses_it(cat: lamina.Catalog
     assert rows(t) == before
 
 
+def test_an_append_transaction_deleting_an_input_during_a_compaction_refuses_it(
+    cat: lamina.Catalog,
+) -> None:
+    """A transaction that appends and deletes one of the compaction's inputs commits as
+    an append: the compaction, which conflicts with no append, is still refused (its
+    input is gone), and nothing it wrote shows."""
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    small_appends(t, 4)
+    runs = compaction.plan(t, None, 1000)
+    with t.transaction() as tx:
+        tx.append(events(days=1, per_day=3, seed=9))
+        tx.delete_segments([runs[0].inputs[1].id])
+    assert t.history()[-1].action == "APPEND"
+    before, segs = rows(t), t.segments()
+    with pytest.raises(lamina.CommitConflictError, match="removed meanwhile"):
+        compaction.compact_minor(t, runs)
+    assert rows(t) == before and t.segments() == segs
+
+
 def test_an_overwrite_racing_a_compaction_keeps_concurrent_appends(cat: lamina.Catalog) -> None:
     """An overwrite opened before a compaction publishes after it: the compacted rows
     were visible at its base, so it replaces them; rows appended meanwhile and not

@@ -137,10 +137,20 @@ def _refs(conn: Connection, table_id: int, docs: list[dict[str, Any]]) -> dict[s
     }
 
 
-def since(conn: Connection, table_id: int, base_seq: int) -> list[Footprint]:
-    """Footprints of the table's commits completed after ``base_seq``, in seq order."""
+def completed_since(conn: Connection, table_id: int, base_seq: int) -> list[Any]:
+    """(id, action, footprint document) of the table's commits completed after
+    ``base_seq``, in seq order: what :func:`since` expands."""
+    return list(conn.execute(_SINCE, {"tid": table_id, "base": base_seq}).all())
+
+
+def since(
+    conn: Connection, table_id: int, base_seq: int, done: list[Any] | None = None
+) -> list[Footprint]:
+    """Footprints of the table's commits completed after ``base_seq``, in seq order
+    (``done``: their :func:`completed_since` rows, read already)."""
     params = {"tid": table_id, "base": base_seq}
-    done = conn.execute(_SINCE, params).all()
+    if done is None:
+        done = completed_since(conn, table_id, base_seq)
     if not done:
         return []
     added: dict[int, list[SegmentRef]] = {}

@@ -24,7 +24,7 @@ from lamina.errors import (
     UpsertError,
 )
 from lamina.meta import locks as lock_rows
-from lamina.meta.conflicts import since
+from lamina.meta.conflicts import completed_since, since
 from lamina.meta.segments import existing, rows_by_id
 
 
@@ -110,6 +110,10 @@ def check_conflicts(
     kind = Kind.of(action)
     if kind is Kind.APPEND and plan.txn is None and plan.lineage_entry is None:
         return []  # a plain append conflicts with nothing: read no footprints
+    done = completed_since(conn, table_id, int(trow.base_seq))
+    only_appends = all(Kind.of(action) is Kind.APPEND for _, action, _ in done)
+    if kind is Kind.COMPACT and plan.txn is None and plan.lineage_entry is None and only_appends:
+        return []  # never a conflict nor a carry (an input deleted: check_removable)
     removed = tuple(
         SegmentRef(r.segment_id, Interval.of(r.start_us, r.end_us))
         for r in rows_by_id(conn, table_id, list(plan.remove_ids))
@@ -122,7 +126,7 @@ def check_conflicts(
         lineage=frozenset([plan.lineage_entry] if plan.lineage_entry else []),
         app_id=plan.txn[0] if plan.txn is not None else None,
     )
-    others = since(conn, table_id, int(trow.base_seq))
+    others = since(conn, table_id, int(trow.base_seq), done)
     moved = [o for o in others if o.kind is Kind.LINEAGE]
     if plan.rewrite and moved:  # a push ended or reverted: the rows it read changed
         raise CommitConflictError(
