@@ -111,7 +111,7 @@ def check_conflicts(
     if kind is Kind.APPEND and plan.txn is None and plan.lineage_entry is None:
         return []  # a plain append conflicts with nothing: read no footprints
     done = completed_since(conn, table_id, int(trow.base_seq))
-    only_appends = all(Kind.of(action) is Kind.APPEND for _, action, _ in done)
+    only_appends = all(Kind.of(a) is Kind.APPEND for _, a, _ in done)
     if kind is Kind.COMPACT and plan.txn is None and plan.lineage_entry is None and only_appends:
         return []  # never a conflict nor a carry (an input deleted: check_removable)
     removed = tuple(
