@@ -240,3 +240,34 @@ def test_upsert_in_a_transaction_needs_a_primary_key(cat: lamina.Catalog) -> Non
             tx.upsert(rows(("a", 1, 1)))
         tx.append(rows(("a", 1, 1)))
     assert plain.count() == 1
+
+
+def _parquet_under(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*.parquet")}
+
+
+@pytest.mark.parametrize("upsert", [True, False])
+def test_an_operation_refused_after_it_wrote_leaves_no_files(
+    cat: lamina.Catalog, tmp_path: Path, upsert: bool
+) -> None:
+    """An operation the transaction refuses once its files are written (outside the
+    transaction's lock: LockError; a chunk it also overwrites: TransactionError) was
+    not added, and its files are removed at once, not left for orphan cleaning."""
+    kwargs: dict[str, Any] = {"primary_key": "key", "delete_column": "deleted"} if upsert else {}
+    t = cat.create_table("w", SCHEMA, time_column="ts", **kwargs)
+    t.append(rows(("a", 1, 1), ("b", DAY + 1, 1)))
+    root = tmp_path / "wh"
+    before = _parquet_under(root)
+    with t.transaction(lock="REPLACE", interval=("2024-01-01", "2024-01-02"), wait_s=0) as tx:
+        with pytest.raises(lamina.LockError, match="outside it"):
+            tx.append(rows(("c", 1, 2), ("d", DAY + 2, 2)))  # day 2 lies outside the lock
+        assert _parquet_under(root) == before
+        tx.overwrite(rows(("a", 2, 3)), ("2024-01-01", "2024-01-02"))
+        written = _parquet_under(root)
+        with pytest.raises(TransactionError, match="overwrites"):
+            tx.append(rows(("e", 3, 4)))  # day 1, which it overwrites
+        assert _parquet_under(root) == written
+    got = {r["key"]: r["value"] for r in t.to_arrow().to_pylist()}
+    assert got == {"a": 3, "b": 1}
+    live = {str(Path(str(s.location)).relative_to(root)) for s in t.segments()}
+    assert _parquet_under(root) - before == live - before  # the overwrite's file alone

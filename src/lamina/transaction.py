@@ -11,7 +11,8 @@ are removed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -87,6 +88,7 @@ class Transaction:
         self._chunks: set[Interval] = set()
         self._removes: list[str] = []
         self._ops = 0
+        self._op_stored = 0  # how many of _stored came before the last operation
         self._rewrite = False  # a major compaction: see PublishPlan.rewrite
         #: a major compaction of an upsert table: its records are resolved at publish
         self._upsert: UpsertSpec | None = None
@@ -156,8 +158,9 @@ class Transaction:
             self._hold(data, CommitAction.APPEND, None)
             return
         files = self._produce(data, CommitAction.APPEND, None)
-        self._covered([f.chunk for f in files])
-        self._clash([f.chunk for f in files], self._chunks, "overwrites")
+        with self._refusing():
+            self._covered([f.chunk for f in files])
+            self._clash([f.chunk for f in files], self._chunks, "overwrites")
         self._appends += files
         self._append_chunks |= {f.chunk for f in files}
 
@@ -193,8 +196,9 @@ class Transaction:
             CommitAction.OVERWRITE, [f.chunk for f in files], iv, gran
         )
         assert chunks is not None
-        self._covered(chunks)
-        self._clash(list(chunks), self._append_chunks, "appends to")
+        with self._refusing():
+            self._covered(chunks)
+            self._clash(list(chunks), self._append_chunks, "appends to")
         self._overwrites += files
         self._chunks |= set(chunks)
 
@@ -322,6 +326,7 @@ class Transaction:
         layout: tuple[Granularity, int] | None = None,
     ) -> list[NewSegment]:
         self._ops += 1
+        self._op_stored = len(self._stored)  # this operation's entries come after
         where = f"{self._write.dir}/op{self._ops}"
         if self._spec is not None and self._upsert is None:  # resolved at publish
             from lamina.upsert import store
@@ -330,6 +335,18 @@ class Transaction:
             self._stored.append(stored)
             return stored.files
         return self._table._producer(data, action, interval, layout)(where)
+
+    @contextlib.contextmanager
+    def _refusing(self) -> Iterator[None]:
+        """Checks of the operation just written: if one refuses it, its files go (the
+        operation was not added) before the error is raised."""
+        try:
+            yield
+        except (LockError, TransactionError):
+            del self._stored[self._op_stored :]
+            wh = self._table._ctx.warehouse
+            wh.delete_dir(wh.path(f"{self._write.dir}/op{self._ops}"))
+            raise
 
     def _covered(self, chunks: Iterable[Interval]) -> None:
         """A transaction that took a lock writes only inside it, as a Druid task may
