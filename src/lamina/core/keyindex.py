@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from lamina.core.keyhash import INDEX_SCHEMA_VERSION, KEY_DTYPE
+from lamina.core.keyruns import Run, argsort_u64, merge_runs
 from lamina.errors import UpsertError
 
 __all__ = ["INDEX_SCHEMA_VERSION", "KEY_DTYPE", "KeyIndex", "Lookup"]
@@ -77,174 +78,8 @@ class Lookup:
         )
 
 
-class _Run:
-    """Parallel arrays sorted by ``hi`` (equal ``hi`` contiguous, any order within), and
-    for big runs a directory of the top bits of ``hi``: ``dir[b]`` is the first slot
-    whose ``hi >> shift`` is at least b, so a search reads a few adjacent slots instead of
-    a binary search's ~24 scattered ones."""
-
-    __slots__ = ("hi", "lo", "seg", "row", "cmp", "state", "_dir", "_shift", "_steps")
-    FIELDS = ("hi", "lo", "seg", "row", "cmp", "state")
-
-    def __init__(
-        self,
-        hi: np.ndarray,
-        lo: np.ndarray,
-        seg: np.ndarray,
-        row: np.ndarray,
-        cmp: np.ndarray,
-        state: np.ndarray,
-    ) -> None:
-        self.hi, self.lo, self.seg, self.row, self.cmp, self.state = hi, lo, seg, row, cmp, state
-        self._dir: np.ndarray | None = None
-        self._shift = 64
-        self._steps = 0
-
-    @classmethod
-    def empty(cls, cmp_dtype: np.dtype) -> _Run:
-        return cls(
-            np.zeros(0, np.uint64),
-            np.zeros(0, np.uint64),
-            np.zeros(0, np.int32),
-            np.zeros(0, np.uint32),
-            np.zeros(0, cmp_dtype),
-            np.zeros(0, np.uint8),
-        )
-
-    def __len__(self) -> int:
-        return len(self.hi)
-
-    @property
-    def nbytes(self) -> int:
-        arrays = (self.hi, self.lo, self.seg, self.row, self.cmp, self.state)
-        return sum(a.nbytes for a in arrays) + (0 if self._dir is None else self._dir.nbytes)
-
-    def take(self, idx: np.ndarray) -> _Run:
-        return _Run(
-            self.hi[idx], self.lo[idx], self.seg[idx], self.row[idx], self.cmp[idx], self.state[idx]
-        )
-
-    def _directory(self) -> None:
-        n = len(self.hi)
-        bits = max(1, (n // 8).bit_length())  # about 4-8 slots per bucket
-        self._shift = 64 - bits
-        buckets = (self.hi >> np.uint64(self._shift)).astype(np.intp)
-        counts = np.bincount(buckets, minlength=1 << bits)
-        dtype = np.uint32 if n < 2**32 else np.int64
-        self._dir = np.zeros((1 << bits) + 1, dtype)
-        np.cumsum(counts, out=self._dir[1:])
-        self._steps = int(counts.max()).bit_length()
-
-    def _first_at_least(self, hi: np.ndarray) -> np.ndarray:
-        """Slot of the first entry whose hi is >= each of ``hi`` (len(self): none).
-        Many (sorted) queries: numpy's binary search, which walks forwards; a few into a
-        big run: the directory (built on first use), which reads a few adjacent slots."""
-        if len(self.hi) < _DIRECTORY_MIN or len(hi) * _DIRECTORY_RATIO >= len(self.hi):
-            return np.searchsorted(self.hi, hi, "left")
-        if self._dir is None:
-            self._directory()
-        d = self._dir
-        assert d is not None
-        b = (hi >> np.uint64(self._shift)).astype(np.intp)
-        lo = d[b].astype(np.int64)
-        hi_b = d[b + 1].astype(np.int64)
-        last = len(self.hi) - 1
-        for _ in range(self._steps):  # binary search inside each bucket, all at once
-            mid = (lo + hi_b) >> 1
-            below = (lo < hi_b) & (self.hi[np.minimum(mid, last)] < hi)
-            lo = np.where(below, mid + 1, lo)
-            hi_b = np.where(below | (lo >= hi_b), hi_b, mid)
-        return lo
-
-    def find(self, hi: np.ndarray, lo: np.ndarray, directory: bool = False) -> np.ndarray:
-        """Slot of each key (-1: absent; vacant slots are found). ``directory``: search
-        through (and build once) the directory of a big run."""
-        n = len(self.hi)
-        out = np.full(len(hi), -1, np.int64)
-        if n == 0:
-            return out
-        pos = self._first_at_least(hi) if directory else np.searchsorted(self.hi, hi, "left")
-        pending = np.arange(len(hi))
-        while len(pending):
-            p = pos[pending]
-            inside = p < n
-            pending, p = pending[inside], p[inside]
-            same_hi = self.hi[p] == hi[pending]
-            pending, p = pending[same_hi], p[same_hi]
-            match = self.lo[p] == lo[pending]
-            out[pending[match]] = p[match]
-            pending = pending[~match]  # same high word, other key: look at the next slot
-            pos[pending] += 1
-        return out
-
-
-_DIRECTORY_MIN = 1 << 14
 _VERSIONS = itertools.count(1)
-#: the directory pays off for fewer queries than 1/this of a run's entries (measured:
-#: 10k into 1M or 10M entries 3-6x faster; 100k into 1M 1.7x slower than searchsorted)
-_DIRECTORY_RATIO = 32
-
-
-def _argsort_u64(x: np.ndarray) -> np.ndarray:
-    """An order sorting ``x`` (uint64). For big arrays, sorts values packed with their
-    positions (much faster than an indirect sort), then repairs the rare ties of the
-    packed high bits with a stable sort of the nearly sorted result."""
-    n = len(x)
-    if n < 1 << 16:
-        return np.argsort(x)
-    bits = n.bit_length()
-    packed = (x >> np.uint64(bits)) << np.uint64(bits)
-    packed |= np.arange(n, dtype=np.uint64)
-    packed.sort()
-    order = (packed & np.uint64((1 << bits) - 1)).astype(np.int64)
-    del packed
-    got = x[order]
-    if (got[1:] < got[:-1]).any():
-        order = order[np.argsort(got, kind="stable")]
-    return order
-
-
 _FRESH_RUNS = 8  # more than this many fresh runs merge into the delta
-
-
-def _merge_many(runs: list[_Run], cmp_dtype: np.dtype) -> _Run:
-    """One run of several runs' entries (disjoint keys), sorted by hi."""
-    runs = [r for r in runs if len(r)]
-    if not runs:
-        return _Run.empty(cmp_dtype)
-    runs.sort(key=len, reverse=True)
-    out = runs[0]
-    if len(runs) > 2:  # the small ones first: one sort, then one merge into the biggest
-        rest = [np.concatenate([getattr(r, a) for r in runs[1:]]) for a in _Run.FIELDS]
-        order = np.argsort(rest[0], kind="stable")
-        return _merge(out, _Run(*(x[order] for x in rest)))
-    for r in runs[1:]:
-        out = _merge(out, r)
-    return out
-
-
-def _merge(a: _Run, b: _Run) -> _Run:
-    """One run of a's and b's entries (disjoint keys), sorted by hi."""
-    if not len(b):
-        return a
-    if not len(a):
-        return b
-    na, nb = len(a), len(b)
-    at = np.searchsorted(a.hi, b.hi, "right")  # b[j] goes after a[:at[j]]
-    b_pos = at + np.arange(nb)
-    a_pos = np.cumsum(np.bincount(at, minlength=na + 1)[:na])
-    a_pos += np.arange(na)
-    arrays = []
-    for x, y in zip(
-        (a.hi, a.lo, a.seg, a.row, a.cmp, a.state),
-        (b.hi, b.lo, b.seg, b.row, b.cmp, b.state),
-        strict=True,
-    ):
-        out = np.empty(na + nb, x.dtype)
-        out[a_pos] = x
-        out[b_pos] = y
-        arrays.append(out)
-    return _Run(*arrays)
 
 
 def _as_keys(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -288,9 +123,9 @@ class KeyIndex:
             raise UpsertError(f"merge_threshold must be at least 1, not {merge_threshold}")
         self._cmp_dtype = dt
         self._threshold = int(merge_threshold)
-        self._base = _Run.empty(dt)
-        self._delta = _Run.empty(dt)
-        self._fresh: list[_Run] = []  # one run per recent put's new keys
+        self._base = Run.empty(dt)
+        self._delta = Run.empty(dt)
+        self._fresh: list[Run] = []  # one run per recent put's new keys
         self._len = 0
         self._counts: dict[int, int] = {}
         # a new number at every change, unique across indexes: a Lookup's slots are valid
@@ -326,7 +161,7 @@ class KeyIndex:
         if not any(len(r) for r in runs):
             return [np.full(len(hi), -1, np.int64) for _ in runs]
         if order is None:
-            order = _argsort_u64(hi)  # sorted queries: searches walk each run forwards
+            order = argsort_u64(hi)  # sorted queries: searches walk each run forwards
         hs, ls = hi[order], lo[order]
         out = []
         for r in runs:
@@ -336,7 +171,7 @@ class KeyIndex:
             out.append(slot)
         return out
 
-    def _runs(self) -> list[_Run]:
+    def _runs(self) -> list[Run]:
         return [self._base, self._delta, *self._fresh]
 
     def lookup(self, keys: np.ndarray) -> Lookup:
@@ -421,7 +256,7 @@ class KeyIndex:
         state = np.where(np.asarray(_column(tomb, n, bool, "tomb")), _TOMB, _LIVE).astype(np.uint8)
         if n == 0:
             return
-        by_hi = _argsort_u64(hi)
+        by_hi = argsort_u64(hi)
         h = hi[by_hi]
         same = h[1:] == h[:-1]
         dup = np.zeros(0, bool)
@@ -455,12 +290,12 @@ class KeyIndex:
         new = by_hi[~held[by_hi]]  # new keys, sorted by hi
         if len(new):
             self._fresh.append(
-                _Run(hi[new], lo[new], seg_a[new], row_a[new], cmp_a[new], state[new])
+                Run(hi[new], lo[new], seg_a[new], row_a[new], cmp_a[new], state[new])
             )
             self._len += len(new)
         self._count(seg_a, +1)
         if len(self._fresh) > _FRESH_RUNS:
-            self._delta = _merge_many([self._delta, *self._fresh], self._cmp_dtype)
+            self._delta = merge_runs([self._delta, *self._fresh], self._cmp_dtype)
             self._fresh = []
         if len(self._delta) + sum(map(len, self._fresh)) > max(
             self._threshold, len(self._base) // 32
@@ -561,11 +396,11 @@ class KeyIndex:
         if not len(self._delta) and not self._fresh and not (self._base.state == _VACANT).any():
             return
         self._version = next(_VERSIONS)
-        base = _merge_many([self._base, self._delta, *self._fresh], self._cmp_dtype)
+        base = merge_runs([self._base, self._delta, *self._fresh], self._cmp_dtype)
         if (base.state == _VACANT).any():
             base = base.take(np.nonzero(base.state != _VACANT)[0])
         self._base = base
-        self._delta = _Run.empty(self._cmp_dtype)
+        self._delta = Run.empty(self._cmp_dtype)
         self._fresh = []
 
     # -- persistence --------------------------------------------------------------------
@@ -632,7 +467,7 @@ class KeyIndex:
                 )
         idx = cls(cmp_dtype or np.int64, merge_threshold)
         tomb = col("tomb", bool)
-        idx._base = _Run(
+        idx._base = Run(
             hi,
             lo,
             col("segment", np.int32),
