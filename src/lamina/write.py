@@ -163,8 +163,9 @@ class WriteTransaction:
         if asked is not None and ctx.db.sqlite:
             tid, owner, stale_s = self.table.id, self.owner, ctx.stale_after_s
 
-            def then(conn: Any, commit_id: int) -> Any:
-                return locks.request_in(conn, ctx.db, tid, commit_id, owner, asked[0], stale_s)
+            def then(conn: Any, commit_id: int, base: int) -> Any:
+                db, reqs = ctx.db, asked[0]
+                return locks.request_in(conn, db, tid, commit_id, owner, reqs, stale_s, base)
 
         opened = commits.begin_commit(
             ctx.db,

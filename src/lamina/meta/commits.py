@@ -336,13 +336,13 @@ def begin_commit(
     metadata: dict[str, Any],
     stale_after_s: float,
     inflight: bool = False,
-    then: Callable[[Connection, int], Any] | None = None,
+    then: Callable[[Connection, int, int], Any] | None = None,
 ) -> Opened:
     """Open a REQUESTED commit (INFLIGHT with ``inflight``: a write that starts
     writing files at once skips a transition) based on the table's latest snapshot. Any number of
     writers may be open at once (conflicts are checked at publish). Other writers'
     commits whose writer is gone are aborted on the way (lazy cleanup).
-    ``then(conn, commit_id)``: more work in the same transaction on SQLite (its result
+    ``then(conn, commit_id, base_seq)``: more work in the same transaction on SQLite (its result
     in ``Opened.then``; not run on PostgreSQL, where the caller does it apart).
     Raises TableNotFoundError.
 
@@ -386,13 +386,13 @@ def _open_sqlite(
     conn: Connection,
     row: dict[str, Any],
     stale_after_s: float,
-    then: Callable[[Connection, int], Any] | None,
+    then: Callable[[Connection, int, int], Any] | None,
 ) -> Opened:
     new_id, base = conn.execute(_OPEN_RETURNING, row).one()
     assert base is not None  # the foreign key keeps the table row
     unsettled = [r for r in conn.execute(_UNSETTLED, row).all() if r.id != new_id]
     stale = _settle_writers(conn, unsettled, stale_after_s, now_us())[1]
-    more = None if then is None else then(conn, int(new_id))
+    more = None if then is None else then(conn, int(new_id), int(base))
     return Opened(int(new_id), int(base), stale, more)
 
 
@@ -476,15 +476,23 @@ def settle_open(conn: Connection, table_id: int, stale_after_s: float) -> None:
 def rebase_in(conn: Connection, commit_id: int, owner: str) -> int:
     """Move an open commit's base to the table's latest snapshot (a write that waited
     for a lock reads what exists once it holds it); returns the new base seq."""
-    latest = select(tables.c.last_seq).where(tables.c.id == commits.c.table_id).scalar_subquery()
-    conn.execute(
-        update(commits)
-        .where(commits.c.id == commit_id, commits.c.owner == owner)
-        .values(base_seq=latest)
+    moved = conn.execute(_REBASE, {"cid": commit_id, "writer": owner}).first()
+    if moved is not None:
+        return int(moved.base_seq)
+    return int(conn.execute(_BASE, {"cid": commit_id}).scalar_one())
+
+
+_REBASE = (
+    update(commits)
+    .where(commits.c.id == bindparam("cid"), commits.c.owner == bindparam("writer"))
+    .values(
+        base_seq=select(tables.c.last_seq)
+        .where(tables.c.id == commits.c.table_id)
+        .scalar_subquery()
     )
-    return int(
-        conn.execute(select(commits.c.base_seq).where(commits.c.id == commit_id)).scalar_one()
-    )
+    .returning(commits.c.base_seq)
+)
+_BASE = select(commits.c.base_seq).where(commits.c.id == bindparam("cid"))
 
 
 def rebase(db: Db, commit_id: int, owner: str) -> int:

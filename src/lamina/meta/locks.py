@@ -50,7 +50,7 @@ def _lock_of(row: Any) -> Lock:
     )
 
 
-_INSERT = insert(locks)
+_INSERT_IDS = insert(locks).returning(locks.c.id, sort_by_parameter_order=True)
 _TABLE_LOCKS = select(locks).where(locks.c.table_id == bindparam("tid"))
 _SET_STATE = update(locks).where(locks.c.id == bindparam("lid")).values(state=bindparam("st"))
 _REVOKE = (
@@ -70,17 +70,16 @@ _DROP_DEAD = delete(locks).where(
 )
 
 
-def _insert(
-    conn: Connection,
+def _row(
     table_id: int,
     commit_id: int,
     kind: LockType,
     interval: Interval,
     priority: int,
     segments: frozenset[str],
-    state: LockState = LockState.WAITING,
-) -> int:
-    row = {
+    state: LockState,
+) -> dict[str, Any]:
+    return {
         "table_id": table_id,
         "commit_id": commit_id,
         "type": kind.value,
@@ -91,9 +90,12 @@ def _insert(
         "created_at": now_us(),
         "segment_ids": json.dumps(sorted(segments)) if segments else None,
     }
-    pk = conn.execute(_INSERT, row).inserted_primary_key
-    assert pk is not None
-    return int(pk[0])
+
+
+def _insert(conn: Connection, rows: list[dict[str, Any]]) -> list[int]:
+    """Insert lock rows in one statement; their ids, in the rows' order (ids grow
+    with arrival: the rows' order is their place in line)."""
+    return [int(r.id) for r in conn.execute(_INSERT_IDS, rows)]
 
 
 def _settle(db: Db, conn: Connection, table_id: int, stale_after_s: float) -> None:
@@ -117,16 +119,17 @@ def _decide(
     return _apply(conn, mine, table)
 
 
-def _apply(conn: Connection, mine: Lock, table: list[Lock], stored: bool = True) -> Decision:
+def _apply(conn: Connection, mine: Lock, table: list[Lock], unstored: int = 0) -> Decision:
     """Decide ``mine`` against the table's locks ``table`` (updated in place) and
-    write the outcome (``stored``: ``mine``'s row exists; else the caller inserts it
-    in the decided state)."""
+    write the outcome. ``unstored``: the last so many of ``table`` (``mine`` the last
+    of them) have no row yet; the caller inserts them in their decided states."""
     decision = decide(mine, table)
     if decision.granted:
         revoke = set(decision.revoke)
-        if revoke:
-            conn.execute(_REVOKE, {"ids": sorted(revoke)})
-        if stored:
+        stored_ids = {lk.id for lk in table[: len(table) - unstored]}
+        if revoke & stored_ids:
+            conn.execute(_REVOKE, {"ids": sorted(revoke & stored_ids)})
+        if not unstored:
             conn.execute(_SET_STATE, {"lid": mine.id, "st": LockState.GRANTED.value})
         table[:] = [
             replace(lk, state=LockState.REVOKED)
@@ -173,27 +176,35 @@ def request_in(
     owner: str,
     requests: list[Request],
     stale_after_s: float,
+    opened_base: int | None = None,
 ) -> tuple[list[tuple[int, Decision]], int | None]:
     """:func:`request` of several locks, each decided in turn, inside the caller's
-    write transaction (:func:`lamina.meta.commits.begin_commit` can open the commit in
-    the same one): their (id, decision) and, when all were granted, the commit's new
-    base seq."""
-    _settle(db, conn, table_id, stale_after_s)
+    write transaction: their (id, decision) and, when all were granted, the commit's
+    new base seq. ``opened_base``: :func:`lamina.meta.commits.begin_commit` opened the
+    commit in this very transaction, on that base (the latest: the transaction holds
+    the write lock), after aborting the table's dead writers; neither is done again."""
+    if opened_base is None:
+        _settle(db, conn, table_id, stale_after_s)
+    else:
+        conn.execute(_DROP_DEAD, {"tid": table_id})
     table = [_lock_of(r) for r in conn.execute(_TABLE_LOCKS, {"tid": table_id})]
-    out = []
+    first = len(table)
+    decisions = []
     for kind, interval, priority, segments in requests:  # each decided in turn
         # decided before its row exists, as the newest request (ids grow with arrival),
         # then stored in the decided state
         newest = max((lk.id for lk in table), default=0) + 1
         mine = Lock(newest, str(commit_id), kind, interval, priority, LockState.WAITING, segments)
         table.append(mine)
-        decision = _apply(conn, mine, table, stored=False)
-        state = LockState.GRANTED if decision.granted else LockState.WAITING
-        lock_id = _insert(conn, table_id, commit_id, kind, interval, priority, segments, state)
-        table[-1] = replace(table[-1], id=lock_id)
-        out.append((lock_id, decision))
-    granted = all(d.granted for _, d in out)
-    return out, rebase_in(conn, commit_id, owner) if granted else None
+        decisions.append(_apply(conn, mine, table, unstored=len(table) - first))
+    mine_rows = [  # in their decided states (a later one of them may revoke an earlier)
+        _row(table_id, commit_id, lk.type, lk.interval, lk.priority, lk.segments, lk.state)
+        for lk in table[first:]
+    ]
+    out = list(zip(_insert(conn, mine_rows), decisions, strict=True))
+    if not all(d.granted for _, d in out):
+        return out, None
+    return out, opened_base if opened_base is not None else rebase_in(conn, commit_id, owner)
 
 
 def try_grant(db: Db, table_id: int, lock_id: int, stale_after_s: float) -> Decision:

@@ -108,16 +108,25 @@ def existing(conn: Connection, table_id: int, ids: list[str]) -> set[str]:
     found: set[str] = set()
     for i in range(0, len(ids), _BATCH):
         found.update(
-            r[0]
-            for r in conn.execute(
-                select(segments.c.segment_id).where(
-                    segments.c.table_id == table_id,
-                    segments.c.removed_seq.is_(None),
-                    segments.c.segment_id.in_(ids[i : i + _BATCH]),
-                )
-            )
+            r[0] for r in conn.execute(_EXISTING, {"tid": table_id, "ids": ids[i : i + _BATCH]})
         )
     return found
+
+
+#: prebuilt (a compaction's publish runs them holding the catalog's write lock)
+_EXISTING = select(segments.c.segment_id).where(
+    segments.c.table_id == bindparam("tid"),
+    segments.c.removed_seq.is_(None),
+    segments.c.segment_id.in_(bindparam("ids", expanding=True)),
+)
+_MARK_REMOVED = (
+    update(segments)
+    .where(
+        segments.c.table_id == bindparam("tid"),
+        segments.c.segment_id.in_(bindparam("ids", expanding=True)),
+    )
+    .values(removed_seq=bindparam("seq"), removed_commit=bindparam("cid"))
+)
 
 
 def live_ids(conn: Connection, table_id: int) -> set[str]:
@@ -379,14 +388,8 @@ def mark_removed(
     """Record that a commit removed these segments at snapshot ``seq``."""
     id_list = list(ids)
     for i in range(0, len(id_list), _BATCH):
-        conn.execute(
-            update(segments)
-            .where(
-                segments.c.table_id == table_id,
-                segments.c.segment_id.in_(id_list[i : i + _BATCH]),
-            )
-            .values(removed_seq=seq, removed_commit=commit_id)
-        )
+        batch = id_list[i : i + _BATCH]
+        conn.execute(_MARK_REMOVED, {"tid": table_id, "ids": batch, "seq": seq, "cid": commit_id})
 
 
 def delete_rows(conn: Connection, table_id: int, ids: Collection[str]) -> list[str]:
