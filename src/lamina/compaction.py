@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lamina import table_write as tw
 from lamina.core.autocompact import (
     DEFAULT_NICE,
     Policy,
@@ -101,7 +102,7 @@ def compact(
             raise CompactionError("pass segments= or interval=, not both")
         runs = chosen_runs(table, list(segments), target)
     else:  # planning only reads (no catalog lock held): it yields to ingestion too
-        iv = table._aligned(interval)
+        iv = tw.aligned(table, interval)
         runs = run_niced(lambda: plan(table, iv, target), nice_of(table.properties))
     state = Policy(target).state
     return compact_minor(table, runs, prio, wait_s, state, engine, nice_of(table.properties))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from lamina import table_write as tw
 from lamina.core.model import Commit, CommitAction
 
 if TYPE_CHECKING:
@@ -24,8 +25,8 @@ class ConsistentPush:
         return self
 
     def append(self, data: Any) -> Commit:
-        commit = self.table._write(
-            CommitAction.APPEND, data, None, self.metadata, lineage_entry=self.entry
+        commit = tw.write(
+            self.table, CommitAction.APPEND, data, None, self.metadata, lineage_entry=self.entry
         )
         self.commits.append(commit)
         return commit
@@ -35,7 +36,7 @@ class ConsistentPush:
             try:
                 self.table.end_replace(self.entry)
             except BaseException:
-                self.table._revert_quietly(self.entry)
+                tw.revert_quietly(self.table, self.entry)
                 raise
         else:
-            self.table._revert_quietly(self.entry)
+            tw.revert_quietly(self.table, self.entry)

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from lamina import table_write as tw
 from lamina.context import CatalogContext
 from lamina.core.interval import ETERNITY, Granularity, Interval
-from lamina.core.model import Commit, CommitAction, NewSegment, PublishPlan, Snapshot, TableRecord
+from lamina.core.model import Commit, CommitAction, PublishPlan, Snapshot, TableRecord
 from lamina.core.scan import ScanPlan
 from lamina.core.segment import Segment
 from lamina.core.timeline import Timeline
-from lamina.errors import DataOutsideIntervalError, SnapshotNotFoundError
+from lamina.errors import SnapshotNotFoundError
 from lamina.meta import snapshots, tables
 
 if TYPE_CHECKING:
@@ -19,7 +20,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from lamina.core.lineage import LineageEntry
-    from lamina.core.upsert import UpsertBatch
     from lamina.push import ConsistentPush
     from lamina.transaction import Transaction
 
@@ -27,8 +27,6 @@ if TYPE_CHECKING:
 # write: reading a table's segments needs none of it.
 
 DEFAULT_TARGET_ROWS = 1_000_000
-#: A RecordBatchReader is written in pieces of about this many bytes of Arrow data.
-STREAM_FLUSH_BYTES = 256 * 1024 * 1024
 READ_ATTEMPTS = 5  # a latest read re-plans when files vanished under it
 
 
@@ -124,17 +122,19 @@ class Table:
         if "upsert.primary_key" in self._record.properties:  # an upsert table: by key
             return self.upsert(data, metadata, txn=txn)
         if not self.consistent_push:
-            return self._retrying(
-                retries, lambda: self._write(CommitAction.APPEND, data, None, metadata, txn=txn)
+            return tw.retrying(
+                retries, lambda: tw.write(self, CommitAction.APPEND, data, None, metadata, txn=txn)
             )
-        produce = self._producer(
-            data, CommitAction.APPEND, None
+        produce = tw.producer(
+            self, data, CommitAction.APPEND, None
         )  # validate before opening an entry
         entry = self.start_replace([], [])
         try:
-            return self._write(CommitAction.APPEND, produce, None, metadata, entry, complete=True)
+            return tw.write(
+                self, CommitAction.APPEND, produce, None, metadata, entry, complete=True
+            )
         except BaseException:
-            self._revert_quietly(entry)
+            tw.revert_quietly(self, entry)
             raise
 
     def upsert(
@@ -180,26 +180,14 @@ class Table:
         ``retries``: as :meth:`append` (an overwrite that lost to another overwrite is
         never retried: that would silently drop the other's rows).
         Raises CommitConflictError, DataOutsideIntervalError."""
-        iv = self._aligned(interval)
+        iv = tw.aligned(self, interval)
         if "upsert.primary_key" in self._record.properties:  # then upserted (docs/upserts.md)
             from lamina.upsert import overwrite
 
             return overwrite(self, data, iv, metadata, txn)
-        return self._retrying(
-            retries, lambda: self._write(CommitAction.OVERWRITE, data, iv, metadata, txn=txn)
+        return tw.retrying(
+            retries, lambda: tw.write(self, CommitAction.OVERWRITE, data, iv, metadata, txn=txn)
         )
-
-    @staticmethod
-    def _retrying(retries: int, write: Callable[[], Commit]) -> Commit:
-        from lamina.errors import CommitConflictError
-
-        for attempt in range(retries + 1):
-            try:
-                return write()
-            except CommitConflictError as exc:
-                if not exc.retryable or attempt == retries:
-                    raise
-        raise AssertionError("unreachable")
 
     def refresh(
         self,
@@ -217,7 +205,7 @@ class Table:
         On an upsert table the records stored in the interval go and ``data``'s are
         upserted against the rest, in one commit (see docs/upserts.md).
         """
-        iv = self._aligned(interval)
+        iv = tw.aligned(self, interval)
         if "upsert.primary_key" in self._record.properties:
             from lamina.upsert import overwrite
 
@@ -225,19 +213,23 @@ class Table:
             return overwrite(self, data, iv, metadata, action=CommitAction.REFRESH, remove=gone)
         from lamina.write import WriteTransaction
 
-        produce = self._producer(data, CommitAction.REFRESH, iv)
+        produce = tw.producer(self, data, CommitAction.REFRESH, iv)
         meta = dict(metadata or {})
         action = CommitAction.REFRESH
         with WriteTransaction(self._ctx, self._record, action, meta, inflight=True) as txn:
             if not self.consistent_push:
                 live = [s.id for s in self.snapshot(interval=iv).segments]
                 files = produce(txn.dir)
-                chunks = self._overwrite_chunks(CommitAction.REFRESH, [f.chunk for f in files], iv)
+                chunks = tw.overwrite_chunks(
+                    self, CommitAction.REFRESH, [f.chunk for f in files], iv
+                )
                 return txn.publish(PublishPlan(tuple(files), chunks, remove_ids=tuple(live)))
             entry = self.start_replace([], [], force_cleanup=True, replace_live=iv or ETERNITY)
             try:
                 files = produce(txn.dir)
-                chunks = self._overwrite_chunks(CommitAction.REFRESH, [f.chunk for f in files], iv)
+                chunks = tw.overwrite_chunks(
+                    self, CommitAction.REFRESH, [f.chunk for f in files], iv
+                )
                 plan = PublishPlan(
                     tuple(files),
                     chunks,
@@ -247,7 +239,7 @@ class Table:
                 )
                 return txn.publish(plan)  # publishes and ends the entry in one transaction
             except BaseException:
-                self._revert_quietly(entry)
+                tw.revert_quietly(self, entry)
                 raise
 
     def transaction(
@@ -370,147 +362,6 @@ class Table:
 
         return ConsistentPush(self, dict(metadata or {}))
 
-    def _aligned(self, interval: Interval | str | tuple[Any, Any] | None) -> Interval | None:
-        if interval is not None:
-            iv = Interval.coerce(interval)
-        elif self.time_column is None:
-            iv = ETERNITY
-        else:
-            return None
-        self.granularity.check_aligned(iv)
-        return iv
-
-    def _producer(
-        self,
-        data: Any,
-        action: str,
-        interval: Interval | None,
-        layout: tuple[Granularity, int] | None = None,
-    ) -> Callable[[str], list[NewSegment]]:
-        """Validate ``data`` now; return the step that writes its files under a commit.
-
-        A ``pyarrow.RecordBatchReader`` is written a piece at a time: its batches are
-        gathered until they hold :data:`STREAM_FLUSH_BYTES`, then split by chunk and
-        written, so memory stays bounded whatever the input's size. The first piece is
-        read and checked here, before the commit opens; a later piece that fails
-        aborts the commit (its files are deleted)."""
-        import pyarrow as pa
-
-        from lamina.io.arrow import conform, gathered, is_spark_dataframe, to_arrow_table
-        from lamina.io.writer import ChunkPart, split_by_chunk, write_parts
-
-        if is_spark_dataframe(data):
-            from lamina.engines.spark import spark_producer
-
-            return spark_producer(
-                self._record, self._ctx.warehouse, self.target_rows_per_segment, data
-            )
-        rec = self._record
-        granularity, target = layout or (rec.granularity, self.target_rows_per_segment)
-        if isinstance(data, pa.RecordBatchReader):
-            pieces = gathered(data, STREAM_FLUSH_BYTES)
-        else:
-            pieces = iter([to_arrow_table(data)])
-
-        def split(piece: pa.Table) -> list[ChunkPart]:
-            parts = split_by_chunk(
-                conform(piece, rec.schema),
-                rec.time_column,
-                granularity,
-                target,
-            )
-            self._overwrite_chunks(action, [p.chunk for p in parts], interval, granularity)
-            return parts
-
-        first = [split(next(pieces))]  # fail before writing
-
-        def parts() -> Iterator[list[ChunkPart]]:
-            yield first.pop()  # not kept once written
-            for piece in pieces:
-                yield split(piece)
-
-        wh = self._ctx.warehouse
-
-        def produce(commit_rel: str) -> list[NewSegment]:
-            files: list[NewSegment] = []
-            for some in parts():
-                files += write_parts(wh, commit_rel, some)
-                del some
-            return files
-
-        return produce
-
-    def _write(
-        self,
-        action: str,
-        data: Any,
-        interval: Interval | None,
-        metadata: dict[str, Any] | None,
-        lineage_entry: str | None = None,
-        complete: bool = False,
-        txn: tuple[str, int] | None = None,
-        upsert: Callable[[list[NewSegment]], UpsertBatch] | None = None,
-        remove: tuple[str, ...] = (),
-    ) -> Commit:
-        """One commit writing ``data`` (or a producer from :meth:`_producer`);
-        ``upsert``: the records of the files written, to resolve by key at publish;
-        ``remove``: live segments it removes too (a refresh's)."""
-        from lamina.core.model import txn_of
-        from lamina.errors import AlreadyAppliedError
-        from lamina.meta import app_txns
-        from lamina.write import WriteTransaction
-
-        if txn is not None:
-            txn = txn_of(txn)
-            got = app_txns.latest(self._ctx.db, self._record.id, txn[0])
-            if got is not None and txn[1] <= got[0]:  # applied already: write nothing
-                return self._commit(got[1])
-        produce = data if callable(data) else self._producer(data, action, interval)
-        try:
-            meta = dict(metadata or {})
-            with WriteTransaction(self._ctx, self._record, action, meta, inflight=True) as w:
-                files = produce(w.dir)
-                overwrite = self._overwrite_chunks(action, [f.chunk for f in files], interval)
-                plan = PublishPlan(
-                    tuple(files),
-                    overwrite,
-                    lineage_entry=lineage_entry,
-                    suffix="" if lineage_entry is None else f"c{w.id}",
-                    complete_entry=complete,
-                    txn=txn,
-                    upsert=None if upsert is None else upsert(files),
-                    remove_ids=remove,
-                )
-                return w.publish(plan)
-        except AlreadyAppliedError as exc:  # a twin published first: nothing of ours shows
-            return self._commit(exc.commit_id)
-
-    def _commit(self, commit_id: int) -> Commit:
-        return next(c for c in self.history() if c.id == commit_id)
-
-    def _overwrite_chunks(
-        self,
-        action: str,
-        chunks: list[Interval],
-        interval: Interval | None,
-        granularity: Granularity | None = None,
-    ) -> tuple[Interval, ...] | None:
-        """The chunks (of ``granularity``, default the table's) an overwrite replaces;
-        checks rows stay inside ``interval``."""
-        if action in (CommitAction.APPEND, CommitAction.UPSERT):
-            return None
-        if interval is None:
-            return tuple(sorted(set(chunks)))
-        outside = [c for c in set(chunks) if not interval.contains(c)]
-        if outside:
-            raise DataOutsideIntervalError(
-                f"rows in {min(outside)} fall outside the {action.lower()} interval {interval}; "
-                "widen the interval or filter the data"
-            )
-        if interval == ETERNITY:
-            return (ETERNITY,)
-        return tuple((granularity or self.granularity).chunks(interval))
-
     # -- lineage --------------------------------------------------------------------
 
     def lineage(self) -> list[LineageEntry]:
@@ -566,16 +417,6 @@ class Table:
         from lamina.meta import publish
 
         return publish.delete_segments(self._ctx.db, self.name, list(segment_ids))
-
-    def _revert_quietly(self, entry_id: str) -> None:
-        """Best effort after a failed push: revert now, delete what it wrote."""
-        from lamina.maintenance.retention import run_retention
-
-        try:
-            self.revert_replace(entry_id, force=True)
-            run_retention(self._ctx, [self.name], lineage_only=True)
-        except Exception:  # noqa: BLE001 - the next push or retention cleans up
-            pass
 
     # -- reading ------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from lamina import table_write as tw
 from lamina.core.conflicts import Isolation
 from lamina.core.interval import ETERNITY, Granularity, Interval
 from lamina.core.locks import PRIORITY_BATCH, PRIORITY_STREAMING, LockType
@@ -180,7 +181,7 @@ class Transaction:
         """Replace every row of ``interval`` (default: the chunks ``data`` touches), as
         ``t.overwrite``. Raises TransactionError for a chunk this transaction appends to."""
         self._check_open()
-        self._overwrite(data, self._table._aligned(interval))
+        self._overwrite(data, tw.aligned(self._table, interval))
 
     def _overwrite(
         self, data: Any, iv: Interval | None, layout: tuple[Granularity, int] | None = None
@@ -192,8 +193,8 @@ class Transaction:
             return
         files = self._produce(data, CommitAction.OVERWRITE, iv, layout)
         gran = None if layout is None else layout[0]
-        chunks = self._table._overwrite_chunks(
-            CommitAction.OVERWRITE, [f.chunk for f in files], iv, gran
+        chunks = tw.overwrite_chunks(
+            self._table, CommitAction.OVERWRITE, [f.chunk for f in files], iv, gran
         )
         assert chunks is not None
         with self._refusing():
@@ -223,7 +224,7 @@ class Transaction:
             except AlreadyAppliedError as exc:  # the application wrote this version already
                 self._state = "skipped"
                 self._write.__exit__(type(exc), exc, exc.__traceback__)
-                commit = self._table._commit(exc.commit_id)
+                commit = tw.commit_of(self._table, exc.commit_id)
                 self.commit_result = commit
                 return commit
             except CommitConflictError as exc:
@@ -334,7 +335,7 @@ class Transaction:
             stored = store(self._table, data, action, interval, where)
             self._stored.append(stored)
             return stored.files
-        return self._table._producer(data, action, interval, layout)(where)
+        return tw.producer(self._table, data, action, interval, layout)(where)
 
     @contextlib.contextmanager
     def _refusing(self) -> Iterator[None]:

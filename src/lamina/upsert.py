@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from lamina import table_write as tw
 from lamina.core.model import Commit, CommitAction
 from lamina.core.upsert import UpsertBatch, UpsertSpec, resolve_batch
 from lamina.errors import CommitConflictError, UpsertError
@@ -80,7 +81,8 @@ def upsert(
         from lamina.engines.spark import spark_producer
 
         produce = spark_producer(rec, wh, table.target_rows_per_segment, data)
-        done = table._write(
+        done = tw.write(
+            table,
             CommitAction.UPSERT,
             produce,
             None,
@@ -155,7 +157,8 @@ def _write(
         np.arange(p.rows.start, p.rows.stop) if isinstance(p.rows, slice) else p.rows for p in parts
     )
     written = UpsertBatch(read.spec, read.resolved, read.keys, file_rows, expect)
-    return table._write(
+    return tw.write(
+        table,
         action,
         lambda commit_dir: write_parts(wh, commit_dir, parts),
         interval,
@@ -250,7 +253,7 @@ def _replaced_files(
         return set()
     rec = table._record
     parts = split_by_chunk(read.resolved.batch, rec.time_column, rec.granularity, 2**62)
-    chunks = table._overwrite_chunks(action, [p.chunk for p in parts], interval) or ()
+    chunks = tw.overwrite_chunks(table, action, [p.chunk for p in parts], interval) or ()
     return _live_files(table, chunks, remove)
 
 
@@ -335,7 +338,7 @@ def store(
         from lamina.engines.spark import spark_producer
 
         files = spark_producer(rec, wh, table.target_rows_per_segment, data)(commit_dir)
-        table._overwrite_chunks(action, [f.chunk for f in files], interval)
+        tw.overwrite_chunks(table, action, [f.chunk for f in files], interval)
         want = storage_schema(rec.schema)
         if files:  # as the table stores them, as local operations' records are
             records, file_rows = _read_back(spec, wh, [f.location for f in files])
@@ -348,7 +351,7 @@ def store(
     records = batch.select(_columns(spec))
     resolve_batch(records, spec)  # refused before anything is written
     parts = split_by_chunk(batch, rec.time_column, rec.granularity, table.target_rows_per_segment)
-    table._overwrite_chunks(action, [p.chunk for p in parts], interval)
+    tw.overwrite_chunks(table, action, [p.chunk for p in parts], interval)
     files = write_parts(wh, commit_dir, parts)
     file_rows = tuple(
         np.arange(p.rows.start, p.rows.stop) if isinstance(p.rows, slice) else p.rows for p in parts
@@ -405,7 +408,7 @@ def hold(table: Table, data: Any, action: str, interval: Interval | None) -> Hel
     resolve_batch(batch, spec)  # refused here, before anything is written
     parts = split_by_chunk(batch, rec.time_column, rec.granularity, 2**62)
     written = [p.chunk for p in parts]
-    replaced = table._overwrite_chunks(action, written, interval)
+    replaced = tw.overwrite_chunks(table, action, written, interval)
     chunks = replaced if replaced is not None else tuple(sorted(set(written)))
     return Held(batch, replaced is not None, chunks)
 

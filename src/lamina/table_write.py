@@ -1,0 +1,196 @@
+"""A table's write steps, shared by its write methods, transactions, pushes and
+upserts: data validated into a producer of segment files, one commit publishing them,
+the chunks an overwrite replaces, and the interval arguments they take."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from lamina.core.interval import ETERNITY, Granularity, Interval
+from lamina.core.model import Commit, CommitAction, NewSegment, PublishPlan
+from lamina.errors import DataOutsideIntervalError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from lamina.core.upsert import UpsertBatch
+    from lamina.io.writer import ChunkPart
+    from lamina.table import Table
+
+#: A RecordBatchReader is written in pieces of about this many bytes of Arrow data.
+STREAM_FLUSH_BYTES = 256 * 1024 * 1024
+
+
+def retrying(retries: int, write: Callable[[], Commit]) -> Commit:
+    """``write()``, again up to ``retries`` times after a conflict that is safe to
+    retry (``CommitConflictError.retryable``). Raises the last CommitConflictError."""
+    from lamina.errors import CommitConflictError
+
+    for attempt in range(retries + 1):
+        try:
+            return write()
+        except CommitConflictError as exc:
+            if not exc.retryable or attempt == retries:
+                raise
+    raise AssertionError("unreachable")
+
+
+def aligned(table: Table, interval: Interval | str | tuple[Any, Any] | None) -> Interval | None:
+    """``interval`` as an Interval aligned to the table's chunks (all time for a table
+    without a time column; None: not given). Raises InvalidIntervalError."""
+    if interval is not None:
+        iv = Interval.coerce(interval)
+    elif table.time_column is None:
+        iv = ETERNITY
+    else:
+        return None
+    table.granularity.check_aligned(iv)
+    return iv
+
+
+def producer(
+    table: Table,
+    data: Any,
+    action: str,
+    interval: Interval | None,
+    layout: tuple[Granularity, int] | None = None,
+) -> Callable[[str], list[NewSegment]]:
+    """Validate ``data`` now; return the step that writes its files under a commit.
+
+    A ``pyarrow.RecordBatchReader`` is written a piece at a time: its batches are
+    gathered until they hold :data:`STREAM_FLUSH_BYTES`, then split by chunk and
+    written, so memory stays bounded whatever the input's size. The first piece is
+    read and checked here, before the commit opens; a later piece that fails
+    aborts the commit (its files are deleted). Raises SchemaError, TimeColumnError,
+    DataOutsideIntervalError."""
+    import pyarrow as pa
+
+    from lamina.io.arrow import conform, gathered, is_spark_dataframe, to_arrow_table
+    from lamina.io.writer import split_by_chunk, write_parts
+
+    ctx = table._ctx
+    if is_spark_dataframe(data):
+        from lamina.engines.spark import spark_producer
+
+        return spark_producer(table._record, ctx.warehouse, table.target_rows_per_segment, data)
+    rec = table._record
+    granularity, target = layout or (rec.granularity, table.target_rows_per_segment)
+    if isinstance(data, pa.RecordBatchReader):
+        pieces = gathered(data, STREAM_FLUSH_BYTES)
+    else:
+        pieces = iter([to_arrow_table(data)])
+
+    def split(piece: pa.Table) -> list[ChunkPart]:
+        parts = split_by_chunk(conform(piece, rec.schema), rec.time_column, granularity, target)
+        overwrite_chunks(table, action, [p.chunk for p in parts], interval, granularity)
+        return parts
+
+    first = [split(next(pieces))]  # fail before writing
+
+    def parts() -> Iterator[list[ChunkPart]]:
+        yield first.pop()  # not kept once written
+        for piece in pieces:
+            yield split(piece)
+
+    wh = ctx.warehouse
+
+    def produce(commit_rel: str) -> list[NewSegment]:
+        files: list[NewSegment] = []
+        for some in parts():
+            files += write_parts(wh, commit_rel, some)
+            del some
+        return files
+
+    return produce
+
+
+def write(
+    table: Table,
+    action: str,
+    data: Any,
+    interval: Interval | None,
+    metadata: dict[str, Any] | None,
+    lineage_entry: str | None = None,
+    complete: bool = False,
+    txn: tuple[str, int] | None = None,
+    upsert: Callable[[list[NewSegment]], UpsertBatch] | None = None,
+    remove: tuple[str, ...] = (),
+) -> Commit:
+    """One commit writing ``data`` (or a producer from :func:`producer`);
+    ``upsert``: the records of the files written, to resolve by key at publish;
+    ``remove``: live segments it removes too (a refresh's). A ``txn`` applied already
+    writes nothing and returns the commit that applied it. Raises
+    CommitConflictError, SchemaError, TimeColumnError, DataOutsideIntervalError."""
+    from lamina.core.model import txn_of
+    from lamina.errors import AlreadyAppliedError
+    from lamina.meta import app_txns
+    from lamina.write import WriteTransaction
+
+    ctx = table._ctx
+    if txn is not None:
+        txn = txn_of(txn)
+        got = app_txns.latest(ctx.db, table._record.id, txn[0])
+        if got is not None and txn[1] <= got[0]:  # applied already: write nothing
+            return commit_of(table, got[1])
+    produce = data if callable(data) else producer(table, data, action, interval)
+    try:
+        meta = dict(metadata or {})
+        with WriteTransaction(ctx, table._record, action, meta, inflight=True) as w:
+            files = produce(w.dir)
+            overwrite = overwrite_chunks(table, action, [f.chunk for f in files], interval)
+            plan = PublishPlan(
+                tuple(files),
+                overwrite,
+                lineage_entry=lineage_entry,
+                suffix="" if lineage_entry is None else f"c{w.id}",
+                complete_entry=complete,
+                txn=txn,
+                upsert=None if upsert is None else upsert(files),
+                remove_ids=remove,
+            )
+            return w.publish(plan)
+    except AlreadyAppliedError as exc:  # a twin published first: nothing of ours shows
+        return commit_of(table, exc.commit_id)
+
+
+def commit_of(table: Table, commit_id: int) -> Commit:
+    """The table's commit ``commit_id``, from its history."""
+    return next(c for c in table.history() if c.id == commit_id)
+
+
+def overwrite_chunks(
+    table: Table,
+    action: str,
+    chunks: list[Interval],
+    interval: Interval | None,
+    granularity: Granularity | None = None,
+) -> tuple[Interval, ...] | None:
+    """The chunks (of ``granularity``, default the table's) an overwrite replaces
+    (None for an append or upsert). Raises DataOutsideIntervalError when rows fall
+    outside ``interval``."""
+    if action in (CommitAction.APPEND, CommitAction.UPSERT):
+        return None
+    if interval is None:
+        return tuple(sorted(set(chunks)))
+    outside = [c for c in set(chunks) if not interval.contains(c)]
+    if outside:
+        raise DataOutsideIntervalError(
+            f"rows in {min(outside)} fall outside the {action.lower()} interval {interval}; "
+            "widen the interval or filter the data"
+        )
+    if interval == ETERNITY:
+        return (ETERNITY,)
+    return tuple((granularity or table.granularity).chunks(interval))
+
+
+def revert_quietly(table: Table, entry_id: str) -> None:
+    """Best effort after a failed push: revert its entry now, delete what it wrote
+    (else the next push or retention cleans up)."""
+    from lamina.maintenance.retention import run_retention
+
+    try:
+        table.revert_replace(entry_id, force=True)
+        run_retention(table._ctx, [table.name], lineage_only=True)
+    except Exception:  # noqa: BLE001 - the next push or retention cleans up
+        pass
