@@ -48,10 +48,10 @@ def populate(cat: lamina.Catalog, chunks: int, parts: int, seq: int = 1, first: 
     from sqlalchemy import insert, update
 
     from lamina.core.segment import Segment
-    from lamina.meta.commits import owner_token
     from lamina.meta.db import run
     from lamina.meta.schema import commits, segments, tables
     from lamina.meta.tables import get_table, now_us
+    from lamina.meta.writers import owner_token
 
     rec = get_table(cat.context.db, TABLE)
     tag = uuid.uuid4().hex[:8]

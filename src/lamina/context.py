@@ -28,8 +28,8 @@ class CatalogContext:
 
     def clean_commits(self, table: str, commit_ids: Sequence[int]) -> None:
         """Delete the files of aborted commits, then record that they are gone."""
-        from lamina.meta import commits
+        from lamina.meta import writers
 
         for cid in commit_ids:
             self.warehouse.delete_dir(self.warehouse.path(commit_dir(table, cid)))
-        commits.mark_cleaned(self.db, commit_ids)
+        writers.mark_cleaned(self.db, commit_ids)

@@ -18,7 +18,7 @@ from lamina.core.model import Commit, PublishPlan, TableRecord
 from lamina.errors import CommitError, LockRevokedError, LockTimeoutError
 from lamina.io import writer
 from lamina.io.warehouse import commit_dir
-from lamina.meta import commits, locks
+from lamina.meta import commits, locks, writers
 from lamina.meta import publish as publishing
 from lamina.meta.db import Db
 
@@ -85,7 +85,7 @@ class _Heartbeats:
                 if entry is None or entry[3] > now:
                     continue
                 try:
-                    alive = commits.heartbeat(db, cid, owner)
+                    alive = writers.heartbeat(db, cid, owner)
                 except Exception:  # noqa: BLE001 - a missed beat is retried next period
                     alive = True
                 stop = None
@@ -144,7 +144,7 @@ class WriteTransaction:
         self.metadata = metadata
         self.id = -1
         self.base_seq = -1  # the snapshot this write starts from
-        self.owner = commits.owner_token()
+        self.owner = writers.owner_token()
         self.commit: Commit | None = None
 
     @property
@@ -276,7 +276,7 @@ class WriteTransaction:
 
     def inflight(self) -> None:
         """REQUESTED -> INFLIGHT, before the first file is written."""
-        commits.mark_inflight(self.ctx.db, self.id, self.owner)
+        writers.mark_inflight(self.ctx.db, self.id, self.owner)
 
     def publish(self, plan: PublishPlan) -> Commit:
         """Publish the plan in one catalog transaction (see meta.publish.publish)."""
@@ -295,7 +295,7 @@ class WriteTransaction:
         writer.guard(self.ctx.warehouse.path(self.dir), None)
         if self.commit is None and self.id >= 0:
             try:
-                if commits.abort(
+                if writers.abort(
                     self.ctx.db, self.id, self.owner
                 ):  # never the files of a completed one
                     self.ctx.clean_commits(self.table.name, [self.id])

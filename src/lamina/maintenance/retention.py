@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from lamina.context import CatalogContext
 from lamina.core.interval import to_us
 from lamina.core.properties import setting
-from lamina.meta import commits, tables
 from lamina.meta import retention as rows
+from lamina.meta import tables, writers
 from lamina.meta.tables import now_us
 
 
@@ -82,7 +82,7 @@ def clean_failed_writes(ctx: CatalogContext, names: Sequence[str]) -> int:
     count = 0
     for name in names:
         rec = tables.get_table(ctx.db, name)
-        failed = commits.failed_commits(ctx.db, rec.id, ctx.stale_after_s)
+        failed = writers.failed_commits(ctx.db, rec.id, ctx.stale_after_s)
         ctx.clean_commits(name, failed)
         count += len(failed)
     return count

@@ -1,4 +1,5 @@
-"""Commit rows: open, heartbeat, abort, complete (the one funnel), history.
+"""Commit rows: open, rebase, complete (the one funnel), history; who holds an open
+commit (heartbeats, aborts) is :mod:`.writers`.
 
 A commit is REQUESTED -> INFLIGHT -> COMPLETED, or ABORTED. Every completed commit,
 whether it published files or only changed catalog state (a lineage transition, a
@@ -19,9 +20,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import socket
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,54 +27,23 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Connection,
-    and_,
     bindparam,
     exists,
     func,
     insert,
-    or_,
     select,
     true,
     update,
 )
 from sqlalchemy.exc import IntegrityError
 
-from lamina.core.model import OPEN_STATES, Commit, CommitState
+from lamina.core.model import Commit, CommitState
 from lamina.errors import CommitError, TableNotFoundError
 from lamina.meta.db import Db
 from lamina.meta.rows import commit_of
-from lamina.meta.schema import commits, locks, segments, tables
+from lamina.meta.schema import commits, segments, tables
 from lamina.meta.tables import now_us, read_table
-
-_HOST = socket.gethostname()
-_PROCESS_TOKEN: dict[int, str] = {}
-
-
-def owner_token() -> str:
-    """Who holds a commit: host, pid and a random part (pids get reused)."""
-    return f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def process_token() -> str:
-    """The owner of catalog-only commits made by this process (computed once per pid)."""
-    pid = os.getpid()
-    if pid not in _PROCESS_TOKEN:
-        _PROCESS_TOKEN[pid] = owner_token()
-    return _PROCESS_TOKEN[pid]
-
-
-def owner_alive(owner: str) -> bool | None:
-    """True/False when the owner runs on this host, None when it cannot be told."""
-    host, _, rest = owner.partition(":")
-    if host != _HOST:
-        return None
-    try:
-        os.kill(int(rest.split(":")[0]), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, ValueError):
-        return None
-    return True
+from lamina.meta.writers import RELAXED, UNSETTLED, abort, dead, process_token, settle_writers
 
 
 @dataclass(frozen=True)
@@ -90,9 +57,6 @@ class Recorded:
 
 # Hot statements are built once (their construction costs more than running them).
 
-#: PostgreSQL, in a statement of a transaction: commit it without waiting for the WAL
-#: flush (the transaction's own setting; the session keeps ``synchronous_commit``)
-_RELAXED = func.set_config("synchronous_commit", "off", True)
 _BUMP = (
     update(tables)
     .where(tables.c.id == bindparam("tid"))
@@ -190,16 +154,9 @@ _OPEN = insert(commits).values(
         .scalar_subquery(),
     }
 )
-_UNSETTLED = select(commits.c.id, commits.c.owner, commits.c.heartbeat_at, commits.c.state).where(
-    commits.c.table_id == bindparam("tid"),
-    or_(
-        commits.c.state.in_(OPEN_STATES),
-        and_(commits.c.state == CommitState.ABORTED.value, commits.c.files_cleaned == 0),
-    ),
-)
 _OPEN_RETURNING = _OPEN.returning(commits.c.id, commits.c.base_seq)
 _new = _OPEN_RETURNING.cte("new")
-_others = _UNSETTLED.subquery("others")
+_others = UNSETTLED.subquery("others")
 #: PostgreSQL: insert the REQUESTED row, relax its commit and read the table's other
 #: unsettled commits (open ones, and aborted ones whose files still need removing), in
 #: one statement (a row per such commit, or one with a NULL id). The list may miss
@@ -211,36 +168,8 @@ _OPEN_RELAXED = select(
     _others.c.owner,
     _others.c.heartbeat_at,
     _others.c.state,
-    _RELAXED,
+    RELAXED,
 ).select_from(_new.outerjoin(_others, true()))
-_MINE = and_(commits.c.id == bindparam("cid"), commits.c.owner == bindparam("writer"))
-_INFLIGHT = (
-    update(commits)
-    .where(_MINE, commits.c.state == CommitState.REQUESTED.value)
-    .values(
-        state=CommitState.INFLIGHT.value,
-        heartbeat_at=bindparam("now"),
-        inflight_at=bindparam("now"),
-    )
-)
-#: PostgreSQL: one autocommitted statement whose commit does not wait for the flush
-_INFLIGHT_RELAXED = _INFLIGHT.returning(_RELAXED)
-#: a commit whose task lock was revoked stops beating: its writer stops (and, if it
-#: died, the commit is aborted once the beat is stale)
-_REVOKED = exists(
-    select(locks.c.id).where(locks.c.commit_id == commits.c.id, locks.c.state == "REVOKED")
-)
-_BEAT = (
-    update(commits)
-    .where(_MINE, commits.c.state.in_(OPEN_STATES), ~_REVOKED)
-    .values(heartbeat_at=bindparam("now"))
-)
-_ABORT = (
-    update(commits)
-    .where(_MINE, commits.c.state.in_(OPEN_STATES))
-    .values(state=CommitState.ABORTED.value, completed_at=bindparam("now"))
-)
-_STATE = select(commits.c.state).where(_MINE)
 
 
 def _not_inflight(commit_id: int) -> CommitError:
@@ -372,10 +301,10 @@ def begin_commit(
         raise TableNotFoundError(f"table id {table_id} was dropped meanwhile")
     others = [r for r in got if r.id is not None]
     stale = sorted(int(r.id) for r in others if r.state == CommitState.ABORTED.value)
-    if any(_dead(r, stale_after_s, now) for r in others if r.state != CommitState.ABORTED.value):
+    if any(dead(r, stale_after_s, now) for r in others if r.state != CommitState.ABORTED.value):
         stale = db.write(
-            lambda conn: _settle_writers(
-                conn, conn.execute(_UNSETTLED, row).all(), stale_after_s, now_us()
+            lambda conn: settle_writers(
+                conn, conn.execute(UNSETTLED, row).all(), stale_after_s, now_us()
             )[1]
         )
         stale = [c for c in stale if c != new_id]
@@ -390,87 +319,10 @@ def _open_sqlite(
 ) -> Opened:
     new_id, base = conn.execute(_OPEN_RETURNING, row).one()
     assert base is not None  # the foreign key keeps the table row
-    unsettled = [r for r in conn.execute(_UNSETTLED, row).all() if r.id != new_id]
-    stale = _settle_writers(conn, unsettled, stale_after_s, now_us())[1]
+    unsettled = [r for r in conn.execute(UNSETTLED, row).all() if r.id != new_id]
+    stale = settle_writers(conn, unsettled, stale_after_s, now_us())[1]
     more = None if then is None else then(conn, int(new_id), int(base))
     return Opened(int(new_id), int(base), stale, more)
-
-
-def _dead(row: Any, stale_after_s: float, now: int) -> bool:
-    """Whether an open commit's writer is gone (see :func:`_settle_writers`)."""
-    alive = owner_alive(row.owner)
-    expired = row.heartbeat_at < now - int(stale_after_s * 1e6)
-    return alive is False or (alive is None and expired)
-
-
-def _settle_writers(
-    conn: Connection, unsettled: Sequence[Any], stale_after_s: float, now: int
-) -> tuple[list[Any], list[int]]:
-    """Abort the open commits among ``unsettled`` (rows of ``_UNSETTLED``) whose
-    writer is gone. Returns the open commits still alive, and the aborted commits
-    whose files are not removed yet.
-
-    Dead: the owner ran on this host and its pid no longer exists, or (any host)
-    its heartbeat is older than ``stale_after_s``.
-    """
-    alive_rows: list[Any] = []
-    stale: list[int] = []
-    for row in unsettled:
-        if row.state == CommitState.ABORTED.value:
-            stale.append(int(row.id))
-            continue
-        if _dead(row, stale_after_s, now):
-            conn.execute(_ABORT, {"cid": row.id, "writer": row.owner, "now": now})
-            stale.append(int(row.id))
-        else:
-            alive_rows.append(row)
-    return alive_rows, sorted(stale)
-
-
-def mark_inflight(db: Db, commit_id: int, owner: str) -> None:
-    """REQUESTED -> INFLIGHT. Raises CommitError if it was aborted meanwhile."""
-    params = {"cid": commit_id, "writer": owner}
-
-    def txn(conn: Connection) -> None:
-        params["now"] = now_us()
-        if db.sqlite:
-            done = conn.execute(_INFLIGHT, params).rowcount == 1
-        else:
-            done = conn.execute(_INFLIGHT_RELAXED, params).first() is not None
-        if not done:
-            raise CommitError(f"commit {commit_id} was aborted before it started writing")
-
-    db.write(txn, single=True)
-
-
-def heartbeat(db: Db, commit_id: int, owner: str) -> bool:
-    """Refresh a commit's heartbeat; False once it is no longer open."""
-
-    def txn(conn: Connection) -> bool:
-        params = {"cid": commit_id, "writer": owner, "now": now_us()}
-        return bool(conn.execute(_BEAT, params).rowcount)
-
-    return db.write(txn, single=True)
-
-
-def abort(db: Db, commit_id: int, owner: str) -> bool:
-    """Set an open commit of ``owner`` ABORTED; True when it is ABORTED now (False: it
-    completed, e.g. its publish reached the catalog before the connection dropped, or
-    the row is not the owner's)."""
-
-    def txn(conn: Connection) -> bool:
-        params = {"cid": commit_id, "writer": owner, "now": now_us()}
-        conn.execute(_ABORT, params)
-        return bool(conn.execute(_STATE, params).scalar() == CommitState.ABORTED.value)
-
-    return db.write(txn)
-
-
-def settle_open(conn: Connection, table_id: int, stale_after_s: float) -> None:
-    """Abort the table's open commits whose writer is gone (inside a transaction)."""
-    _settle_writers(
-        conn, conn.execute(_UNSETTLED, {"tid": table_id}).all(), stale_after_s, now_us()
-    )
 
 
 def rebase_in(conn: Connection, commit_id: int, owner: str) -> int:
@@ -498,27 +350,6 @@ _BASE = select(commits.c.base_seq).where(commits.c.id == bindparam("cid"))
 def rebase(db: Db, commit_id: int, owner: str) -> int:
     """:func:`rebase_in`, in a transaction of its own."""
     return db.write(lambda conn: rebase_in(conn, commit_id, owner))
-
-
-def failed_commits(db: Db, table_id: int, stale_after_s: float) -> list[int]:
-    """Abort stale open commits; return aborted commits whose files are not yet removed."""
-
-    def txn(conn: Connection) -> list[int]:
-        unsettled = conn.execute(_UNSETTLED, {"tid": table_id}).all()
-        return _settle_writers(conn, unsettled, stale_after_s, now_us())[1]
-
-    return db.write(txn)
-
-
-def mark_cleaned(db: Db, commit_ids: Sequence[int]) -> None:
-    """Record that the files of these aborted commits are gone."""
-    if not commit_ids:
-        return
-    db.write(
-        lambda conn: conn.execute(
-            update(commits).where(commits.c.id.in_(list(commit_ids))).values(files_cleaned=1)
-        )
-    )
 
 
 def history(db: Db, name: str) -> list[Commit]:

@@ -17,10 +17,11 @@ from sqlalchemy import Connection, bindparam, delete, insert, select, update
 from lamina.core.interval import Interval
 from lamina.core.locks import Decision, Lock, LockState, LockType, decide
 from lamina.core.model import OPEN_STATES
-from lamina.meta.commits import rebase_in, settle_open
+from lamina.meta.commits import rebase_in
 from lamina.meta.db import Db
 from lamina.meta.schema import commits, locks
 from lamina.meta.tables import lock_table, now_us, read_table
+from lamina.meta.writers import settle_open
 
 
 @dataclass(frozen=True)
