@@ -17,9 +17,27 @@ from tests.helpers import SCHEMA, events
 D = 86_400_000_000
 
 
-def seg(day: int, pid: int, rows: int, commit: int, suffix: str = "") -> Segment:
+def seg(
+    day: int,
+    pid: int,
+    rows: int,
+    commit: int,
+    suffix: str = "",
+    root: tuple[int, int] | None = None,
+) -> Segment:
     iv = Interval.of(day * D, (day + 1) * D)
-    return Segment("t", iv, 1, pid, location="x", row_count=rows, commit_id=commit, suffix=suffix)
+    return Segment(
+        "t",
+        iv,
+        1,
+        pid,
+        location="x",
+        row_count=rows,
+        commit_id=commit,
+        suffix=suffix,
+        minor_version=0 if root is None else 1,
+        root_partition_range=root,
+    )
 
 
 def test_statuses_and_reasons() -> None:
@@ -36,9 +54,22 @@ def test_statuses_and_reasons() -> None:
 def test_late_data_and_policy_changes() -> None:
     pol = Policy(target_rows=100)
     fp = pol.state
-    late = [seg(1, 32768, 40, 9), seg(1, 5, 3, 10)]
+    late = [seg(1, 32768, 40, 9, root=(0, 5)), seg(1, 5, 3, 10)]  # appended after roots 0-4
     (st,) = statuses(late, {9: fp}, pol)
     assert st.action == "minor" and "1 segment(s) written since its compaction" in st.reason
+    # not adjacent (a big segment between): a minor compaction could never merge them
+    apart = [
+        seg(1, 32768, 20, 9, root=(0, 2)),
+        seg(1, 2, 60, 10),
+        seg(1, 32769, 20, 9, root=(3, 5)),
+    ]
+    (st,) = statuses(apart, {9: fp}, pol)
+    assert (st.action, st.reason) == (
+        "major",
+        "1 segment(s) written since its compaction, 2 small, not adjacent: the chunk is rewritten",
+    )
+    (st,) = statuses([apart[0], apart[2]], {9: fp}, pol)  # all compacted: as the policy asks
+    assert st.status == "COMPLETE"
     sorted_pol = Policy(target_rows=100, sort_by=("v",))
     (st,) = statuses([seg(1, 32768, 40, 9)], {9: fp}, sorted_pol)
     assert st.action == "major" and "compacted under another policy" in st.reason

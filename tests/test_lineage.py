@@ -20,6 +20,7 @@ import pyarrow as pa
 import pytest
 
 import lamina
+import lamina.table_write
 from lamina import errors
 from lamina.core.lineage import LineageState
 from lamina.errors import LineageEntryNotFoundError, LineageError, PropertyError
@@ -709,7 +710,7 @@ def test_next_refresh_cleans_up_a_refresh_that_died_after_start(
     def broken(*args: Any, **kwargs: Any) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(lamina.table.Table, "_revert_quietly", lambda self, e: None)
+    monkeypatch.setattr(lamina.table_write, "revert_quietly", lambda table, e: None)
     monkeypatch.setattr(writer.pq, "write_table", broken)
     with pytest.raises(OSError):
         t.refresh(new())

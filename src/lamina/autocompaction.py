@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lamina.compaction import (
-    candidates,
     compact_major,
     compact_minor,
     named_chunks,
     named_ids,
     purge,
+    visible_data,
 )
 from lamina.core.autocompact import ChunkStatus, Policy, check_policy, policy_of, statuses
 from lamina.core.compaction import plan_minor
@@ -64,11 +64,12 @@ def _survey(table: Table) -> _Survey:
         if c.state == "COMPLETED" and c.metadata.get("compaction")
     }
     named = named_ids(table)
-    segs = candidates(table, None, named)[1]
+    _, segs, partial = visible_data(table, None, named)
     held = named_chunks(table, named)
     stale, kept = purge(table, segs)
-    ends = [s.interval.end for s in segs] + [c.end for c in held]  # held data counts too
-    found = statuses(segs, compacted, pol, stale, max(ends) if ends else None)
+    ends = [s.interval.end for s in (*segs, *partial)] + [c.end for c in held]  # held too
+    newest = max(ends) if ends else None
+    found = statuses(segs, compacted, pol, stale, newest, partial, kept)
     seen = {st.chunk for st in found}
     why = "a lineage entry names its segments (a push in progress or still revertible)"
     found += [ChunkStatus(c, "SKIPPED", "none", why) for c in held - seen]

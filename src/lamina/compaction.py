@@ -136,14 +136,26 @@ def candidates(
     """(base seq, segments a minor compaction may take): the visible whole data
     segments of the latest snapshot, in chunks inside ``interval``, that no lineage
     entry still names (``named``, read unless given)."""
+    seq, whole, _ = visible_data(table, interval, named)
+    return seq, whole
+
+
+def visible_data(
+    table: Table, interval: Interval | None, named: set[str] | None = None
+) -> tuple[int, list[Segment], list[Segment]]:
+    """(base seq, whole, partial): the visible data segments of the latest snapshot
+    in chunks inside ``interval`` that no lineage entry still names (``named``, read
+    unless given), those of chunks a newer version hides in part apart."""
     snap = table.snapshot(interval=interval)
     named = named_ids(table) if named is None else named
-    out = []
+    whole: list[Segment] = []
+    partial: list[Segment] = []
     for entry in Timeline.build(snap.segments).entries():
-        if entry.is_partial or (interval is not None and not interval.contains(entry.interval)):
+        if interval is not None and not interval.contains(entry.interval):
             continue
-        out += [s for s in entry.segments if s.location is not None and s.id not in named]
-    return snap.seq, out
+        got = [s for s in entry.segments if s.location is not None and s.id not in named]
+        (partial if entry.is_partial else whole).extend(got)
+    return snap.seq, whole, partial
 
 
 def named_chunks(table: Table, named: set[str]) -> set[Interval]:

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lamina.core.compaction import plan_minor
 from lamina.core.interval import MIN_US, Granularity, Interval
 from lamina.core.properties import duration_us
 from lamina.core.segment import Segment
@@ -218,6 +219,8 @@ def statuses(
     policy: Policy,
     purge: frozenset[str] = frozenset(),
     newest: int | None = None,
+    partial: Sequence[Segment] = (),
+    kept: Mapping[str, int] | None = None,
 ) -> list[ChunkStatus]:
     """Each chunk's status, newest first. ``visible``: the table's visible data
     segments (whole chunks); ``compacted``: commit id -> compaction state of the
@@ -225,22 +228,35 @@ def statuses(
     ``purge``: segments to rewrite without their superseded records
     (:func:`to_purge`); ``newest``: the end of the table's newest data (default:
     ``visible``'s), from which ``skip_offset_from_latest`` counts, as in Druid — with
-    a target granularity, from the start of its bucket there, so that no bucket
-    reaching into the offset is rewritten."""
+    a target granularity, from the end of the bucket holding the newest data (Druid
+    buckets the timeline by it first), back to the start of the bucket there, so that
+    no bucket reaching into the offset is rewritten. ``partial``: segments of chunks a
+    newer version of other chunks hides in part (a minor compaction leaves them; a
+    policy that re-partitions, sorts or rolls up rewrites them, as Druid does);
+    ``kept``: rows each segment keeps (:func:`lamina.core.compaction.plan_minor`)."""
     by_chunk: dict[Interval, list[Segment]] = {}
-    for s in visible:
+    for s in (*visible, *partial):
         by_chunk.setdefault(s.interval, []).append(s)
+    hidden_in_part = {s.interval for s in partial}
     if not by_chunk:
         return []
     newest = max(c.end for c in by_chunk) if newest is None else newest
+    gran = policy.chunk_granularity
+    if policy.skip_offset_us and gran is not None:  # Druid buckets the timeline first
+        newest = gran.chunk(newest - 1).end
     horizon = newest - policy.skip_offset_us
-    if policy.skip_offset_us and policy.chunk_granularity is not None:
-        horizon = policy.chunk_granularity.floor(horizon)
+    if policy.skip_offset_us and gran is not None:
+        horizon = gran.floor(horizon)
     out = []
     for chunk in sorted(by_chunk, key=lambda c: (c.end, c.start), reverse=True):
         segs = by_chunk[chunk]
         small = sum(1 for s in segs if s.row_count < policy.small)
-        state, action, reason = _decide(chunk, segs, small, compacted, policy, horizon, purge)
+        if chunk in hidden_in_part:
+            state, action, reason = _decide_partial(chunk, segs, compacted, policy, horizon)
+        else:
+            state, action, reason = _decide(
+                chunk, segs, small, compacted, policy, horizon, purge, kept
+            )
         out.append(ChunkStatus(chunk, state, action, reason, len(segs), small))
     return out
 
@@ -253,6 +269,7 @@ def _decide(
     policy: Policy,
     horizon: int,
     purge: frozenset[str] = frozenset(),
+    kept: Mapping[str, int] | None = None,
 ) -> tuple[str, str, str]:
     """(status, action, reason) of one chunk."""
     n = len(segs)
@@ -272,8 +289,11 @@ def _decide(
         return "PENDING", "major", f"{why}; the policy re-partitions into {gran.value} chunks"
     if (policy.sort_by or policy.rollup is not None) and (late or other):
         return "PENDING", "major", f"{_why(n, late, other)}; the policy sorts or rolls up"
-    if small >= 2:
+    if small >= 2 and plan_minor(segs, policy.target_rows, policy.small, purge, kept):
         return "PENDING", "minor", f"{_why(n, late, other, small)}"
+    if small >= 2 and late:  # not adjacent: a minor compaction could never finish it
+        why = f"{_why(n, late, other, small)}, not adjacent: the chunk is rewritten"
+        return "PENDING", "major", why
     if other:  # another target size, say: rewritten to this one (as Druid does)
         return "PENDING", "major", _why(n, late, other)
     if not late:
@@ -282,6 +302,31 @@ def _decide(
         why = f"{n} segments > max_segments_per_chunk {policy.max_segments}, too few small"
         return "PENDING", "major", why
     return "COMPLETE", "none", "no small segments to merge"
+
+
+def _decide_partial(
+    chunk: Interval,
+    segs: Sequence[Segment],
+    compacted: Mapping[int, Mapping[str, Any]],
+    policy: Policy,
+    horizon: int,
+) -> tuple[str, str, str]:
+    """(status, action, reason) of a chunk a newer version hides in part: rewritten
+    when the policy re-partitions, sorts or rolls up and it is not as the policy asks;
+    else left as it is (its visible rows are not a whole segment to merge)."""
+    if policy.skip_offset_us and chunk.end > horizon:
+        return "SKIPPED", "none", "within skip_offset_from_latest of the newest data"
+    n = len(segs)
+    states = [None if s.suffix else compacted.get(s.commit_id or -1) for s in segs]
+    late = sum(1 for st in states if st is None)
+    other = sum(1 for st in states if st is not None and not policy.met_by(st))
+    gran = policy.chunk_granularity
+    hidden = "partly hidden by a newer version"
+    if gran is not None and chunk.start > MIN_US and chunk != gran.chunk(chunk.start):
+        return "PENDING", "major", f"{hidden}; the policy re-partitions into {gran.value} chunks"
+    if (policy.sort_by or policy.rollup is not None) and (late or other):
+        return "PENDING", "major", f"{hidden}, {_why(n, late, other)}; the policy sorts or rolls up"
+    return "COMPLETE", "none", f"{hidden}: no whole segments to merge"
 
 
 def _why(n: int, late: int, other: int, small: int = 0) -> str:

@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from lamina.errors import UpsertError
 
-__all__ = ["cmp_arrow", "cmp_dtype", "cmp_values"]
+__all__ = ["cmp_arrow", "cmp_dtype", "cmp_values", "total_order"]
 
 
 #: decimals of up to this precision compare as their unscaled int64 value
@@ -66,3 +66,21 @@ def cmp_arrow(values: np.ndarray, t: pa.DataType) -> pa.Array:
     if pa.types.is_date32(t):
         return arr.cast(pa.int32()).cast(t)
     return arr.cast(t)
+
+
+#: flips a negative float's magnitude bits: its int64 key then sorts as the float does
+_MAGNITUDE = np.int64(0x7FFF_FFFF_FFFF_FFFF)
+
+
+def total_order(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """Comparison values as they are compared and ranked: floats as int64 keys in the
+    order of Java's ``Double.compareTo`` (Pinot's), where -0.0 is below 0.0; other
+    types as they are. Nulls stay null (NaN is refused before)."""
+    if not pa.types.is_floating(values.type):
+        return values
+    arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    f = arr.cast(pa.float64())
+    bits = np.frombuffer(f.buffers()[1], np.int64)[f.offset : f.offset + len(f)]
+    keys = bits ^ ((bits >> 63) & _MAGNITUDE)
+    mask = f.is_null().to_numpy(zero_copy_only=False) if f.null_count else None
+    return pa.array(keys, pa.int64(), mask=mask)

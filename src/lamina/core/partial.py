@@ -79,6 +79,20 @@ def _increment(p: pa.Array, q: pa.Array) -> pa.Array:
     return pc.coalesce(pc.add(p, q), p, q)  # wraps around on integer overflow, like Java
 
 
+def _signed_zeros(p: pa.Array, q: pa.Array, res: pa.Array, sign: int) -> pa.Array:
+    """``res`` (MAX: ``sign`` 1, MIN: -1) where ``p`` and ``q`` are both zeros of floats
+    as Java's ``Math.max``/``Math.min`` (Pinot's) take them: 0.0 above -0.0. The IEEE sum
+    of two zeros is -0.0 only when both are: their MAX; MIN is the negated sum of the
+    negations."""
+    if not pa.types.is_floating(res.type):
+        return res
+    both = pc.fill_null(pc.and_(pc.equal(p, 0), pc.equal(q, 0)), False)
+    if not pc.any(both).as_py():
+        return res
+    zero = pc.add(p, q) if sign > 0 else pc.negate(pc.add(pc.negate(p), pc.negate(q)))
+    return pc.if_else(both, zero, res)
+
+
 _MERGERS: dict[Strategy, Callable[[pa.Array, pa.Array], pa.Array]] = {
     Strategy.OVERWRITE: lambda p, q: pc.coalesce(q, p),
     Strategy.FORCE_OVERWRITE: lambda p, q: q,
@@ -86,6 +100,6 @@ _MERGERS: dict[Strategy, Callable[[pa.Array, pa.Array], pa.Array]] = {
     Strategy.INCREMENT: _increment,
     Strategy.APPEND: _concat_lists,
     Strategy.UNION: _union,
-    Strategy.MAX: lambda p, q: pc.max_element_wise(p, q, skip_nulls=True),
-    Strategy.MIN: lambda p, q: pc.min_element_wise(p, q, skip_nulls=True),
+    Strategy.MAX: lambda p, q: _signed_zeros(p, q, pc.max_element_wise(p, q, skip_nulls=True), 1),
+    Strategy.MIN: lambda p, q: _signed_zeros(p, q, pc.min_element_wise(p, q, skip_nulls=True), -1),
 }

@@ -55,6 +55,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lamina.core.comparison import total_order
 from lamina.core.partial import merge
 from lamina.core.upsert_spec import DEFAULT_KEY, Strategy, UpsertSpec, type_problem
 from lamina.errors import UpsertError
@@ -231,7 +232,8 @@ def resolve_batch(batch: pa.Table, spec: UpsertSpec) -> BatchResult:
         winners = np.empty(n, np.int64)
         winners[group] = np.arange(n)
         return BatchResult(batch, group, winners, np.ones(n, bool), deleted, winners)
-    rank = _numpy(pc.rank(cmp_values, sort_keys="ascending", tiebreaker="dense"), np.int64)
+    ranked = total_order(cmp_values)
+    rank = _numpy(pc.rank(ranked, sort_keys="ascending", tiebreaker="dense"), np.int64)
     order = np.argsort(group, kind="stable")  # rows by (key, row)
     g_sorted = group[order]
     combined = g_sorted * (int(rank.max()) + 1) + rank[order]  # increases with the key id
@@ -339,7 +341,8 @@ def resolve_against(
     # Per row, the current comparison value of its key (null: no current record).
     cur_idx = pa.array(match[incoming.group], mask=~has_cur[incoming.group])
     cur_cmp_per_row = current.column(cmp_col).take(cur_idx)
-    not_older = pc.fill_null(pc.greater_equal(batch.column(cmp_col), cur_cmp_per_row), True)
+    newer = pc.greater_equal(total_order(batch.column(cmp_col)), total_order(cur_cmp_per_row))
+    not_older = pc.fill_null(newer, True)
     applied = incoming.in_order & _numpy(not_older, bool)
     out_of_order = ~applied
 
