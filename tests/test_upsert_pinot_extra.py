@@ -455,3 +455,54 @@ def test_max_and_min_order_signed_zeros_as_java(
         upsert(t, schema, second)
     got = only(t)["v"]
     assert got == 0.0 and math.copysign(1.0, got) == (-1.0 if negative else 1.0)
+
+
+# -- a partial upsert's record may leave columns out -------------------------------------
+
+
+def _partial_record(**columns: Any) -> pa.Table:
+    """One record of key "k" at minute ``ts`` with only the columns given."""
+    return pa.table(
+        {"key": ["k"], "ts": pa.array([at(columns.pop("ts"))], TS)}
+        | {name: [value] for name, value in columns.items()}
+    )
+
+
+@pytest.mark.parametrize("in_transaction", [False, True], ids=["upsert", "transaction"])
+def test_a_partial_upsert_record_may_leave_columns_out(
+    cat: lamina.Catalog, in_transaction: bool
+) -> None:
+    """PartialUpsertHandlerTest with a record whose fields are missing: Pinot's
+    ingestion gives a missing field its null value, so OVERWRITE keeps the previous
+    value, FORCE_OVERWRITE takes the null and INCREMENT adds nothing."""
+    cols = [("n", pa.int64()), ("s", pa.string()), ("f", pa.string())]
+    t, schema = make(cat, cols, {"n": "INCREMENT", "f": "FORCE_OVERWRITE"})
+    upsert(t, schema, {"ts": 1, "n": 1, "s": "x", "f": "y"})
+    if in_transaction:
+        with t.transaction() as tx:
+            tx.upsert(_partial_record(ts=2, n=2))
+    else:
+        t.upsert(_partial_record(ts=2, n=2))
+    got = only(t)
+    assert (got["ts"], got["n"], got["s"], got["f"], got["deleted"]) == (at(2), 3, "x", None, None)
+    t.upsert(_partial_record(ts=3, s="z"))
+    got = only(t)
+    assert (got["n"], got["s"]) == (3, "z")
+
+
+def test_only_a_partial_upsert_takes_records_without_every_column(cat: lamina.Catalog) -> None:
+    """A full upsert stores whole records: a missing column is refused, named, and
+    nothing is written; a partial upsert still needs its key and time columns."""
+    full = cat.create_table(
+        "full",
+        pa.schema([pa.field("key", pa.string(), nullable=False), ("ts", TS), ("s", pa.string())]),
+        time_column="ts",
+        primary_key=["key"],
+    )
+    with pytest.raises(lamina.SchemaError, match=r"missing columns \['s'\]"):
+        full.upsert(_partial_record(ts=1))
+    assert full.count() == 0
+    t, _ = make(cat, [("n", pa.int64())], {"n": "INCREMENT"})
+    with pytest.raises(lamina.SchemaError, match=r"missing columns \['ts'\]"):
+        t.upsert(pa.table({"key": ["k"], "n": [1]}))
+    assert t.count() == 0

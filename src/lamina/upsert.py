@@ -27,7 +27,7 @@ from lamina.errors import CommitConflictError, UpsertError
 
 if TYPE_CHECKING:
     from lamina.core.interval import Interval
-    from lamina.core.model import NewSegment
+    from lamina.core.model import NewSegment, TableRecord
     from lamina.io.warehouse import Warehouse
     from lamina.table import Table
 
@@ -58,6 +58,23 @@ def refuse(table: Table, what: str) -> None:
         )
 
 
+def records_of(spec: UpsertSpec, rec: TableRecord, data: Any) -> pa.Table:
+    """``data`` (Arrow, pandas, Polars, ...) as the table stores it. On a
+    partial-upsert table, a nullable column the input leaves out (not a key, the
+    comparison or the time column) comes as nulls, as a field missing from a record
+    does in Pinot: the merge then keeps its key's value (FORCE_OVERWRITE takes the
+    null). Raises SchemaError (a column missing elsewhere, an unknown one, a type)."""
+    from lamina.io.arrow import conform, storage_schema, to_arrow_table
+
+    batch = to_arrow_table(data)
+    if spec.is_partial:
+        need = {*spec.primary_key, spec.comparison_column, rec.time_column}
+        for f in storage_schema(rec.schema):
+            if f.name not in batch.column_names and f.name not in need and f.nullable:
+                batch = batch.append_column(f.name, pa.nulls(batch.num_rows, f.type))
+    return conform(batch, rec.schema)
+
+
 def upsert(
     table: Table,
     data: Any,
@@ -68,7 +85,7 @@ def upsert(
     SchemaError, TimeColumnError, CommitConflictError (a partial upsert whose keys kept
     changing under it)."""
     from lamina.core.keyhash import key_hashes
-    from lamina.io.arrow import conform, is_spark_dataframe, to_arrow_table
+    from lamina.io.arrow import is_spark_dataframe
 
     spec = require(table)
     rec = table._record
@@ -91,7 +108,7 @@ def upsert(
             upsert=lambda files: _written(spec, wh, [f.location for f in files]),
         )
     else:
-        batch = conform(to_arrow_table(data), rec.schema)
+        batch = records_of(spec, rec, data)
         read = UpsertBatch(
             spec, resolve_batch(batch, spec), key_hashes(batch, spec.primary_key), ()
         )
@@ -121,10 +138,9 @@ def overwrite(
     UpsertError, SchemaError, DataOutsideIntervalError, CommitConflictError (another
     overwrite of the chunks)."""
     from lamina.core.keyhash import key_hashes
-    from lamina.io.arrow import conform, to_arrow_table
 
     spec = require(table)
-    batch = conform(to_arrow_table(data), table._record.schema)
+    batch = records_of(spec, table._record, data)
     read = UpsertBatch(spec, resolve_batch(batch, spec), key_hashes(batch, spec.primary_key), ())
     if spec.is_partial:
         done = _partial(table, read, metadata, txn, action, interval, remove)
@@ -329,7 +345,7 @@ def store(
     an overwrite of ``interval``); they are resolved when it commits
     (:func:`combined`). Raises UpsertError (null keys or comparison values),
     SchemaError, TimeColumnError, DataOutsideIntervalError."""
-    from lamina.io.arrow import conform, is_spark_dataframe, storage_schema, to_arrow_table
+    from lamina.io.arrow import is_spark_dataframe, storage_schema
     from lamina.io.writer import split_by_chunk, write_parts
 
     spec = require(table)
@@ -347,7 +363,7 @@ def store(
             records, file_rows = want.empty_table().select(_columns(spec)), ()
         resolve_batch(records, spec)  # null keys, comparison values: refused here
         return Stored(files, records, file_rows)
-    batch = conform(to_arrow_table(data), rec.schema)
+    batch = records_of(spec, rec, data)
     records = batch.select(_columns(spec))
     resolve_batch(records, spec)  # refused before anything is written
     parts = split_by_chunk(batch, rec.time_column, rec.granularity, table.target_rows_per_segment)
@@ -398,13 +414,13 @@ def hold(table: Table, data: Any, action: str, interval: Interval | None) -> Hel
     """Check an operation of a transaction on a partial-upsert table and hold its
     records (a Spark DataFrame comes to the driver, as for ``t.upsert``). Raises
     UpsertError, SchemaError, TimeColumnError, DataOutsideIntervalError."""
-    from lamina.io.arrow import conform, is_spark_dataframe, to_arrow_table
+    from lamina.io.arrow import is_spark_dataframe
     from lamina.io.writer import split_by_chunk
 
     spec, rec = require(table), table._record
     if is_spark_dataframe(data):
         data = data.toArrow()
-    batch = conform(to_arrow_table(data), rec.schema)
+    batch = records_of(spec, rec, data)
     resolve_batch(batch, spec)  # refused here, before anything is written
     parts = split_by_chunk(batch, rec.time_column, rec.granularity, 2**62)
     written = [p.chunk for p in parts]
