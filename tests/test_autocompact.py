@@ -66,7 +66,16 @@ def test_late_data_and_policy_changes() -> None:
     (st,) = statuses(apart, {9: fp}, pol)
     assert (st.action, st.reason) == (
         "major",
-        "1 segment(s) written since its compaction, 2 small, not adjacent: the chunk is rewritten",
+        "1 segment(s) written since its compaction, 2 small, which no minor compaction "
+        "merges: rewritten",
+    )
+    # adjacent but together over the target: rewriting leaves as many segments
+    wide = Policy(target_rows=100, small_rows=60)
+    over = [seg(1, 32768, 55, 9, root=(0, 2)), seg(1, 2, 55, 10)]
+    (st,) = statuses(over, {9: wide.state}, wide)
+    assert (st.status, st.reason) == (
+        "COMPLETE",
+        "2 small segments, which no compaction would reduce",
     )
     (st,) = statuses([apart[0], apart[2]], {9: fp}, pol)  # all compacted: as the policy asks
     assert st.status == "COMPLETE"
@@ -241,10 +250,11 @@ def test_a_chunk_is_picked_exactly_when_the_policy_wants_it_otherwise(
     """One DAY chunk whose segments were written by plain writes (None) or by
     compactions under other policies. Oracle (Druid's CompactionStatus): the chunk is
     COMPLETE exactly when it is a chunk of the policy's granularity (if it names one),
-    has fewer than 2 small segments and every segment comes from a compaction with the
-    policy's target size, and its sort order and rollup where the policy names them —
-    or, never compacted, has nothing to merge. A chunk compacted under the policy itself
-    is never picked again (Druid #8481)."""
+    has no small segments a compaction would reduce (two adjacent ones that fit the
+    target together; or, some never compacted, fewer segments if rewritten) and every
+    segment comes from a compaction with the policy's target size, and its sort order
+    and rollup where the policy names them — or, never compacted, has nothing to merge.
+    A chunk compacted under the policy itself is never picked again (Druid #8481)."""
     segs = [seg(7, i, rows[i], i + 1) for i in range(len(made))]
     compacted = {i + 1: p.state for i, p in enumerate(made) if p is not None}
     (got,) = statuses(segs, compacted, policy)
@@ -262,9 +272,16 @@ def test_a_chunk_is_picked_exactly_when_the_policy_wants_it_otherwise(
     )
     late = len(made) - len(done)
     reshapes = policy.sort_by or policy.rollup is not None
+    thr, target = policy.small, policy.target_rows
+    mergeable = any(
+        a < thr and b < thr and a + b <= target
+        for a, b in zip(rows[: len(made) - 1], rows[1 : len(made)], strict=True)
+    )
+    rewrite = small >= 2 and late > 0 and -(-sum(s.row_count for s in segs) // target) < len(segs)
     want_complete = (
         shaped
-        and small < 2
+        and not mergeable
+        and not rewrite
         and all(meets)
         and not (reshapes and late)
         and (late == 0 or not policy.max_segments)

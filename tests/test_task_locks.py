@@ -170,3 +170,21 @@ def test_a_writer_stops_within_a_heartbeat_once_its_lock_is_revoked(
         with pytest.raises(LockRevokedError, match="REPLACE lock on .* was revoked"):
             low.overwrite(day(3, 2, 3.0))
     assert values(t) == {2.0: 1}
+
+
+def test_a_lock_id_acts_only_for_its_own_commit(t: lamina.Table, cat: lamina.Catalog) -> None:
+    """SQLite gives a deleted row's id to the next row: a waiter whose commit was
+    aborted (its locks dropped) and whose id went to another commit's lock must neither
+    withdraw nor decide that lock when it times out or polls."""
+    from lamina.meta import locks
+
+    with t.transaction(lock="EXCLUSIVE", interval=JAN) as a:
+        a.append(day(1, 1, 2.0))
+        (held,) = t.locks()
+        stranger = held.commit_id + 1000
+        db = cat.context.db
+        locks.cancel(db, held.id, stranger)
+        assert not locks.try_grant(db, t._record.id, held.id, stranger, 60.0).granted
+        assert [(x.id, x.state) for x in t.locks()] == [(held.id, "GRANTED")]
+    assert values(t) == {1.0: 30, 2.0: 1}
+    assert t.locks() == []

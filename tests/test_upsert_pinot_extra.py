@@ -474,7 +474,8 @@ def test_a_partial_upsert_record_may_leave_columns_out(
 ) -> None:
     """PartialUpsertHandlerTest with a record whose fields are missing: Pinot's
     ingestion gives a missing field its null value, so OVERWRITE keeps the previous
-    value, FORCE_OVERWRITE takes the null and INCREMENT adds nothing."""
+    value, FORCE_OVERWRITE takes the null and INCREMENT adds nothing; a delete flag
+    left out is false (Pinot's null is no delete either)."""
     cols = [("n", pa.int64()), ("s", pa.string()), ("f", pa.string())]
     t, schema = make(cat, cols, {"n": "INCREMENT", "f": "FORCE_OVERWRITE"})
     upsert(t, schema, {"ts": 1, "n": 1, "s": "x", "f": "y"})
@@ -484,7 +485,7 @@ def test_a_partial_upsert_record_may_leave_columns_out(
     else:
         t.upsert(_partial_record(ts=2, n=2))
     got = only(t)
-    assert (got["ts"], got["n"], got["s"], got["f"], got["deleted"]) == (at(2), 3, "x", None, None)
+    assert (got["ts"], got["n"], got["s"], got["f"], got["deleted"]) == (at(2), 3, "x", None, False)
     t.upsert(_partial_record(ts=3, s="z"))
     got = only(t)
     assert (got["n"], got["s"]) == (3, "z")

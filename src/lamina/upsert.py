@@ -63,7 +63,9 @@ def records_of(spec: UpsertSpec, rec: TableRecord, data: Any) -> pa.Table:
     partial-upsert table, a nullable column the input leaves out (not a key, the
     comparison or the time column) comes as nulls, as a field missing from a record
     does in Pinot: the merge then keeps its key's value (FORCE_OVERWRITE takes the
-    null). Raises SchemaError (a column missing elsewhere, an unknown one, a type)."""
+    null); a delete column left out comes as false (not a delete, and kept by SQL's
+    ``WHERE NOT deleted``). Raises SchemaError (a column missing elsewhere, an unknown
+    one, a type)."""
     from lamina.io.arrow import conform, storage_schema, to_arrow_table
 
     batch = to_arrow_table(data)
@@ -71,7 +73,9 @@ def records_of(spec: UpsertSpec, rec: TableRecord, data: Any) -> pa.Table:
         need = {*spec.primary_key, spec.comparison_column, rec.time_column}
         for f in storage_schema(rec.schema):
             if f.name not in batch.column_names and f.name not in need and f.nullable:
-                batch = batch.append_column(f.name, pa.nulls(batch.num_rows, f.type))
+                n = batch.num_rows
+                fill = pa.array(np.zeros(n, bool)) if f.name == spec.delete_column else None
+                batch = batch.append_column(f.name, pa.nulls(n, f.type) if fill is None else fill)
     return conform(batch, rec.schema)
 
 

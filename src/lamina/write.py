@@ -263,7 +263,7 @@ class WriteTransaction:
             while not decision.granted:
                 if time.monotonic() >= deadline:
                     for other, _ in got:
-                        locks.cancel(ctx.db, other)
+                        locks.cancel(ctx.db, other, self.id)
                     raise LockTimeoutError(
                         f"no {kind.value} lock on {interval} of {self.table.name!r} within "
                         f"{wait_s:g} s: other transactions hold it (see t.locks()); wait "
@@ -271,7 +271,9 @@ class WriteTransaction:
                     )
                 time.sleep(delay)
                 delay = min(delay * 2, 0.2)
-                decision = locks.try_grant(ctx.db, self.table.id, lock_id, ctx.stale_after_s)
+                decision = locks.try_grant(
+                    ctx.db, self.table.id, lock_id, self.id, ctx.stale_after_s
+                )
         self.base_seq = commits.rebase(ctx.db, self.id, self.owner)
 
     def inflight(self) -> None:

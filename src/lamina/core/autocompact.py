@@ -10,7 +10,9 @@ reason — Druid's compaction status, with two of its complaints fixed:
   re-picked forever), and a policy change makes exactly the chunks compacted under
   another fingerprint PENDING, with that reason;
 * late data trickling into a compacted chunk (segments that no compaction wrote)
-  makes it PENDING for a *minor* compaction, which runs beside appends (Druid #6136).
+  makes it PENDING for a *minor* compaction, which runs beside appends (Druid #6136);
+  only small segments a minor compaction cannot merge (not adjacent) make it a major
+  one, and only when rewriting the chunk leaves fewer segments.
 
 Upsert tables: a segment whose deletion vectors supersede ``max_superseded_percent``
 of its records or more makes its chunk PENDING for a minor compaction that rewrites it
@@ -18,7 +20,8 @@ without them (Pinot's upsert compaction, ``invalidRecordsThresholdPercent``), ho
 it was compacted before.
 
 Chunks are considered newest first. ``skip_offset_from_latest`` is measured from the
-end of the newest segment (as Druid does), not from the wall clock.
+end of the newest segment (as Druid does; with a target granularity, from the end of
+its bucket there), not from the wall clock.
 """
 
 from __future__ import annotations
@@ -252,7 +255,7 @@ def statuses(
         segs = by_chunk[chunk]
         small = sum(1 for s in segs if s.row_count < policy.small)
         if chunk in hidden_in_part:
-            state, action, reason = _decide_partial(chunk, segs, compacted, policy, horizon)
+            state, action, reason = _decide_partial(chunk, segs, compacted, policy, horizon, purge)
         else:
             state, action, reason = _decide(
                 chunk, segs, small, compacted, policy, horizon, purge, kept
@@ -291,8 +294,9 @@ def _decide(
         return "PENDING", "major", f"{_why(n, late, other)}; the policy sorts or rolls up"
     if small >= 2 and plan_minor(segs, policy.target_rows, policy.small, purge, kept):
         return "PENDING", "minor", f"{_why(n, late, other, small)}"
-    if small >= 2 and late:  # not adjacent: a minor compaction could never finish it
-        why = f"{_why(n, late, other, small)}, not adjacent: the chunk is rewritten"
+    fewer = -(-sum(s.row_count for s in segs) // policy.target_rows) < n
+    if small >= 2 and late and fewer:  # a minor compaction could never merge them
+        why = f"{_why(n, late, other, small)}, which no minor compaction merges: rewritten"
         return "PENDING", "major", why
     if other:  # another target size, say: rewritten to this one (as Druid does)
         return "PENDING", "major", _why(n, late, other)
@@ -301,6 +305,8 @@ def _decide(
     if policy.max_segments and n > policy.max_segments:
         why = f"{n} segments > max_segments_per_chunk {policy.max_segments}, too few small"
         return "PENDING", "major", why
+    if small >= 2:
+        return "COMPLETE", "none", f"{small} small segments, which no compaction would reduce"
     return "COMPLETE", "none", "no small segments to merge"
 
 
@@ -310,10 +316,12 @@ def _decide_partial(
     compacted: Mapping[int, Mapping[str, Any]],
     policy: Policy,
     horizon: int,
+    purge: frozenset[str] = frozenset(),
 ) -> tuple[str, str, str]:
     """(status, action, reason) of a chunk a newer version hides in part: rewritten
-    when the policy re-partitions, sorts or rolls up and it is not as the policy asks;
-    else left as it is (its visible rows are not a whole segment to merge)."""
+    when the policy re-partitions, sorts or rolls up and it is not as the policy asks,
+    or when it holds superseded records to purge; else left as it is (its visible
+    rows are not a whole segment to merge)."""
     if policy.skip_offset_us and chunk.end > horizon:
         return "SKIPPED", "none", "within skip_offset_from_latest of the newest data"
     n = len(segs)
@@ -322,6 +330,10 @@ def _decide_partial(
     other = sum(1 for st in states if st is not None and not policy.met_by(st))
     gran = policy.chunk_granularity
     hidden = "partly hidden by a newer version"
+    stale = sum(1 for s in segs if s.id in purge)
+    if stale:  # no minor compaction takes it: rewritten without its superseded records
+        why = f">= {policy.max_superseded_pct}% of their records superseded"
+        return "PENDING", "major", f"{hidden}, {stale} segment(s) with {why}"
     if gran is not None and chunk.start > MIN_US and chunk != gran.chunk(chunk.start):
         return "PENDING", "major", f"{hidden}; the policy re-partitions into {gran.value} chunks"
     if (policy.sort_by or policy.rollup is not None) and (late or other):

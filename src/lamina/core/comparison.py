@@ -1,6 +1,7 @@
 """Comparison values of upsert tables as the key index holds them: one 64-bit number
 per record (int64 for integers, booleans, dates, times, timestamps and decimals of
-precision <= 18, float64 for floats), ordered as the column's values are."""
+precision <= 18, float64 for floats), ordered as the column's values are — floats as
+:func:`total_order` puts them (Java's order, where -0.0 is below 0.0)."""
 
 from __future__ import annotations
 

@@ -52,6 +52,7 @@ def _lock_of(row: Any) -> Lock:
 
 
 _INSERT_IDS = insert(locks).returning(locks.c.id, sort_by_parameter_order=True)
+_INSERT_IDS_SQLITE = insert(locks).returning(locks.c.id)
 _TABLE_LOCKS = select(locks).where(locks.c.table_id == bindparam("tid"))
 _SET_STATE = update(locks).where(locks.c.id == bindparam("lid")).values(state=bindparam("st"))
 _REVOKE = (
@@ -94,8 +95,12 @@ def _row(
 
 
 def _insert(conn: Connection, rows: list[dict[str, Any]]) -> list[int]:
-    """Insert lock rows in one statement; their ids, in the rows' order (ids grow
-    with arrival: the rows' order is their place in line)."""
+    """Insert lock rows; their ids, in the rows' order (ids grow with arrival: the
+    rows' order is their place in line). SQLite: one multi-row INSERT, whose rowids
+    ascend in the order of its rows (SQLAlchemy would insert them one by one to return
+    the ids in order); PostgreSQL: its ordered INSERT ... RETURNING."""
+    if conn.dialect.name == "sqlite":
+        return sorted(int(r.id) for r in conn.execute(_INSERT_IDS_SQLITE, rows))
     return [int(r.id) for r in conn.execute(_INSERT_IDS, rows)]
 
 
@@ -107,16 +112,15 @@ def _settle(db: Db, conn: Connection, table_id: int, stale_after_s: float) -> No
 
 
 def _decide(
-    db: Db, conn: Connection, table_id: int, lock_id: int, stale_after_s: float, settled: bool
+    db: Db, conn: Connection, table_id: int, lock_id: int, commit_id: int, stale_after_s: float
 ) -> Decision:
-    """Grant the request (revoking what it outranks) or leave it waiting, under the
-    table's lock, after dropping the locks of dead holders (unless ``settled``)."""
-    if not settled:
-        _settle(db, conn, table_id, stale_after_s)
+    """Grant commit ``commit_id``'s request (revoking what it outranks) or leave it
+    waiting, under the table's lock, after dropping the locks of dead holders."""
+    _settle(db, conn, table_id, stale_after_s)
     table = [_lock_of(r) for r in conn.execute(_TABLE_LOCKS, {"tid": table_id})]
     mine = next((lk for lk in table if lk.id == lock_id), None)
-    if mine is None:
-        return Decision(False)  # its commit is gone
+    if mine is None or mine.holder != str(commit_id):
+        return Decision(False)  # its commit is gone (SQLite may give the id to another)
     return _apply(conn, mine, table)
 
 
@@ -181,9 +185,11 @@ def request_in(
 ) -> tuple[list[tuple[int, Decision]], int | None]:
     """:func:`request` of several locks, each decided in turn, inside the caller's
     write transaction: their (id, decision) and, when all were granted, the commit's
-    new base seq. ``opened_base``: :func:`lamina.meta.commits.begin_commit` opened the
-    commit in this very transaction, on that base (the latest: the transaction holds
-    the write lock), after aborting the table's dead writers; neither is done again."""
+    new base seq. ``opened_base`` (SQLite only): :func:`lamina.meta.commits.begin_commit`
+    opened the commit in this very transaction, on that base (the latest: the
+    transaction holds the write lock), after aborting the table's dead writers;
+    neither is done again."""
+    assert opened_base is None or db.sqlite, "opened_base needs SQLite's write lock"
     if opened_base is None:
         _settle(db, conn, table_id, stale_after_s)
     else:
@@ -208,15 +214,22 @@ def request_in(
     return out, opened_base if opened_base is not None else rebase_in(conn, commit_id, owner)
 
 
-def try_grant(db: Db, table_id: int, lock_id: int, stale_after_s: float) -> Decision:
-    """Grant a waiting request now (revoking what it outranks) or leave it waiting;
-    one transaction under the table's lock."""
-    return db.write(lambda conn: _decide(db, conn, table_id, lock_id, stale_after_s, False))
+def try_grant(
+    db: Db, table_id: int, lock_id: int, commit_id: int, stale_after_s: float
+) -> Decision:
+    """Grant commit ``commit_id``'s waiting request now (revoking what it outranks) or
+    leave it waiting; one transaction under the table's lock."""
+    return db.write(lambda conn: _decide(db, conn, table_id, lock_id, commit_id, stale_after_s))
 
 
-def cancel(db: Db, lock_id: int) -> None:
-    """Withdraw a request (or a lock)."""
-    db.write(lambda conn: conn.execute(delete(locks).where(locks.c.id == lock_id)))
+def cancel(db: Db, lock_id: int, commit_id: int) -> None:
+    """Withdraw commit ``commit_id``'s request (or lock); once the commit was aborted
+    and its locks dropped, SQLite may have given the id to another's: left alone."""
+    db.write(
+        lambda conn: conn.execute(
+            delete(locks).where(locks.c.id == lock_id, locks.c.commit_id == commit_id)
+        )
+    )
 
 
 def of_commit(conn: Connection, commit_id: int) -> list[Any]:
