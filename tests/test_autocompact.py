@@ -293,3 +293,17 @@ def test_a_chunk_is_picked_exactly_when_the_policy_wants_it_otherwise(
     (again,) = statuses([seg(7, 0, 10_000, 1)], {1: policy.state}, policy)
     shaped_one = policy.chunk_granularity in (None, Granularity.DAY)
     assert (again.status == "COMPLETE") == shaped_one
+
+
+def test_a_chunk_hidden_in_part_is_rewritten_only_when_the_policy_asks() -> None:
+    """A chunk a newer version hides in part takes no minor compaction: it stays as it
+    is unless the policy re-partitions it or its records need purging."""
+    pol = Policy(target_rows=100)
+    day = [seg(1, 0, 10, 1), seg(1, 1, 10, 2)]  # small, but partly hidden
+    (st,) = statuses([], {}, pol, partial=day)
+    assert (st.status, st.action) == ("COMPLETE", "none") and "partly hidden" in st.reason
+    (st,) = statuses([], {}, pol, frozenset({day[0].id}), partial=day)
+    assert (st.status, st.action) == ("PENDING", "major") and "superseded" in st.reason
+    hourly = Policy(target_rows=100, chunk_granularity=Granularity.HOUR)
+    (st,) = statuses([], {}, hourly, partial=day)
+    assert (st.status, st.action) == ("PENDING", "major") and "re-partitions" in st.reason
