@@ -36,7 +36,7 @@ import pyarrow as pa
 import pytest
 
 import lamina
-from tests.test_upsert_pinot_partial import at, make, only, same, upsert
+from tests.test_upsert_pinot_partial import at, check_merge, make, only, upsert, upsert_pair
 
 I32 = pa.int32()
 F32 = pa.float32()
@@ -96,17 +96,7 @@ def test_a_strategy_merges_values_of_each_pinot_type(
     """PartialUpsertColumnMergerTest's values are Java Integers (INT columns) and the
     mergers dispatch on the value's class: INCREMENT adds ints and floats in their own
     width, MAX/MIN use any Comparable."""
-    strategy, typ, prev, new, want, source = case
-    t, schema = make(cat, [("v", typ)], {"v": strategy})
-    first, second = {"ts": 1, "v": prev}, {"ts": 2, "v": new}
-    if one_input:
-        upsert(t, schema, first, second)
-    else:
-        upsert(t, schema, first)
-        upsert(t, schema, second)
-    got = only(t)
-    assert got["ts"] == at(2)
-    assert same(got["v"], want), f"got {got['v']!r}, want {want!r} ({source})"
+    check_merge(cat, case, one_input)
 
 
 def test_a_null_delete_flag_is_no_delete_and_the_record_merges(cat: lamina.Catalog) -> None:
@@ -421,11 +411,7 @@ def test_a_negative_zero_comparison_value_is_older_than_zero(
     t, schema = make(cat, [("version", pa.float64()), ("v", pa.int64())], {"v": "OVERWRITE"},
                      comparison_column="version", delete=False)  # fmt: skip
     first, second = {"ts": 1, "version": 0.0, "v": 1}, {"ts": 2, "version": -0.0, "v": 2}
-    if one_input:
-        upsert(t, schema, first, second)
-    else:
-        upsert(t, schema, first)
-        upsert(t, schema, second)
+    upsert_pair(t, schema, first, second, one_input)
     assert only(t)["v"] == 1
 
 
@@ -448,11 +434,7 @@ def test_max_and_min_order_signed_zeros_as_java(
     0.0 is above -0.0, so MAX of the two is 0.0 and MIN is -0.0."""
     t, schema = make(cat, [("v", pa.float64())], {"v": strategy})
     first, second = {"ts": 1, "v": prev}, {"ts": 2, "v": new}
-    if one_input:
-        upsert(t, schema, first, second)
-    else:
-        upsert(t, schema, first)
-        upsert(t, schema, second)
+    upsert_pair(t, schema, first, second, one_input)
     got = only(t)["v"]
     assert got == 0.0 and math.copysign(1.0, got) == (-1.0 if negative else 1.0)
 

@@ -229,14 +229,27 @@ def _case_id(case: tuple[str, pa.DataType, Any, Any, Any, str]) -> str:
 def test_a_strategy_merges_the_new_value_into_the_previous_one(
     cat: lamina.Catalog, case: tuple[str, pa.DataType, Any, Any, Any, str], one_input: bool
 ) -> None:
-    strategy, typ, prev, new, want, source = case
-    t, schema = make(cat, [("v", typ)], {"v": strategy})
-    first, second = {"ts": 1, "v": prev}, {"ts": 2, "v": new}
-    if one_input:
+    check_merge(cat, case, one_input)
+
+
+def upsert_pair(
+    t: lamina.Table, schema: pa.Schema, first: dict[str, Any], second: dict[str, Any], one: bool
+) -> None:
+    """Upsert two records of key "k": in one input (``one``) or one after the other."""
+    if one:
         upsert(t, schema, first, second)
     else:
         upsert(t, schema, first)
         upsert(t, schema, second)
+
+
+def check_merge(
+    cat: lamina.Catalog, case: tuple[str, pa.DataType, Any, Any, Any, str], one_input: bool
+) -> None:
+    """``case``'s strategy merges its new value into the previous one as it says."""
+    strategy, typ, prev, new, want, source = case
+    t, schema = make(cat, [("v", typ)], {"v": strategy})
+    upsert_pair(t, schema, {"ts": 1, "v": prev}, {"ts": 2, "v": new}, one_input)
     got = only(t)
     assert got["ts"] == at(2)
     assert same(got["v"], want), f"got {got['v']!r}, want {want!r} ({source})"
