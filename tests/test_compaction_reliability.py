@@ -377,7 +377,13 @@ def test_readers_see_every_acknowledged_row_once_while_compactions_race_appender
         assert _all_rows(t) == _tuples(expected.sort_by([("k", "ascending")]))
         got = cat.sql("select count(*) as n, count(distinct k) as d from ev").to_pylist()
         assert got == [{"n": len(final), "d": len(final)}]
-        assert len(t.segments()) < len(appends) // 4, (len(t.segments()), len(appends))
+        # the compactions merged what they found (appends after the last one stay small:
+        # how many depends on the machine's speed)...
+        assert len(t.segments()) < len(appends), (len(t.segments()), len(appends))
+        # ...and one more, with nothing racing it, leaves each race day a few segments
+        assert t.compact() is not None
+        assert len(t.segments()) <= 2 * RACE_DAYS, t.segments()
+        assert sorted(t.to_arrow(columns=["k"])["k"].to_pylist()) == sorted(final)
         assert cat.clean_failed_writes() == 0
         assert cat.find_orphans() == []
 
