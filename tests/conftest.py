@@ -42,6 +42,29 @@ def require_postgres() -> None:
     pytest.skip(reason)
 
 
+# Tests that start processes, JVMs or races run one after another on one pytest-xdist
+# worker (`make test` runs two): Spark's cluster gives each application one of its two
+# cores, and the races count on the machine not being loaded twice over.
+SERIAL_MODULES = {
+    "test_compaction_reliability",
+    "test_concurrency",
+    "test_history_checker",
+    "test_push_reliability",
+    "test_spark",
+    "test_spark_cancel",
+    "test_spark_kill",
+    "test_upsert_history",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = item.nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")
+        uses_spark = item.get_closest_marker("spark") is not None
+        if uses_spark or "spark" in getattr(item, "fixturenames", ()) or module in SERIAL_MODULES:
+            item.add_marker(pytest.mark.xdist_group("serial"))
+
+
 @pytest.fixture
 def pg_url() -> Iterator[str]:
     """A catalog URL on PostgreSQL, isolated in its own schema."""
