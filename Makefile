@@ -23,7 +23,7 @@ test: install
 	$(BIN)/mypy
 	$(BIN)/python scripts/spark_cluster.py start $(SPARK_STATE)
 	SPARK_MASTER=$$(cat $(SPARK_STATE)/master) \
-	  PYSPARK_SUBMIT_ARGS="--conf spark.cores.max=1 pyspark-shell" $(BIN)/pytest -q -n 2 --dist loadgroup; \
+	  PYSPARK_SUBMIT_ARGS="--conf spark.cores.max=1 pyspark-shell" $(BIN)/pytest -q -n 2; \
 	  rc=$$?; $(BIN)/python scripts/spark_cluster.py stop $(SPARK_STATE); exit $$rc
 
 demo: install

@@ -6,6 +6,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -42,9 +43,11 @@ def require_postgres() -> None:
     pytest.skip(reason)
 
 
-# Tests that start processes, JVMs or races run one after another on one pytest-xdist
-# worker (`make test` runs two): Spark's cluster gives each application one of its two
-# cores, and the races count on the machine not being loaded twice over.
+# `make test` runs the suite on two pytest-xdist workers, one module at a time each.
+# The tests that start processes, JVMs or races run one after another on one worker:
+# Spark's cluster gives each application one of its two cores, and the races count on
+# the machine not being loaded twice over. (xdist's own ``--dist loadgroup`` renames
+# node ids, which pytest 9 no longer lets it do: this scheduler groups by node id.)
 SERIAL_MODULES = {
     "test_compaction_reliability",
     "test_concurrency",
@@ -57,12 +60,29 @@ SERIAL_MODULES = {
 }
 
 
+def serial_scope(nodeid: str) -> str | None:
+    """ "serial" for a test of the serial group, else None."""
+    module = nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")
+    return "serial" if module in SERIAL_MODULES or "spark" in nodeid.lower() else None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Refuse a Spark test whose node id does not say so (the scheduler sees only ids)."""
     for item in items:
-        module = item.nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")
-        uses_spark = item.get_closest_marker("spark") is not None
-        if uses_spark or "spark" in getattr(item, "fixturenames", ()) or module in SERIAL_MODULES:
-            item.add_marker(pytest.mark.xdist_group("serial"))
+        uses = item.get_closest_marker("spark") or "spark" in getattr(item, "fixturenames", ())
+        if uses and serial_scope(item.nodeid) is None:
+            raise pytest.UsageError(f"{item.nodeid} uses Spark: put 'spark' in its name")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduler(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return serial_scope(nodeid) or super()._split_scope(nodeid)
+
+    return Scheduler(config, log)
 
 
 @pytest.fixture
