@@ -387,35 +387,34 @@ def main(quick: bool = False) -> dict[str, Any]:
     ]
     lat = live["latency"]
     lw, lo, lp, li = lat["with"], lat["without"], lat["plain load"], lat["idle spin"]
-    for p in ("p50", "p99"):
-        figures.append(
-            figure(
-                f"append {p} with / without compaction, {APPENDERS} appenders",
-                lw[f"{p}_ms"] / lo[f"{p}_ms"],
-                "x",
-                "<= 1.2",
-                note=f"{lo[f'{p}_ms']:.1f} ms -> {lw[f'{p}_ms']:.1f} ms",
+    rows = (  # (title, numerator, denominator, target, note), each for p50 and p99
+        (
+            f"append {{p}} with / without compaction, {APPENDERS} appenders",
+            lw, lo, "<= 1.2", "{lo:.1f} ms -> {lw:.1f} ms",
+        ),
+        (
+            "append {p} with compaction / with plain Parquet I/O load",
+            lw, lp, None,
+            "control: {lp:.1f} ms beside a write+read loop without lamina"
+            f" (busy {lp['busy']:.0%})",
+        ),
+        (
+            "  the floor: append {p} beside an idle-priority spin loop / without",
+            li, lo, None, "{li:.1f} ms: a thread that only spins at SCHED_IDLE",
+        ),
+    )  # fmt: skip
+    for title, num, den, target, note in rows:
+        for p in ("p50", "p99"):
+            ms = {k: v[f"{p}_ms"] for k, v in (("lw", lw), ("lo", lo), ("lp", lp), ("li", li))}
+            figures.append(
+                figure(
+                    title.format(p=p),
+                    num[f"{p}_ms"] / den[f"{p}_ms"],
+                    "x",
+                    target,
+                    note=note.format(**ms),
+                )
             )
-        )
-    for p in ("p50", "p99"):
-        figures.append(
-            figure(
-                f"append {p} with compaction / with plain Parquet I/O load",
-                lw[f"{p}_ms"] / lp[f"{p}_ms"],
-                "x",
-                note=f"control: {lp[f'{p}_ms']:.1f} ms beside a write+read loop without lamina "
-                f"(busy {lp['busy']:.0%})",
-            )
-        )
-    for p in ("p50", "p99"):
-        figures.append(
-            figure(
-                f"  the floor: append {p} beside an idle-priority spin loop / without",
-                li[f"{p}_ms"] / lo[f"{p}_ms"],
-                "x",
-                note=f"{li[f'{p}_ms']:.1f} ms: a thread that only spins at SCHED_IDLE",
-            )
-        )
     figures.append(
         figure(
             "appends overlapping a compaction",

@@ -837,34 +837,34 @@ def overhead_at(stored: int, runs: int, first: bool) -> tuple[list[dict[str, Any
     for q in QUERIES:
         up, ap, cp = times[q]["upsert"], times[q]["append"], times[q]["compacted"]
         figs.append(
-            figure(
+            ratio(
                 f"cat.sql {q}: upsert (10% hidden) / append"
                 + ("" if first else f", {stored // 1_000_000}M stored rows"),
-                median(up) / median(ap),
-                "x",
+                up,
+                ap,
                 "<= 1.2",
-                note=f"{1000 * median(up):.1f} ms vs {1000 * median(ap):.1f} ms, median of "
+                f"{1000 * median(up):.1f} ms vs {1000 * median(ap):.1f} ms, median of "
                 f"{runs}; ranges {1000 * min(up):.0f}-{1000 * max(up):.0f} / "
                 f"{1000 * min(ap):.0f}-{1000 * max(ap):.0f} ms",
             )
         )
         if "times" in lake:
             lu, ll = lake["times"][q]["upsert"], lake["times"][q]["latest"]
+            own = (median(up) / median(ap)) / (median(lu) / median(ll))
             figs.append(
-                figure(
+                ratio(
                     "  DuckLake, the same rows: after MERGE / of the latest rows",
-                    median(lu) / median(ll),
-                    "x",
+                    lu,
+                    ll,
                     note=f"{1000 * median(lu):.1f} ms vs {1000 * median(ll):.1f} ms; its "
-                    f"native deletion files; lamina's overhead is "
-                    f"{(median(up) / median(ap)) / (median(lu) / median(ll)):.2f}x DuckLake's",
+                    f"native deletion files; lamina's overhead is {own:.2f}x DuckLake's",
                 )
             )
         figs.append(
-            figure(
+            ratio(
                 "  after auto-compaction / append",
-                median(cp) / median(ap),
-                "x",
+                cp,
+                ap,
                 note=f"{1000 * median(cp):.1f} ms; {rewritten} chunk(s) rewritten, "
                 f"{n_after:,} rows stored (was {n_stored:,})",
             )
@@ -872,6 +872,13 @@ def overhead_at(stored: int, runs: int, first: bool) -> tuple[list[dict[str, Any
     details = {"stored_rows": n_stored, "visible_rows": latest.num_rows, "seconds": times}
     details["ducklake"] = lake
     return figs, {**details, "stored_after_compaction": n_after}
+
+
+def ratio(
+    metric: str, num: list[float], den: list[float], target: str | None = None, note: str = ""
+) -> dict[str, Any]:
+    """A figure: the ratio of two samples' medians."""
+    return figure(metric, median(num) / median(den), "x", target, note=note)
 
 
 def ducklake_overhead(base: pa.Table, batch: pa.Table, latest: pa.Table, runs: int) -> Any:
