@@ -63,7 +63,7 @@ def read_changes_spark(
     Parquet reader). Raises as :func:`read_changes`."""
     from pyspark.sql import functions as F
 
-    from lamina.engines.spark import read_spark
+    from lamina.engines.spark_read import read_spark
 
     changes = change_points(ctx.db, name, after_seq, until_seq)
     schema = changes.table.schema

@@ -473,9 +473,22 @@ class Table:
     ) -> pd.DataFrame:
         return self.to_arrow(as_of, columns, interval).to_pandas()
 
-    def to_spark(self, spark: Any, as_of: int | None = None, interval: Any = None) -> Any:
-        """A Spark DataFrame over exactly the snapshot's visible rows."""
-        from lamina.engines.spark import read_spark
+    def to_spark(
+        self,
+        spark: Any,
+        as_of: int | None = None,
+        interval: Any = None,
+        *,
+        all_versions: bool = False,
+    ) -> Any:
+        """A Spark DataFrame over exactly the snapshot's visible rows; ``all_versions``
+        (upsert tables): every stored record with its validity seqs, as :meth:`to_arrow`.
+        Raises SnapshotNotFoundError, UpsertError (``all_versions`` of another table)."""
+        if all_versions:
+            from lamina.upsert_read import all_versions_spark
+
+            return all_versions_spark(self, spark, as_of, interval)
+        from lamina.engines.spark_read import read_spark
 
         return read_spark(spark, self.scan(as_of, interval), self._ctx.warehouse)
 

@@ -57,6 +57,37 @@ VALID_FROM = "$valid_from"
 VALID_UNTIL = "$valid_until"
 
 
+def validity(table: Table, plan: ScanPlan) -> dict[str, tuple[int, np.ndarray]]:
+    """Per file of ``plan`` (by path): the seq of the commit that stored its records
+    and, per row, the seq from which the row no longer shows at the plan's seq (-1:
+    it still shows). Raises SnapshotNotFoundError."""
+    from lamina.meta import deletes
+    from lamina.meta.segments import first_added
+
+    rec = table._record
+    root = table._ctx.db.root + "/"
+    rel = {t.segment.location: str(t.segment.location).removeprefix(root) for t in plan.tasks}
+    hist, first = table._ctx.db.read(
+        lambda conn: (
+            deletes.history(conn, rec.id, rel.values()),
+            first_added(conn, rec.id, rel.values()),
+        )
+    )
+    counts = plan.row_counts()
+    out = {}
+    for task in plan.tasks:
+        path = str(task.segment.location)
+        until = np.full(counts[path], -1, np.int64)
+        for seq, rows in hist.get(rel[path], []):
+            if seq > plan.seq:
+                break
+            pos = np.fromiter(rows, np.int64, len(rows))
+            pos = pos[until[pos] < 0]
+            until[pos] = seq
+        out[path] = (first.get(rel[path], 0), until)  # a carried copy: when its file was stored
+    return out
+
+
 def all_versions(
     table: Table, as_of: int | None = None, columns: list[str] | None = None, interval: Any = None
 ) -> pa.Table:
@@ -71,21 +102,12 @@ def all_versions(
 
     from lamina.io.arrow import time_filter
     from lamina.io.reader import check_columns
-    from lamina.meta import deletes
-    from lamina.meta.segments import first_added
 
     require(table)
     rec, wh = table._record, table._ctx.warehouse
     check_columns(rec.schema, columns)
     plan = table.scan(as_of, interval)
-    root = table._ctx.db.root + "/"
-    rel = {t.segment.location: str(t.segment.location).removeprefix(root) for t in plan.tasks}
-    hist, first = table._ctx.db.read(
-        lambda conn: (
-            deletes.history(conn, rec.id, rel.values()),
-            first_added(conn, rec.id, rel.values()),
-        )
-    )
+    marks = validity(table, plan)
     tc = rec.time_column
     parts = []
     for task in plan.tasks:
@@ -94,14 +116,7 @@ def all_versions(
         if task.keep is not None and cols is not None and tc not in cols:
             cols = [*cols, str(tc)]
         data = pq.read_table(path, columns=cols, filesystem=wh.fs, schema=rec.schema)
-        until = np.full(data.num_rows, -1, np.int64)
-        for seq, rows in hist.get(rel[path], []):
-            if seq > plan.seq:
-                break
-            pos = np.fromiter(rows, np.int64, len(rows))
-            pos = pos[until[pos] < 0]
-            until[pos] = seq
-        start = first.get(rel[path], 0)  # a carried copy: when its file was stored
+        start, until = marks[path]
         data = data.append_column(VALID_FROM, pa.array(np.full(data.num_rows, start)))
         data = data.append_column(VALID_UNTIL, pa.array(until, mask=until < 0))
         if task.keep is not None:
@@ -117,6 +132,21 @@ def all_versions(
             VALID_UNTIL, pa.array([], pa.int64())
         )
     return pa.concat_tables(parts)
+
+
+def all_versions_spark(
+    table: Table, spark: Any, as_of: int | None = None, interval: Any = None
+) -> Any:
+    """:func:`all_versions` as a Spark DataFrame: the files read by Spark's own Parquet
+    reader, each row's validity joined on its file and ``_metadata.row_index``.
+    Raises UpsertError, SnapshotNotFoundError."""
+    from lamina.engines.spark_read import read_spark_versions
+
+    require(table)
+    plan = table.scan(as_of, interval)
+    return read_spark_versions(
+        spark, plan, table._ctx.warehouse, validity(table, plan), (VALID_FROM, VALID_UNTIL)
+    )
 
 
 def _visible_rows(plan: ScanPlan) -> dict[str, tuple[int, Interval | None, np.ndarray]]:
@@ -233,7 +263,7 @@ def read_changes_spark(
     reader, joined with the changed rows' positions on ``_metadata.row_index``. Raises
     SnapshotNotFoundError, SchemaError."""
     from lamina.changes import CHANGE, COMMIT_ID, COMMIT_SEQ, union
-    from lamina.engines.spark import read_rows
+    from lamina.engines.spark_read import read_rows
 
     out_schema, _ = _feed_columns(table, columns)
     names = out_schema.names

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import sys
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -23,9 +22,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lamina.core.interval import ETERNITY, Granularity, Interval, format_us, to_us
+from lamina.core.interval import ETERNITY, Granularity, Interval, to_us
 from lamina.core.model import NewSegment, TableRecord
-from lamina.core.scan import ScanPlan
 from lamina.errors import SchemaError, TimeColumnError
 from lamina.io.arrow import castable, storage_schema
 from lamina.io.warehouse import Warehouse
@@ -304,118 +302,3 @@ def _time_stats(meta: pq.FileMetaData, column: str | None) -> tuple[int | None, 
         lo = a if lo is None else min(lo, a)
         hi = b if hi is None else max(hi, b)
     return lo, hi
-
-
-#: a local file URI's scheme: Spark writes ``file:/x``, warehouses ``file:///x``
-_LOCAL = "^file:/+"
-
-
-def _hidden_rows(spark: SparkSession, plan: ScanPlan, wh: Warehouse) -> DataFrame:
-    """The plan's deletion vectors as a DataFrame of (file URI, row index)."""
-    import pyarrow as pa
-
-    paths = sorted(plan.deletes)
-    uris = [re.sub(_LOCAL, "/", wh.uri(p)) for p in paths]  # as Spark's paths, normalized
-    table = pa.table(
-        {
-            "f": pa.array([u for p, u in zip(paths, uris, strict=True) for _ in plan.deletes[p]]),
-            "r": pa.array([int(r) for p in paths for r in plan.deletes[p]], pa.int64()),
-        }
-    )
-    return spark.createDataFrame(table.to_pandas(), "f string, r long")
-
-
-def read_spark(spark: SparkSession, plan: ScanPlan, wh: Warehouse) -> DataFrame:
-    """A DataFrame over exactly the plan's files (native Parquet reader)."""
-    from pyspark.sql import functions as F
-
-    rec = plan.table
-    schema = arrow_to_spark_schema(rec.schema)
-    names = [f"`{n}`" for n in rec.schema.names]
-    hidden = _hidden_rows(spark, plan, wh) if plan.deletes else None
-
-    def read(paths: list[str]) -> DataFrame:
-        """The files' rows, less those deletion vectors hide (an anti join on the
-        file's path and ``_metadata.row_index``)."""
-        df = spark.read.schema(schema).parquet(*[wh.uri(p) for p in paths])
-        if hidden is None or not any(p in plan.deletes for p in paths):
-            return df
-        df = df.select(
-            "*",
-            F.regexp_replace(F.col("_metadata.file_path"), _LOCAL, "/").alias("__lamina_f"),
-            F.col("_metadata.row_index").alias("__lamina_r"),
-        )
-        on = (df["__lamina_f"] == hidden["f"]) & (df["__lamina_r"] == hidden["r"])
-        return df.join(hidden, on, "left_anti").drop("__lamina_f", "__lamina_r")
-
-    frames = []
-    if plan.whole_files:
-        frames.append(read(plan.whole_files))
-    groups: dict[Interval, list[str]] = {}
-    for path, keep in plan.partial_files:
-        groups.setdefault(keep, []).append(path)
-    for keep, paths in groups.items():
-        assert rec.time_column is not None
-        df = read(paths)
-        c = F.col(f"`{rec.time_column}`")
-        lo, hi = _spark_literal(rec.schema.field(rec.time_column).type, keep)
-        frames.append(df.where((c >= lo) & (c < hi)))
-    if not frames:
-        return spark.createDataFrame([], schema)
-    result = frames[0].select(*names)
-    for f in frames[1:]:
-        result = result.unionByName(f.select(*names))
-    return result
-
-
-def read_rows(
-    spark: SparkSession, wh: Warehouse, rec: TableRecord, rows: pa.Table, keep: Interval | None
-) -> DataFrame:
-    """The table's rows at ``rows``' (``path``, ``row``) positions, those inside
-    ``keep`` (None: all), with ``rows``' other columns beside them: the files read by
-    Spark's Parquet reader, joined on the file and ``_metadata.row_index``."""
-    from pyspark.sql import functions as F
-
-    paths = sorted(set(rows.column("path").to_pylist()))
-    uri = {p: re.sub(_LOCAL, "/", wh.uri(p)) for p in paths}  # as Spark's, normalized
-    extra = [c for c in rows.column_names if c not in ("path", "row")]
-    wanted = rows.drop_columns(["path"]).add_column(
-        0, "__lamina_f", pa.array([uri[p] for p in rows.column("path").to_pylist()], pa.string())
-    )
-    wanted = wanted.rename_columns(["__lamina_f", "__lamina_r", *extra])
-    at = spark.createDataFrame(wanted.to_pandas())
-    df = spark.read.schema(arrow_to_spark_schema(rec.schema)).parquet(*[wh.uri(p) for p in paths])
-    df = df.select(
-        *[f"`{n}`" for n in rec.schema.names],
-        F.regexp_replace(F.col("_metadata.file_path"), _LOCAL, "/").alias("__lamina_f"),
-        F.col("_metadata.row_index").alias("__lamina_r"),
-    )
-    df = df.join(at, ["__lamina_f", "__lamina_r"]).drop("__lamina_f", "__lamina_r")
-    if keep is not None:
-        assert rec.time_column is not None
-        c = F.col(f"`{rec.time_column}`")
-        lo, hi = _spark_literal(rec.schema.field(rec.time_column).type, keep)
-        df = df.where((c >= lo) & (c < hi))
-    return df
-
-
-def _spark_literal(t: pa.DataType, keep: Interval) -> tuple[Any, Any]:
-    """Bounds as SQL literals that mean the same whatever the session time zone."""
-    from pyspark.sql import functions as F
-
-    def text(us: int) -> str:
-        return format_us(us).rstrip("Z").replace("T", " ")
-
-    if pa.types.is_date(t):
-        day = 86_400_000_000
-        lo, hi = (-((-keep.start) // day)) * day, (-((-keep.end) // day)) * day
-        return F.expr(f"DATE '{text(lo)[:10]}'"), F.expr(f"DATE '{text(hi)[:10]}'")
-    if t.tz is None:
-        return (
-            F.expr(f"TIMESTAMP_NTZ '{text(keep.start)}'"),
-            F.expr(f"TIMESTAMP_NTZ '{text(keep.end)}'"),
-        )
-    return (
-        F.expr(f"TIMESTAMP_LTZ '{text(keep.start)}+00:00'"),
-        F.expr(f"TIMESTAMP_LTZ '{text(keep.end)}+00:00'"),
-    )
