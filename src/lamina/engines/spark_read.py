@@ -28,8 +28,6 @@ _LOCAL = "^file:/+"
 
 def _hidden_rows(spark: SparkSession, plan: ScanPlan, wh: Warehouse) -> DataFrame:
     """The plan's deletion vectors as a DataFrame of (file URI, row index)."""
-    import pyarrow as pa
-
     paths = sorted(plan.deletes)
     uris = [re.sub(_LOCAL, "/", wh.uri(p)) for p in paths]  # as Spark's paths, normalized
     table = pa.table(
@@ -125,18 +123,16 @@ def read_spark_versions(
             valid_from: pa.array([marks[p][0] for p in paths], pa.int64()),
         }
     )
-    ended = [np.flatnonzero(marks[p][1] >= 0) for p in paths]
+    ended = [np.flatnonzero(marks[p][1] >= 0) for p in paths]  # positions no longer shown
+    none = np.zeros(0, np.int64)
     ends = pa.table(
         {
-            "__lamina_f": pa.array(np.repeat(np.array(uris, object), [len(e) for e in ended])),
-            "__lamina_r": pa.array(np.concatenate([np.zeros(0, np.int64), *ended])),
+            "__lamina_f": pa.array(
+                np.repeat(np.array(uris, object), [len(e) for e in ended]), pa.string()
+            ),
+            "__lamina_r": pa.array(np.concatenate([none, *ended])),
             valid_until: pa.array(
-                np.concatenate(
-                    [
-                        np.zeros(0, np.int64),
-                        *(marks[p][1][e] for p, e in zip(paths, ended, strict=True)),
-                    ]
-                )
+                np.concatenate([none, *(marks[p][1][e] for p, e in zip(paths, ended, strict=True))])
             ),
         }
     )
