@@ -901,6 +901,8 @@ def test_compact_minor_major_and_auto(wh: str, events: lamina.Table) -> None:
     assert "compacted events (minor): 3 -> 2 segments" in ok(wh, "compact", "events")
     timeline = ok(wh, "timeline", "events")
     assert "m1 p0..p1 -> p32768: visible" in timeline
+    _, data = _listing(wh, "timeline", "events")  # day 0's rows, not its inputs' twice
+    assert [r["rows"] for r in data if r["chunk"] == "2024-01-01"] == [4]
     assert "nothing to compact" in ok(wh, "compact", "events")
     out = ok(wh, "compact", "events", "--mode", "major", "--sort-by", "v")
     assert "compacted events (major)" in out and events.count() == n

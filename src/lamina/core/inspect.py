@@ -26,7 +26,11 @@ class Chunk:
 
     @property
     def rows(self) -> int:
-        return sum(s.row_count for s in self.segments)
+        """Rows the version holds: those of its segments that no later generation of
+        the same version replaced (a minor compaction's inputs are not counted twice)."""
+        if all(s.is_first_generation for s in self.segments):
+            return sum(s.row_count for s in self.segments)
+        return sum(s.row_count for s in AtomicGroups(self.segments).visible_segments())
 
     @property
     def missing(self) -> list[int]:
