@@ -49,6 +49,13 @@ class Rollup:
         metrics = dict(spec.get("metrics") or {})
         names = set(schema.names)
         for col in (*dims, *metrics):
+            if col not in names and metrics.get(col) == "count":
+                raise CompactionError(
+                    f"count metric {col!r} is not a column of the table: a count is stored "
+                    f"in a nullable integer column of the table's schema (a null counts one "
+                    f"raw row), so create the table with a column {col!r} (e.g. int64), or "
+                    "count into an existing integer column"
+                )
             if col not in names:
                 raise CompactionError(
                     f"rollup column {col!r} is not a column of the table "
