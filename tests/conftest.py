@@ -61,7 +61,7 @@ SERIAL_MODULES = {
 
 
 def serial_scope(nodeid: str) -> str | None:
-    """ "serial" for a test of the serial group, else None."""
+    """The scope name ``serial`` for a test of the serial group, else None."""
     module = nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")
     return "serial" if module in SERIAL_MODULES or "spark" in nodeid.lower() else None
 
