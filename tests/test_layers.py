@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("lamina.maintenance",),
     (
         "lamina.table",
+        "lamina.table_read",
         "lamina.table_write",
         "lamina.transaction",
         "lamina.push",

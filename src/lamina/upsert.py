@@ -30,15 +30,16 @@ if TYPE_CHECKING:
     from lamina.core.model import NewSegment, TableRecord
     from lamina.io.warehouse import Warehouse
     from lamina.table import Table
+    from lamina.table_read import TableReads
 
 
-def spec_of(table: Table) -> UpsertSpec | None:
+def spec_of(table: TableReads) -> UpsertSpec | None:
     """The table's upsert definition (None: not an upsert table)."""
     rec = table._record
     return UpsertSpec.from_properties(rec.properties, rec.schema, rec.time_column)
 
 
-def require(table: Table) -> UpsertSpec:
+def require(table: TableReads) -> UpsertSpec:
     """The table's upsert definition. Raises UpsertError for a table without one."""
     spec = spec_of(table)
     if spec is None:

@@ -16,10 +16,10 @@ from lamina.upsert import require
 if TYPE_CHECKING:
     from lamina.core.interval import Interval
     from lamina.core.scan import ScanPlan
-    from lamina.table import Table
+    from lamina.table_read import TableReads
 
 
-def latest_records(table: Table, as_of: int | None, interval: Interval | None) -> pa.Table:
+def latest_records(table: TableReads, as_of: int | None, interval: Interval | None) -> pa.Table:
     """The records stored in the snapshot's segments of ``interval`` that are their
     key's latest (live tombstones included: hidden, they still decide later
     comparisons): what a major compaction rewrites. Raises SnapshotNotFoundError."""
@@ -57,7 +57,7 @@ VALID_FROM = "$valid_from"
 VALID_UNTIL = "$valid_until"
 
 
-def validity(table: Table, plan: ScanPlan) -> dict[str, tuple[int, np.ndarray]]:
+def validity(table: TableReads, plan: ScanPlan) -> dict[str, tuple[int, np.ndarray]]:
     """Per file of ``plan`` (by path): the seq of the commit that stored its records
     and, per row, the seq from which the row no longer shows at the plan's seq (-1:
     it still shows). Raises SnapshotNotFoundError."""
@@ -89,7 +89,10 @@ def validity(table: Table, plan: ScanPlan) -> dict[str, tuple[int, np.ndarray]]:
 
 
 def all_versions(
-    table: Table, as_of: int | None = None, columns: list[str] | None = None, interval: Any = None
+    table: TableReads,
+    as_of: int | None = None,
+    columns: list[str] | None = None,
+    interval: Any = None,
 ) -> pa.Table:
     """Every record stored in the snapshot's segments, superseded ones too (Pinot's
     skipUpsert), with :data:`VALID_FROM` (the seq of the commit that stored it) and
@@ -135,7 +138,7 @@ def all_versions(
 
 
 def all_versions_spark(
-    table: Table, spark: Any, as_of: int | None = None, interval: Any = None
+    table: TableReads, spark: Any, as_of: int | None = None, interval: Any = None
 ) -> Any:
     """:func:`all_versions` as a Spark DataFrame: the files read by Spark's own Parquet
     reader, each row's validity joined on its file and ``_metadata.row_index``.
@@ -176,7 +179,7 @@ class ChangedRows:
     keep: Interval | None
 
 
-def changed_rows(table: Table, after_seq: int, until_seq: int | None) -> list[ChangedRows]:
+def changed_rows(table: TableReads, after_seq: int, until_seq: int | None) -> list[ChangedRows]:
     """The change feed of an upsert table as row positions (catalog only, no file
     read), in feed order: per commit, deletes, then inserts. Raises
     SnapshotNotFoundError."""
@@ -207,7 +210,9 @@ def changed_rows(table: Table, after_seq: int, until_seq: int | None) -> list[Ch
     return out
 
 
-def _feed_columns(table: Table, columns: list[str] | None) -> tuple[pa.Schema, list[str] | None]:
+def _feed_columns(
+    table: TableReads, columns: list[str] | None
+) -> tuple[pa.Schema, list[str] | None]:
     """The feed's schema, and the columns to read (the time column too when a column
     subset leaves it out: partly shown files filter on it). Raises SchemaError."""
     from lamina.changes import change_schema
@@ -223,7 +228,10 @@ def _feed_columns(table: Table, columns: list[str] | None) -> tuple[pa.Schema, l
 
 
 def read_changes(
-    table: Table, after_seq: int, until_seq: int | None = None, columns: list[str] | None = None
+    table: TableReads,
+    after_seq: int,
+    until_seq: int | None = None,
+    columns: list[str] | None = None,
 ) -> pa.Table:
     """The change feed of an upsert table (see ``Table.read_changes``): per commit, the
     records that stopped showing ('delete': superseded by a newer record of their key,
@@ -254,7 +262,7 @@ def read_changes(
 
 def read_changes_spark(
     spark: Any,
-    table: Table,
+    table: TableReads,
     after_seq: int,
     until_seq: int | None = None,
     columns: list[str] | None = None,

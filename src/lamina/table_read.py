@@ -1,0 +1,182 @@
+"""The read side of a table: its definition as loaded, its snapshots, scans and rows
+(Arrow, pandas, Spark; every version of an upsert table), its change feed and history.
+:class:`lamina.table.Table` adds the writes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from lamina.context import CatalogContext
+from lamina.core.interval import Granularity, Interval
+from lamina.core.model import Commit, Snapshot, TableRecord
+from lamina.core.scan import ScanPlan
+from lamina.core.segment import Segment
+from lamina.core.timeline import Timeline
+from lamina.errors import SnapshotNotFoundError
+from lamina.meta import snapshots
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
+READ_ATTEMPTS = 5  # a latest read re-plans when files vanished under it
+
+
+class TableReads:
+    """Reads of one table (the base of :class:`lamina.table.Table`)."""
+
+    def __init__(self, ctx: CatalogContext, record: TableRecord) -> None:
+        self._ctx = ctx
+        self._record = record
+
+    @property
+    def name(self) -> str:
+        return self._record.name
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._record.schema
+
+    @property
+    def time_column(self) -> str | None:
+        return self._record.time_column
+
+    @property
+    def granularity(self) -> Granularity:
+        return self._record.granularity
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return dict(self._record.properties)
+
+    # -- reading ------------------------------------------------------------------
+
+    def snapshot(
+        self,
+        as_of: int | None = None,
+        all_published: bool = False,
+        interval: Interval | None = None,
+    ) -> Snapshot:
+        """The segments of one snapshot (only those overlapping ``interval`` if given)."""
+        return snapshots.snapshot(
+            self._ctx.db, self.name, as_of, all_published=all_published, interval=interval
+        )
+
+    def scan(self, as_of: int | None = None, interval: Any = None) -> ScanPlan:
+        """Plan a read: the files of one snapshot, pruned to ``interval``."""
+        iv = None if interval is None else Interval.coerce(interval)
+        from lamina import read  # columnar planning: pyarrow, numpy
+
+        return read.plan(self._ctx, self.name, as_of, iv)
+
+    def to_arrow(
+        self,
+        as_of: int | None = None,
+        columns: list[str] | None = None,
+        interval: Any = None,
+        *,
+        all_versions: bool = False,
+    ) -> pa.Table:
+        """Rows of the latest (or ``as_of``) snapshot, optionally only some columns/times.
+
+        A latest read whose files a concurrent push or retention removed is planned
+        again on the newer snapshot (never a mix: each attempt reads one snapshot).
+        ``all_versions`` (upsert tables): every stored record with ``$valid_from`` and
+        ``$valid_until`` seqs (:func:`lamina.upsert_read.all_versions`).
+        """
+        from lamina.io.reader import read_arrow
+
+        if all_versions:
+            from lamina.upsert_read import all_versions as every
+
+            return every(self, as_of, columns, interval)
+
+        for attempt in range(READ_ATTEMPTS):
+            try:
+                return read_arrow(self.scan(as_of, interval), self._ctx.warehouse, columns)
+            except SnapshotNotFoundError:
+                if as_of is not None or attempt == READ_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def to_pandas(
+        self, as_of: int | None = None, columns: list[str] | None = None, interval: Any = None
+    ) -> pd.DataFrame:
+        return self.to_arrow(as_of, columns, interval).to_pandas()
+
+    def to_spark(
+        self,
+        spark: Any,
+        as_of: int | None = None,
+        interval: Any = None,
+        *,
+        all_versions: bool = False,
+    ) -> Any:
+        """A Spark DataFrame over exactly the snapshot's visible rows; ``all_versions``
+        (upsert tables): every stored record with its validity seqs, as :meth:`to_arrow`.
+        Raises SnapshotNotFoundError, UpsertError (``all_versions`` of another table)."""
+        if all_versions:
+            from lamina.upsert_read import all_versions_spark
+
+            return all_versions_spark(self, spark, as_of, interval)
+        from lamina.engines.spark_read import read_spark
+
+        return read_spark(spark, self.scan(as_of, interval), self._ctx.warehouse)
+
+    def segments(self, all: bool = False, as_of: int | None = None) -> list[Segment]:
+        """Visible data segments of the snapshot; ``all=True``: every published one."""
+        snap = self.snapshot(as_of, all_published=all)
+        if all:
+            return sorted(snap.segments, key=lambda s: (s.interval, s.version, s.partition_id))
+        return [s for s in Timeline.build(snap.segments).visible() if s.location is not None]
+
+    def timeline(self, as_of: int | None = None, all_published: bool = True) -> Timeline:
+        return Timeline.build(self.snapshot(as_of, all_published=all_published).segments)
+
+    def read_changes(
+        self, after_seq: int, until_seq: int | None = None, columns: list[str] | None = None
+    ) -> pa.Table:
+        """The rows each commit completed in ``(after_seq, until_seq]`` (default: up to
+        the latest) made visible (``_change`` 'insert') or invisible ('delete'), with
+        ``_commit_id`` and ``_commit_seq``, in completion order — an incremental pull.
+        Seqs are ``Commit.seq`` of :meth:`history` (0: the empty table).
+        Raises SnapshotNotFoundError (seqs out of range, or retention deleted what the
+        start snapshot used), SchemaError (unknown columns)."""
+        if "upsert.primary_key" in self._record.properties:  # by records, not segments
+            from lamina.upsert_read import read_changes
+
+            return read_changes(self, after_seq, until_seq, columns)
+        from lamina import changes
+
+        return changes.read_changes(self._ctx, self.name, after_seq, until_seq, columns)
+
+    def read_changes_spark(
+        self,
+        spark: Any,
+        after_seq: int,
+        until_seq: int | None = None,
+        columns: list[str] | None = None,
+    ) -> Any:
+        """:meth:`read_changes` as a Spark DataFrame (read by Spark's Parquet reader;
+        rows in no guaranteed order — sort by ``_commit_seq`` for a feed)."""
+        if "upsert.primary_key" in self._record.properties:  # by records, not segments
+            from lamina.upsert_read import read_changes_spark
+
+            return read_changes_spark(spark, self, after_seq, until_seq, columns)
+        from lamina import changes
+
+        return changes.read_changes_spark(
+            spark, self._ctx, self.name, after_seq, until_seq, columns
+        )
+
+    def history(self) -> list[Commit]:
+        from lamina.meta import commits
+
+        return commits.history(self._ctx.db, self.name)
+
+    def count(self, as_of: int | None = None) -> int:
+        plan = self.scan(as_of)  # no row range to apply: the catalog's row counts answer
+        if plan.all_whole:  # less the rows deletion vectors hide
+            return plan.row_count - sum(len(hidden) for hidden in plan.deletes.values())
+        tc = plan.table.time_column  # one column: concat_tables drops zero-column rows
+        return self.to_arrow(as_of, columns=[tc] if tc else []).num_rows
