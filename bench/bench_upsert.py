@@ -231,6 +231,7 @@ def drop_indexes() -> None:
     from lamina.meta import keys
 
     keys._STATES.clear()
+    keys._LOADING.clear()
 
 
 def index_stats() -> tuple[int, int]:
@@ -259,10 +260,17 @@ def _fresh_upsert(wh: str, table: str, batch_path: str, out: str, rebuild: bool)
     """Child: connect, load the table and the batch, then time ``t.upsert(batch)``.
     ``rebuild``: ignore saved index snapshots (as lamina does on a remote warehouse, or
     when the snapshot is lost), so the index is built from the data files."""
+    # The modules the upsert runs, imported before the clock starts as the others'
+    # children import deltalake or load the DuckLake extension first (``import lamina``
+    # alone imports the write path lazily, on first use).
     import lamina.meta.keys as keys
+    import lamina.meta.publish
+    import lamina.upsert
+    import lamina.write  # noqa: F401
 
     if rebuild and hasattr(keys, "_saved"):
         keys._saved = lambda *args, **kwargs: None
+        keys.prefetch = lambda *args, **kwargs: None
     instrument()
     t0 = time.perf_counter()
     batch = pq.read_table(batch_path)
@@ -950,12 +958,13 @@ def catch_up(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                 keys._STATES[key] = before  # as if another process made the commit
                 replay_s, phases = phases_of(lambda: t.upsert(one))
                 drop_indexes()
-                saved = keys._saved
+                saved, prefetch = keys._saved, keys.prefetch
                 keys._saved = lambda *args, **kwargs: None
+                keys.prefetch = lambda *args, **kwargs: None
                 try:  # from the files, as before: not from a saved snapshot
                     rebuild_s, _ = timed(lambda: t.upsert(one))
                 finally:
-                    keys._saved = saved
+                    keys._saved, keys.prefetch = saved, prefetch
                 details.setdefault(what, []).append(
                     {"replay_s": replay_s, "rebuild_s": rebuild_s, "phases": phases}
                 )

@@ -422,6 +422,13 @@ def test_big_batches_and_the_directory() -> None:
     assert index.segment_counts() == {1: 100_000, 2: 200_000}
     absent = key_hashes(pa.table({"k": np.arange(300_000, 310_000)}), ["k"])
     assert not index.lookup(absent).found.any()
+    loaded = KeyIndex.from_arrow(index.to_arrow())
+    loaded.prepare()  # the directory built ahead: the same answers through it
+    assert loaded._base._dir is not None
+    few = np.concatenate([keys[::97], absent[:50]])
+    a, b = loaded.lookup(few), index.lookup(few)
+    for name in ("found", "segment", "row", "cmp", "tomb"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
 
 
 def test_put_argument_checks() -> None:
@@ -539,3 +546,27 @@ def test_damaged_files_never_give_a_different_index(tmp_path: Path) -> None:
         else:
             assert back == index, f"flipped byte {pos} gave a different index"
     assert refused > len(positions) // 2
+
+
+def test_snapshots_saved_with_crc32_digests_still_read(tmp_path: Path) -> None:
+    """Files of earlier versions carry CRC-32s, not XXH3 digests: read, and checked."""
+    from lamina.io import keyindex as io_keys
+
+    index = _sample_index(2_000)
+    table = index.to_arrow()
+    path = tmp_path / "old.arrow"
+
+    def save(crc: bytes) -> None:
+        meta = dict(table.schema.metadata or {})
+        meta[io_keys._ROWS] = str(table.num_rows).encode()
+        meta[io_keys._CRC] = crc
+        t = table.replace_schema_metadata(meta)
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, t.schema) as out:
+            out.write_table(t)
+
+    crc = io_keys._crc32(table).encode()
+    save(crc)
+    assert read_index(path) == index
+    save(b"0" * len(crc))
+    with pytest.raises(KeyIndexFileError, match="checksum mismatch"):
+        read_index(path)

@@ -498,6 +498,45 @@ def test_a_new_process_starts_from_the_saved_key_index(
     assert latest(t)["k2"] == -2 and len(latest(t)) == 160
 
 
+def test_an_upsert_reads_the_saved_key_index_while_it_writes(
+    t: lamina.Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process without the index starts reading the newest saved snapshot in the
+    background when an upsert begins, and its publish takes that read; a read of a
+    snapshot that is no longer the newest is not taken (the newest is read then)."""
+    import threading
+    from concurrent.futures import Future
+
+    from lamina.meta import key_snapshots
+    from lamina.meta import keys as key_index
+
+    monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 50)
+    for b in range(3):
+        t.upsert(rows(*[(f"k{i}", b, b * 1000 + i) for i in range(40 * b, 40 * b + 40)]))
+    loads: list[tuple[str, int]] = []
+    real = key_index._load
+
+    def load(wh: Any, row: Any) -> Any:
+        loads.append((threading.current_thread().name, int(row.seq)))
+        return real(wh, row)
+
+    monkeypatch.setattr(key_index, "_load", load)
+    url, tid = str(t._ctx.db.engine.url), t._record.id
+    key_index.forget(url, tid)  # as a new process
+    t.upsert(rows(("k1", 9, -1)))
+    assert loads == [("lamina-key-index", 2)]  # the snapshot at 80 keys, in the background
+    assert key_index._LOADING == {} and latest(t)["k1"] == -1 and len(latest(t)) == 120
+
+    key_index.forget(url, tid)
+    loads.clear()
+    stale: Future[Any] = Future()
+    stale.set_exception(AssertionError("a stale snapshot's read was taken"))
+    key_index._LOADING[(url, tid)] = ("u/_keys/older.keys", stale)
+    t.upsert(rows(("k2", 9, -2)))
+    assert loads == [("MainThread", 2)] and key_index._LOADING == {}
+    assert latest(t)["k2"] == -2 and len(latest(t)) == 120
+
+
 def test_a_decimal_comparison_column_orders_by_value(cat: lamina.Catalog) -> None:
     """A decimal comparison column (precision <= 18) orders by its value, negative ones
     included, ties to the later record; the same after the index is rebuilt from the

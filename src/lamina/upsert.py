@@ -95,6 +95,8 @@ def upsert(
     spec = require(table)
     rec = table._record
     wh = table._ctx.warehouse
+    if not spec.is_partial:  # (a partial upsert needs the index before it writes)
+        _prefetch_keys(table)
     if is_spark_dataframe(data) and spec.is_partial:
         # merging needs each key's current record beside the new one: the batch comes
         # to the driver (micro-batches; a partial upsert's batch is as big as its keys)
@@ -188,6 +190,16 @@ def _write(
         upsert=lambda files: written,
         remove=remove,
     )
+
+
+def _prefetch_keys(table: Table) -> None:
+    """Start loading the saved key index if this process has none (it is read while
+    the data files are written)."""
+    from lamina.meta import keys as key_index
+
+    db, url = table._ctx.db, str(table._ctx.db.engine.url)
+    if key_index.held(url, table._record.id) is None:
+        db.read(lambda conn: key_index.prefetch(conn, url, table._record, table._ctx.warehouse))
 
 
 def _save_keys(table: Table) -> None:

@@ -197,6 +197,11 @@ class KeyIndex:
             tomb[q] = run.state[s] == _TOMB
         return Lookup(found, seg, row, cmp, tomb, (hi, lo), tuple(slots), self._version)
 
+    def prepare(self) -> None:
+        """Build the search structures that the first lookups would build (a process
+        loading the index in the background calls this there)."""
+        self._base.prepare()
+
     def segments(self) -> np.ndarray:
         """The segment codes some key points at, sorted (int32)."""
         return np.array(sorted(self._counts), np.int32)

@@ -61,6 +61,11 @@ class Run:
             self.hi[idx], self.lo[idx], self.seg[idx], self.row[idx], self.cmp[idx], self.state[idx]
         )
 
+    def prepare(self) -> None:
+        """Build the directory of a big run now, not on the first search that uses it."""
+        if self._dir is None and len(self.hi) >= DIRECTORY_MIN:
+            self._directory()
+
     def _directory(self) -> None:
         n = len(self.hi)
         bits = max(1, (n // 8).bit_length())  # about 4-8 slots per bucket

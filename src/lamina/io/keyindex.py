@@ -3,7 +3,8 @@
 The file holds :meth:`KeyIndex.to_arrow` (sorted by key hash), uncompressed (key hashes
 do not compress; a restarted process reads the file once into memory it owns, and the
 index adopts the columns there),
-and in its schema metadata the entry count and a CRC-32 of every column's values.
+and in its schema metadata the entry count and an XXH3-64 digest of every column's values
+(files saved by earlier lamina versions carry CRC-32s instead: still read).
 Reading validates the file and checks all of them, so a truncated or damaged file
 raises :class:`KeyIndexFileError` instead of giving a different index. Writing goes to
 a temporary name in the same directory, fsyncs it and renames it over ``path``:
@@ -20,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import xxhash
 
 from lamina.core.keyindex import INDEX_SCHEMA_VERSION, KeyIndex
 from lamina.errors import KeyIndexFileError, UpsertError
@@ -27,11 +30,27 @@ from lamina.errors import KeyIndexFileError, UpsertError
 __all__ = ["KeyIndexFileError", "read_index", "write_index"]
 
 _ROWS = b"lamina.keyindex.rows"
-_CRC = b"lamina.keyindex.crc32"
+_XXH3 = b"lamina.keyindex.xxh3"
+_CRC = b"lamina.keyindex.crc32"  # the digests of older files: slower to compute
 _VERSION = b"lamina.keyindex"
 
 
-def _checksum(table: pa.Table) -> str:
+def _digest(table: pa.Table) -> str:
+    """XXH3-64 of each column's values (booleans as bytes), comma-separated."""
+    out = []
+    for name in table.column_names:
+        h = xxhash.xxh3_64()
+        for chunk in table.column(name).chunks:
+            if pa.types.is_boolean(chunk.type):
+                chunk = pc.cast(chunk, pa.uint8())
+            width = chunk.type.bit_width // 8
+            values = memoryview(chunk.buffers()[1])
+            h.update(values[chunk.offset * width : (chunk.offset + len(chunk)) * width])
+        out.append(h.hexdigest())
+    return ",".join(out)
+
+
+def _crc32(table: pa.Table) -> str:
     crcs = []
     for name in table.column_names:
         crc = 0
@@ -49,7 +68,7 @@ def write_index(index: KeyIndex, path: str | os.PathLike[str]) -> int:
     table = index.to_arrow()
     meta = dict(table.schema.metadata or {})
     meta[_ROWS] = str(table.num_rows).encode()
-    meta[_CRC] = _checksum(table).encode()
+    meta[_XXH3] = _digest(table).encode()
     table = table.replace_schema_metadata(meta)
     tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")
     try:
@@ -126,7 +145,11 @@ def _checked(
             f"key index file {target} is damaged: {table.num_rows} entries, its footer "
             f"says {meta.get(_ROWS)!r}"
         )
-    if meta.get(_CRC) != _checksum(table).encode():
+    if _XXH3 in meta:
+        intact = meta[_XXH3] == _digest(table).encode()
+    else:
+        intact = _CRC in meta and meta[_CRC] == _crc32(table).encode()
+    if not intact:
         raise KeyIndexFileError(f"key index file {target} is damaged: checksum mismatch")
     try:
         return KeyIndex.from_arrow(table, merge_threshold, adopt)

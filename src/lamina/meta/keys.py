@@ -8,7 +8,9 @@ files and deletion vectors (:mod:`lamina.meta.deletes`), so any process can buil
 this module keeps one per table and catalog, and brings it up to date inside the
 publishing transaction (which holds the table lock) by replaying the commits
 published since (its own among them); a new process starts from the newest saved
-snapshot of the index, or builds it from the table's files.
+snapshot of the index, or builds it from the table's files. An upsert starts reading
+that snapshot in the background (:func:`prefetch`) while it writes its data files, and
+its publish takes what was read.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -69,6 +72,11 @@ _STATES: dict[tuple[str, int], KeyState] = {}
 LOCK = threading.RLock()
 
 
+#: (catalog url, table id) -> (a saved snapshot's location, its reading under way)
+_LOADING: dict[tuple[str, int], tuple[str, Future[KeyState]]] = {}
+os.register_at_fork(after_in_child=_LOADING.clear)  # a child has not the threads reading
+
+
 def held(url: str, table_id: int) -> KeyState | None:
     """This process's index of the table, if it has one (hold :data:`LOCK`)."""
     return _STATES.get((url, table_id))
@@ -78,6 +86,7 @@ def forget(url: str, table_id: int) -> None:
     """Drop the table's index (a publish that changed it failed: rebuilt next time)."""
     with LOCK:
         _STATES.pop((url, table_id), None)
+        _LOADING.pop((url, table_id), None)
 
 
 def _columns(spec: UpsertSpec) -> list[str]:
@@ -239,27 +248,69 @@ def _purged(conn: Connection, table: TableRecord) -> int:
     return int(conn.execute(stmt).scalar_one())
 
 
-def _saved(conn: Connection, table: TableRecord, wh: Warehouse, seq: int) -> KeyState | None:
-    """The newest saved snapshot of the index at or before ``seq`` (None: none usable)."""
-    from lamina.errors import KeyIndexFileError
+def _snapshot_row(conn: Connection, table: TableRecord, seq: int | None) -> Any:
+    """The newest saved snapshot of the index (at or before ``seq``), or None."""
+    stmt = select(key_snapshots).where(key_snapshots.c.table_id == table.id)
+    if seq is not None:
+        stmt = stmt.where(key_snapshots.c.seq <= seq)
+    return conn.execute(stmt.order_by(key_snapshots.c.seq.desc()).limit(1)).first()
+
+
+def _load(wh: Warehouse, row: Any) -> KeyState:
+    """The snapshot catalog row ``row`` names, read. Raises KeyIndexFileError, OSError."""
     from lamina.io.keyindex import read_index
 
+    index = read_index(wh.path(row.location))
+    files = json.loads(row.files)
+    return KeyState(index, int(row.seq), files, {loc: i for i, loc in enumerate(files)})
+
+
+def prefetch(conn: Connection, url: str, table: TableRecord, wh: Warehouse) -> None:
+    """Start reading the table's newest saved index snapshot in a background thread if
+    this process holds no index of the table yet: the upsert about to write then
+    publishes with it (:func:`state` takes it) without waiting for the whole read."""
+    key = (url, table.id)
+    if not wh.local or key in _STATES or key in _LOADING:
+        return
+    row = _snapshot_row(conn, table, None)
+    if row is None:
+        return
+    with LOCK:
+        if key in _STATES or key in _LOADING:
+            return
+        done: Future[KeyState] = Future()
+
+        def work() -> None:
+            try:
+                st = _load(wh, row)
+                st.index.prepare()
+                done.set_result(st)
+            except BaseException as e:  # the publish that takes it raises it or rebuilds
+                done.set_exception(e)
+
+        _LOADING[key] = (row.location, done)
+        threading.Thread(target=work, name="lamina-key-index", daemon=True).start()
+
+
+def _saved(
+    conn: Connection, url: str, table: TableRecord, wh: Warehouse, seq: int
+) -> KeyState | None:
+    """The newest saved snapshot of the index at or before ``seq`` (None: none usable);
+    the one :func:`prefetch` read if it is that one."""
+    from lamina.errors import KeyIndexFileError
+
+    loading = _LOADING.pop((url, table.id), None)
     if not wh.local:
         return None
-    row = conn.execute(
-        select(key_snapshots)
-        .where(key_snapshots.c.table_id == table.id, key_snapshots.c.seq <= seq)
-        .order_by(key_snapshots.c.seq.desc())
-        .limit(1)
-    ).first()
+    row = _snapshot_row(conn, table, seq)
     if row is None:
         return None
     try:
-        index = read_index(wh.path(row.location))
+        if loading is not None and loading[0] == row.location:
+            return loading[1].result()
+        return _load(wh, row)
     except (KeyIndexFileError, OSError):  # lost or damaged: rebuilt from the data
         return None
-    files = json.loads(row.files)
-    return KeyState(index, int(row.seq), files, {loc: i for i, loc in enumerate(files)})
 
 
 def state(
@@ -272,7 +323,7 @@ def state(
     key = (url, table.id)
     st = _STATES.get(key)
     if st is None or st.seq > seq:  # none yet, or of another catalog at this URL
-        st = _saved(conn, table, wh, seq)
+        st = _saved(conn, url, table, wh, seq)
     if st is not None and st.seq < seq and st.seq < _purged(conn, table):
         st = None
     if st is None or st.seq > seq:
