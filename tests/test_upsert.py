@@ -498,6 +498,31 @@ def test_a_new_process_starts_from_the_saved_key_index(
     assert latest(t)["k2"] == -2 and len(latest(t)) == 160
 
 
+def test_a_table_of_updates_saves_its_key_index_too(
+    t: lamina.Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index is saved again once the commits since the newest snapshot wrote enough
+    rows for a new process to replay, even when no key was added."""
+    from sqlalchemy import select
+
+    from lamina.meta import key_snapshots
+    from lamina.meta.schema import key_snapshots as snapshots
+
+    monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 50)
+
+    def saved() -> list[int]:
+        stmt = select(snapshots.c.seq).where(snapshots.c.table_id == t._record.id)
+        return sorted(r[0] for r in t._ctx.db.read(lambda conn: conn.execute(stmt).all()))
+
+    first = t.upsert(rows(*[(f"k{i}", 0, i) for i in range(60)]))
+    assert saved() == [first.seq]
+    for b in (1, 2):
+        t.upsert(rows(*[(f"k{i}", b, b * 100 + i) for i in range(20)]))
+    assert saved() == [first.seq]  # 40 rows to replay: not yet
+    third = t.upsert(rows(*[(f"k{i}", 9, 900 + i) for i in range(20, 40)]))
+    assert saved() == [first.seq, third.seq]  # 60 rows since: saved
+
+
 def test_an_upsert_reads_the_saved_key_index_while_it_writes(
     t: lamina.Table, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -733,6 +758,53 @@ def test_the_key_index_replays_every_kind_of_commit(
     check(lambda: t.compact())
     check(lambda: t.compact(mode="major", segment_granularity="WEEK"))
     assert 0 < len(latest(t)) < len(shown)
+
+
+def test_the_key_index_replays_runs_of_upserts_in_one_step(
+    cat: lamina.Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An index caught up over many commits replays each run of upserts in a row in one
+    step (the vectors as of the run's last upsert), other commits one by one, and equals
+    the index rebuilt from every file: a key upserted twice in a run, an out-of-order
+    record, a tombstone and its revival, a key whose latest record an overwrite removed
+    between two runs."""
+    from lamina.core.keyindex import KeyIndex
+    from lamina.meta import keys as key_index
+
+    t = cat.create_table(
+        "r", SCHEMA, time_column="ts", primary_key="key", comparison_column="value",
+        delete_column="deleted",
+    )  # fmt: skip
+    url, tid = str(t._ctx.db.engine.url), t._record.id
+    day = 24 * 60
+    t.upsert(rows(*[(f"k{i}", (i % 3) * day, i) for i in range(9)]))
+    _index_entries(t)
+    st = key_index._STATES[(url, tid)]
+    before = key_index.KeyState(
+        KeyIndex.from_arrow(st.index.to_arrow()), st.seq, list(st.locations), dict(st.codes)
+    )
+    t.upsert(rows(("k1", day, 10), ("k2", 0, 20)))  # a run: k1 twice, k2 moves day
+    t.upsert(rows(("k1", 2 * day, 11), ("k3", day, -3)))  # k3 out of order
+    t.upsert(rows(("k4", 0, 40, True)))  # a tombstone
+    t.overwrite(rows(("k5", 2 * day + 1, 55)), interval="2024-01-03/2024-01-04")  # k1, k8 go
+    t.upsert(rows(("k4", day, 41), ("k6", 2 * day, 66)))  # revival; k6 into the overwritten day
+    t.upsert(rows(("k9", 0, 9), ("k6", day, 67)))
+    steps: list[int] = []
+    real = key_index._add_files
+
+    def counted(st: Any, wh: Any, spec: Any, files: dict[str, Any]) -> None:
+        steps.append(len(files))
+        real(st, wh, spec, files)
+
+    monkeypatch.setattr(key_index, "_add_files", counted)
+    key_index._STATES[(url, tid)] = before
+    replayed = _index_entries(t)
+    assert len(steps) == 3  # three upserts, the overwrite, two upserts
+    key_index.forget(url, tid)
+    assert replayed == _index_entries(t)
+    assert latest(t) == {
+        "k0": 0, "k2": 20, "k3": 3, "k4": 41, "k5": 55, "k6": 67, "k7": 7, "k9": 9
+    }  # fmt: skip
 
 
 def test_a_major_compaction_keeps_each_keys_latest_record(cat: lamina.Catalog) -> None:

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, func, select
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from lamina.core.model import TableRecord
@@ -17,7 +17,7 @@ from lamina.core.upsert import UpsertSpec
 from lamina.io.warehouse import Warehouse
 from lamina.meta import deletes
 from lamina.meta.keys import LOCK, held, state, visible_files
-from lamina.meta.schema import key_snapshots, tables
+from lamina.meta.schema import key_snapshots, segments, tables
 
 
 @dataclass(frozen=True)
@@ -60,8 +60,10 @@ def stats(db: Any, table: TableRecord, spec: UpsertSpec, wh: Warehouse) -> KeySt
     return result
 
 
-#: a process saves a table's key index after an upsert once it holds this many keys
-#: (and a quarter of them) more than the newest saved snapshot, and this many in all
+#: a process saves a table's key index after an upsert once it holds this many keys in
+#: all, and either this many keys (and a quarter of them) more than the newest saved
+#: snapshot, or the commits since that snapshot (which a new process replays) wrote this
+#: many rows (and a quarter of the keys): a table of updates gets snapshots too
 SAVE_EVERY = 100_000
 #: snapshots kept per table (older ones are deleted when a new one is saved)
 KEEP_SNAPSHOTS = 2
@@ -84,16 +86,23 @@ def save_if_due(db: Any, table: TableRecord, wh: Warehouse) -> str | None:
 
         def newest(conn: Connection) -> Any:
             return conn.execute(
-                select(key_snapshots.c.key_count)
+                select(key_snapshots.c.key_count, key_snapshots.c.seq)
                 .where(key_snapshots.c.table_id == table.id)
                 .order_by(key_snapshots.c.seq.desc())
                 .limit(1)
             ).first()
 
+        def replayed(conn: Connection) -> int:  # rows a new process reads to catch up
+            stmt = select(func.coalesce(func.sum(segments.c.row_count), 0)).where(
+                segments.c.table_id == table.id, segments.c.added_seq > last.seq
+            )
+            return int(conn.execute(stmt).scalar_one())
+
         last = db.read(newest)
         grown = len(st.index) - (0 if last is None else last.key_count)
-        if len(st.index) < SAVE_EVERY or grown < max(SAVE_EVERY, len(st.index) // 4):
-            return None  # a snapshot's cost grows with the index: save less often
+        due = max(SAVE_EVERY, len(st.index) // 4)  # a snapshot's cost grows with the index
+        if len(st.index) < SAVE_EVERY or (grown < due and db.read(replayed) < due):
+            return None
         rel = f"{table.name}/_keys/{st.seq:012d}-{uuid.uuid4().hex[:8]}.keys"
         try:
             wh.fs.create_dir(wh.path(f"{table.name}/_keys"), recursive=True)

@@ -199,45 +199,64 @@ def _catch_up(
     deletion vectors at the commit applied) replace their keys' entries.
 
     An upsert only adds files (its winners; the vectors it wrote supersede the records
-    they replace). Any other commit (a compaction, an overwrite, a refresh, a deleted
+    they replace). A run of upserts in a row is replayed in one step, with the vectors
+    as of its last one: a record a later upsert of the run replaced is superseded by
+    then, so the run's files hold one latest record per key at most, as each upsert's
+    own files do. Any other commit (a compaction, an overwrite, a refresh, a deleted
     segment) is replayed by the difference of the files visible before and after it:
     a compaction's outputs hold every latest record of its inputs, an overwrite's files
     the records upserted against the rest; what it removed takes its keys' entries
     along. Files keep their location when a commit carries them, so they are neither."""
+    since = (
+        (commits.c.table_id == table.id)
+        & (commits.c.state == CommitState.COMPLETED.value)
+        & (commits.c.seq > st.seq)
+        & (commits.c.seq <= seq)
+    )
     done = conn.execute(
-        select(commits.c.id, commits.c.seq, commits.c.action)
-        .where(
-            commits.c.table_id == table.id,
-            commits.c.state == CommitState.COMPLETED.value,
-            commits.c.seq > st.seq,
-            commits.c.seq <= seq,
-        )
-        .order_by(commits.c.seq)
+        select(commits.c.id, commits.c.seq, commits.c.action).where(since).order_by(commits.c.seq)
     ).all()
+    upserts = select(commits.c.id).where(since, commits.c.action == CommitAction.UPSERT.value)
+    files: dict[int, list[str]] = {}
+    for cid, loc in conn.execute(
+        select(segments.c.commit_id, segments.c.location).where(
+            segments.c.table_id == table.id, segments.c.commit_id.in_(upserts)
+        )
+    ):
+        if loc:
+            files.setdefault(int(cid), []).append(loc)
+    run: list[str] = []  # the files of the upserts since st.seq not replayed yet
+
+    def add(locations: list[str], at: int) -> None:
+        own = deletes.at(conn, table.id, at, locations)
+        _add_files(
+            st,
+            wh,
+            spec,
+            {loc: v.superseded if (v := own.get(loc)) else BitMap() for loc in locations},
+        )
+
     shown: set[str] | None = None  # the files visible at st.seq, once known
     for cid, cseq, action in done:
         if action == CommitAction.UPSERT.value:
-            added = [
-                r[0]
-                for r in conn.execute(
-                    select(segments.c.location).where(
-                        segments.c.table_id == table.id, segments.c.commit_id == cid
-                    )
-                )
-                if r[0]
-            ]
+            added = files.get(int(cid), [])
+            run += added
             if shown is not None:
                 shown |= set(added)
-        else:
-            before = visible_files(conn, table, st.seq) if shown is None else shown
-            shown = visible_files(conn, table, int(cseq))
-            gone, added = before - shown, sorted(shown - before)
-            st.index.drop_segments([st.codes[loc] for loc in gone if loc in st.codes])
-        own = deletes.at(conn, table.id, int(cseq), added)
-        _add_files(
-            st, wh, spec, {loc: v.superseded if (v := own.get(loc)) else BitMap() for loc in added}
-        )
+            last = int(cseq)
+            continue
+        if run:
+            add(run, last)
+            run = []
+            st.seq = last
+        before = visible_files(conn, table, st.seq) if shown is None else shown
+        shown = visible_files(conn, table, int(cseq))
+        gone, came = before - shown, sorted(shown - before)
+        st.index.drop_segments([st.codes[loc] for loc in gone if loc in st.codes])
+        add(came, int(cseq))
         st.seq = int(cseq)
+    if run:
+        add(run, last)
     st.seq = seq
     return st
 
