@@ -380,8 +380,9 @@ def test_readers_see_every_acknowledged_row_once_while_compactions_race_appender
         # the compactions merged what they found (appends after the last one stay small:
         # how many depends on the machine's speed)...
         assert len(t.segments()) < len(appends), (len(t.segments()), len(appends))
-        # ...and one more, with nothing racing it, leaves each race day a few segments
-        assert t.compact() is not None
+        # ...and one more, with nothing racing it, leaves each race day a few segments (it
+        # finds nothing to merge when the compactor's last pass came after the last append)
+        t.compact()
         assert len(t.segments()) <= 2 * RACE_DAYS, t.segments()
         assert sorted(t.to_arrow(columns=["k"])["k"].to_pylist()) == sorted(final)
         assert cat.clean_failed_writes() == 0
