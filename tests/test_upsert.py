@@ -480,6 +480,7 @@ def test_a_new_process_starts_from_the_saved_key_index(
     for b in range(4):  # 4 x 40 keys: a snapshot after the second batch
         t.upsert(rows(*[(f"k{i}", b, b * 1000 + i) for i in range(40 * b, 40 * b + 40)]))
     t.upsert(rows(("k1", 5, 7)))
+    key_snapshots.wait()  # saved in the background
     saved = list((tmp_path / "wh" / "u" / "_keys").glob("*.keys"))
     assert len(saved) == 2  # at 80 and at 160 keys; older ones are deleted
     ctx = mp.get_context("fork")
@@ -511,6 +512,7 @@ def test_a_table_of_updates_saves_its_key_index_too(
     monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 50)
 
     def saved() -> list[int]:
+        key_snapshots.wait()  # saved in the background
         stmt = select(snapshots.c.seq).where(snapshots.c.table_id == t._record.id)
         return sorted(r[0] for r in t._ctx.db.read(lambda conn: conn.execute(stmt).all()))
 
@@ -521,6 +523,62 @@ def test_a_table_of_updates_saves_its_key_index_too(
     assert saved() == [first.seq]  # 40 rows to replay: not yet
     third = t.upsert(rows(*[(f"k{i}", 9, 900 + i) for i in range(20, 40)]))
     assert saved() == [first.seq, third.seq]  # 60 rows since: saved
+
+
+def test_a_snapshot_is_written_in_the_background_from_a_copy(
+    t: lamina.Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The upsert that makes a snapshot due does not wait for its file; upserts that
+    change the index meanwhile do not change what is written: the snapshot equals the
+    index rebuilt from the files at its commit."""
+    import json
+    import threading
+
+    from sqlalchemy import select
+
+    from lamina.io import keyindex as io_keys
+    from lamina.meta import key_snapshots
+    from lamina.meta import keys as key_index
+    from lamina.meta.schema import key_snapshots as snapshots
+    from lamina.upsert import spec_of
+
+    monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 50)
+    gate, real = threading.Event(), io_keys.write_index
+
+    def held_back(index: Any, path: Any) -> int:
+        assert gate.wait(30)
+        return real(index, path)
+
+    monkeypatch.setattr(io_keys, "write_index", held_back)
+    due = t.upsert(rows(*[(f"k{i}", 0, i) for i in range(60)]))  # returns, file unwritten
+    for b in (1, 2):  # the same keys again: the index's entries change in place
+        t.upsert(rows(*[(f"k{i}", b, b * 100 + i) for i in range(0, 60, 3)]))
+    db, rec, wh = t._ctx.db, t._record, t._ctx.warehouse
+
+    def registered(conn: Any) -> list[Any]:
+        return conn.execute(select(snapshots).where(snapshots.c.table_id == rec.id)).all()
+
+    assert db.read(registered) == []
+    gate.set()
+    key_snapshots.wait()
+    [row] = db.read(registered)
+    assert row.seq == due.seq
+
+    def entries(index: Any, files: list[str]) -> set[tuple[Any, ...]]:
+        a = index.to_arrow().to_pydict()
+        return {
+            (h, lo, files[s], r, c, d)
+            for h, lo, s, r, c, d in zip(
+                *(a[k] for k in ("hi", "lo", "segment", "row", "cmp", "tomb")), strict=True
+            )
+        }
+
+    spec = spec_of(t)
+    assert spec is not None
+    built = db.read(lambda conn: key_index._rebuild(conn, rec, spec, wh, due.seq))
+    saved = io_keys.read_index(wh.path(row.location))
+    assert entries(saved, json.loads(row.files)) == entries(built.index, built.locations)
+    assert len(saved) == 60
 
 
 def test_an_upsert_reads_the_saved_key_index_while_it_writes(
@@ -538,6 +596,7 @@ def test_an_upsert_reads_the_saved_key_index_while_it_writes(
     monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 50)
     for b in range(3):
         t.upsert(rows(*[(f"k{i}", b, b * 1000 + i) for i in range(40 * b, 40 * b + 40)]))
+    key_snapshots.wait()  # the snapshot at 80 keys, saved in the background
     loads: list[tuple[str, int]] = []
     real = key_index._load
 

@@ -397,8 +397,11 @@ def test_a_process_starting_from_a_saved_key_index_after_retention(
     since. Retention deleting what those commits replaced must not change how it
     resolves: the overwrite removed b's and e's latest records, so their new records
     show."""
+    from lamina.meta import key_snapshots
+
     _saving_key_indexes(monkeypatch)
     build(t)
+    key_snapshots.wait()
     assert list((Path(cat.warehouse.root) / "u" / "_keys").glob("*.keys"))  # saved
     t.overwrite(rows(("x", DAY + 1, 1)), interval="2024-01-02/2024-01-03")  # b, e go
     want = by_key(truth(t))

@@ -276,6 +276,11 @@ class Catalog:
         return retention.clean_failed_writes(self.context, self.list_tables())
 
     def close(self) -> None:
+        """Wait for the key index snapshots this process is saving; release the
+        catalog's connections and its DuckDB engine."""
+        snapshots = sys.modules.get("lamina.meta.key_snapshots")
+        if snapshots is not None:
+            snapshots.wait(str(self.engine.url))
         if self._sql is not None:
             self._sql.close()
         self.engine.dispose()

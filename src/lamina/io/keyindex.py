@@ -61,11 +61,12 @@ def _crc32(table: pa.Table) -> str:
     return ",".join(crcs)
 
 
-def write_index(index: KeyIndex, path: str | os.PathLike[str]) -> int:
-    """Save ``index`` to ``path`` atomically (replacing any file there); returns the
-    file's size in bytes. Raises KeyIndexFileError if the directory is not writable."""
+def write_index(index: KeyIndex | pa.Table, path: str | os.PathLike[str]) -> int:
+    """Save ``index`` (or the table its ``to_arrow`` gave) to ``path`` atomically
+    (replacing any file there); returns the file's size in bytes. Raises
+    KeyIndexFileError if the directory is not writable."""
     target = Path(path)
-    table = index.to_arrow()
+    table = index if isinstance(index, pa.Table) else index.to_arrow()
     meta = dict(table.schema.metadata or {})
     meta[_ROWS] = str(table.num_rows).encode()
     meta[_XXH3] = _digest(table).encode()

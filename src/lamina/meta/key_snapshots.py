@@ -1,19 +1,28 @@
 """Saving a table's key index as snapshots (so a new process starts from one), and
 what ``lamina keys`` reports of it. The index itself, its catch-up and the resolution
-of upserts are :mod:`lamina.meta.keys`."""
+of upserts are :mod:`lamina.meta.keys`.
+
+An upsert that makes a snapshot due copies the index and hands the copy to a
+background thread, which writes the file and registers it: the upsert does not wait
+for the write. One save per table runs at a time (a save due while the previous one
+still runs waits for it); :func:`wait` joins them (a catalog's ``close`` does, and the
+interpreter waits for them at exit)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, func, select
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import SQLAlchemyError
 
 from lamina.core.model import TableRecord
 from lamina.core.upsert import UpsertSpec
+from lamina.errors import LaminaError
 from lamina.io.warehouse import Warehouse
 from lamina.meta import deletes
 from lamina.meta.keys import LOCK, held, state, visible_files
@@ -69,20 +78,41 @@ SAVE_EVERY = 100_000
 KEEP_SNAPSHOTS = 2
 
 
-def save_if_due(db: Any, table: TableRecord, wh: Warehouse) -> str | None:
-    """Save this process's index of the table as a snapshot when it grew enough since
-    the newest one; best effort (a failure only means a slower start elsewhere).
-    Returns the snapshot's location when one was written."""
-    import uuid
+#: (catalog url, table id) -> the thread saving the table's index now
+_SAVING: dict[tuple[str, int], threading.Thread] = {}
+#: (catalog url, table id) -> (seq, key count) of the newest save this process started
+_STARTED: dict[tuple[str, int], tuple[int, int]] = {}
 
-    from lamina.io.keyindex import write_index
-    from lamina.meta.tables import now_us
+
+def _forget_threads() -> None:  # a forked child has not its parent's threads
+    _SAVING.clear()
+    _STARTED.clear()
+
+
+os.register_at_fork(after_in_child=_forget_threads)
+
+
+def wait(url: str | None = None) -> None:
+    """Wait for the snapshot saves under way (of the catalog at ``url``, or all)."""
+    for key, thread in list(_SAVING.items()):
+        if url is None or key[0] == url:
+            thread.join()
+
+
+def save_if_due(db: Any, table: TableRecord, wh: Warehouse) -> bool:
+    """Save this process's index of the table as a snapshot when it grew enough since
+    the newest one, or the commits since wrote enough rows: the index is copied here and
+    written and registered in a background thread; best effort (a failure only means a
+    slower start elsewhere). Returns whether a save started."""
+    import numpy as np
+    import pyarrow as pa
 
     url = str(db.engine.url)
+    key = (url, table.id)
     with LOCK:
         st = held(url, table.id)
         if st is None or not wh.local:
-            return None
+            return False
 
         def newest(conn: Connection) -> Any:
             return conn.execute(
@@ -92,24 +122,56 @@ def save_if_due(db: Any, table: TableRecord, wh: Warehouse) -> str | None:
                 .limit(1)
             ).first()
 
+        row = db.read(newest)  # or the save this process started, if still newer
+        last = (row.seq, row.key_count) if row is not None else None
+        started = _STARTED.get(key)
+        if started is not None and (last is None or started[0] > last[0]):
+            last = started
+
         def replayed(conn: Connection) -> int:  # rows a new process reads to catch up
+            assert last is not None
             stmt = select(func.coalesce(func.sum(segments.c.row_count), 0)).where(
-                segments.c.table_id == table.id, segments.c.added_seq > last.seq
+                segments.c.table_id == table.id, segments.c.added_seq > last[0]
             )
             return int(conn.execute(stmt).scalar_one())
 
-        last = db.read(newest)
-        grown = len(st.index) - (0 if last is None else last.key_count)
+        grown = len(st.index) - (0 if last is None else last[1])
         due = max(SAVE_EVERY, len(st.index) // 4)  # a snapshot's cost grows with the index
         if len(st.index) < SAVE_EVERY or (grown < due and db.read(replayed) < due):
-            return None
-        rel = f"{table.name}/_keys/{st.seq:012d}-{uuid.uuid4().hex[:8]}.keys"
-        try:
-            wh.fs.create_dir(wh.path(f"{table.name}/_keys"), recursive=True)
-            write_index(st.index, wh.path(rel))
-        except OSError:
-            return None
+            return False
+        view = st.index.to_arrow()  # over the index's arrays, which upserts change in place
+        copy = pa.Table.from_arrays(
+            [pa.array(np.array(c.to_numpy(zero_copy_only=False))) for c in view.columns],
+            schema=view.schema,
+        )
         seq, files, keys = st.seq, json.dumps(st.locations), len(st.index)
+        running = _SAVING.get(key)
+        if running is not None:  # one at a time, in order (rarely still running)
+            running.join()
+        thread = threading.Thread(
+            target=_save, args=(db, table, wh, copy, seq, files, keys), name="lamina-key-save"
+        )
+        _SAVING[key], _STARTED[key] = thread, (seq, keys)
+        thread.start()
+        return True
+
+
+def _save(
+    db: Any, table: TableRecord, wh: Warehouse, index: Any, seq: int, files: str, keys: int
+) -> None:
+    """Write the snapshot ``index`` (an Arrow table) of commit ``seq`` and register it;
+    delete the snapshots it makes too old. Failures are ignored."""
+    import uuid
+
+    from lamina.io.keyindex import write_index
+    from lamina.meta.tables import now_us
+
+    rel = f"{table.name}/_keys/{seq:012d}-{uuid.uuid4().hex[:8]}.keys"
+    try:
+        wh.fs.create_dir(wh.path(f"{table.name}/_keys"), recursive=True)
+        write_index(index, wh.path(rel))
+    except (OSError, LaminaError):
+        return
 
     def register(conn: Connection) -> list[str]:
         conn.execute(
@@ -138,11 +200,10 @@ def save_if_due(db: Any, table: TableRecord, wh: Warehouse) -> str | None:
 
     try:
         stale = db.write(register)
-    except (IntegrityError, OperationalError):  # another process saved this seq first...
+    except SQLAlchemyError:  # another process saved this seq first, or the catalog is gone
         with contextlib.suppress(OSError):
             wh.fs.delete_file(wh.path(rel))
-        return None
+        return
     for loc in stale:
         with contextlib.suppress(OSError):
             wh.fs.delete_file(wh.path(loc))
-    return rel
