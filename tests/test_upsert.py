@@ -825,8 +825,8 @@ def test_the_key_index_replays_runs_of_upserts_in_one_step(
     """An index caught up over many commits replays each run of upserts in a row in one
     step (the vectors as of the run's last upsert), other commits one by one, and equals
     the index rebuilt from every file: a key upserted twice in a run, an out-of-order
-    record, a tombstone and its revival, a key whose latest record an overwrite removed
-    between two runs."""
+    record, a tombstone revived in the same run, one revived and deleted again in the
+    next, keys whose latest record an overwrite removed between two runs."""
     from lamina.core.keyindex import KeyIndex
     from lamina.meta import keys as key_index
 
@@ -845,9 +845,10 @@ def test_the_key_index_replays_runs_of_upserts_in_one_step(
     t.upsert(rows(("k1", day, 10), ("k2", 0, 20)))  # a run: k1 twice, k2 moves day
     t.upsert(rows(("k1", 2 * day, 11), ("k3", day, -3)))  # k3 out of order
     t.upsert(rows(("k4", 0, 40, True)))  # a tombstone
+    t.upsert(rows(("k4", day, 41), ("k7", 0, 70, True)))  # k4 revived in the same run
     t.overwrite(rows(("k5", 2 * day + 1, 55)), interval="2024-01-03/2024-01-04")  # k1, k8 go
-    t.upsert(rows(("k4", day, 41), ("k6", 2 * day, 66)))  # revival; k6 into the overwritten day
-    t.upsert(rows(("k9", 0, 9), ("k6", day, 67)))
+    t.upsert(rows(("k7", day, 71), ("k6", 2 * day, 66)))  # k7 revived; k6 into the new day
+    t.upsert(rows(("k9", 0, 9), ("k6", day, 67), ("k7", 0, 72, True)))  # k7 deleted again
     steps: list[int] = []
     real = key_index._add_files
 
@@ -858,12 +859,10 @@ def test_the_key_index_replays_runs_of_upserts_in_one_step(
     monkeypatch.setattr(key_index, "_add_files", counted)
     key_index._STATES[(url, tid)] = before
     replayed = _index_entries(t)
-    assert len(steps) == 3  # three upserts, the overwrite, two upserts
+    assert len(steps) == 3  # four upserts, the overwrite, two upserts
     key_index.forget(url, tid)
     assert replayed == _index_entries(t)
-    assert latest(t) == {
-        "k0": 0, "k2": 20, "k3": 3, "k4": 41, "k5": 55, "k6": 67, "k7": 7, "k9": 9
-    }  # fmt: skip
+    assert latest(t) == {"k0": 0, "k2": 20, "k3": 3, "k4": 41, "k5": 55, "k6": 67, "k9": 9}
 
 
 def test_a_major_compaction_keeps_each_keys_latest_record(cat: lamina.Catalog) -> None:
