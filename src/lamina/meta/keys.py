@@ -175,6 +175,21 @@ def _rebuild(
     dtype = cmp_dtype(table.schema.field(spec.comparison_column).type)
     st = KeyState(KeyIndex(dtype), seq)
     locations = [s.location.lstrip("/") for s in _visible(conn, table, seq) if s.location]
+    _add_at(conn, st, table, spec, wh, locations, seq)
+    return st
+
+
+def _add_at(
+    conn: Connection,
+    st: KeyState,
+    table: TableRecord,
+    spec: UpsertSpec,
+    wh: Warehouse,
+    locations: list[str],
+    seq: int,
+) -> None:
+    """Put the latest records of the files ``locations`` as of ``seq`` (their deletion
+    vectors then applied) in the index."""
     vectors = deletes.at(conn, table.id, seq, locations)
     _add_files(
         st,
@@ -182,7 +197,6 @@ def _rebuild(
         spec,
         {loc: v.superseded if (v := vectors.get(loc)) else BitMap() for loc in locations},
     )
-    return st
 
 
 def visible_files(conn: Connection, table: TableRecord, seq: int) -> set[str]:
@@ -226,16 +240,6 @@ def _catch_up(
         if loc:
             files.setdefault(int(cid), []).append(loc)
     run: list[str] = []  # the files of the upserts since st.seq not replayed yet
-
-    def add(locations: list[str], at: int) -> None:
-        own = deletes.at(conn, table.id, at, locations)
-        _add_files(
-            st,
-            wh,
-            spec,
-            {loc: v.superseded if (v := own.get(loc)) else BitMap() for loc in locations},
-        )
-
     shown: set[str] | None = None  # the files visible at st.seq, once known
     for cid, cseq, action in done:
         if action == CommitAction.UPSERT.value:
@@ -246,17 +250,17 @@ def _catch_up(
             last = int(cseq)
             continue
         if run:
-            add(run, last)
+            _add_at(conn, st, table, spec, wh, run, last)
             run = []
             st.seq = last
         before = visible_files(conn, table, st.seq) if shown is None else shown
         shown = visible_files(conn, table, int(cseq))
         gone, came = before - shown, sorted(shown - before)
         st.index.drop_segments([st.codes[loc] for loc in gone if loc in st.codes])
-        add(came, int(cseq))
+        _add_at(conn, st, table, spec, wh, came, int(cseq))
         st.seq = int(cseq)
     if run:
-        add(run, last)
+        _add_at(conn, st, table, spec, wh, run, last)
     st.seq = seq
     return st
 
