@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -579,6 +579,38 @@ def test_a_snapshot_is_written_in_the_background_from_a_copy(
     saved = io_keys.read_index(wh.path(row.location))
     assert entries(saved, json.loads(row.files)) == entries(built.index, built.locations)
     assert len(saved) == 60
+
+
+def test_retention_deletes_key_index_files_no_snapshot_row_names(
+    cat: lamina.Catalog, t: lamina.Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save killed before it registered its file (or mid-write, leaving its temporary)
+    leaves orphans in ``_keys``: listed, and deleted by retention past the grace
+    period; the registered snapshots stay and a new process still starts from one."""
+    from datetime import datetime, timedelta
+
+    from lamina.meta import key_snapshots
+    from lamina.meta import keys as key_index
+
+    monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 50)
+    t.upsert(rows(*[(f"k{i}", 0, i) for i in range(60)]))
+    key_snapshots.wait()
+    keys_dir = Path(cat.warehouse.root) / "u" / "_keys"
+    [registered] = [p.name for p in keys_dir.iterdir()]
+    (keys_dir / "000000000009-deadbeef.keys").write_bytes(b"never registered")
+    (keys_dir / ".000000000009-cafe.keys.0123456789ab.tmp").write_bytes(b"half")
+    stray = [
+        "u/_keys/.000000000009-cafe.keys.0123456789ab.tmp",
+        "u/_keys/000000000009-deadbeef.keys",
+    ]
+    assert cat.find_orphans(tables=["u"]) == stray
+    assert cat.find_orphans(tables=["u"], with_grace=True) == []  # younger than the grace
+    later = datetime.now(UTC) + timedelta(days=2)
+    assert cat.run_retention(now=later, tables=["u"]).orphan_files == 2
+    assert [p.name for p in keys_dir.iterdir()] == [registered]
+    key_index.forget(str(t._ctx.db.engine.url), t._record.id)
+    t.upsert(rows(("k1", 5, -1)))
+    assert latest(t)["k1"] == -1 and len(latest(t)) == 60
 
 
 def test_an_upsert_reads_the_saved_key_index_while_it_writes(

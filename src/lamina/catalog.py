@@ -245,9 +245,9 @@ class Catalog:
         tables: Sequence[str] | None = None,
         with_grace: bool = False,
     ) -> list[str]:
-        """Files under the tables' data directories that no catalog row names
-        (relative paths). ``with_grace``: only those older than ``orphan_grace_period``
-        — a writer that is still writing is never robbed."""
+        """Files under the tables' data and key index directories that no catalog
+        row names (relative paths). ``with_grace``: only those older than
+        ``orphan_grace_period`` — a writer that is still writing is never robbed."""
         from lamina.maintenance import retention
 
         names = tables if tables is not None else self.list_tables()

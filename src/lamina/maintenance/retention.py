@@ -57,9 +57,11 @@ def find_orphans(
     now: dt.datetime | None = None,
     with_grace: bool = False,
 ) -> list[str]:
-    """Files under the tables' data directories that no catalog row names (relative
-    paths). ``with_grace``: only those older than ``orphan_grace_period`` — a writer
-    that is still writing is never robbed. Raises TableNotFoundError."""
+    """Files under the tables' data and key index (``_keys``) directories that no
+    catalog row names (relative paths): files of writes that died, snapshots of the key
+    index a process wrote but did not register. ``with_grace``: only those older than
+    ``orphan_grace_period`` — a writer that is still writing is never robbed. Raises
+    TableNotFoundError."""
     at = now_us() if now is None else to_us(now)
     out: list[str] = []
     wh = ctx.warehouse
@@ -67,7 +69,8 @@ def find_orphans(
         rec = tables.get_table(ctx.db, name)
         known = rows.referenced_files(ctx.db, name)
         grace = setting(rec.properties, "orphan_grace_period") if with_grace else 0
-        for info in wh.list_files(wh.path(f"{name}/data")):
+        listed = wh.list_files(wh.path(f"{name}/data")) + wh.list_files(wh.path(f"{name}/_keys"))
+        for info in listed:
             rel = info.path[len(wh.root) + 1 :]
             if rel in known:
                 continue

@@ -7,7 +7,7 @@ from sqlalchemy import Connection, select
 from lamina.core.lineage import LineageState
 from lamina.meta import lineage as entries_rows
 from lamina.meta.db import Db
-from lamina.meta.schema import commits, segments
+from lamina.meta.schema import commits, key_snapshots, segments
 from lamina.meta.segments import delete_rows, purge_before, referenced_locations
 from lamina.meta.tables import lock_table, read_table
 
@@ -73,6 +73,14 @@ def retention(
 
 
 def referenced_files(db: Db, name: str) -> set[str]:
-    """Relative locations of every file a segment row of the table names.
-    Raises TableNotFoundError."""
-    return db.read(lambda conn: referenced_locations(conn, read_table(conn, name).id))
+    """Relative locations of every file a segment row or a key index snapshot row of
+    the table names. Raises TableNotFoundError."""
+
+    def read(conn: Connection) -> set[str]:
+        table_id = read_table(conn, name).id
+        snapshots = conn.execute(
+            select(key_snapshots.c.location).where(key_snapshots.c.table_id == table_id)
+        )
+        return referenced_locations(conn, table_id) | {r[0] for r in snapshots}
+
+    return db.read(read)
