@@ -274,10 +274,18 @@ class KeyIndex:
                 f"put got {int(dup.sum())} repeated key(s) (the first at position {first}); "
                 "give each key once per call (its latest record)"
             )
+        self._version = next(_VERSIONS)
+        if not self._len and not any(len(r) for r in self._runs()):  # empty: all new
+            self._fresh.append(
+                Run(h, lo[by_hi], seg_a[by_hi], row_a[by_hi], cmp_a[by_hi], state[by_hi])
+            )
+            self._len = n
+            self._count(seg_a, +1)
+            self._settle()
+            return
         slots = self._slots(hi, lo, at) if at is not None else None
         if slots is None:
             slots = self._find(hi, lo, by_hi)
-        self._version = next(_VERSIONS)
         held = np.zeros(n, bool)
         for run, slot in zip(self._runs(), slots, strict=True):
             held |= slot >= 0
@@ -299,6 +307,10 @@ class KeyIndex:
             )
             self._len += len(new)
         self._count(seg_a, +1)
+        self._settle()
+
+    def _settle(self) -> None:
+        """Merge the fresh runs into the delta, and the delta into the base, when due."""
         if len(self._fresh) > _FRESH_RUNS:
             self._delta = merge_runs([self._delta, *self._fresh], self._cmp_dtype)
             self._fresh = []
