@@ -195,6 +195,7 @@ def instrument() -> None:
     import lamina.core.keyindex as ki
     import lamina.io.writer as writer
     import lamina.meta.deletes as deletes
+    import lamina.meta.key_replay as replay
     import lamina.meta.key_snapshots as key_snapshots
     import lamina.meta.keys as keys
     import lamina.meta.publish as publish
@@ -210,10 +211,10 @@ def instrument() -> None:
         (keys, "resolve", "    keys.resolve"),
         (keys, "state", STATE),
         (keys, "_saved", "        load the saved index snapshot"),
-        (keys, "_rebuild", "        rebuild from the data files"),
-        (keys, "_catch_up", "        catch up (replay upsert commits)"),
-        (keys, "_add_file", "          read a data file into the index"),
-        (keys, "key_hashes", "          key_hashes (index files)"),
+        (replay, "rebuild", "        rebuild from the data files"),
+        (replay, "catch_up", "        catch up (replay commits)"),
+        (replay, "add_files", "          read data files into the index"),
+        (replay, "key_hashes", "          key_hashes (index files)"),
         (keys, "resolve_against", "      resolve_against"),
         (ki.KeyIndex, "lookup", "      KeyIndex.lookup"),
         (ki.KeyIndex, "put", "      KeyIndex.put (incl. index build)"),

@@ -537,8 +537,7 @@ def test_a_snapshot_is_written_in_the_background_from_a_copy(
     from sqlalchemy import select
 
     from lamina.io import keyindex as io_keys
-    from lamina.meta import key_snapshots
-    from lamina.meta import keys as key_index
+    from lamina.meta import key_replay, key_snapshots
     from lamina.meta.schema import key_snapshots as snapshots
     from lamina.upsert import spec_of
 
@@ -575,7 +574,7 @@ def test_a_snapshot_is_written_in_the_background_from_a_copy(
 
     spec = spec_of(t)
     assert spec is not None
-    built = db.read(lambda conn: key_index._rebuild(conn, rec, spec, wh, due.seq))
+    built = db.read(lambda conn: key_replay.rebuild(conn, rec, spec, wh, due.seq))
     saved = io_keys.read_index(wh.path(row.location))
     assert entries(saved, json.loads(row.files)) == entries(built.index, built.locations)
     assert len(saved) == 60
@@ -756,16 +755,16 @@ def _same_after_rebuild(t: lamina.Table) -> None:
 
 def _count_rebuilds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """A list that grows by one at each rebuild of a key index from the files."""
-    from lamina.meta import keys as key_index
+    from lamina.meta import key_replay
 
     rebuilds: list[int] = []
-    real = key_index._rebuild
+    real = key_replay.rebuild
 
     def counted(*args: Any) -> Any:
         rebuilds.append(1)
         return real(*args)
 
-    monkeypatch.setattr(key_index, "_rebuild", counted)
+    monkeypatch.setattr(key_replay, "rebuild", counted)
     return rebuilds
 
 
@@ -860,6 +859,7 @@ def test_the_key_index_replays_runs_of_upserts_in_one_step(
     record, a tombstone revived in the same run, one revived and deleted again in the
     next, keys whose latest record an overwrite removed between two runs."""
     from lamina.core.keyindex import KeyIndex
+    from lamina.meta import key_replay
     from lamina.meta import keys as key_index
 
     t = cat.create_table(
@@ -882,13 +882,13 @@ def test_the_key_index_replays_runs_of_upserts_in_one_step(
     t.upsert(rows(("k7", day, 71), ("k6", 2 * day, 66)))  # k7 revived; k6 into the new day
     t.upsert(rows(("k9", 0, 9), ("k6", day, 67), ("k7", 0, 72, True)))  # k7 deleted again
     steps: list[int] = []
-    real = key_index._add_files
+    real = key_replay.add_files
 
     def counted(st: Any, wh: Any, spec: Any, files: dict[str, Any]) -> None:
         steps.append(len(files))
         real(st, wh, spec, files)
 
-    monkeypatch.setattr(key_index, "_add_files", counted)
+    monkeypatch.setattr(key_replay, "add_files", counted)
     key_index._STATES[(url, tid)] = before
     replayed = _index_entries(t)
     assert len(steps) == 3  # four upserts, the overwrite, two upserts

@@ -25,7 +25,8 @@ from lamina.core.upsert import UpsertSpec
 from lamina.errors import LaminaError
 from lamina.io.warehouse import Warehouse
 from lamina.meta import deletes
-from lamina.meta.keys import LOCK, held, state, visible_files
+from lamina.meta.key_replay import visible_files
+from lamina.meta.keys import LOCK, held, state
 from lamina.meta.schema import key_snapshots, segments, tables
 
 
