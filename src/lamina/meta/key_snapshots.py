@@ -115,30 +115,28 @@ def save_if_due(db: Any, table: TableRecord, wh: Warehouse) -> bool:
         if st is None or not wh.local:
             return False
 
-        def newest(conn: Connection) -> Any:
-            return conn.execute(
-                select(key_snapshots.c.key_count, key_snapshots.c.seq)
+        started = _STARTED.get(key)
+        size = len(st.index)
+        due = max(SAVE_EVERY, size // 4)  # a snapshot's cost grows with the index
+
+        def is_due(conn: Connection) -> bool:
+            row = conn.execute(
+                select(key_snapshots.c.seq, key_snapshots.c.key_count)
                 .where(key_snapshots.c.table_id == table.id)
                 .order_by(key_snapshots.c.seq.desc())
                 .limit(1)
             ).first()
-
-        row = db.read(newest)  # or the save this process started, if still newer
-        last = (row.seq, row.key_count) if row is not None else None
-        started = _STARTED.get(key)
-        if started is not None and (last is None or started[0] > last[0]):
-            last = started
-
-        def replayed(conn: Connection) -> int:  # rows a new process reads to catch up
-            assert last is not None
-            stmt = select(func.coalesce(func.sum(segments.c.row_count), 0)).where(
+            last = (row.seq, row.key_count) if row is not None else None
+            if started is not None and (last is None or started[0] > last[0]):
+                last = started  # this process's save, not registered yet
+            if last is None or size - last[1] >= due:
+                return True
+            replayed = select(func.coalesce(func.sum(segments.c.row_count), 0)).where(
                 segments.c.table_id == table.id, segments.c.added_seq > last[0]
-            )
-            return int(conn.execute(stmt).scalar_one())
+            )  # the rows a new process reads to catch up
+            return int(conn.execute(replayed).scalar_one()) >= due
 
-        grown = len(st.index) - (0 if last is None else last[1])
-        due = max(SAVE_EVERY, len(st.index) // 4)  # a snapshot's cost grows with the index
-        if len(st.index) < SAVE_EVERY or (grown < due and db.read(replayed) < due):
+        if size < SAVE_EVERY or not db.read(is_due):
             return False
         view = st.index.to_arrow()  # over the index's arrays, which upserts change in place
         copy = pa.Table.from_arrays(
