@@ -116,6 +116,45 @@ def test_retention_drops_manifests_that_name_deleted_rows(
     assert t.to_arrow().num_rows == 15 + 3
 
 
+@pytest.mark.parametrize("how", ["delete", "replace"])
+def test_a_manifest_read_before_a_core_partition_went_is_not_recorded(
+    t: lamina.Table, cat: lamina.Catalog, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """Removing one core partition of a chunk version zeroes the core count of the
+    rest in place (so they stay visible) and drops the manifests. A reader that read
+    the rows before that and writes its manifest after must not record it: its stale
+    core counts would make the chunk incomplete, hiding every row of it, in every
+    later plan (and in every manifest built from it)."""
+    t.append(events(days=1, per_day=6, value=1.0))
+    t.compact(mode="major", target_rows_per_segment=2)  # three core partitions of two
+    p0 = next(s for s in t.segments() if s.partition_id == 0)
+    assert p0.num_core_partitions == 3
+    write = lamina.read._write
+
+    def removing_first(*args: object) -> None:  # the removal lands between read and write
+        monkeypatch.setattr(lamina.read, "_write", write)
+        other = lamina.connect(catalog=str(cat.engine.url), warehouse=cat.warehouse.location)
+        with other:
+            o = other.load_table("m")
+            if how == "delete":
+                o.delete_segments([p0.id])
+            else:
+                entry = o.start_replace([p0.id], [])
+                w = o.push()
+                w.entry = entry
+                w.append(events(days=1, per_day=1, value=5.0))
+                o.end_replace(entry)
+        write(*args)  # type: ignore[arg-type]
+
+    t.append(events(days=1, per_day=1, value=4.0, start="2024-01-03"))
+    monkeypatch.setattr(lamina.read, "_write", removing_first)
+    t.scan()  # plans the latest snapshot; its manifest is written after the removal
+    assert lamina.read._write is write, "the removal ran"
+    want = [1.0] * 4 + [4.0] + ([5.0] if how == "replace" else [])
+    assert sorted(t.to_arrow()["v"].to_pylist()) == want  # got: only 4.0 (and 5.0)
+    check_every_snapshot(t)
+
+
 def test_a_manifest_deleted_under_a_reader_is_planned_without(
     t: lamina.Table, cat: lamina.Catalog
 ) -> None:

@@ -104,12 +104,17 @@ def _segments(
 
 def _write(ctx: CatalogContext, got: deltas.SnapshotDelta, segs: pa.Table) -> None:
     """Record ``segs`` as the manifest of the snapshot; never fails the read."""
+    import pyarrow.compute as pc
+
     from lamina.io.manifest import manifest_path, write_manifest
 
     rel = manifest_path(got.table.name, got.seq)
+    decored = pc.sum(pc.equal(segs.column("num_core_partitions"), 0)).as_py() or 0
     try:
         write_manifest(ctx.warehouse, rel, segs)
-        stale = manifests.register(ctx.db, got.table.id, got.seq, rel, segs.num_rows, now_us())
+        stale = manifests.register(
+            ctx.db, got.table.id, got.seq, rel, segs.num_rows, decored, now_us()
+        )
     except (OSError, LaminaError):
         with contextlib.suppress(OSError):
             ctx.delete_files([rel])

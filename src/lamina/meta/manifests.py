@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, func, insert, or_, select
+from sqlalchemy import Connection, and_, case, delete, func, insert, or_, select
 
 from lamina.meta.db import Db
 from lamina.meta.schema import manifests, segments, tables
@@ -47,23 +47,31 @@ def drop_all(conn: Connection, table_id: int) -> list[str]:
     return locs
 
 
-def register(db: Db, table_id: int, seq: int, location: str, count: int, now: int) -> list[str]:
-    """Record a written manifest of ``count`` segments at ``seq`` — unless a row it
-    was built from has been deleted meanwhile (then it is stale and not recorded); it
-    replaces one recorded at the same seq (whose file a reader found missing).
-    Returns the files to delete: older manifests beyond :data:`KEEP`, or this one."""
+def register(
+    db: Db, table_id: int, seq: int, location: str, count: int, decored: int, now: int
+) -> list[str]:
+    """Record a written manifest of ``count`` segments at ``seq``, ``decored`` of them
+    with no core partition count — unless the rows it was built from changed meanwhile
+    (then it is stale and not recorded): a row deleted (retention) changes the count,
+    a row :func:`lamina.meta.segments.decore` changed in place the ``decored`` count,
+    which only ever grows. It replaces one recorded at the same seq (whose file a
+    reader found missing). Returns the files to delete: older manifests beyond
+    :data:`KEEP`, or this one."""
 
     def txn(conn: Connection) -> list[str]:
-        live = conn.execute(
-            select(func.count())
+        live, zeros = conn.execute(
+            select(
+                func.count(),
+                func.coalesce(func.sum(case((segments.c.num_core_partitions == 0, 1), else_=0)), 0),
+            )
             .select_from(segments)
             .where(
                 segments.c.table_id == table_id,
                 segments.c.added_seq <= seq,
                 or_(segments.c.removed_seq.is_(None), segments.c.removed_seq > seq),
             )
-        ).scalar_one()
-        if live != count:  # rows deleted since it was read
+        ).one()
+        if live != count or zeros != decored:  # changed since it was read
             return [location]
         twin = [manifests.c.table_id == table_id, manifests.c.seq == seq]
         replaced = [r[0] for r in conn.execute(select(manifests.c.location).where(*twin))]
