@@ -1282,3 +1282,37 @@ def test_a_replace_carries_a_push_shown_after_its_base_whose_entry_went(
     assert entry not in {e.id for e in t.lineage()}
     tx.commit()
     assert _vals(t) == [5.0] * 5 + [9.0]  # got: [9.0]
+
+
+def test_a_snapshot_read_while_a_cleanup_deletes_its_rows_stays_whole(
+    cat: lamina.Catalog, day_table: lamina.Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the run above (PostgreSQL only): a read of an older snapshot checked
+    that retention had not purged it, then a lineage cleanup (the next link's start)
+    deleted a segment row the snapshot shows, then the read listed the segments: the
+    rows of the deleted segment were missing from a snapshot read as whole. Every
+    read now runs on one snapshot of the catalog (REPEATABLE READ)."""
+    from lamina.meta import snapshots
+
+    t = day_table
+    t.append(events(days=1, per_day=3, value=1.0))
+    (old,) = t.segments()
+    entry = t.start_replace([old.id], [])
+    _batch(t, entry, events(days=1, per_day=2, value=2.0))
+    batch = [c for c in t.history() if c.seq is not None][-1]  # the old rows still show
+    t.end_replace(entry)
+    (new,) = t.segments()
+    resolve = snapshots.resolve
+
+    def cleaning_up_meanwhile(*args: Any) -> Any:
+        got = resolve(*args)  # the snapshot is not purged (yet)
+        monkeypatch.setattr(snapshots, "resolve", resolve)
+        with lamina.connect(catalog=str(cat.engine.url), warehouse=cat.warehouse.location) as c:
+            c.load_table("x").start_replace([new.id], [])  # deletes the old segment's row
+        return got
+
+    monkeypatch.setattr(snapshots, "resolve", cleaning_up_meanwhile)
+    assert [s.id for s in t.segments(as_of=batch.id)] == [old.id]  # got: []
+    assert snapshots.resolve is resolve, "the cleanup ran"
+    with pytest.raises(SnapshotNotFoundError):  # purged by the cleanup, read afterwards
+        t.segments(as_of=batch.id)

@@ -108,7 +108,7 @@ def change_points(db: Db, name: str, after_seq: int, until_seq: int | None) -> C
         )
         return Changes(rec, after_seq, until, base, points)
 
-    return db.read(txn, consistent=True)
+    return db.read(txn)
 
 
 def _layout_only(row: Any) -> bool:

@@ -2,9 +2,10 @@
 
 SQLite: WAL journal, and every write transaction starts with ``BEGIN IMMEDIATE`` so
 it takes the write lock up front (a deferred transaction that later upgrades gets
-SQLITE_BUSY without waiting). PostgreSQL: READ COMMITTED plus row locks
+SQLITE_BUSY without waiting). PostgreSQL: writes run READ COMMITTED plus row locks
 (``SELECT ... FOR UPDATE`` on the table row) and a retry on serialization failures
-and deadlocks. Nothing relies on an in-process lock.
+and deadlocks; reads run REPEATABLE READ, so that every statement of a read sees the
+same snapshot (as a SQLite transaction does). Nothing relies on an in-process lock.
 """
 
 from __future__ import annotations
@@ -151,14 +152,16 @@ def run(
     write: bool,
     attempts: int = 30,
     single: bool = False,
-    consistent: bool = False,
 ) -> T:
     """Run ``fn`` in one transaction; retry it whole on lock contention.
 
     ``single``: ``fn`` runs one statement, which PostgreSQL then runs in autocommit
     mode (no BEGIN/COMMIT round trips; one statement is atomic by itself).
-    ``consistent``: every statement sees the same snapshot (PostgreSQL REPEATABLE
-    READ; a SQLite transaction always does).
+    A read (not ``write``) sees one snapshot of the database throughout: PostgreSQL
+    REPEATABLE READ (psycopg sends it with the BEGIN); a SQLite transaction always
+    does. Under READ COMMITTED a read's statements would each see the commits done by
+    then: a snapshot's segment rows read after a lineage cleanup deleted some that its
+    purge check, one statement earlier, still let it read.
     """
     delay = 0.005
     for attempt in range(attempts):
@@ -168,7 +171,7 @@ def run(
                     return fn(conn.execution_options(isolation_level="AUTOCOMMIT"))
                 if write:
                     conn = conn.execution_options(lamina_write=True)
-                elif consistent and not is_sqlite(engine):
+                elif not is_sqlite(engine):
                     conn = conn.execution_options(isolation_level="REPEATABLE READ")
                 with conn.begin():
                     return fn(conn)
@@ -195,10 +198,10 @@ class Db:
         self.root = root.rstrip("/")
         self.sqlite = is_sqlite(engine)
 
-    def read(self, fn: Callable[[Connection], T], *, consistent: bool = False) -> T:
-        """Run ``fn`` in one read transaction; ``consistent``: on one snapshot of the
-        database throughout (see :func:`run`)."""
-        return run(self.engine, fn, write=False, consistent=consistent)
+    def read(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn`` in one read transaction, on one snapshot of the database
+        throughout (see :func:`run`)."""
+        return run(self.engine, fn, write=False)
 
     def write(self, fn: Callable[[Connection], T], *, single: bool = False) -> T:
         """Run ``fn`` in one write transaction (retried whole on contention);

@@ -110,7 +110,7 @@ def snapshot_or_delta(
             hidden,
         )
 
-    return db.read(txn, consistent=True)
+    return db.read(txn)
 
 
 def live_columns(db: Db, table_id: int, seq: int) -> pa.Table:
@@ -126,7 +126,7 @@ def live_columns(db: Db, table_id: int, seq: int) -> pa.Table:
         ).all()
         return _columns(rows)
 
-    return db.read(txn, consistent=True)
+    return db.read(txn)
 
 
 _IDENTITY = (segments.c.start_us, segments.c.end_us, segments.c.version, segments.c.partition_id)

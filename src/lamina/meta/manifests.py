@@ -16,6 +16,7 @@ from sqlalchemy import Connection, and_, case, delete, func, insert, or_, select
 
 from lamina.meta.db import Db
 from lamina.meta.schema import manifests, segments, tables
+from lamina.meta.tables import lock_table
 
 #: Manifests kept per table besides the newest (older snapshots plan from them).
 KEEP = 2
@@ -59,6 +60,9 @@ def register(
     :data:`KEEP`, or this one."""
 
     def txn(conn: Connection) -> list[str]:
+        # the table's writers hold its row while they delete or decore rows (and drop
+        # the manifests): checked after them, never between their check and insert
+        lock_table(db, conn, table_id)
         live, zeros = conn.execute(
             select(
                 func.count(),
