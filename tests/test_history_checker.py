@@ -1316,3 +1316,32 @@ def test_a_snapshot_read_while_a_cleanup_deletes_its_rows_stays_whole(
     assert snapshots.resolve is resolve, "the cleanup ran"
     with pytest.raises(SnapshotNotFoundError):  # purged by the cleanup, read afterwards
         t.segments(as_of=batch.id)
+
+
+def test_a_push_never_ends_under_a_newer_version_that_lineage_hides_for_now(
+    day_table: lamina.Table,
+) -> None:
+    """Found by the run above: a push wrote into a day; an overwrite of that day made
+    a newer version meanwhile, whose only segment a replacement then hid; the push's
+    end was allowed (nothing newer showed), and the next push into the newer version
+    hid the first push's rows when it ended. A push's end now counts the segments that
+    lineage may still show (an unfinished push's, a completed entry's sources)."""
+    t = day_table
+    t.append(events(days=1, per_day=1, value=1.0, start="2024-01-03"))
+    first = t.start_replace([], [])
+    _batch(t, first, events(days=1, per_day=4, value=4.0, start="2024-01-03"))
+    t.overwrite(events(days=1, per_day=2, value=2.0, start="2024-01-03"))  # a newer version
+    (newer,) = t.segments()
+    moved = t.start_replace([newer.id], [])  # its rows move to another day
+    _batch(t, moved, events(days=1, per_day=1, value=5.0, start="2024-01-05"))
+    t.end_replace(moved)  # the newer version shows nothing now
+    second = t.start_replace([], [])
+    _batch(t, second, events(days=1, per_day=3, value=3.0, start="2024-01-03"))
+    try:
+        t.end_replace(first)
+    except lamina.LineageError:  # refused: its rows would go once a newer one shows
+        first_shows = False
+    else:
+        first_shows = True
+    t.end_replace(second)
+    assert _vals(t) == sorted([3.0] * 3 + [5.0] + [4.0] * 4 * first_shows)  # got: no 4.0

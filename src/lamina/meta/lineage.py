@@ -24,6 +24,7 @@ from lamina.core.lineage import (
     check_rollback_intact,
     check_start,
     hidden_by,
+    may_show,
 )
 from lamina.core.model import CommitAction
 from lamina.core.planner import hidden_by_newer
@@ -406,7 +407,8 @@ def revert_replace(db: Db, name: str, entry_id: str, force: bool = False) -> Non
 def _check_not_overshadowed(conn: Connection, table_id: int, entry_id: str) -> None:
     """Refuse to complete an entry whose segments newer versions would hide (written
     meanwhile by an overwrite or refresh of the same chunks): it would publish rows
-    nobody can see."""
+    nobody can see — now, or once another entry's end or rollback shows the newer
+    version's segments that lineage hides for the moment."""
     ids = lists(conn, [entry_id]).get((entry_id, "to"), [])
     mine = rows_by_id(conn, table_id, ids) if ids else []
     if not mine:
@@ -423,7 +425,10 @@ def _check_not_overshadowed(conn: Connection, table_id: int, entry_id: str) -> N
     ).scalar_one()
     if not newer:  # the common case: nothing newer anywhere near
         return
-    hidden = hidden_by(e for e in entries(conn, table_id) if e.id != entry_id)
+    # what shows, and what lineage hides for now only (an unfinished push's segments,
+    # a completed entry's sources): a newer version showing later hides ours then
+    others = [e for e in entries(conn, table_id) if e.id != entry_id]
+    hidden = hidden_by(others) - may_show(others)
     visible = [
         segment_of(r._mapping, "t")
         for r in live_rows(conn, table_id, span)
