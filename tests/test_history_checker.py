@@ -77,15 +77,18 @@ KILLS = 4  # SIGKILLs at random moments; each killed writer is replaced by a new
 DAY_US = 86_400_000_000
 JAN1_US = int(dt.datetime(2024, 1, 1, tzinfo=dt.UTC).timestamp()) * 1_000_000
 DAYS = (1, 2, 3, 4)
+# replacements and transactions weigh more: their races with lineage cleanups found
+# two bugs (a read not on one snapshot, an end under a newer version); with these
+# weights and 2.5 times longer runs about 4 runs in 10 failed, against 1 in 34 before
 KINDS = {
     "append": 3.0,
     "overwrite": 1.0,
     "refresh": 1.0,
     "delete": 1.0,
-    "tx": 1.5,
+    "tx": 3.5,
     "locked": 2.0,
     "push": 1.5,
-    "replace": 1.0,
+    "replace": 3.0,
     "revert": 1.5,
     "minor": 1.5,
     "major": 0.8,
