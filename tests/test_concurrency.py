@@ -425,3 +425,31 @@ def test_many_commits_can_be_open_on_one_table(catalog_url: str, tmp_path: Path)
         "COMPLETED",
     ]
     cat.close()
+
+
+def test_a_write_that_publishes_while_judged_dead_keeps_its_files(
+    catalog_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL runs the cleaner's reads and its abort as separate statements: a
+    write judged dead (heartbeat late) that published in between was not aborted, yet
+    its files were deleted as if it had been — rows of a completed commit lost."""
+    if catalog_url.startswith("sqlite"):
+        pytest.skip("SQLite serializes write transactions: a publish cannot land between")
+    from lamina.meta import writers
+
+    cat = lamina.connect(catalog=catalog_url, warehouse=str(tmp_path / "wh"))
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    tx = t.transaction()
+    tx.append(events(days=1, per_day=5))
+    judge = writers.dead
+
+    def publishing_meanwhile(*args: object) -> bool:
+        monkeypatch.setattr(writers, "dead", judge)
+        tx.commit()  # its heartbeat was late, but it was alive and published
+        return True
+
+    monkeypatch.setattr(writers, "dead", publishing_meanwhile)
+    assert cat.clean_failed_writes() == 0  # got: 1, and its files deleted
+    assert writers.dead is judge, "the publish ran"
+    assert [c.state for c in t.history()] == ["COMPLETED"]
+    assert t.count() == 5  # got: the segment's file was gone

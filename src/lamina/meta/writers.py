@@ -118,8 +118,11 @@ def settle_writers(
             stale.append(int(row.id))
             continue
         if dead(row, stale_after_s, now):
-            conn.execute(_ABORT, {"cid": row.id, "writer": row.owner, "now": now})
-            stale.append(int(row.id))
+            # PostgreSQL: the commit may have settled since ``unsettled`` was read (a
+            # late heartbeat, not a dead writer, and it published); only an abort
+            # that took effect makes its files garbage
+            if conn.execute(_ABORT, {"cid": row.id, "writer": row.owner, "now": now}).rowcount:
+                stale.append(int(row.id))
         else:
             alive_rows.append(row)
     return alive_rows, sorted(stale)
