@@ -534,11 +534,15 @@ def _run(
                 done = [c for c in t.history() if c.seq is not None]
                 done_killing = not kill_at and len(mid) >= mid_kills
                 # a minor and a major compaction landed among the writes too (a loaded
-                # machine reaches ``target`` before its compactor finished one)
+                # machine reaches ``target``, or even ``seconds``, before its compactor
+                # finished one: a compaction that loses to a concurrent replace retries)
                 compacted = any(c.action == "COMPACT" for c in done) and any(
                     c.metadata.get("compaction") == "major" for c in done
                 )
-                if (done_killing and len(done) >= target and compacted) or now - start > seconds:
+                over = now - start > seconds
+                if (done_killing and (len(done) >= target or over) and compacted) or (
+                    now - start > 3 * seconds
+                ):
                     break
     stall.unlink(missing_ok=True)
     Path(stop).touch()
