@@ -576,6 +576,16 @@ def _listed(t: lamina.Table, c: lamina.Commit, files: dict[str, list[int]]) -> l
         return None
 
 
+def _story(by_seq: dict[int, lamina.Commit], seq: int, n: int = 25) -> str:
+    """The ``n`` commits up to ``seq``, a line each (the CI log keeps only the message)."""
+    return "\n".join(
+        f"  {s} c{c.id} {c.action} base={c.base_seq} {json.dumps(c.metadata)[:200]} "
+        f"+{[i[-30:] for i in c.added]} -{[i[-30:] for i in c.removed]}"
+        for s in range(max(1, seq - n + 1), seq + 1)
+        if (c := by_seq.get(s)) is not None
+    )
+
+
 def test_random_histories_with_killed_writers(catalog_url: str, tmp_path: Path) -> None:
     wh = str(tmp_path / "wh")
     with lamina.connect(catalog=catalog_url, warehouse=wh) as cat:
@@ -704,7 +714,9 @@ def test_random_histories_with_killed_writers(catalog_url: str, tmp_path: Path) 
             assert set(ks) == snaps[seq], (
                 f"seq {seq} ({by_seq[seq].action if seq else ''}, write "
                 f"{model.token.get(seq)}): extra {sorted(set(ks) - snaps[seq])[:8]}, "
-                f"missing {sorted(snaps[seq] - set(ks))[:8]}"
+                f"missing {sorted(snaps[seq] - set(ks))[:8]}; read "
+                f"{'at the end' if seq in actual and seq >= first else 'during the run'}; "
+                f"the commits before it:\n{_story(by_seq, seq)}"
             )
 
         # 2. readers saw whole snapshots of completed commits, never going back
