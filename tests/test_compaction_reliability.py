@@ -591,34 +591,43 @@ def test_compaction_killed_at_random_points_leaves_old_or_new_state(
 
 RACE_CHUNKS = 4  # DAY chunks of 3 segments of 5 rows each
 SLOW_RUN_S = 0.15  # each run of the compaction is slowed down by this much
-# the other write, from another process, starts as the compaction writes its first run
-# and publishes after this delay: before the compaction (0), or well after it (1.5)
-RACES = [
-    ("overwrite", 0.0),
+# The other write, from another process, starts as the compaction writes its first run
+# and publishes: "before" the compaction publishes (the compaction waits for it), "after"
+# it (the other write waits for the compaction to return), or after a delay (a free race).
+RACES: list[tuple[str, str | float]] = [
+    ("overwrite", "before"),
     ("overwrite", 0.3),
-    ("overwrite", 1.5),
-    ("delete", 0.0),  # t.delete_segments: a catalog-only commit
-    ("delete", 1.5),
-    ("tx_delete", 0.0),  # a transaction deleting the segment (opened at once)
-    ("tx_delete", 1.5),
+    ("overwrite", "after"),
+    ("delete", "before"),  # t.delete_segments: a catalog-only commit
+    ("delete", "after"),
+    ("tx_delete", "before"),  # a transaction deleting the segment (opened at once)
+    ("tx_delete", "after"),
 ]
 
 
-def _racer(url: str, wh: str, cmds: Any, results: Any) -> None:
-    """Overwrite day 1 or delete a segment when told; publish after the given delay."""
+def _racer(url: str, wh: str, cmds: Any, results: Any, go: Any) -> None:
+    """Overwrite day 1 or delete a segment when told; publish at once ("before"), once
+    ``go`` is set ("after"), or after a delay in seconds."""
     cat = lamina.connect(catalog=url, warehouse=wh, writer_wait_s=30)
     results.put(("ready", lamina.__file__))
+
+    def wait(when: str | float) -> None:
+        if when == "after":
+            assert go.wait(CHILD_TIMEOUT_S), "the compaction never returned"
+        elif not isinstance(when, str):
+            time.sleep(when)
+
     while (cmd := cmds.get()) is not None:
-        kind, name, arg, delay = cmd
+        kind, name, arg, when = cmd
         t = cat.load_table(name)
         try:
             if kind == "tx_delete":
                 tx = t.transaction()
                 tx.delete_segments([arg])  # opens it: its base is the current snapshot
-                time.sleep(delay)
+                wait(when)
                 c = tx.commit()
             else:
-                time.sleep(delay)
+                wait(when)
                 c = (
                     t.overwrite(_rows(arg, 4, 1))
                     if kind == "overwrite"
@@ -640,16 +649,20 @@ def test_minor_compaction_racing_an_overwrite_or_a_delete_from_another_process(
     segment is no longer live), a late transaction with CommitConflictError."""
     wh = str(tmp_path / "wh")
     ctx = mp.get_context("spawn")
-    cmds, results = ctx.Queue(), ctx.Queue()
-    racer = ctx.Process(target=_racer, args=(catalog_url, wh, cmds, results))
+    cmds, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    racer = ctx.Process(target=_racer, args=(catalog_url, wh, cmds, results, go))
     racer.start()
     cat = lamina.connect(catalog=catalog_url, warehouse=wh, writer_wait_s=30)
     pending: list[tuple[Any, ...]] = []
+    answers: list[tuple[Any, ...]] = []  # the other write's outcome, once known
     real_write_run = compaction._write_run
 
     def slow_write_run(*args: Any) -> Any:
         if pending:  # the first run: the compaction planned and holds its locks
-            cmds.put(pending.pop())
+            cmd = pending.pop()
+            cmds.put(cmd)
+            if cmd[3] == "before":  # the other write publishes first
+                answers.append(results.get(timeout=CHILD_TIMEOUT_S))
         time.sleep(SLOW_RUN_S)
         return real_write_run(*args)
 
@@ -658,8 +671,9 @@ def test_minor_compaction_racing_an_overwrite_or_a_delete_from_another_process(
     try:
         ready = results.get(timeout=CHILD_TIMEOUT_S)
         assert ready[0] == "ready" and _from_here(ready[1]), ready
-        for i, (kind, delay) in enumerate(RACES):
+        for i, (kind, when) in enumerate(RACES):
             name = f"ev{i}"
+            go.clear()
             t = cat.create_table(
                 name, SCHEMA, time_column="ts", properties={"target_rows_per_segment": 5}
             )
@@ -671,15 +685,21 @@ def test_minor_compaction_racing_an_overwrite_or_a_delete_from_another_process(
             day1, victim = runs[0].chunk, runs[0].inputs[1]
             rest = {s.id for s in segs if s.interval != day1}
             k0 = 10_000 * (i + 1)
-            pending.append((kind, name, k0 if kind == "overwrite" else victim.id, delay))
+            pending.append((kind, name, k0 if kind == "overwrite" else victim.id, when))
             try:
                 mine: lamina.Commit | None = t.compact(target_rows_per_segment=KILL_TARGET)
                 refusal = ""
             except lamina.CommitConflictError as exc:
                 mine, refusal = None, str(exc)
-            other = results.get(timeout=CHILD_TIMEOUT_S)
-            assert not pending
-            outcomes[kind].add("compaction refused" if mine is None else "compaction first")
+            go.set()
+            other = answers.pop() if answers else results.get(timeout=CHILD_TIMEOUT_S)
+            assert not pending and not answers
+            outcome = "compaction refused" if mine is None else "compaction first"
+            outcomes[kind].add(outcome)
+            if when == "before":
+                assert outcome == "compaction refused", (kind, other)
+            elif when == "after":
+                assert outcome == "compaction first", (kind, other, refusal)
 
             after, now = _all_rows(t), {s.id: s for s in t.segments()}
             if mine is None:  # refused: nothing of it visible (its files: see below)
@@ -717,7 +737,6 @@ def test_minor_compaction_racing_an_overwrite_or_a_delete_from_another_process(
             racer.join(10)
         cat.close()
     assert racer.exitcode == 0
-    # the earliest start raced it, the latest came after it
     both = {"compaction refused", "compaction first"}
     assert outcomes == {kind: both for kind in outcomes}, outcomes
 
