@@ -100,7 +100,7 @@ LAMINA_MODES = {  # how lamina's upsert is timed (figure 1)
 }
 #: how a fresh process's index comes, for the notes
 INDEX_HOW = {
-    "fresh": "the saved snapshot, read in the background since the upsert began",
+    "fresh": "the saved snapshot, read at publish",
     "rebuild": "built from the data files at publish",
 }
 STREAM_BATCH = 10_000

@@ -612,15 +612,17 @@ def test_retention_deletes_key_index_files_no_snapshot_row_names(
     assert latest(t)["k1"] == -1 and len(latest(t)) == 60
 
 
-def test_an_upsert_reads_the_saved_key_index_while_it_writes(
+def test_a_new_process_reads_the_saved_key_index_at_publish_or_while_spark_writes(
     t: lamina.Table, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A process without the index starts reading the newest saved snapshot in the
-    background when an upsert begins, and its publish takes that read; a read of a
+    """A process without the index reads the newest saved snapshot: a local batch's
+    upsert at publish, in its own thread; a Spark DataFrame's upsert starts the read in
+    the background (``_prefetch_keys``) and its publish takes that read; a read of a
     snapshot that is no longer the newest is not taken (the newest is read then)."""
     import threading
     from concurrent.futures import Future
 
+    from lamina import upsert as upsert_mod
     from lamina.meta import key_snapshots
     from lamina.meta import keys as key_index
 
@@ -639,8 +641,15 @@ def test_an_upsert_reads_the_saved_key_index_while_it_writes(
     url, tid = str(t._ctx.db.engine.url), t._record.id
     key_index.forget(url, tid)  # as a new process
     t.upsert(rows(("k1", 9, -1)))
-    assert loads == [("lamina-key-index", 2)]  # the snapshot at 80 keys, in the background
+    assert loads == [("MainThread", 2)]  # the snapshot at 80 keys, at publish
     assert key_index._LOADING == {} and latest(t)["k1"] == -1 and len(latest(t)) == 120
+
+    key_index.forget(url, tid)
+    loads.clear()
+    upsert_mod._prefetch_keys(t)  # what a Spark DataFrame's upsert starts with
+    t.upsert(rows(("k3", 9, -3)))
+    assert loads == [("lamina-key-index", 2)]  # read in the background, then taken
+    assert key_index._LOADING == {} and latest(t)["k3"] == -3 and len(latest(t)) == 120
 
     key_index.forget(url, tid)
     loads.clear()

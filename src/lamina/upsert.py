@@ -95,8 +95,8 @@ def upsert(
     spec = require(table)
     rec = table._record
     wh = table._ctx.warehouse
-    if not spec.is_partial:  # (a partial upsert needs the index before it writes)
-        _prefetch_keys(table)
+    if is_spark_dataframe(data) and not spec.is_partial:
+        _prefetch_keys(table)  # read while Spark writes (a partial upsert reads it first)
     if is_spark_dataframe(data) and spec.is_partial:
         # merging needs each key's current record beside the new one: the batch comes
         # to the driver (micro-batches; a partial upsert's batch is as big as its keys)
@@ -194,7 +194,11 @@ def _write(
 
 def _prefetch_keys(table: Table) -> None:
     """Start loading the saved key index if this process has none (it is read while
-    the data files are written)."""
+    Spark writes the data files). Not for local batches: with the read in a thread
+    beside the batch's hashing, resolving and writing, a fresh process's upsert of 100k
+    records into a 1M-key table took 134-182 ms (medians of three runs of 10) against
+    132-151 ms one after the other, with twice the spread: the numpy steps of both
+    threads wait on each other for the GIL."""
     from lamina.meta import keys as key_index
 
     db, url = table._ctx.db, str(table._ctx.db.engine.url)

@@ -6,9 +6,9 @@ record; :mod:`lamina.meta.key_replay` derives it from the table's files and dele
 vectors. This module keeps one per table and catalog, and brings it up to date inside the
 publishing transaction (which holds the table lock) by replaying the commits
 published since (its own among them); a new process starts from the newest saved
-snapshot of the index, or builds it from the table's files. An upsert starts reading
-that snapshot in the background (:func:`prefetch`) while it writes its data files, and
-its publish takes what was read.
+snapshot of the index, or builds it from the table's files. An upsert of a Spark
+DataFrame starts reading that snapshot in the background (:func:`prefetch`) while Spark
+writes its data files, and its publish takes what was read.
 """
 
 from __future__ import annotations
