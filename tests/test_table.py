@@ -243,3 +243,26 @@ def test_segment_files_dictionary_encode_strings_and_small_integers(
     for col in ("id", "v", "ts"):
         assert {kind for kind, _ in pages[col]} == {"DATA_PAGE"}, (col, pages[col])
     assert t.to_arrow().sort_by("id").equals(data)
+
+
+def test_as_of_takes_a_commit_id_or_the_commit_a_write_returned(cat: lamina.Catalog) -> None:
+    """``as_of`` takes the id or the Commit itself (numpy integers too); a commit of
+    another table, or anything else, is refused with SnapshotNotFoundError."""
+    import numpy as np
+    import pytest
+
+    t = cat.create_table("e", schema=SCHEMA, time_column="ts")
+    first = t.append(events(days=1, per_day=3, seed=1))
+    t.append(events(days=1, per_day=4, seed=2))
+    assert t.count() == 7
+    for as_of in (first, first.id, np.int64(first.id)):
+        assert t.count(as_of=as_of) == 3
+        assert t.to_arrow(as_of=as_of).num_rows == 3
+        assert len(t.segments(as_of=as_of)) == 1
+    other = cat.create_table("f", schema=SCHEMA, time_column="ts")
+    theirs = other.append(events(days=1, per_day=2, seed=3))
+    with pytest.raises(lamina.SnapshotNotFoundError, match="of table 'f', not of 'e'"):
+        t.to_arrow(as_of=theirs)
+    for bad in ("1", 1.0, True):
+        with pytest.raises(lamina.SnapshotNotFoundError, match="as_of takes a commit id"):
+            t.to_arrow(as_of=bad)  # type: ignore[arg-type]

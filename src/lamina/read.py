@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from lamina.context import CatalogContext
 from lamina.core.interval import Interval
-from lamina.core.model import Snapshot
+from lamina.core.model import AsOf, Snapshot
 from lamina.core.scan import ScanPlan, plan_scan
 from lamina.errors import LaminaError
 from lamina.meta import deltas, manifests
@@ -32,7 +32,7 @@ MANIFEST_EVERY = 10_000
 
 
 def plan(
-    ctx: CatalogContext, name: str, as_of: int | None = None, interval: Interval | None = None
+    ctx: CatalogContext, name: str, as_of: AsOf = None, interval: Interval | None = None
 ) -> ScanPlan:
     """The scan plan of one snapshot of ``name``, pruned to ``interval``; for an upsert
     table with the rows each file hides at that snapshot (its deletion vectors).
@@ -62,7 +62,7 @@ def _attach_deletes(ctx: CatalogContext, plan: ScanPlan) -> None:
             plan.deletes[path] = np.fromiter(v.hidden, np.int64, len(v.hidden))
 
 
-def _plan(ctx: CatalogContext, name: str, as_of: int | None, interval: Interval | None) -> ScanPlan:
+def _plan(ctx: CatalogContext, name: str, as_of: AsOf, interval: Interval | None) -> ScanPlan:
     got = deltas.snapshot_or_delta(ctx.db, name, as_of, interval, COLUMNAR_AT)
     if isinstance(got, Snapshot):
         return plan_scan(got, interval)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from lamina.context import CatalogContext
 from lamina.core.interval import Granularity, Interval
-from lamina.core.model import Commit, Snapshot, TableRecord
+from lamina.core.model import AsOf, Commit, Snapshot, TableRecord
 from lamina.core.scan import ScanPlan
 from lamina.core.segment import Segment
 from lamina.core.timeline import Timeline
@@ -53,7 +53,7 @@ class TableReads:
 
     def snapshot(
         self,
-        as_of: int | None = None,
+        as_of: AsOf = None,
         all_published: bool = False,
         interval: Interval | None = None,
     ) -> Snapshot:
@@ -62,7 +62,7 @@ class TableReads:
             self._ctx.db, self.name, as_of, all_published=all_published, interval=interval
         )
 
-    def scan(self, as_of: int | None = None, interval: Any = None) -> ScanPlan:
+    def scan(self, as_of: AsOf = None, interval: Any = None) -> ScanPlan:
         """Plan a read: the files of one snapshot, pruned to ``interval``."""
         iv = None if interval is None else Interval.coerce(interval)
         from lamina import read  # columnar planning: pyarrow, numpy
@@ -71,7 +71,7 @@ class TableReads:
 
     def to_arrow(
         self,
-        as_of: int | None = None,
+        as_of: AsOf = None,
         columns: list[str] | None = None,
         interval: Any = None,
         *,
@@ -100,14 +100,14 @@ class TableReads:
         raise AssertionError("unreachable")
 
     def to_pandas(
-        self, as_of: int | None = None, columns: list[str] | None = None, interval: Any = None
+        self, as_of: AsOf = None, columns: list[str] | None = None, interval: Any = None
     ) -> pd.DataFrame:
         return self.to_arrow(as_of, columns, interval).to_pandas()
 
     def to_spark(
         self,
         spark: Any,
-        as_of: int | None = None,
+        as_of: AsOf = None,
         interval: Any = None,
         *,
         all_versions: bool = False,
@@ -123,14 +123,14 @@ class TableReads:
 
         return read_spark(spark, self.scan(as_of, interval), self._ctx.warehouse)
 
-    def segments(self, all: bool = False, as_of: int | None = None) -> list[Segment]:
+    def segments(self, all: bool = False, as_of: AsOf = None) -> list[Segment]:
         """Visible data segments of the snapshot; ``all=True``: every published one."""
         snap = self.snapshot(as_of, all_published=all)
         if all:
             return sorted(snap.segments, key=lambda s: (s.interval, s.version, s.partition_id))
         return [s for s in Timeline.build(snap.segments).visible() if s.location is not None]
 
-    def timeline(self, as_of: int | None = None, all_published: bool = True) -> Timeline:
+    def timeline(self, as_of: AsOf = None, all_published: bool = True) -> Timeline:
         return Timeline.build(self.snapshot(as_of, all_published=all_published).segments)
 
     def read_changes(
@@ -174,7 +174,7 @@ class TableReads:
 
         return commits.history(self._ctx.db, self.name)
 
-    def count(self, as_of: int | None = None) -> int:
+    def count(self, as_of: AsOf = None) -> int:
         plan = self.scan(as_of)  # no row range to apply: the catalog's row counts answer
         if plan.all_whole:  # less the rows deletion vectors hide
             return plan.row_count - sum(len(hidden) for hidden in plan.deletes.values())

@@ -15,11 +15,12 @@ from lamina.upsert import require
 
 if TYPE_CHECKING:
     from lamina.core.interval import Interval
+    from lamina.core.model import AsOf
     from lamina.core.scan import ScanPlan
     from lamina.table_read import TableReads
 
 
-def latest_records(table: TableReads, as_of: int | None, interval: Interval | None) -> pa.Table:
+def latest_records(table: TableReads, as_of: AsOf, interval: Interval | None) -> pa.Table:
     """The records stored in the snapshot's segments of ``interval`` that are their
     key's latest (live tombstones included: hidden, they still decide later
     comparisons): what a major compaction rewrites. Raises SnapshotNotFoundError."""
@@ -90,7 +91,7 @@ def validity(table: TableReads, plan: ScanPlan) -> dict[str, tuple[int, np.ndarr
 
 def all_versions(
     table: TableReads,
-    as_of: int | None = None,
+    as_of: AsOf = None,
     columns: list[str] | None = None,
     interval: Any = None,
 ) -> pa.Table:
@@ -138,7 +139,7 @@ def all_versions(
 
 
 def all_versions_spark(
-    table: TableReads, spark: Any, as_of: int | None = None, interval: Any = None
+    table: TableReads, spark: Any, as_of: AsOf = None, interval: Any = None
 ) -> Any:
     """:func:`all_versions` as a Spark DataFrame: the files read by Spark's own Parquet
     reader, each row's validity joined on its file and ``_metadata.row_index``.

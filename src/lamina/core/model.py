@@ -73,6 +73,11 @@ class Commit:
         return None if us is None else from_us(us)
 
 
+#: What ``as_of`` takes: a commit id, the :class:`Commit` a write returned, or None (the
+#: latest snapshot).
+AsOf = int | Commit | None
+
+
 class TableRecord:
     """A table's catalog row (immutable). ``schema`` may be given as its Arrow IPC
     bytes, decoded on first use: reading table rows needs no pyarrow."""

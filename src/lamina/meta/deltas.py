@@ -13,7 +13,7 @@ from sqlalchemy import Connection, and_, or_, select
 
 from lamina.core.interval import Interval
 from lamina.core.lineage import hidden_by
-from lamina.core.model import Snapshot, TableRecord
+from lamina.core.model import AsOf, Snapshot, TableRecord
 from lamina.meta import manifests
 from lamina.meta.db import Db
 from lamina.meta.lineage import entries
@@ -52,7 +52,7 @@ Identity = tuple[int, int, int, int]
 def snapshot_or_delta(
     db: Db,
     name: str,
-    as_of: int | None,
+    as_of: AsOf,
     interval: Interval | None,
     columnar_at: int,
     manifest: bool = True,

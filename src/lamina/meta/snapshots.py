@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -9,7 +10,7 @@ from sqlalchemy import Connection, and_, or_, select
 
 from lamina.core.interval import Interval
 from lamina.core.lineage import hidden_by
-from lamina.core.model import Snapshot
+from lamina.core.model import AsOf, Commit, Snapshot
 from lamina.core.segment import Segment
 from lamina.errors import SnapshotNotFoundError
 from lamina.meta.db import Db
@@ -39,11 +40,26 @@ COLUMNS = (
 )
 
 
-def resolve(
-    conn: Connection, table_id: int, name: str, as_of: int | None
-) -> tuple[int, int | None]:
-    """(seq, commit id) of the latest snapshot, or of the one ``as_of`` completed.
-    Raises SnapshotNotFoundError."""
+def resolve(conn: Connection, table_id: int, name: str, as_of: AsOf) -> tuple[int, int | None]:
+    """(seq, commit id) of the latest snapshot, or of the one ``as_of`` (a commit id or a
+    Commit of this table) completed. Raises SnapshotNotFoundError."""
+    if isinstance(as_of, Commit):
+        if as_of.table and as_of.table != name:
+            raise SnapshotNotFoundError(
+                f"as_of is commit {as_of.id} of table {as_of.table!r}, not of {name!r}: "
+                f"pass a commit of {name!r} (see t.history())"
+            )
+        as_of = as_of.id
+    elif as_of is not None:
+        try:  # an int, or any integer type (numpy's too); not a bool, float or string
+            if isinstance(as_of, bool):
+                raise TypeError
+            as_of = operator.index(as_of)
+        except TypeError:
+            raise SnapshotNotFoundError(
+                f"as_of takes a commit id (int) or a Commit, not {type(as_of).__name__} "
+                f"{as_of!r}: see t.history() for the commits you can read"
+            ) from None
     if as_of is None:
         seq = int(
             conn.execute(select(tables.c.last_seq).where(tables.c.id == table_id)).scalar_one()
@@ -75,7 +91,7 @@ def resolve(
 def snapshot(
     db: Db,
     name: str,
-    as_of: int | None = None,
+    as_of: AsOf = None,
     *,
     all_published: bool = False,
     interval: Interval | None = None,
