@@ -544,9 +544,9 @@ def test_a_snapshot_is_written_in_the_background_from_a_copy(
     monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 50)
     gate, real = threading.Event(), io_keys.write_index
 
-    def held_back(index: Any, path: Any) -> int:
+    def held_back(index: Any, path: Any, fs: Any = None) -> int:
         assert gate.wait(30)
-        return real(index, path)
+        return real(index, path, fs)
 
     monkeypatch.setattr(io_keys, "write_index", held_back)
     due = t.upsert(rows(*[(f"k{i}", 0, i) for i in range(60)]))  # returns, file unwritten

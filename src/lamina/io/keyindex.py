@@ -6,18 +6,22 @@ index adopts the columns there),
 and in its schema metadata the entry count and an XXH3-64 digest of every column's values
 (files saved by earlier lamina versions carry CRC-32s instead: still read).
 Reading validates the file and checks all of them, so a truncated or damaged file
-raises :class:`KeyIndexFileError` instead of giving a different index. Writing goes to
-a temporary name in the same directory, fsyncs it and renames it over ``path``:
-readers see the old file or the new one, never a part. Local paths only.
+raises :class:`KeyIndexFileError` instead of giving a different index. Writing a local
+file goes to a temporary name in the same directory, fsyncs it and renames it over
+``path``: readers see the old file or the new one, never a part. On an object store
+(``fs``: a pyarrow filesystem) the object is written in one upload, which becomes
+visible whole or not at all; callers give each snapshot a name of its own.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +30,9 @@ import xxhash
 
 from lamina.core.keyindex import INDEX_SCHEMA_VERSION, KeyIndex
 from lamina.errors import KeyIndexFileError, UpsertError
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
 
 __all__ = ["KeyIndexFileError", "read_index", "write_index"]
 
@@ -61,16 +68,20 @@ def _crc32(table: pa.Table) -> str:
     return ",".join(crcs)
 
 
-def write_index(index: KeyIndex | pa.Table, path: str | os.PathLike[str]) -> int:
+def write_index(
+    index: KeyIndex | pa.Table, path: str | os.PathLike[str], fs: pafs.FileSystem | None = None
+) -> int:
     """Save ``index`` (or the table its ``to_arrow`` gave) to ``path`` atomically
-    (replacing any file there); returns the file's size in bytes. Raises
-    KeyIndexFileError if the directory is not writable."""
+    (replacing any file there), on the local disk or in ``fs``; returns the file's size
+    in bytes. Raises KeyIndexFileError if the directory is not writable."""
     target = Path(path)
     table = index if isinstance(index, pa.Table) else index.to_arrow()
     meta = dict(table.schema.metadata or {})
     meta[_ROWS] = str(table.num_rows).encode()
     meta[_XXH3] = _digest(table).encode()
     table = table.replace_schema_metadata(meta)
+    if fs is not None:
+        return _upload(table, str(path), fs)
     tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:12]}.tmp")
     try:
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
@@ -93,16 +104,39 @@ def write_index(index: KeyIndex | pa.Table, path: str | os.PathLike[str]) -> int
     return size
 
 
-def read_index(path: str | os.PathLike[str], merge_threshold: int = 65_536) -> KeyIndex:
-    """Load the index :func:`write_index` saved at ``path``. Raises KeyIndexFileError if
-    the file is missing, unreadable, truncated, damaged (checksums, counts, order) or
-    of another format version."""
+def _upload(table: pa.Table, path: str, fs: pafs.FileSystem) -> int:
+    """Write ``table`` as one object at ``path`` of ``fs``; its size."""
+    try:
+        with fs.open_output_stream(path) as sink, pa.ipc.new_file(sink, table.schema) as out:
+            out.write_table(table)
+        return int(fs.get_file_info(path).size or 0)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            fs.delete_file(path)
+        raise KeyIndexFileError(f"cannot write key index {path}: {e}") from e
+
+
+def _download(path: str, fs: pafs.FileSystem) -> np.ndarray:
+    """The whole object at ``path`` of ``fs``, read into writable memory."""
+    with fs.open_input_file(path) as f:
+        raw = np.empty(f.size(), np.uint8)
+        if f.readinto(raw) != raw.nbytes:
+            raise KeyIndexFileError(f"key index file {path} is truncated: short read")
+    return raw
+
+
+def read_index(
+    path: str | os.PathLike[str], merge_threshold: int = 65_536, fs: pafs.FileSystem | None = None
+) -> KeyIndex:
+    """Load the index :func:`write_index` saved at ``path`` (on the local disk, or in
+    ``fs``). Raises KeyIndexFileError if the file is missing, unreadable, truncated,
+    damaged (checksums, counts, order) or of another format version."""
     target = Path(path)
     try:
         # One read into memory this process owns: the index adopts the columns where
         # they lie (no copy), and nothing pages in from a mapping (a page fault per 4 KiB
         # of a mapped file cost ~10x the read here).
-        raw = np.fromfile(target, dtype=np.uint8)
+        raw = np.fromfile(target, dtype=np.uint8) if fs is None else _download(str(path), fs)
         table = pa.ipc.open_file(pa.BufferReader(pa.py_buffer(raw))).read_all()
         table.validate(full=True)
         return _checked(table, target, merge_threshold, _adopter(raw))

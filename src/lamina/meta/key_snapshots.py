@@ -112,7 +112,7 @@ def save_if_due(db: Any, table: TableRecord, wh: Warehouse) -> bool:
     key = (url, table.id)
     with LOCK:
         st = held(url, table.id)
-        if st is None or not wh.local:
+        if st is None:
             return False
 
         started = _STARTED.get(key)
@@ -168,7 +168,7 @@ def _save(
     rel = f"{table.name}/_keys/{seq:012d}-{uuid.uuid4().hex[:8]}.keys"
     try:
         wh.fs.create_dir(wh.path(f"{table.name}/_keys"), recursive=True)
-        write_index(index, wh.path(rel))
+        write_index(index, wh.path(rel), fs=None if wh.local else wh.fs)
     except (OSError, LaminaError):
         return
 

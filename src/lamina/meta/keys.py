@@ -85,7 +85,7 @@ def _load(wh: Warehouse, row: Any) -> KeyState:
     """The snapshot catalog row ``row`` names, read. Raises KeyIndexFileError, OSError."""
     from lamina.io.keyindex import read_index
 
-    index = read_index(wh.path(row.location))
+    index = read_index(wh.path(row.location), fs=None if wh.local else wh.fs)
     files = json.loads(row.files)
     return KeyState(index, int(row.seq), files, {loc: i for i, loc in enumerate(files)})
 
@@ -95,7 +95,7 @@ def prefetch(conn: Connection, url: str, table: TableRecord, wh: Warehouse) -> N
     this process holds no index of the table yet: the upsert about to write then
     publishes with it (:func:`state` takes it) without waiting for the whole read."""
     key = (url, table.id)
-    if not wh.local or key in _STATES or key in _LOADING:
+    if key in _STATES or key in _LOADING:
         return
     row = _snapshot_row(conn, table, None)
     if row is None:
@@ -125,8 +125,6 @@ def _saved(
     from lamina.errors import KeyIndexFileError
 
     loading = _LOADING.pop((url, table.id), None)
-    if not wh.local:
-        return None
     row = _snapshot_row(conn, table, seq)
     if row is None:
         return None
