@@ -2,7 +2,7 @@
 
 The store is moto's S3 server (an S3 implementation speaking the HTTP protocol, run in
 a thread of this process); lamina reaches it through pyarrow's own S3 filesystem, as it
-would reach AWS. ``cat.sql`` is not covered: DuckDB reads S3 through its httpfs
+would reach AWS. ``cat.sql`` refuses these tables: DuckDB reads S3 through its httpfs
 extension, which this machine cannot download.
 """
 
@@ -95,6 +95,9 @@ def test_appends_overwrites_and_time_travel_on_an_object_store(remote: tuple[str
         assert t.to_arrow(as_of=first).num_rows == 48
         assert all(cat.warehouse.exists(s.location) for s in t.segments())
         assert cat.find_orphans() == []
+        with pytest.raises(lamina.SqlError, match="local warehouse only"):
+            cat.sql("SELECT count(*) AS n FROM e")
+        assert cat.sql("SELECT 41 + 1 AS n").to_pylist() == [{"n": 42}]  # no table: fine
 
 
 def test_an_upsert_table_saves_and_loads_its_key_index_in_the_object_store(

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from lamina.context import CatalogContext
 from lamina.core.interval import Granularity
-from lamina.errors import InvalidGranularityError, InvalidTableNameError, WarehouseError
+from lamina.errors import InvalidGranularityError, InvalidTableNameError, SqlError, WarehouseError
 from lamina.io.warehouse import Warehouse
 from lamina.meta import tables as table_rows
 from lamina.meta.db import Db, create_catalog_engine
@@ -214,9 +214,20 @@ class Catalog:
                 ctx = self.context
                 self._sql = SqlEngine(
                     lambda names: table_rows.latest_seqs(ctx.db, names),
-                    lambda name: plan(ctx, name),
+                    lambda name: plan(ctx, self._local_for_sql(name)),
                 )
             return self._sql
+
+    def _local_for_sql(self, name: str) -> str:
+        """``name``, if DuckDB can read the table's files here; else raises SqlError."""
+        if not self.warehouse.local:
+            raise SqlError(
+                f"cat.sql cannot read table {name!r}: its files are in "
+                f"{self.warehouse.location.split('?')[0]!r}, and cat.sql reads tables of "
+                "a local warehouse only (DuckDB would need its httpfs extension); read it "
+                "with t.to_arrow() or t.scan() instead"
+            )
+        return name
 
     # -- maintenance ----------------------------------------------------------------
 
