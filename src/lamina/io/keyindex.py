@@ -120,8 +120,12 @@ def _download(path: str, fs: pafs.FileSystem) -> np.ndarray:
     """The whole object at ``path`` of ``fs``, read into writable memory."""
     with fs.open_input_file(path) as f:
         raw = np.empty(f.size(), np.uint8)
-        if f.readinto(raw) != raw.nbytes:
-            raise KeyIndexFileError(f"key index file {path} is truncated: short read")
+        view, done = memoryview(raw.data), 0
+        while done < raw.nbytes:
+            got = f.readinto(view[done:])
+            if not got:
+                raise KeyIndexFileError(f"key index file {path} ended early: short read")
+            done += got
     return raw
 
 
