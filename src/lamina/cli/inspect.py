@@ -470,7 +470,8 @@ def keys(
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Key index statistics of an upsert table: keys, memory, deletion vectors, and how
-    long this process took to build the index from the table's files."""
+    long this process took to get the index (the newest saved snapshot caught up, else
+    built from the table's files)."""
     from lamina.errors import UpsertError
     from lamina.meta.key_snapshots import stats
     from lamina.upsert import spec_of
