@@ -95,3 +95,68 @@ def test_pruned_answers_equal_unpruned(cat10: lamina.Catalog, query: str) -> Non
     got = cat10.sql(query)
     flat = [v for r in got.to_pylist() for v in r.values()]
     assert flat == pytest.approx([v for row in expected for v in row])
+
+
+def _answers(cat: lamina.Catalog, name: str, queries: list[str]) -> None:
+    """cat.sql answers each query as DuckDB does over the table's rows, unpruned."""
+    reference = duckdb.connect()
+    reference.execute("SET TimeZone='UTC'")
+    reference.register(name, cat.load_table(name).to_arrow())
+    for q in queries:
+        want = sorted(reference.execute(q).fetchall())
+        assert sorted(tuple(r.values()) for r in cat.sql(q).to_pylist()) == want, q
+
+
+def test_a_date_column_against_a_timestamp_is_compared_as_duckdb_widens_it(
+    local_cat: lamina.Catalog,
+) -> None:
+    # DuckDB compares a DATE with a TIMESTAMP as midnight of that day: d < noon of Jan 2
+    # holds Jan 2. Read as a date, the literal would have pruned Jan 2's segment.
+    import datetime as dt
+
+    schema = pa.schema([("d", pa.date32())])
+    q = "select * from events where d < TIMESTAMP '2024-01-02 12:00:00'"
+    assert _bound(q, schema, "d") == Interval.parse("-inf/2024-01-02T12:00:00")
+    s = pa.schema([pa.field("k", pa.int64(), nullable=False), ("d", pa.date32())])
+    for name, pk in (("plain", None), ("up", ["k"])):
+        t = local_cat.create_table(name, s, time_column="d", primary_key=pk)
+        days = [dt.date(2024, 1, 1) + dt.timedelta(days=i) for i in range(4)]
+        t.append(pa.table({"k": list(range(4)), "d": days}, schema=s))
+        _answers(
+            local_cat,
+            name,
+            [
+                f"select k from {name} where d < TIMESTAMP '2024-01-02 12:00:00'",
+                f"select k from {name} where d < TIMESTAMPTZ '2024-01-03 06:00:00+00'",
+                f"select k from {name} where d <= TIMESTAMP '2024-01-02 12:00:00'",
+                f"select k from {name} where d > TIMESTAMP '2024-01-02 12:00:00'",
+                f"select k from {name} where d = TIMESTAMP '2024-01-03'",
+                f"select k from {name} where d between TIMESTAMP '2024-01-01 06:00' "
+                "and TIMESTAMP '2024-01-02 06:00'",
+                f"select k from {name} where d < '2024-01-03 12:00:00'",
+            ],
+        )
+
+
+def test_a_nanosecond_column_against_a_literal_below_a_microsecond(
+    local_cat: lamina.Catalog,
+) -> None:
+    # the literal is read as the column's TIMESTAMP_NS: 0.0000005 s after midnight is
+    # after the next day's first rows (read as microseconds it was midnight itself)
+    s = pa.schema([pa.field("k", pa.int64(), nullable=False), ("ts", pa.timestamp("ns"))])
+    day2 = 1_704_153_600_000_000_000  # 2024-01-02 in ns
+    for name, pk in (("plain", None), ("up", ["k"])):
+        t = local_cat.create_table(name, s, time_column="ts", primary_key=pk)
+        ts = [day2 - 1, day2, day2 + 400, day2 + 600, day2 + 86_400_000_000_000]
+        t.append(pa.table({"k": list(range(5)), "ts": pa.array(ts, pa.timestamp("ns"))}))
+        _answers(
+            local_cat,
+            name,
+            [
+                f"select k from {name} where ts < '2024-01-02 00:00:00.0000005'",
+                f"select k from {name} where ts <= '2024-01-02 00:00:00.0000004'",
+                f"select k from {name} where ts > '2024-01-02 00:00:00.0000005'",
+                f"select k from {name} where ts = '2024-01-02 00:00:00.0000004'",
+                f"select k from {name} where ts >= TIMESTAMP_NS '2024-01-02 00:00:00.0000005'",
+            ],
+        )

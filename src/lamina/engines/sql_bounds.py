@@ -58,11 +58,14 @@ def time_bound(
 
 
 def _cast_type(t: pa.DataType) -> str:
+    """The type DuckDB reads the time column as (a string literal compared with it is
+    cast to this type)."""
     import pyarrow as pa
 
     if pa.types.is_date(t):
         return "DATE"
-    return "TIMESTAMPTZ" if t.tz is not None else "TIMESTAMP"
+    ns = "_NS" if t.unit == "ns" else ""
+    return f"TIMESTAMPTZ{ns}" if t.tz is not None else f"TIMESTAMP{ns}"
 
 
 def _count_refs(tree: Any, table: str) -> int:
@@ -106,10 +109,14 @@ def _has_column(e: Any) -> bool:
 
 def _constant_us(
     con: duckdb.DuckDBPyConnection, e: Any, query: bytes, cast: str
-) -> tuple[int, int] | None:
-    """Floor and ceiling in µs of a constant expression read as the column's type."""
+) -> list[tuple[int, int, int]]:
+    """The values a constant expression may stand for in a comparison with the column,
+    each as (floor, ceiling, step to the next value) in µs: cast to the column's type
+    (as DuckDB casts a string literal; a DATE's next value is a day later), and its own
+    value where it is a time of its own (DuckDB widens a DATE column to a TIMESTAMP
+    literal's type). Empty if it is not a constant that can be read so."""
     if not isinstance(e, dict) or e.get("class") not in ("CONSTANT", "CAST") or _has_column(e):
-        return None
+        return []
     at, length = e.get("query_location"), e.get("query_location_length")
     if (
         not isinstance(at, int)
@@ -117,17 +124,26 @@ def _constant_us(
         or at + length > len(query)
         or not length
     ):
-        return None
+        return []
     text = query[at : at + length].decode()
     try:
         rows = con.execute(
-            f"SELECT epoch_ns(CAST(CAST(({text}) AS {cast}) AS TIMESTAMP_NS))"
+            f"SELECT epoch_ns(CAST(CAST(({text}) AS {cast}) AS TIMESTAMP_NS)), "
+            f"epoch_ns(TRY_CAST(({text}) AS TIMESTAMP_NS))"
         ).fetchall()
     except duckdb.Error:
-        return None
+        return []
     if not rows or rows[0][0] is None:
-        return None
-    ns = int(rows[0][0])
+        return []
+    as_column, own = rows[0]
+    out = [(*_us(int(as_column)), 86_400_000_000 if cast == "DATE" else 1)]
+    if own is not None:
+        out.append((*_us(int(own)), 1))
+    return out
+
+
+def _us(ns: int) -> tuple[int, int]:
+    """Floor and ceiling in µs."""
     return ns // 1000, -(-ns // 1000)
 
 
@@ -140,12 +156,13 @@ def _bounds(
     cast: str,
 ) -> list[tuple[int, int]]:
     """The interval one condition allows (exact where it can be, else a superset)."""
-    step = 86_400_000_000 if cast == "DATE" else 1  # the next value after v is v + step
     kind = c.get("type")
     if kind == "COMPARE_BETWEEN" and _is_column(c.get("input"), column, names):
         lo = _constant_us(con, c.get("lower"), query, cast)
         hi = _constant_us(con, c.get("upper"), query, cast)
-        return [(lo[0], hi[0] + step)] if lo is not None and hi is not None else []
+        if not lo or not hi:
+            return []
+        return [(min(f for f, _, _ in lo), max(f + step for f, _, step in hi))]
     if kind not in _FLIP:
         return []
     left, right = c.get("left"), c.get("right")
@@ -153,14 +170,15 @@ def _bounds(
         left, right, kind = right, left, _FLIP[kind]
         if not _is_column(left, column, names):
             return []
-    v = _constant_us(con, right, query, cast)
-    if v is None:
+    values = _constant_us(con, right, query, cast)
+    if not values:
         return []
-    floor, ceil = v
+    floor = min(f for f, _, _ in values)  # the loosest reading of each bound
     if kind in _LOWER:
         return [(floor, MAX_US)]
     if kind == "COMPARE_LESSTHAN":
-        return [(MIN_US, ceil)]
+        return [(MIN_US, max(ceil for _, ceil, _ in values))]
+    upper = max(f + step for f, _, step in values)
     if kind == "COMPARE_LESSTHANOREQUALTO":
-        return [(MIN_US, floor + step)]
-    return [(floor, floor + step)]
+        return [(MIN_US, upper)]
+    return [(floor, upper)]
