@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import lamina
@@ -932,6 +933,32 @@ def test_a_major_compaction_keeps_each_keys_latest_record(cat: lamina.Catalog) -
     t.upsert(rows(("k5", 300, 5), ("k4", 200, -1)))  # both older: out of order
     t.upsert(rows(("k3", 500, 33)))
     assert latest(t) == {"k0": 0, "k1": 101, "k2": 202, "k3": 33, "k4": 304}
+
+
+def test_a_major_compaction_into_finer_segments_takes_whole_segments(
+    cat: lamina.Catalog, t: lamina.Table
+) -> None:
+    """The week in one WEEK segment, then one day of it into HOUR segments: the
+    compaction grows to the whole WEEK segment. Shown in part, that file would hide its
+    records under the HOUR chunks, and their copies would not show either (a copy shows
+    only where the file it copies went). Answers, past snapshots and the change feed
+    stay (a read-path hunt found the loss)."""
+    day = 24 * 60
+    t.upsert(rows(("a", day + 5 * 60, 1), ("b", 5 * day + 19 * 60, 2), ("c", 5 * day + 600, 3)))
+    t.upsert(rows(("a", day + 6 * 60, 10), ("d", 3 * day, 4), ("c", 5 * day + 700, 0, True)))
+    assert t.compact(mode="major", segment_granularity="WEEK") is not None
+    want = {"a": 10, "b": 2, "d": 4}
+    before = t.history()[-1]
+    c = t.compact(mode="major", interval="2024-01-06/2024-01-07", segment_granularity="HOUR")
+    assert c is not None
+    assert latest(t) == want and latest(t, before.id) == want
+    assert t.count() == 3
+    assert sorted(cat.sql("SELECT key FROM u").column("key").to_pylist()) == sorted(want)
+    assert all(s.interval.end - s.interval.start == 3600 * 10**6 for s in t.segments())
+    changes = t.read_changes(before.seq)
+    assert sorted(changes.filter(pc.equal(changes["_change"], "insert"))["key"].to_pylist()) == (
+        sorted(changes.filter(pc.equal(changes["_change"], "delete"))["key"].to_pylist())
+    )
 
 
 def test_a_major_compaction_of_a_day_with_no_latest_record_leaves_it_empty(

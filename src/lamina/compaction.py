@@ -386,9 +386,33 @@ def _span(table: Table, granularity: Granularity) -> Interval | None:
     return Interval.of(granularity.floor(lo), granularity.chunk(hi - 1).end)
 
 
+def _whole_segments(table: Table, iv: Interval, granularity: Granularity) -> Interval:
+    """``iv`` grown until it holds every live segment it overlaps, in whole chunks of the
+    table's granularity and of ``granularity``. An upsert table's key index counts a
+    record as in its file or gone: a segment a compaction hid in part (a WEEK segment
+    under one day of HOUR segments) would hide the records of the part it covers,
+    whose copies would not show either (they show only where the file they copy went)."""
+    from lamina.core.autocompact import nest
+
+    if not nest(table.granularity, granularity):  # no interval aligns with both
+        return iv
+    live = [s.interval for s in table.snapshot().segments if s.location is not None]
+    while True:
+        lo, hi = iv.start, iv.end
+        for seg in live:
+            if seg.overlaps(iv):
+                lo, hi = min(lo, seg.start), max(hi, seg.end)
+        for g in (table.granularity, granularity):
+            lo, hi = g.floor(lo), g.chunk(hi - 1).end
+        if (lo, hi) == (iv.start, iv.end):
+            return iv
+        iv = Interval.of(lo, hi)
+
+
 def _layout(table: Table, interval: Interval | None, granularity: Granularity) -> Interval | None:
     """The interval a major compaction rewrites: aligned to the table's chunks and to
-    the target granularity's. Raises CompactionError."""
+    the target granularity's; on an upsert table, grown to whole segments
+    (:func:`_whole_segments`). Raises CompactionError."""
     if table.time_column is None:
         if granularity is not Granularity.ALL and granularity is not table.granularity:
             raise CompactionError("a table without a time column has one chunk: no granularity")
@@ -396,6 +420,8 @@ def _layout(table: Table, interval: Interval | None, granularity: Granularity) -
     iv = interval if interval is not None else _span(table, granularity)
     if iv is None:
         return None
+    if "upsert.primary_key" in table._record.properties:
+        iv = _whole_segments(table, iv, granularity)
     for g in (table.granularity, granularity):
         try:
             g.check_aligned(iv)
