@@ -6,7 +6,7 @@ rewrites (:func:`latest_records`). See docs/upserts.md."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -153,14 +153,17 @@ def all_versions_spark(
     )
 
 
-def _visible_rows(plan: ScanPlan) -> dict[str, tuple[int, Interval | None, np.ndarray]]:
-    """Per file of ``plan``: its row count, the time span it answers for (None: all of
-    it) and the positions it hides."""
+Shown: TypeAlias = "dict[tuple[str, Interval | None], tuple[int, np.ndarray]]"
+
+
+def _visible_rows(plan: ScanPlan) -> Shown:
+    """Per file of ``plan`` and time span it answers for (None: all of it; a file a
+    newer version hides in the middle answers for two): its row count and the
+    positions it hides."""
     none = np.zeros(0, np.int64)
     return {
-        str(t.segment.location): (
+        (str(t.segment.location), t.keep): (
             t.segment.row_count,
-            t.keep,
             plan.deletes.get(str(t.segment.location), none),
         )
         for t in plan.tasks
@@ -190,7 +193,7 @@ def changed_rows(table: TableReads, after_seq: int, until_seq: int | None) -> li
     ctx = table._ctx
     changes = change_points(ctx.db, table.name, after_seq, until_seq)
     out: list[ChangedRows] = []
-    before: dict[str, tuple[int, Interval | None, np.ndarray]] = {}
+    before: Shown = {}
     if changes.base is not None:
         before = _visible_rows(plan(ctx, table.name, changes.base))
     for point in changes.points:
@@ -200,11 +203,11 @@ def changed_rows(table: TableReads, after_seq: int, until_seq: int | None) -> li
             continue
         for tag in ("delete", "insert"):
             old, new = (before, after) if tag == "delete" else (after, before)
-            for path in sorted(old):
-                n, keep, hidden = old[path]
+            for path, keep in sorted(old, key=lambda k: (k[0], str(k[1]))):
+                n, hidden = old[path, keep]
                 shown = np.setdiff1d(np.arange(n), hidden)
-                if path in new:
-                    shown = np.intersect1d(shown, new[path][2])  # shows in old, hidden in new
+                if (path, keep) in new:  # shows in old, hidden in new
+                    shown = np.intersect1d(shown, new[path, keep][1])
                 if len(shown):
                     out.append(ChangedRows(tag, point.commit_id, point.seq, path, shown, keep))
         before = after
