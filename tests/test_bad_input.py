@@ -157,3 +157,121 @@ def test_warehouse_not_writable(tmp_path: Path) -> None:
     blocker.write_text("not a directory")
     with pytest.raises(errors.WarehouseError, match="not writable"):
         lamina.connect(warehouse=str(blocker / "wh"))
+
+
+# -- table definitions and inputs an input hunt found (each refused before anything) --
+
+
+def test_create_table_refuses_upsert_properties_and_bad_policies(cat: lamina.Catalog) -> None:
+    """``upsert.*`` properties would skip every check of the upsert definition; a
+    compaction policy naming no column would fail at each auto-compaction run."""
+    with pytest.raises(errors.PropertyError, match="primary_key, comparison_column"):
+        cat.create_table("u", SCHEMA, time_column="ts", properties={"upsert.primary_key": "k"})
+    with pytest.raises(errors.CompactionError, match="'nope', not a column"):
+        cat.create_table("c", SCHEMA, time_column="ts", properties={"compaction.sort_by": "nope"})
+    with pytest.raises(errors.CompactionError, match="do not nest"):
+        cat.create_table(
+            "w", SCHEMA, time_column="ts", segment_granularity="MONTH",
+            properties={"compaction.segment_granularity": "WEEK"},
+        )  # fmt: skip
+    assert cat.list_tables() == []
+
+
+@pytest.mark.parametrize(
+    ("schema", "primary_key", "error", "match"),
+    [
+        (pa.schema([("ts", pa.timestamp("us")), ("a", pa.int64()), ("a", pa.string())]),
+         None, errors.SchemaError, "'a' appears twice"),
+        (pa.schema([("ts", pa.timestamp("us")), ("_change", pa.string())]),
+         None, errors.SchemaError, "t.read_changes adds"),
+        (pa.schema([("ts", pa.timestamp("us")), pa.field("k", pa.int64(), False),
+                    ("$valid_from", pa.int64())]),
+         "k", errors.UpsertError, "starting with '\\$'"),
+        (pa.schema([("ts", pa.timestamp("us")), pa.field("$k", pa.int64(), False)]),
+         "$k", errors.UpsertError, "starting with '\\$'"),
+    ],
+)  # fmt: skip
+def test_create_table_refuses_repeated_and_reserved_column_names(
+    cat: lamina.Catalog, schema: pa.Schema, primary_key: str | None, error: type, match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        cat.create_table("t", schema, time_column="ts", primary_key=primary_key)
+    assert cat.list_tables() == []
+
+
+@pytest.mark.parametrize("upsert", [False, True])
+def test_inputs_arrow_refuses_get_typed_errors_and_write_nothing(
+    cat: lamina.Catalog, upsert: bool
+) -> None:
+    """A null in a NOT NULL column, a column given twice, a pandas frame Arrow cannot
+    take: SchemaError before the commit opens (no ABORTED commit in the history)."""
+    import pandas as pd
+
+    schema = pa.schema(
+        [
+            ("ts", pa.timestamp("us")),
+            pa.field("k", pa.int64(), False),
+            pa.field("req", pa.int64(), False),
+        ]
+    )
+    t = cat.create_table("t", schema, time_column="ts", primary_key="k" if upsert else None)
+    write = t.upsert if upsert else t.append
+    ts = pa.array([0, 1], pa.timestamp("us"))
+    write(pa.table({"ts": ts, "k": [1, 2], "req": [1, 2]}, schema=schema))
+    history, files = t.history(), _files(cat)
+    with pytest.raises(errors.SchemaError, match="'req' is NOT NULL .* 1 null"):
+        write(pa.table({"ts": ts, "k": [3, 4], "req": [5, None]}))
+    with pytest.raises(errors.SchemaError, match="column 'req' more than once"):
+        write(pa.Table.from_arrays([ts, pa.array([3, 4]), pa.array([1, 1]), pa.array([2, 2])],
+                                   names=["ts", "k", "req", "req"]))  # fmt: skip
+    with pytest.raises(errors.SchemaError, match="pandas DataFrame to Arrow"):
+        write(pd.DataFrame({"ts": ts.to_pandas(), "k": [3, 4], "req": [1, "x"]}))
+    assert t.history() == history and _files(cat) == files
+    assert t.to_arrow().sort_by("k")["k"].to_pylist() == [1, 2]
+
+
+def test_an_upsert_overwrite_outside_its_interval_opens_no_commit(cat: lamina.Catalog) -> None:
+    schema = pa.schema([("ts", pa.timestamp("us")), pa.field("k", pa.int64(), False)])
+    t = cat.create_table("t", schema, time_column="ts", primary_key="k")
+    t.upsert(pa.table({"ts": pa.array([0], pa.timestamp("us")), "k": [1]}, schema=schema))
+    history = t.history()
+    late = pa.table({"ts": pa.array([3 * 86_400_000_000], pa.timestamp("us")), "k": [1]})
+    with pytest.raises(errors.DataOutsideIntervalError, match="widen the interval"):
+        t.overwrite(late, interval="1970-01-01/1970-01-02")
+    assert t.history() == history
+
+
+def test_time32_comparison_columns_and_narrow_decimal_keys_upsert(cat: lamina.Catalog) -> None:
+    """Types create_table took but upserts failed on (untyped Arrow errors): a time32
+    comparison column; decimal32/decimal64 keys and comparison columns (now stored as
+    decimal128, what Parquet readers give back)."""
+    import datetime as dt
+    from decimal import Decimal as D
+
+    d32 = pa.decimal32(5, 2)
+    schema = pa.schema(
+        [("ts", pa.timestamp("us")), pa.field("k", d32, False), ("c", pa.time32("s")),
+         ("m", pa.decimal64(12, 2)), ("v", pa.int64())]
+    )  # fmt: skip
+    by_time = cat.create_table(
+        "a", schema, time_column="ts", primary_key="k", comparison_column="c"
+    )
+    by_dec = cat.create_table("b", schema, time_column="ts", primary_key="k", comparison_column="m")
+    assert by_time.schema.field("k").type == pa.decimal128(5, 2)
+
+    def batch(*rows: tuple[str, int, str, int]) -> pa.Table:
+        return pa.table(
+            {
+                "ts": pa.array([dt.datetime(2024, 1, 1)] * len(rows), pa.timestamp("us")),
+                "k": pa.array([D(r[0]) for r in rows], d32),
+                "c": pa.array([dt.time(r[1]) for r in rows], pa.time32("s")),
+                "m": pa.array([D(r[2]) for r in rows], pa.decimal64(12, 2)),
+                "v": [r[3] for r in rows],
+            }
+        )
+
+    for t in (by_time, by_dec):
+        t.upsert(batch(("1.00", 5, "9.50", 1), ("2.00", 5, "1.00", 2), ("1.00", 6, "10.00", 3)))
+        t.upsert(batch(("1.00", 4, "11.00", 4), ("2.00", 7, "0.50", 5)))
+    assert sorted(by_time.to_arrow()["v"].to_pylist()) == [3, 5]  # by time of day
+    assert sorted(by_dec.to_arrow()["v"].to_pylist()) == [2, 4]  # by amount

@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from lamina.context import CatalogContext
 from lamina.core.interval import Granularity
-from lamina.errors import InvalidGranularityError, InvalidTableNameError, SqlError, WarehouseError
+from lamina.errors import (
+    InvalidGranularityError,
+    InvalidTableNameError,
+    PropertyError,
+    SchemaError,
+    SqlError,
+    WarehouseError,
+)
 from lamina.io.warehouse import Warehouse
 from lamina.meta import tables as table_rows
 from lamina.meta.db import Db, create_catalog_engine
@@ -110,7 +117,9 @@ class Catalog:
         Column types are stored in their Parquet-compatible form (views as large
         types, dictionaries as their values...; see Column types in docs/concepts.md).
         Raises UnsupportedTypeError for a column type lamina cannot store, SchemaError
-        for another schema object, TimeColumnError, InvalidGranularityError.
+        for another schema object or a repeated or reserved column name (``_change``,
+        ``_commit_id``, ``_commit_seq``: incremental reads add them), TimeColumnError,
+        InvalidGranularityError, PropertyError and CompactionError for bad properties.
 
         ``ingestion_type`` (APPEND or REFRESH) and ``consistent_push`` are stored as
         table properties and can be changed later with ``t.set_properties``.
@@ -126,6 +135,7 @@ class Catalog:
 
         check_table_name(name)
         arrow_schema = table_schema(_arrow_schema(schema))
+        _check_names(arrow_schema.names)
         check_time_column(arrow_schema, time_column)
         if time_column is None:
             granularity = Granularity.ALL
@@ -149,7 +159,20 @@ class Catalog:
                 for k, v in (properties or {}).items()
             },
         }
+        fixed = sorted(k for k in props if k.startswith("upsert."))
+        if fixed:
+            raise PropertyError(
+                f"{fixed[0]} is set from create_table's primary_key, comparison_column, "
+                "delete_column and partial_upsert arguments (lamina create-table's "
+                "--primary-key, --comparison-column, --delete-column): pass those instead"
+            )
         props = check_properties(props)
+        if any(k.startswith("compaction.") for k in props):  # the policy, on this table
+            from lamina.core.autocompact import check_policy, policy_of
+            from lamina.table import DEFAULT_TARGET_ROWS
+
+            target = int(props.get("target_rows_per_segment", DEFAULT_TARGET_ROWS))
+            check_policy(policy_of(props, target), arrow_schema.names, time_column, granularity)
         if primary_key is not None:
             from lamina.core.comparison import cmp_dtype
             from lamina.core.upsert import UpsertSpec
@@ -312,6 +335,22 @@ def check_table_name(name: str) -> None:
             f"invalid table name {name!r}: use 1-128 letters, digits or underscores, "
             "not starting with a digit"
         )
+
+
+def _check_names(names: list[str]) -> None:
+    """Raises SchemaError for a repeated column name or one that incremental reads add."""
+    from lamina.changes import CHANGE, COMMIT_ID, COMMIT_SEQ
+
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise SchemaError(f"column {name!r} appears twice in the schema: rename one")
+        seen.add(name)
+        if name in (CHANGE, COMMIT_ID, COMMIT_SEQ):
+            raise SchemaError(
+                f"column {name!r} has the name of a column t.read_changes adds "
+                f"({CHANGE}, {COMMIT_ID}, {COMMIT_SEQ} are reserved): rename it"
+            )
 
 
 def _arrow_schema(schema: Any) -> pa.Schema:

@@ -176,6 +176,7 @@ def _write(
 
     rec, wh = table._record, table._ctx.warehouse
     parts = split_by_chunk(records, rec.time_column, rec.granularity, table.target_rows_per_segment)
+    tw.overwrite_chunks(table, action, [p.chunk for p in parts], interval)  # before the commit
     file_rows = tuple(
         np.arange(p.rows.start, p.rows.stop) if isinstance(p.rows, slice) else p.rows for p in parts
     )

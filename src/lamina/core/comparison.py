@@ -45,12 +45,8 @@ def cmp_values(values: pa.Array | pa.ChunkedArray, dtype: np.dtype) -> np.ndarra
         arr = arr.cast(pa.decimal128(arr.type.precision, arr.type.scale))
         words = np.frombuffer(arr.buffers()[1], "<i8")  # 128-bit little-endian: low, high
         return words[2 * arr.offset : 2 * (arr.offset + len(arr)) : 2].astype(dtype)
-    if pa.types.is_temporal(values.type):
-        values = (
-            values.cast(pa.int64())
-            if not pa.types.is_date32(values.type)
-            else (values.cast(pa.int32()).cast(pa.int64()))
-        )
+    if pa.types.is_temporal(values.type):  # date32 and time32 only cast to int32
+        values = values.cast(pa.int32() if values.type.bit_width == 32 else pa.int64())
     return np.asarray(values.to_numpy(zero_copy_only=False), dtype=dtype)
 
 
@@ -64,7 +60,7 @@ def cmp_arrow(values: np.ndarray, t: pa.DataType) -> pa.Array:
         )
         return dec.cast(t)
     arr = pa.array(values)
-    if pa.types.is_date32(t):
+    if pa.types.is_temporal(t) and t.bit_width == 32:  # date32, time32: from int32
         return arr.cast(pa.int32()).cast(t)
     return arr.cast(t)
 

@@ -130,9 +130,16 @@ class UpsertSpec:
         or is a key or the comparison column; an unknown strategy; a strategy on a key or
         the comparison column; a strategy that cannot merge its column's type (also
         checked for every column the default strategy applies to); a column named as
-        one of :data:`READER_COLUMNS`.
+        one of :data:`READER_COLUMNS` or starting with ``$``.
         """
         names = list(schema.names)
+        own = [n for n in names if n.startswith("$")]
+        if own:
+            raise UpsertError(
+                f"column {own[0]!r}: names starting with '$' are lamina's own on upsert "
+                "tables ($valid_from and $valid_until of all_versions reads, and those it "
+                "resolves keys with): rename it"
+            )
         taken = sorted(set(names) & set(READER_COLUMNS))
         if taken:
             raise UpsertError(

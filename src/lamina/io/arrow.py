@@ -29,7 +29,8 @@ def to_arrow_table(data: Any) -> pa.Table:
     """Read a pyarrow Table/RecordBatch/RecordBatchReader, pandas DataFrame or any
     object exporting ``__arrow_c_stream__`` (Polars, DuckDB, DataFusion...) into one Arrow
     table. Raises UnsupportedInputError for other objects, UnsupportedTypeError when the
-    stream's schema cannot be imported."""
+    stream's schema cannot be imported, SchemaError for a pandas DataFrame Arrow cannot
+    take (a repeated column name, an object column of mixed types)."""
     if isinstance(data, pa.Table):
         return data
     if isinstance(data, pa.RecordBatch):
@@ -37,7 +38,13 @@ def to_arrow_table(data: Any) -> pa.Table:
     if isinstance(data, pa.RecordBatchReader):
         return data.read_all()
     if type(data).__module__.startswith("pandas") and type(data).__name__ == "DataFrame":
-        return pa.Table.from_pandas(data, preserve_index=False)
+        try:
+            return pa.Table.from_pandas(data, preserve_index=False)
+        except (pa.ArrowException, ValueError) as exc:  # mixed object columns, repeated names
+            raise SchemaError(
+                f"cannot convert the pandas DataFrame to Arrow: {exc}; give each column "
+                "one name and values of one type"
+            ) from None
     if hasattr(data, "__arrow_c_stream__"):
         try:
             reader = pa.RecordBatchReader.from_stream(data)
@@ -114,7 +121,8 @@ def storage_type(t: pa.DataType, column: str) -> pa.DataType:
     """The type lamina stores for input type ``t`` of ``column`` (docs: Column types).
 
     Views become their large non-view types, list views lists, dictionaries and
-    run-end encodings their value type, float16 float32, date64 date32 — recursively.
+    run-end encodings their value type, float16 float32, date64 date32, decimal32 and
+    decimal64 decimal128 — recursively.
     Raises UnsupportedTypeError for types Parquet cannot hold (unions, intervals).
     """
     if pa.types.is_string_view(t):
@@ -127,6 +135,8 @@ def storage_type(t: pa.DataType, column: str) -> pa.DataType:
         return pa.float32()
     if pa.types.is_date64(t):
         return pa.date32()
+    if pa.types.is_decimal32(t) or pa.types.is_decimal64(t):  # Parquet reads decimal128
+        return pa.decimal128(t.precision, t.scale)
     if _is_list_like(t):
         value = _storage_field(t.value_field, column)
         if pa.types.is_list_view(t):
@@ -299,8 +309,12 @@ def _cast_column(column: pa.ChunkedArray, field: pa.Field) -> pa.ChunkedArray:
 def conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
     """Reorder and safely cast ``data`` to the storage form of ``schema``
     (:func:`storage_schema`). Raises UnsupportedTypeError for a column type lamina
-    cannot store, SchemaError for missing/unknown columns or a lossy cast."""
+    cannot store, SchemaError for missing, unknown or repeated columns, a lossy cast or
+    a null in a NOT NULL column."""
     schema = storage_schema(schema)  # tables created before normalization may hold views
+    repeated = sorted({n for n in data.column_names if data.column_names.count(n) > 1})
+    if repeated:
+        raise SchemaError(f"the data has column {repeated[0]!r} more than once: keep one")
     missing = [n for n in schema.names if n not in data.column_names]
     extra = [n for n in data.column_names if n not in schema.names]
     if missing or extra:
@@ -326,10 +340,17 @@ def conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
             f"column types do not match the table schema: {', '.join(bad)}; "
             "cast those columns to the table's types"
         )
-    if data.schema.remove_metadata() == schema.remove_metadata():
-        return data
-    columns = [_cast_column(data.column(f.name), f) for f in schema]
-    return pa.Table.from_arrays(columns, schema=schema)
+    if data.schema.remove_metadata() != schema.remove_metadata():
+        columns = [_cast_column(data.column(f.name), f) for f in schema]
+        data = pa.Table.from_arrays(columns, schema=schema)
+    for f in schema:
+        nulls = 0 if f.nullable else data.column(f.name).null_count
+        if nulls:
+            raise SchemaError(
+                f"column {f.name!r} is NOT NULL in the table, but the data holds {nulls} "
+                "null(s) there: fill or drop them"
+            )
+    return data
 
 
 def int64_numpy(values: pa.ChunkedArray | pa.Array) -> np.ndarray:
