@@ -141,7 +141,7 @@ class SqlEngine:
         try:
             for name, plan in self._plans(named, stale).items():
                 narrowed = self._narrow(cur, query, name, plan)
-                if narrowed is not plan or not len(plan):  # else the shared view answers
+                if narrowed is not plan:  # else the shared view answers
                     sql = view_sql(cur, name, narrowed, made)
                     cur.execute(f"CREATE TEMP VIEW {_quote(name)} AS {sql}")
             return _execute(cur, query, fetch)
@@ -172,15 +172,13 @@ class SqlEngine:
                 return hit[1]  # another thread installed a newer snapshot meanwhile
             if self._con is None:  # closed meanwhile: plan only
                 return plan
-            if len(plan) and (stale or not same):
+            if stale or not same:
                 made: list[str] = []
                 sql = view_sql(self._con, name, plan, made)
                 self._con.execute(f"CREATE OR REPLACE VIEW {_quote(name)} AS {sql}")
                 for hidden in self._hidden.pop(name, []):  # the old view's: unused now
                     self._con.execute(f"DROP TABLE IF EXISTS {hidden}")
                 self._hidden[name] = made
-            # an empty plan keeps the old view (a query binding it now stays valid):
-            # every query answers it with a view of its own, as registered Arrow is private
             self._cache[name] = (version, plan)
         return plan
 
@@ -311,8 +309,6 @@ def _mask_table(
     """A table in the database, visible to every cursor, with one row per file of
     ``masked`` (its index in a ``read_parquet`` list, its path): ``file`` and ``keep``,
     one bit per row of the file, set for the rows a reader keeps; its name."""
-    import uuid
-
     import numpy as np
     import pyarrow as pa
 
@@ -328,16 +324,26 @@ def _mask_table(
             "keep": pa.array(keeps, pa.binary()),
         }
     )
-    mask = _quote(f"__lamina_mask_{name}_{plan.seq}_{uuid.uuid4().hex[:12]}")
+    return _arrow_as_table(
+        con, f"__lamina_mask_{name}_{plan.seq}", table, "SELECT file, keep::BIT AS keep"
+    )
+
+
+def _arrow_as_table(
+    con: duckdb.DuckDBPyConnection, prefix: str, table: pa.Table, select: str = "SELECT *"
+) -> str:
+    """``table`` (through ``select``) as a new table of the database, visible to every
+    cursor (a registered Arrow table is private to ``con``); its quoted name."""
+    import uuid
+
+    name = _quote(f"{prefix}_{uuid.uuid4().hex[:12]}")
     arrow = f"__lamina_arrow_{uuid.uuid4().hex}"
     con.register(arrow, table)
     try:
-        con.execute(
-            f"CREATE OR REPLACE TABLE {mask} AS SELECT file, keep::BIT AS keep FROM {_quote(arrow)}"
-        )
+        con.execute(f"CREATE OR REPLACE TABLE {name} AS {select} FROM {_quote(arrow)}")
     finally:
         con.unregister(arrow)
-    return mask
+    return name
 
 
 def view_sql(
@@ -378,10 +384,11 @@ def view_sql(
         lo = f"{_quote(tc)} >= {_literal(t, keep.start)}" if keep.start > MIN_US else "TRUE"
         hi = f"{_quote(tc)} < {_literal(t, keep.end)}" if keep.end < MAX_US else "TRUE"
         branches.append(f"SELECT * FROM ({source(paths)}) WHERE {lo} AND {hi}")
-    if not branches:  # a registered Arrow table is private to ``con``
-        empty = f"__lamina_empty_{name}"
-        con.register(empty, plan.table.schema.empty_table())
-        return f"SELECT * FROM {_quote(empty)}"
+    if not branches:  # a table, as the bitmaps: visible to every cursor
+        empty = _arrow_as_table(con, f"__lamina_empty_{name}", plan.table.schema.empty_table())
+        if made is not None:
+            made.append(empty)
+        return f"SELECT * FROM {empty}"
     return " UNION ALL ".join(branches)
 
 
