@@ -933,6 +933,15 @@ def test_upsert_tables_from_the_command_line(wh: str, tmp_path: Path) -> None:
         assert avg in ok(wh, "query", "SELECT avg(alt) AS a FROM planes")
     got = json.loads(ok(wh, "keys", "planes", "-f", "json"))
     assert got[0]["keys"] == 2 and got[0]["hidden_rows"] == 2 and got[0]["seq"] == 3
+    # an empty CSV field is null, quoted or not, as Spark reads it: an empty key is
+    # refused whichever engine --engine auto picks, and an empty string value is null
+    (tmp_path / "d.csv").write_text("plane,ts,alt\n,2024-01-01T00:04:00,1\n")
+    assert "1 null" in fails(wh, "upsert", "planes", str(tmp_path / "d.csv"), "-e", "local")
+    ok(wh, "create-table", "notes", "--schema", "ts:timestamp,k:int64,note:string", "-t", "ts")
+    (tmp_path / "e.csv").write_text('ts,k,note\n2024-01-01,1,\n2024-01-01,2,""\n2024-01-01,3,x\n')
+    ok(wh, "ingest", "notes", str(tmp_path / "e.csv"), "-e", "local")
+    out = ok(wh, "query", "SELECT count(note) AS n, count(*) AS m FROM notes", "-f", "csv")
+    assert out.split() == ["n,m", "1,3"]
     ok(wh, "create-table", "plain", "--like", str(tmp_path / "a.csv"), "-t", "ts")
     assert "has no primary key" in fails(wh, "upsert", "plain", str(tmp_path / "a.csv"))
     assert "has no primary key" in fails(wh, "keys", "plain")

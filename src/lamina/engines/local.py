@@ -116,7 +116,9 @@ def _reader(
             file,
             read_options=pacsv.ReadOptions(block_size=1 << 22),
             parse_options=pacsv.ParseOptions(delimiter="\t" if tsv else ","),
-            convert_options=pacsv.ConvertOptions(column_types=types),
+            # an empty field, quoted or not, is null in every column, as Spark reads it
+            # (--engine auto picks either by the input's size)
+            convert_options=pacsv.ConvertOptions(column_types=types, strings_can_be_null=True),
         )
     else:
         reader = pajson.open_json(
