@@ -944,6 +944,9 @@ def test_upsert_tables_from_the_command_line(wh: str, tmp_path: Path) -> None:
     assert out.split() == ["n,m", "1,3"]
     ok(wh, "create-table", "plain", "--like", str(tmp_path / "a.csv"), "-t", "ts")
     assert "has no primary key" in fails(wh, "upsert", "plain", str(tmp_path / "a.csv"))
+    assert "`lamina tables` lists" in fails(wh, "upsert", "nosuch", str(tmp_path / "a.csv"))
+    (tmp_path / "empty").mkdir()
+    assert "no data files in" in fails(wh, "upsert", "planes", str(tmp_path / "empty"))
     assert "has no primary key" in fails(wh, "keys", "plain")
     assert "give --primary-key too" in fails(
         wh, "create-table", "x", "--like", str(tmp_path / "a.csv"), "--delete-column", "alt",

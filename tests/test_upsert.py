@@ -214,6 +214,8 @@ def test_upsert_into_a_table_without_a_primary_key(cat: lamina.Catalog) -> None:
             "delete column: it is never merged",
         ),
         ({"comparison_column": "value"}, "primary_key"),
+        ({"primary_key": 5}, "name a column, or a list of columns"),
+        ({"primary_key": ["key", 5]}, "name a column, or a list of columns"),
     ],
 )
 def test_bad_definitions_are_refused(
@@ -222,6 +224,17 @@ def test_bad_definitions_are_refused(
     with pytest.raises(UpsertError, match=match):
         cat.create_table("bad", SCHEMA, time_column="ts", **kwargs)
     assert "bad" not in cat.list_tables()
+
+
+def test_bad_key_and_comparison_types_are_refused_with_advice_that_works(
+    cat: lamina.Catalog,
+) -> None:
+    schema = SCHEMA.append(pa.field("n", pa.null())).append(pa.field("l", pa.list_(pa.int64())))
+    with pytest.raises(UpsertError, match="'n' has type null .*give it a type"):
+        cat.create_table("bad", schema, time_column="ts", primary_key="n")
+    with pytest.raises(UpsertError, match="no order: use a numeric, decimal, date/time or bool"):
+        cat.create_table("bad", schema, time_column="ts", primary_key="key", comparison_column="l")
+    assert cat.list_tables() == []
 
 
 @pytest.mark.parametrize("column", ["file_row_number", "file_index"])

@@ -58,7 +58,7 @@ def create_table(
     schema: Annotated[
         str | None,
         typer.Option(
-            "--schema", "-s", help='Columns, e.g. "ts:timestamp[us, tz=UTC],k:int64,v:float64".'
+            "--schema", "-s", help='Columns, e.g. "ts:timestamp\\[us, tz=UTC],k:int64,v:float64".'
         ),
     ] = None,
     like: Annotated[

@@ -160,7 +160,7 @@ def upsert(
     from lamina.errors import UpsertError
 
     with connect(ctx, catalog, warehouse) as cat:
-        if cat.load_table(name).primary_key is None:
+        if load(cat, name).primary_key is None:
             raise UpsertError(
                 f"table {name!r} has no primary key: create it with `lamina create-table "
                 "--primary-key COLUMN`, or append with `lamina ingest`"

@@ -155,13 +155,22 @@ class UpsertSpec:
                 )
             return schema.field(col)
 
-        keys = (primary_key,) if isinstance(primary_key, str) else tuple(primary_key)
+        try:
+            keys = (primary_key,) if isinstance(primary_key, str) else tuple(primary_key)
+        except TypeError:
+            keys = (primary_key,)  # type: ignore[assignment]
+        if not all(isinstance(k, str) for k in keys):
+            raise UpsertError(f"primary_key={primary_key!r}: name a column, or a list of columns")
         if not keys:
             raise UpsertError("primary_key is empty: name one or more columns")
         if len(set(keys)) != len(keys):
             raise UpsertError(f"primary_key {list(keys)} names a column twice")
         for col in keys:
             f = field(col, "primary key column")
+            if pa.types.is_null(f.type):
+                raise UpsertError(
+                    f"primary key column {col!r} has type null (no values): give it a type"
+                )
             if f.nullable:
                 raise UpsertError(
                     f"primary key column {col!r} is nullable: declare it not null "
@@ -183,7 +192,7 @@ class UpsertSpec:
         if not (_is_ordered_scalar(f.type) or pa.types.is_boolean(f.type)):
             raise UpsertError(
                 f"comparison column {cmp_col!r} has type {f.type}, which has no order: use "
-                "a numeric, decimal, temporal or string column"
+                "a numeric, decimal, date/time or boolean column"
             )
 
         if delete_column is not None:

@@ -61,9 +61,15 @@ def format_of(paths: Sequence[str]) -> FileFormat:
                 "csv|json|parquet"
             )
         found.add(fmt)
+    if not found:
+        raise InputFileError(
+            f"no data files in {', '.join(paths)} (in a folder, files named *.csv, *.tsv, "
+            "*.json, *.jsonl, *.ndjson, *.parquet or *.pq, compressed or not); pass files or "
+            "folders holding some"
+        )
     if len(found) != 1:
-        what = "mixes " + " and ".join(sorted(f.value for f in found)) if found else "has no"
-        raise InputFileError(f"the input {what} data files; pass --format csv|json|parquet")
+        mixed = " and ".join(sorted(f.value for f in found))
+        raise InputFileError(f"the input mixes {mixed} data files; pass --format csv|json|parquet")
     return found.pop()
 
 
