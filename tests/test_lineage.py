@@ -873,6 +873,22 @@ def test_find_orphans_and_their_grace_period(t: lamina.Table, cat: lamina.Catalo
     sees(t, {1.0: 30})  # catalog files untouched
 
 
+def test_retention_never_deletes_the_files_of_a_write_still_open(
+    t: lamina.Table, cat: lamina.Catalog
+) -> None:
+    """However old its files (a long write, or ``now`` far ahead), a commit still open
+    keeps them: retention deleted them as orphans, then the commit published rows whose
+    files were gone and the table's snapshot could not be read (a retention hunt)."""
+    t.refresh(old())
+    t.set_properties(orphan_grace_period="0s")
+    with t.transaction() as tx:
+        tx.append(new(days=1))
+        assert cat.find_orphans()  # unregistered until the commit publishes
+        assert cat.run_retention(now=later(days=3)).orphan_files == 0
+    assert t.to_arrow().num_rows == 30 + 7
+    assert cat.find_orphans() == []
+
+
 def test_orphan_grace_period_is_a_table_property(t: lamina.Table, cat: lamina.Catalog) -> None:
     t.refresh(old())
     t.set_properties(orphan_grace_period="10s")

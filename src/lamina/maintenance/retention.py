@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from lamina.context import CatalogContext
 from lamina.core.interval import to_us
 from lamina.core.properties import setting
+from lamina.io.warehouse import commit_dir
 from lamina.meta import retention as rows
 from lamina.meta import tables, writers
 from lamina.meta.tables import now_us
@@ -60,19 +61,28 @@ def find_orphans(
     """Files under the tables' data and key index (``_keys``) directories that no
     catalog row names (relative paths): files of writes that died, snapshots of the key
     index a process wrote but did not register. ``with_grace``: only those older than
-    ``orphan_grace_period`` — a writer that is still writing is never robbed. Raises
+    ``orphan_grace_period`` and outside the directories of commits still open — a
+    writer that is still writing is never robbed, however long it writes (one found
+    dead is aborted, then cleaned: :func:`clean_failed_writes`). Raises
     TableNotFoundError."""
     at = now_us() if now is None else to_us(now)
     out: list[str] = []
     wh = ctx.warehouse
     for name in names:
         rec = tables.get_table(ctx.db, name)
-        known = rows.referenced_files(ctx.db, name)
         grace = setting(rec.properties, "orphan_grace_period") if with_grace else 0
         listed = wh.list_files(wh.path(f"{name}/data")) + wh.list_files(wh.path(f"{name}/_keys"))
+        # read after listing, open commits first: a file listed is either in a commit
+        # open then, or of one settled before, which the rows read next name if it won
+        writing = (
+            tuple(commit_dir(name, c) + "/" for c in writers.open_commits(ctx.db, rec.id))
+            if with_grace
+            else ()
+        )
+        known = rows.referenced_files(ctx.db, name)
         for info in listed:
             rel = info.path[len(wh.root) + 1 :]
-            if rel in known:
+            if rel in known or rel.startswith(writing):
                 continue
             mtime = info.mtime_ns // 1000 if info.mtime_ns is not None else 0
             if at - mtime >= grace:

@@ -182,6 +182,23 @@ def failed_commits(db: Db, table_id: int, stale_after_s: float) -> list[int]:
     return db.write(txn)
 
 
+def open_commits(db: Db, table_id: int) -> list[int]:
+    """Ids of the table's commits still open (a writer may be writing their files)."""
+    return list(
+        db.read(
+            lambda conn: (
+                conn.execute(
+                    select(commits.c.id).where(
+                        commits.c.table_id == table_id, commits.c.state.in_(OPEN_STATES)
+                    )
+                )
+                .scalars()
+                .all()
+            )
+        )
+    )
+
+
 def mark_cleaned(db: Db, commit_ids: Sequence[int]) -> None:
     """Record that the files of these aborted commits are gone."""
     if not commit_ids:
