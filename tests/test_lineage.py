@@ -873,6 +873,26 @@ def test_find_orphans_and_their_grace_period(t: lamina.Table, cat: lamina.Catalo
     sees(t, {1.0: 30})  # catalog files untouched
 
 
+def test_retention_of_a_push_that_replaced_nothing_keeps_time_travel_exact(
+    t: lamina.Table, cat: lamina.Catalog
+) -> None:
+    """A push into new days (its entry's segments_from empty), read between its two
+    batches: once retention drops the entry, that snapshot is refused; it read the
+    push's first batch before (a retention hunt)."""
+    t.set_properties(replaced_segments_retention="0s")
+    t.refresh(old())
+    with t.push() as p:
+        p.append(events(days=1, per_day=2, start="2024-03-01"))
+        mid = t.history()[-1].id
+        p.append(events(days=1, per_day=3, start="2024-03-02"))
+    assert arrow_vals(t, mid) == {1.0: 30}  # the push does not show until it ends
+    cat.run_retention(now=later(seconds=1))
+    assert t.lineage() == []
+    with pytest.raises(lamina.SnapshotNotFoundError, match="no longer readable"):
+        t.to_arrow(as_of=mid)
+    assert t.count() == 30 + 5
+
+
 def test_retention_never_deletes_the_files_of_a_write_still_open(
     t: lamina.Table, cat: lamina.Catalog
 ) -> None:

@@ -40,8 +40,9 @@ def retention(
             age = now - int(row.timestamp)
             if entry.state == LineageState.COMPLETED and age >= replaced_after_us:
                 gone = set(entry.segments_from)
-                if gone:  # snapshots before the swap read them
-                    purge = max(purge, int(row.completed_seq))
+                # snapshots before the swap read segments_from, and the entry hid its
+                # segments_to from them: without it they would show a push half done
+                purge = max(purge, int(row.completed_seq))
             elif entry.state == LineageState.REVERTED or (
                 entry.state == LineageState.IN_PROGRESS and age >= lineage_after_us
             ):
