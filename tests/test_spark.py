@@ -422,3 +422,42 @@ def test_spark_upserts_and_a_restarted_stream_applies_no_batch_twice(
     pq.write_table(rows(("c", 1, 9), ("d", 4, 4)), src / "2.parquet")  # c's is older
     run()
     assert latest(t) == {"a": 2, "c": 3, "d": 4}
+
+
+def test_spark_upserts_as_the_local_path_does(spark: Any, cat: lamina.Catalog) -> None:
+    """What a Spark-path hunt found: ties inside one DataFrame went to whichever file
+    the directory listing gave first (now: by Spark partition, as the DataFrame's order
+    is); a null in a NOT NULL column was published; an empty micro-batch failed (and
+    with it every restart of a stream); an overwrite from Spark failed on pyspark's
+    Arrow stream; a zoned time in the last µs of a day far from 1970 went to the next day."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    schema = pa.schema(
+        [pa.field("k", pa.int64(), False), pa.field("ts", pa.timestamp("us", "UTC")),
+         pa.field("c", pa.int64()), pa.field("p", pa.int64()), pa.field("req", pa.int64(), False)]
+    )  # fmt: skip
+    t = cat.create_table("u", schema, time_column="ts", primary_key="k", comparison_column="c")
+    day = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+    rows = [(1, day, 5, p, 0) for p in range(8)]  # one key, one comparison value
+    df = spark.createDataFrame(rows, "k long, ts timestamp, c long, p long, req long")
+    df = df.repartitionByRange(8, "p")  # partition i holds p = i: the DataFrame's order
+    assert [r.p for r in df.collect()] == list(range(8))
+    t.upsert(df)
+    assert t.to_arrow()["p"].to_pylist() == [7]  # a tie: the last row wins
+    history = t.history()
+    bad = spark.createDataFrame(
+        [(2, day, 1, 0, None)], "k long, ts timestamp, c long, p long, req long"
+    )
+    with pytest.raises(errors.SchemaError, match="'req' is NOT NULL"):
+        t.upsert(bad)
+    assert [c.id for c in t.history() if c.state == "COMPLETED"] == [history[-1].id]
+    t.upsert(df.limit(0))  # an empty micro-batch: a commit with no records
+    assert t.count() == 1
+    t.overwrite(spark.createDataFrame([(3, day, 1, 9, 0)], df.schema))  # the day goes
+    assert t.to_arrow()["k"].to_pylist() == [3]
+    far = dt.datetime(2300, 1, 1, 23, 59, 59, 999999, tzinfo=dt.UTC)
+    t.upsert(spark.createDataFrame([(4, far, 1, 0, 0)], df.schema))
+    (seg,) = [s for s in t.segments() if str(s.interval).startswith("2300")]
+    assert str(seg.interval) == "2300-01-01T00:00:00Z/2300-01-02T00:00:00Z"

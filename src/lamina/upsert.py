@@ -67,9 +67,10 @@ def records_of(spec: UpsertSpec, rec: TableRecord, data: Any) -> pa.Table:
     null); a delete column left out comes as false (not a delete, and kept by SQL's
     ``WHERE NOT deleted``). Raises SchemaError (a column missing elsewhere, an unknown
     one, a type)."""
-    from lamina.io.arrow import conform, storage_schema, to_arrow_table
+    from lamina.io.arrow import conform, is_spark_dataframe, storage_schema, to_arrow_table
 
-    batch = to_arrow_table(data)
+    # a Spark DataFrame's Arrow stream takes no time zone (pyspark asserts on timestamps)
+    batch = to_arrow_table(data.toArrow() if is_spark_dataframe(data) else data)
     if spec.is_partial:
         need = {*spec.primary_key, spec.comparison_column, rec.time_column}
         for f in storage_schema(rec.schema):
@@ -112,7 +113,7 @@ def upsert(
             None,
             metadata,
             txn=txn,
-            upsert=lambda files: _written(spec, wh, [f.location for f in files]),
+            upsert=lambda files: _written(spec, wh, [f.location for f in files], rec.schema),
         )
     else:
         batch = records_of(spec, rec, data)
@@ -324,14 +325,19 @@ def _columns(spec: UpsertSpec) -> list[str]:
 
 
 def _read_back(
-    spec: UpsertSpec, wh: Warehouse, locations: list[str]
+    spec: UpsertSpec, wh: Warehouse, locations: list[str], schema: pa.Schema | None = None
 ) -> tuple[pa.Table, tuple[np.ndarray, ...]]:
     """The resolving columns of files an engine wrote (Spark), in file order, and per
-    file its rows there. Raises UpsertError for no file."""
+    file its rows there; no records for no file, given the table's ``schema``. Raises
+    UpsertError for no file without it."""
     import pyarrow.parquet as pq
 
     cols = _columns(spec)
     parts = [pq.read_table(wh.path(loc), columns=cols, filesystem=wh.fs) for loc in locations]
+    if not parts and schema is not None:  # an empty input (a micro-batch a filter emptied)
+        from lamina.io.arrow import storage_schema
+
+        return storage_schema(schema).empty_table().select(cols), ()
     if not parts:
         raise UpsertError("the upsert wrote no file: nothing to resolve")
     sizes = np.cumsum([0, *(p.num_rows for p in parts)])
@@ -339,12 +345,14 @@ def _read_back(
     return pa.concat_tables(parts), file_rows
 
 
-def _written(spec: UpsertSpec, wh: Warehouse, locations: list[str]) -> UpsertBatch:
+def _written(
+    spec: UpsertSpec, wh: Warehouse, locations: list[str], schema: pa.Schema | None = None
+) -> UpsertBatch:
     """The records of files an engine wrote (Spark), read back (key, comparison and
     delete columns only) in file order. Raises UpsertError (null keys...)."""
     from lamina.core.keyhash import key_hashes
 
-    batch, file_rows = _read_back(spec, wh, locations)
+    batch, file_rows = _read_back(spec, wh, locations, schema)
     return UpsertBatch(
         spec, resolve_batch(batch, spec), key_hashes(batch, spec.primary_key), file_rows
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import sys
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -182,10 +183,11 @@ def _chunk_expr(column: str, field_type: pa.DataType, granularity: Granularity) 
     elif field_type.tz is None:
         date, hour = F.to_date(c), F.hour(c)  # wall-clock fields of a TIMESTAMP_NTZ
     else:
-        micros = F.unix_micros(c)
-        days = F.floor(micros / day_us)
+        # in whole numbers: a double loses the last µs of a day far from 1970
+        us = f"unix_micros(`{column.replace('`', '``')}`)"
+        days = F.expr(f"div({us} - pmod({us}, {day_us}L), {day_us}L)")
         date = F.date_from_unix_date(days.cast("int"))
-        hour = F.floor((micros - days * day_us) / hour_us)
+        hour = F.expr(f"div(pmod({us}, {day_us}L), {hour_us}L)")
     if granularity is Granularity.HOUR:
         return F.unix_date(date).cast("long") * day_us + hour.cast("long") * hour_us
     unit = {
@@ -219,7 +221,7 @@ def spark_producer(
         path = wh.path(commit_rel)
         with _micros_parquet(spark), _cancelled_when_lost(spark, guard_of(path), commit_rel):
             writer.parquet(wh.uri(path))
-        return _collect_files(wh, commit_rel, rec.granularity, rec.time_column)
+        return _collect_files(wh, commit_rel, rec.granularity, rec.time_column, rec.schema)
 
     return produce
 
@@ -257,9 +259,15 @@ def spark_rewrite(
 
 
 def _collect_files(
-    wh: Warehouse, commit_rel: str, granularity: Granularity, time_column: str | None
+    wh: Warehouse,
+    commit_rel: str,
+    granularity: Granularity,
+    time_column: str | None,
+    schema: pa.Schema | None = None,
 ) -> list[NewSegment]:
-    """Describe what Spark wrote: chunk from the directory, stats from the footers."""
+    """Describe what Spark wrote (chunk from the directory, stats from the footers), in
+    the order of its rows (:func:`_task_order`). Raises SchemaError for a null in a NOT
+    NULL column of ``schema``, TimeColumnError for a null time."""
     base = wh.path(commit_rel)
     out = []
     for info in wh.list_files(base):
@@ -283,7 +291,37 @@ def _collect_files(
         meta = pq.read_metadata(info.path, filesystem=wh.fs)
         lo, hi = _time_stats(meta, time_column)
         out.append(NewSegment(chunk, rel, meta.num_rows, int(info.size or 0), lo, hi))
-    return out
+        _check_not_null(meta, schema, rel)
+    return sorted(out, key=_task_order)
+
+
+def _task_order(seg: NewSegment) -> tuple[int, int, str]:
+    """The order of the rows Spark wrote: by task (its input partition: ``part-N``),
+    then time chunk, then file (a task's files in one chunk are numbered in order)."""
+    m = re.search(r"part-(\d+)", seg.location.rsplit("/", 1)[-1])
+    return (int(m.group(1)) if m else -1, seg.chunk.start, seg.location)
+
+
+def _check_not_null(meta: pq.FileMetaData, schema: pa.Schema | None, rel: str) -> None:
+    """SchemaError when a NOT NULL column of ``schema`` holds nulls in the file Spark
+    wrote (its footer counts them; Spark's own schema is nullable throughout)."""
+    if schema is None:
+        return
+    names = [meta.schema.column(i).path for i in range(meta.num_columns)]
+    for f in schema:
+        if f.nullable or f.name not in names:
+            continue
+        i = names.index(f.name)
+        nulls = 0
+        for g in range(meta.num_row_groups):
+            stats = meta.row_group(g).column(i).statistics
+            if stats is not None and stats.has_null_count:  # else it cannot tell
+                nulls += stats.null_count
+        if nulls:
+            raise SchemaError(
+                f"column {f.name!r} is NOT NULL in the table, but the data holds nulls there "
+                f"(in {rel}): fill or drop them"
+            )
 
 
 def _time_stats(meta: pq.FileMetaData, column: str | None) -> tuple[int | None, int | None]:
