@@ -893,6 +893,28 @@ def test_retention_of_a_push_that_replaced_nothing_keeps_time_travel_exact(
     assert t.count() == 30 + 5
 
 
+def test_dropping_a_rolled_back_delete_keeps_time_travel_exact(
+    t: lamina.Table, cat: lamina.Catalog
+) -> None:
+    """An atomic delete (segments_to empty), rolled back; then retention (here the
+    lineage-only run a failed push makes) drops its entry. The snapshot where the
+    delete showed is refused from then on; it showed the deleted rows again (a lineage
+    hunt)."""
+    t.refresh(old())
+    gone = live_ids(t)[0]
+    entry = t.start_replace([gone], [])
+    t.end_replace(entry)
+    deleted = t.history()[-1].id
+    without = arrow_vals(t, deleted)
+    t.revert_replace(entry)
+    assert arrow_vals(t, deleted) == without  # the rollback does not change the past
+    cat.run_retention(lineage_only=True)
+    assert entry not in {e.id for e in t.lineage()}
+    with pytest.raises(lamina.SnapshotNotFoundError, match="no longer readable"):
+        t.to_arrow(as_of=deleted)
+    sees(t, {1.0: 30})
+
+
 def test_retention_never_deletes_the_files_of_a_write_still_open(
     t: lamina.Table, cat: lamina.Catalog
 ) -> None:

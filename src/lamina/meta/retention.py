@@ -47,8 +47,8 @@ def retention(
                 entry.state == LineageState.IN_PROGRESS and age >= lineage_after_us
             ):
                 gone = set(entry.segments_to)
-                if gone and row.completed_seq is not None:  # was visible for a while
-                    purge = max(purge, int(row.reverted_seq))
+                if row.completed_seq is not None:  # swapped for a while: those snapshots
+                    purge = max(purge, int(row.reverted_seq))  # read it through the entry
             else:
                 continue
             garbage += delete_rows(conn, table_id, gone)
