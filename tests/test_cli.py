@@ -415,6 +415,9 @@ def test_retention_and_orphans(wh: str, pushed: lamina.Table) -> None:
     out = ok(wh, "retention", "--now", "2100-01-01T00:00:00Z", "--table", "events")
     assert "retention on 1 table: deleted 0 segment files and 1 orphan file" in out
     assert not stray.exists() and pushed.count() == 9
+    first = min(c.id for c in pushed.history() if c.state == "COMPLETED")
+    purged = fails(wh, "segments", "events", "--as-of", str(first))  # the reason, kept
+    assert "is no longer readable" in purged and "`lamina history events`" in purged
     assert run(wh, "orphans").stdout == ""
 
     assert "cannot read 'yesterday'" in fails(wh, "retention", "--now", "yesterday")
@@ -569,6 +572,24 @@ def test_query_csv_and_json_agree(wh: str, events: lamina.Table) -> None:
     assert [r["k"] for r in data] == [0, 1, 2, 100, 200, 201]
     assert rows[3] == {"k": "100", "v": "0.0", "ts": "2024-01-01T00:00:00+00:00", "big": "false"}
     assert data[4]["big"] is True and data[4]["ts"] == "2024-01-02T00:00:00+00:00"
+
+
+@pytest.mark.parametrize("extra", ["", ", [1] AS l, [2] AS l"])  # plain rows, Arrow
+def test_query_output_keeps_repeated_names_and_non_finite_numbers(
+    wh: str, events: lamina.Table, extra: str
+) -> None:
+    """Rows were dicts by column name: the last of two columns named alike showed in
+    both; NaN and infinities went out as JSON that JSON parsers refuse."""
+    sql = f"SELECT 1 AS a, 2 AS a, 'nan'::DOUBLE AS x, -'inf'::DOUBLE AS y{extra}"
+    (row,) = json.loads(ok(wh, "query", sql, "-f", "json"), parse_constant=_refuse)
+    assert [row["a"], row["a_1"], row["x"], row["y"]] == [1, 2, "NaN", "-Infinity"]
+    assert ok(wh, "query", sql, "-f", "csv").splitlines()[0].startswith("a,a_1,x,y")
+    table = ok(wh, "query", sql).splitlines()
+    assert table[0].split()[:2] == ["a", "a"] and table[1].split()[:2] == ["1", "2"]
+
+
+def _refuse(constant: str) -> None:
+    raise ValueError(f"not JSON: {constant}")
 
 
 def test_unknown_output_format_is_a_usage_error(wh: str, events: lamina.Table) -> None:

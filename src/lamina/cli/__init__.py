@@ -231,10 +231,10 @@ def snapshot(t: lamina.Table, as_of: int | None, all_published: bool) -> Snapsho
     """The table's snapshot; SnapshotNotFoundError saying how to list the commits."""
     try:
         return t.snapshot(as_of, all_published=all_published)
-    except SnapshotNotFoundError:
+    except SnapshotNotFoundError as exc:  # the reason stays; the advice is the CLI's
+        why = str(exc).split("; ")[0]
         raise SnapshotNotFoundError(
-            f"table {t.name!r} has no completed commit {as_of}; `lamina history {t.name}` "
-            "lists the commits you can read"
+            f"{why}; `lamina history {t.name}` lists the commits you can read"
         ) from None
 
 

@@ -8,6 +8,7 @@ import datetime as dt
 import decimal
 import enum
 import json
+import math
 import os
 import re
 import sys
@@ -90,7 +91,11 @@ def when(value: dt.datetime | None) -> str:
 
 
 def plain(value: Any) -> Any:
-    """A JSON/CSV-friendly form of a value (datetimes ISO-8601, decimals as text...)."""
+    """A JSON/CSV-friendly form of a value (datetimes ISO-8601, decimals as text, NaN
+    and infinities as the strings "NaN", "Infinity", "-Infinity": JSON has no such
+    numbers...)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, dt.datetime | dt.date | dt.time):
         return value.isoformat()
     if isinstance(value, dt.timedelta):
@@ -202,10 +207,31 @@ def emit_arrow(result: pa.Table, fmt: OutputFormat, limit: int) -> None:
     with a note of how many rows there are."""
     import pyarrow as pa
 
+    names = result.column_names
+    keys = unique_names(names)
+    result = result.rename_columns(keys)
     rows = result.slice(0, limit).to_pylist() if limit else result.to_pylist()
     numeric = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal)
-    columns = [Column(f.name, right=any(t(f.type) for t in numeric)) for f in result.schema]
+    columns = [
+        Column(k, header=name, right=any(t(f.type) for t in numeric))
+        for k, name, f in zip(keys, names, result.schema, strict=True)
+    ]
     _emit_result(columns, rows, result.num_rows, fmt)
+
+
+def unique_names(names: Sequence[str]) -> list[str]:
+    """``names`` with repeats renamed as DuckDB renames them (``a``, ``a_1``, ...): a
+    result's rows are read by column name."""
+    taken: set[str] = set()
+    out = []
+    for name in names:
+        key, i = name, 0
+        while key in taken:
+            i += 1
+            key = f"{name}_{i}"
+        taken.add(key)
+        out.append(key)
+    return out
 
 
 @dataclass(frozen=True)
@@ -234,8 +260,8 @@ def fetch_result(rel: duckdb.DuckDBPyRelation | None) -> Rows | pa.Table:
 
         return to_arrow(rel)
     columns = [
-        Column(name, right=_NUMERIC.fullmatch(t) is not None)
-        for name, t in zip(rel.columns, types, strict=True)
+        Column(key, header=name, right=_NUMERIC.fullmatch(t) is not None)
+        for key, name, t in zip(unique_names(rel.columns), rel.columns, types, strict=True)
     ]
     return Rows(columns, rel.fetchall())
 
