@@ -275,3 +275,29 @@ def test_time32_comparison_columns_and_narrow_decimal_keys_upsert(cat: lamina.Ca
         t.upsert(batch(("1.00", 4, "11.00", 4), ("2.00", 7, "0.50", 5)))
     assert sorted(by_time.to_arrow()["v"].to_pylist()) == [3, 5]  # by time of day
     assert sorted(by_dec.to_arrow()["v"].to_pylist()) == [2, 4]  # by amount
+
+
+def test_sorting_by_a_column_without_an_order_is_refused(cat: lamina.Catalog) -> None:
+    """A list column in sort_by: an Arrow error mid-compaction (a 500 over REST, and
+    every auto-compaction run of the table failing once set as its policy)."""
+    schema = SCHEMA.append(pa.field("tags", pa.list_(pa.string())))
+    t = cat.create_table("t", schema, time_column="ts")
+    t.append(events(days=1, per_day=3).append_column("tags", pa.array([["a"]] * 3)))
+    history = t.history()
+    with pytest.raises(errors.CompactionError, match="'tags' of type list<.*has no order"):
+        t.compact(mode="major", sort_by=["tags"])
+    with pytest.raises(errors.CompactionError, match="sort_by names 'tags'"):
+        t.set_properties(**{"compaction.sort_by": "tags"})
+    with pytest.raises(errors.CompactionError, match="sort_by names 'tags'"):
+        cat.create_table("u", schema, time_column="ts", properties={"compaction.sort_by": "tags"})
+    assert t.history() == history and "u" not in cat.list_tables()
+
+
+def test_durations_and_commit_ids_out_of_range_are_refused_typed(table: lamina.Table) -> None:
+    """OverflowErrors before: a retention period of 10^15 days stopped every table's
+    retention run; an as_of of 2^63 or more stopped the read."""
+    with pytest.raises(errors.PropertyError, match="too long; at most 36500d"):
+        table.set_properties(replaced_segments_retention="999999999999999d")
+    for big in (2**63, -(2**63) - 1):
+        with pytest.raises(errors.SnapshotNotFoundError, match="no completed commit"):
+            table.to_arrow(as_of=big)

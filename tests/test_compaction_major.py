@@ -127,7 +127,7 @@ def test_bad_major_compactions_are_typed_and_change_nothing(cat: lamina.Catalog)
     t = hourly(cat)
     before = [c.id for c in t.history()]
     bad = [
-        ({"sort_by": ["nope"]}, "sort_by column 'nope'"),
+        ({"sort_by": ["nope"]}, "sort_by names 'nope', not a column"),
         ({"segment_granularity": "FORTNIGHT"}, "segment_granularity"),
         ({"segment_granularity": "DAY", "interval": ("2024-01-01T05:00", "2024-01-02")},
          "must align"),
@@ -143,3 +143,17 @@ def test_bad_major_compactions_are_typed_and_change_nothing(cat: lamina.Catalog)
     with pytest.raises(lamina.CompactionError, match="mode='major'"):
         t.compact(sort_by=["v"])
     assert [c.id for c in t.history()] == before
+
+
+def test_a_major_compaction_of_a_wide_interval_rewrites_only_chunks_with_data(
+    cat: lamina.Catalog,
+) -> None:
+    """1900-2100 over one day of data: one segment, not an empty one per day of two
+    centuries (73,049 catalog rows and 15 s; 0001-9999 ran for more than 10 minutes)."""
+    t = hourly(cat)
+    n, before = t.count(), len(t.segments(all=True))
+    c = t.compact(mode="major", segment_granularity="DAY", interval=("1900-01-01", "2100-01-01"))
+    assert c is not None and t.count() == n
+    added = len(t.segments(all=True)) - before
+    assert 0 < added <= 3  # the data's days
+    assert t.compact(mode="major", interval=("2200-01-01", "2300-01-01")) is None  # no data

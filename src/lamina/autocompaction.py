@@ -39,7 +39,7 @@ def policy(table: Table) -> Policy:
     got = dataclasses.replace(got, chunk_granularity=got.segment_granularity)
     if got.segment_granularity is table.granularity:
         got = dataclasses.replace(got, segment_granularity=None)
-    check_policy(got, table.schema.names, table.time_column, table.granularity)
+    check_policy(got, table.schema, table.time_column, table.granularity)
     return got
 
 

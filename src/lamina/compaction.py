@@ -432,7 +432,29 @@ def _layout(table: Table, interval: Interval | None, granularity: Granularity) -
                 f"{granularity.value} chunks — choose an interval (or granularity) where "
                 "they nest"
             ) from None
-    return iv
+    return _clipped(table, iv, granularity)
+
+
+def _clipped(table: Table, iv: Interval, granularity: Granularity) -> Interval | None:
+    """``iv`` cut to the whole chunks (of both granularities) that hold its live data;
+    None without any. A chunk without data needs no rewrite, and the empty segment a
+    compaction leaves in each chunk it rewrites is a catalog row: 0001/9999 made
+    millions of them."""
+    from lamina.core.autocompact import nest
+
+    held = [
+        s.interval
+        for s in table.snapshot().segments
+        if s.location is not None and s.interval.overlaps(iv)
+    ]
+    if not held:
+        return None
+    lo, hi = min(h.start for h in held), max(h.end for h in held)
+    if nest(table.granularity, granularity):
+        for g in (table.granularity, granularity):
+            lo, hi = g.floor(max(lo, iv.start)), g.chunk(min(hi, iv.end) - 1).end
+    lo, hi = max(lo, iv.start), min(hi, iv.end)
+    return Interval.of(lo, hi) if lo < hi else None
 
 
 def compact_major(
@@ -460,13 +482,9 @@ def compact_major(
         )
     except InvalidGranularityError as exc:
         raise CompactionError(f"segment_granularity: {exc}") from None
-    names = set(table.schema.names)
-    missing = [c for c in sort_by or () if c not in names]
-    if missing:
-        raise CompactionError(
-            f"sort_by column {missing[0]!r} is not a column of the table "
-            f"(columns: {', '.join(table.schema.names)})"
-        )
+    from lamina.core.autocompact import check_sort_by
+
+    check_sort_by(table.schema, sort_by or ())
     spec = None if rollup is None else Rollup.parse(rollup, table.schema, table.time_column)
     if spec is not None and "upsert.primary_key" in table._record.properties:
         from lamina.errors import UpsertError

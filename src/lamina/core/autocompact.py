@@ -30,13 +30,16 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lamina.core.compaction import plan_minor
 from lamina.core.interval import MIN_US, Granularity, Interval
 from lamina.core.properties import duration_us
 from lamina.core.segment import Segment
 from lamina.errors import CompactionError, PropertyError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 PREFIX = "compaction."
 KEYS = (
@@ -373,15 +376,33 @@ def nest(a: Granularity, b: Granularity) -> bool:
     return a is b or Granularity.ALL in (a, b) or (a, b) in _NESTS or (b, a) in _NESTS
 
 
+def check_sort_by(schema: pa.Schema, columns: Sequence[str], what: str = "sort_by") -> None:
+    """Raises CompactionError for a column the schema lacks or cannot sort by (a list,
+    struct or map has no order)."""
+    import pyarrow as pa
+
+    for col in columns:
+        if col not in schema.names:
+            raise CompactionError(
+                f"{what} names {col!r}, not a column of the table "
+                f"(columns: {', '.join(schema.names)})"
+            )
+        t = schema.field(col).type
+        if pa.types.is_nested(t):
+            raise CompactionError(
+                f"{what} names {col!r} of type {t}, which has no order: sort by scalar columns"
+            )
+
+
 def check_policy(
     policy: Policy,
-    schema_names: Sequence[str],
+    schema: pa.Schema,
     time_column: str | None = None,
     granularity: Granularity | None = None,
 ) -> None:
-    """Raises CompactionError when the policy names unknown columns, or asks for a
-    segment granularity the table's chunks (``granularity``; a table without
-    ``time_column`` has one chunk) do not nest with."""
+    """Raises CompactionError when the policy names unknown columns or sorts by a
+    column without an order, or asks for a segment granularity the table's chunks
+    (``granularity``; a table without ``time_column`` has one chunk) do not nest with."""
     target = policy.segment_granularity
     if target is not None and granularity is not None and target is not granularity:
         if time_column is None and target is not Granularity.ALL:
@@ -395,6 +416,4 @@ def check_policy(
                 f"{granularity.value} chunks do not nest (a week can span two months); "
                 "choose a granularity they nest with"
             )
-    for col in policy.sort_by:
-        if col not in schema_names:
-            raise CompactionError(f"{PREFIX}sort_by names {col!r}, not a column of the table")
+    check_sort_by(schema, policy.sort_by, f"{PREFIX}sort_by")

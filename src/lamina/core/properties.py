@@ -24,7 +24,14 @@ def duration_us(text: str, name: str = "duration") -> int:
             f"{name} = {text!r} is not a duration; write a number and a unit s, m, h or d "
             "(e.g. 0s, 30m, 24h, 7d)"
         )
-    return int(float(m.group(1)) * _UNITS[m.group(2)] * 1_000_000)
+    us = int(float(m.group(1)) * _UNITS[m.group(2)] * 1_000_000)
+    if us > _LONGEST_US:
+        raise PropertyError(f"{name} = {text!r} is too long; at most 36500d (100 years)")
+    return us
+
+
+#: the longest duration a property takes: times in µs stay far inside 64-bit integers
+_LONGEST_US = 36_500 * 86_400 * 1_000_000
 
 
 def check_properties(props: dict[str, str]) -> dict[str, str]:

@@ -68,11 +68,16 @@ def resolve(conn: Connection, table_id: int, name: str, as_of: AsOf) -> tuple[in
             select(commits.c.id).where(commits.c.table_id == table_id, commits.c.seq == seq)
         ).scalar()
         return seq, commit_id
-    row = conn.execute(
-        select(commits.c.seq, commits.c.state).where(
-            commits.c.id == as_of, commits.c.table_id == table_id
-        )
-    ).first()
+    in_range = -(2**63) <= as_of < 2**63  # a catalog id is a 64-bit integer
+    row = (
+        conn.execute(
+            select(commits.c.seq, commits.c.state).where(
+                commits.c.id == as_of, commits.c.table_id == table_id
+            )
+        ).first()
+        if in_range
+        else None
+    )
     if row is None or row.seq is None:
         state = "no such commit" if row is None else row.state
         raise SnapshotNotFoundError(
