@@ -581,7 +581,14 @@ def test_random_upserts_match_the_model(catalog_url: str, tmp_path: Path) -> Non
         _check(cat, t, model, run, by_seq)
         kinds = Counter(c.action for c in by_seq.values())
         majors = sum(1 for c in by_seq.values() if c.metadata.get("compaction") == "major")
-        assert kinds["UPSERT"] > 30 and kinds["COMPACT"] and majors and len(run.seen) > 10
+        failed = Counter(
+            f"{r['failed']}: {r['why'][:120]}"
+            for r in _lines(tmp_path / "c.jsonl")
+            if "failed" in r
+        )  # why compactions did not land, if none did
+        assert kinds["UPSERT"] > 30 and kinds["COMPACT"] and majors and len(run.seen) > 10, (
+            f"commits {dict(kinds)}, {majors} major; compactions refused: {dict(failed)}"
+        )
         print(
             f"\n[{catalog_url.split(':')[0]}] {run.seconds:.1f} s, commits {dict(kinds)}, "
             f"{len(model.since)} records, {len(run.seen)} reads"
