@@ -15,6 +15,7 @@ import pytest
 
 import lamina
 from lamina import compaction
+from lamina.core.interval import Interval
 from lamina.core.segment import OVERWRITE_PARTITION_START
 from lamina.io import background
 from tests.helpers import SCHEMA, events
@@ -200,6 +201,33 @@ def test_segments_a_lineage_entry_names_are_not_compacted(cat: lamina.Catalog) -
     c = t.compact()
     assert c is not None and len(c.removed) == 3
     assert not pushed & set(c.removed)  # the push's segments stay (it may be reverted)
+
+
+def test_a_major_compaction_leaves_the_sources_a_revertible_entry_hides(
+    cat: lamina.Catalog,
+) -> None:
+    """An atomic delete of one day (a completed entry, still revertible) between two
+    days of data: a major compaction over them would overshadow the deleted day's
+    segment, and rolling the delete back would bring nothing back. It is refused, as
+    for the segments such an entry shows (a lineage hunt found the rollback empty)."""
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    for day in ("2024-01-03", "2024-01-10", "2024-01-12"):
+        t.append(events(days=1, per_day=4, start=day))
+    (held,) = [
+        s.id
+        for s in t.segments()
+        if s.interval.start == Interval.parse("2024-01-10/2024-01-11").start
+    ]
+    entry = t.start_replace([held], [])
+    t.end_replace(entry)
+    history = t.history()
+    with pytest.raises(lamina.CommitConflictError, match=f"{held} is named by lineage entry"):
+        t.compact(mode="major", interval=("2024-01-01", "2024-01-15"))
+    assert [c.id for c in t.history() if c.state == "COMPLETED"] == [
+        c.id for c in history if c.state == "COMPLETED"
+    ]
+    t.revert_replace(entry)
+    assert t.count() == 12
 
 
 def test_bad_compaction_requests_are_typed_and_change_nothing(cat: lamina.Catalog) -> None:

@@ -171,8 +171,11 @@ def _publish(
             gone = overshadowed(live, new)
             if plan.upsert is not None and not plan.rewrite:
                 checks.refuse_partial(live, gone, plan.remove_ids, plan.overwrite)
-            if plan.rewrite:
-                checks.check_unnamed(gone, current)
+            if plan.rewrite:  # the sources a completed entry hides count: a rollback
+                sources = _replaced_sources(conn, table, current, span)  # shows them
+                held = {s.id for s in sources}
+                retired = [s for s in overshadowed([*live, *sources], new) if s.id in held]
+                checks.check_unnamed(gone + retired, current)
             else:  # and the sources a completed entry hides: a rollback shows none
                 gone += overshadowed(_replaced_sources(conn, table, current, span), new)
             removed = {s.id for s in gone}

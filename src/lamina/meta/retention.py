@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, select
+from collections.abc import Sequence
+
+from sqlalchemy import Connection, func, select
 
 from lamina.core.lineage import LineageState
 from lamina.meta import lineage as entries_rows
@@ -40,9 +42,11 @@ def retention(
             age = now - int(row.timestamp)
             if entry.state == LineageState.COMPLETED and age >= replaced_after_us:
                 gone = set(entry.segments_from)
-                # snapshots before the swap read segments_from, and the entry hid its
-                # segments_to from them: without it they would show a push half done
-                purge = max(purge, int(row.completed_seq))
+                # snapshots before the swap read segments_from (deleted now), and those
+                # after the push's first batch had the entry hide it: without it they
+                # would show a push half done (a one-commit push has no such snapshot)
+                if gone or _shown_before(conn, table_id, entry.segments_to, row.completed_seq):
+                    purge = max(purge, int(row.completed_seq))
             elif entry.state == LineageState.REVERTED or (
                 entry.state == LineageState.IN_PROGRESS and age >= lineage_after_us
             ):
@@ -71,6 +75,20 @@ def retention(
         return garbage
 
     return db.write(txn)
+
+
+def _shown_before(conn: Connection, table_id: int, ids: Sequence[str], seq: int) -> bool:
+    """Whether a snapshot before ``seq`` holds one of the segments ``ids``."""
+    ids = list(ids)
+    for i in range(0, len(ids), 500):  # bound the statement's parameters
+        first = conn.execute(
+            select(func.min(segments.c.added_seq)).where(
+                segments.c.table_id == table_id, segments.c.segment_id.in_(ids[i : i + 500])
+            )
+        ).scalar()
+        if first is not None and int(first) < int(seq):
+            return True
+    return False
 
 
 def referenced_files(db: Db, name: str) -> set[str]:
