@@ -915,6 +915,25 @@ def test_dropping_a_rolled_back_delete_keeps_time_travel_exact(
     sees(t, {1.0: 30})
 
 
+def test_a_push_ends_beside_a_newer_version_of_another_day_of_its_chunk(
+    cat: lamina.Catalog,
+) -> None:
+    """A MONTH segment, one day of it overwritten at a newer version, then a push into
+    another day (it lands in the MONTH chunk, as an append does): no row of it is
+    hidden, so it ends (it was refused as hidden by a newer version; a lineage hunt)."""
+    t = cat.create_table("m", schema=SCHEMA, time_column="ts")
+    t.append(events(days=20, per_day=2, start="2024-01-01"))
+    t.compact(mode="major", segment_granularity="MONTH", interval=("2024-01-01", "2024-02-01"))
+    t.overwrite(
+        events(days=1, per_day=3, start="2024-01-10"), interval=("2024-01-10", "2024-01-11")
+    )
+    t.set_properties(consistent_push=True)
+    with t.push() as p:
+        p.append(events(days=1, per_day=4, start="2024-01-05", value=7.0))
+    assert t.count() == 40 - 2 + 3 + 4
+    assert arrow_vals(t).get(7.0) == 4
+
+
 def test_retention_never_deletes_the_files_of_a_write_still_open(
     t: lamina.Table, cat: lamina.Catalog
 ) -> None:

@@ -142,11 +142,17 @@ def append_segments(
 
 
 def hidden_by_newer(visible: Iterable[Segment], mine: Iterable[Segment]) -> Segment | None:
-    """The first of ``mine`` that a higher version among ``visible`` would hide."""
+    """The first of ``mine`` that a higher version among ``visible`` would hide where
+    it holds rows (between its first and last row's time: a newer version of one day
+    of a MONTH chunk hides nothing of rows on other days)."""
     timeline = Timeline.build(visible)
     for seg in mine:
         timeline.add(seg)
-        if any(e.version > seg.version for e in timeline.lookup(seg.interval)):
+        span = seg.interval
+        if seg.min_time is not None and seg.max_time is not None:
+            rows = Interval.of(seg.min_time, seg.max_time + 1)
+            span = Interval.of(max(span.start, rows.start), min(span.end, rows.end))
+        if any(e.version > seg.version for e in timeline.lookup(span)):
             return seg
     return None
 
