@@ -230,6 +230,24 @@ def test_a_major_compaction_leaves_the_sources_a_revertible_entry_hides(
     assert t.count() == 12
 
 
+def test_a_major_compaction_leaves_a_named_segment_it_would_hide_in_part(
+    cat: lamina.Catalog,
+) -> None:
+    """A push's segment in a MONTH chunk, still revertible; a WEEK compaction of the
+    first half of the month would hide it in part and copy its rows: rolling the push
+    back then left the copies showing. Refused (a lineage hunt found the half rollback)."""
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    t.append(events(days=1, per_day=2, start="2024-01-20"))
+    t.compact(mode="major", segment_granularity="MONTH", interval=("2024-01-01", "2024-02-01"))
+    t.set_properties(consistent_push=True)
+    t.append(events(days=1, per_day=3, start="2024-01-04", value=5.0))  # a push
+    (entry,) = [e for e in t.lineage() if e.state == "COMPLETED"]
+    with pytest.raises(lamina.CommitConflictError, match="is named by lineage entry"):
+        t.compact(mode="major", segment_granularity="WEEK", interval=("2024-01-01", "2024-01-15"))
+    t.revert_replace(entry.id)
+    assert t.count() == 2
+
+
 def test_bad_compaction_requests_are_typed_and_change_nothing(cat: lamina.Catalog) -> None:
     t = cat.create_table("events", schema=SCHEMA, time_column="ts")
     small_appends(t, 3)

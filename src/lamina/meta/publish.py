@@ -175,7 +175,9 @@ def _publish(
                 sources = _replaced_sources(conn, table, current, span)  # shows them
                 held = {s.id for s in sources}
                 retired = [s for s in overshadowed([*live, *sources], new) if s.id in held]
-                checks.check_unnamed(gone + retired, current)
+                # and a named segment the new version hides in part only (a MONTH one
+                # under WEEK chunks): a rollback would leave the copies of its rows
+                checks.check_unnamed(gone + retired + _in_part(live, new), current)
             else:  # and the sources a completed entry hides: a rollback shows none
                 gone += overshadowed(_replaced_sources(conn, table, current, span), new)
             removed = {s.id for s in gone}
@@ -316,6 +318,15 @@ def _longer_span(current: int, new: list[Segment]) -> int | None:
 
 def _row(seg: Segment, table_id: int) -> dict[str, object]:
     return {**segment_values(seg), "table_id": table_id}
+
+
+def _in_part(live: list[Segment], new: list[Segment]) -> list[Segment]:
+    """The ``live`` segments a newer segment among ``new`` overlaps."""
+    return [
+        s
+        for s in live
+        if any(n.version > s.version and n.interval.overlaps(s.interval) for n in new)
+    ]
 
 
 def _replaced_sources(
