@@ -177,7 +177,9 @@ def _publish(
                 retired = [s for s in overshadowed([*live, *sources], new) if s.id in held]
                 # and a named segment the new version hides in part only (a MONTH one
                 # under WEEK chunks): a rollback would leave the copies of its rows
-                checks.check_unnamed(gone + retired + _in_part(live, new), current)
+                named = {i for e in current for i in e.ids}  # few: check only those
+                partly = _in_part([s for s in live if s.id in named], new)
+                checks.check_unnamed(gone + retired + partly, current)
             else:  # and the sources a completed entry hides: a rollback shows none
                 gone += overshadowed(_replaced_sources(conn, table, current, span), new)
             removed = {s.id for s in gone}
