@@ -343,11 +343,11 @@ def test_the_change_feed_of_a_file_shown_in_two_pieces(
     file and lost the other's). Major compactions now take whole segments on upsert
     tables; the layout comes here from a compaction made as earlier versions did (it
     also hid day 2's records, b and e)."""
-    import lamina.compaction as compaction
+    import lamina.compaction_span as compaction_span
 
     build(t)
     assert t.compact(mode="major", segment_granularity="WEEK") is not None
-    monkeypatch.setattr(compaction, "_whole_segments", lambda table, iv, g: iv)
+    monkeypatch.setattr(compaction_span, "whole_segments", lambda table, iv, g: iv)
     day2 = "2024-01-02/2024-01-03"
     assert t.compact(mode="major", segment_granularity="HOUR", interval=day2) is not None
     seq = t.history()[-1].seq
