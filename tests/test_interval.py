@@ -293,7 +293,7 @@ def _expected_floor(g: Granularity, d: dt.datetime) -> dt.datetime:
 @settings(max_examples=300, deadline=None)
 @given(
     g=st.sampled_from([g for g in Granularity if g is not Granularity.ALL]),
-    d=st.datetimes(min_value=dt.datetime(1900, 1, 1), max_value=dt.datetime(2200, 1, 1)),
+    d=st.datetimes(min_value=dt.datetime(1, 1, 1), max_value=dt.datetime.max),
 )
 def test_floor_matches_calendar(g: Granularity, d: dt.datetime) -> None:
     t = to_us(d)
@@ -305,6 +305,24 @@ def test_floor_matches_calendar(g: Granularity, d: dt.datetime) -> None:
     assert g.floor(nxt - 1) == f
     if g is Granularity.WEEK:
         assert from_us(f).weekday() == 0  # Monday
+
+
+def test_the_last_chunks_of_9999_end_in_10000() -> None:
+    """Datetime stops at 9999-12-31; a chunk end past it is computed 400 years (one
+    Gregorian cycle) earlier, and its text parses back."""
+    last = us("9999-12-31T23:59:59.999999")
+    ends = {g: g.chunk(last).end for g in Granularity if g is not Granularity.ALL}
+    y10k = us("9600-01-01") + 146_097 * US_PER_DAY
+    assert ends == {g: y10k for g in ends} | {Granularity.WEEK: y10k + 2 * US_PER_DAY}
+    assert format_us(y10k) == "10000-01-01T00:00:00Z"
+    assert format_us(y10k + 1) == "10000-01-01T00:00:00.000001Z"
+    assert str(Granularity.MONTH.chunk(last)) == "9999-12-01T00:00:00Z/10000-01-01T00:00:00Z"
+    for text in ("10000-01-01", "10000-01-03T00:00:00Z", "12345-06-07T08:09:10.5Z"):
+        assert format_us(to_us(text)).startswith(text.rstrip("Z"))
+    assert Interval.parse("9999-12-01/10000-01-01") == Granularity.MONTH.chunk(last)
+    for g in ends:  # and they are chunk boundaries (of the chunk after, in 10000)
+        assert g.floor(ends[g]) == ends[g]
+        assert g.next_start(ends[g]) > ends[g]
 
 
 def test_next_start_month_lengths() -> None:

@@ -21,6 +21,13 @@ MIN_US = -(2**62)
 MAX_US = 2**62
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MONDAY_OFFSET = 4 * US_PER_DAY  # 1970-01-01 was a Thursday; 1970-01-05 a Monday
+#: The instants a row may hold: years 1 to 9999, Python's datetime range (and Spark's).
+FIRST_US = -719_162 * US_PER_DAY  # 0001-01-01
+END_US = 2_932_897 * US_PER_DAY  # 10000-01-01, where the last chunks of 9999 end
+#: The Gregorian calendar repeats every 400 years: instants past 9999 (chunk ends) are
+#: computed that much earlier and shifted back.
+_CYCLE_US = 146_097 * US_PER_DAY
+_CYCLE_YEARS = 400
 
 Instant = int | dt.datetime | dt.date | str
 
@@ -51,8 +58,13 @@ def _parse_instant(text: str) -> int:
         return MIN_US
     if text in ("+inf", "inf", "infinity", "+infinity"):
         return MAX_US
+    shift = 0
+    year = text.lstrip("+").split("-", 1)[0]
+    if len(year) > 4 and year.isdigit():  # e.g. 10000-01-01, where 9999's chunks end
+        cycles = (int(year) - 9600) // _CYCLE_YEARS
+        text, shift = f"{int(year) - cycles * _CYCLE_YEARS:04d}-" + text.split("-", 1)[1], cycles
     try:
-        return to_us(dt.datetime.fromisoformat(text.replace("Z", "+00:00")))
+        return to_us(dt.datetime.fromisoformat(text.replace("Z", "+00:00"))) + shift * _CYCLE_US
     except ValueError:
         raise InvalidIntervalError(
             f"cannot read {text!r} as a time; write ISO-8601 such as 2024-01-02 or "
@@ -71,11 +83,13 @@ def format_us(us: int) -> str:
         return "-inf"
     if us >= MAX_US:
         return "+inf"
-    d = from_us(us)
+    cycles = max(0, (us - FIRST_US) // _CYCLE_US - 23)  # 0 up to year 9600
+    d = from_us(us - cycles * _CYCLE_US)
+    year = d.year + cycles * _CYCLE_YEARS
     # %Y is not zero-padded below year 1000 on glibc; ISO-8601 (and parsing) needs 4 digits
     if d.microsecond:
-        return f"{d.year:04d}" + d.strftime("-%m-%dT%H:%M:%S.%fZ")
-    return f"{d.year:04d}" + d.strftime("-%m-%dT%H:%M:%SZ")
+        return f"{year:04d}" + d.strftime("-%m-%dT%H:%M:%S.%fZ")
+    return f"{year:04d}" + d.strftime("-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -198,6 +212,8 @@ class Granularity(enum.StrEnum):
             return us - us % US_PER_DAY
         if self is Granularity.WEEK:
             return us - (us - _MONDAY_OFFSET) % US_PER_WEEK
+        if us >= END_US:
+            return self.floor(us - _CYCLE_US) + _CYCLE_US
         d = from_us(us)
         month = {Granularity.MONTH: d.month, Granularity.QUARTER: d.month - (d.month - 1) % 3}
         m = month.get(self, 1)
@@ -214,6 +230,8 @@ class Granularity(enum.StrEnum):
         }
         if self in fixed:
             return start + fixed[self]
+        if start >= END_US - US_PER_DAY * 366:  # the last chunks of 9999 end past it
+            return self.next_start(start - _CYCLE_US) + _CYCLE_US
         d = from_us(start)
         months = {Granularity.MONTH: 1, Granularity.QUARTER: 3, Granularity.YEAR: 12}[self]
         total = d.year * 12 + d.month - 1 + months

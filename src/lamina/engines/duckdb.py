@@ -303,6 +303,20 @@ def _literal(t: pa.DataType, us: int) -> str:
     return f"'{text}+00'" if t.tz is not None else f"'{text}'"
 
 
+def _keep_sql(column: str, t: pa.DataType, keep: Interval) -> str:
+    """``keep.start <= column < keep.end``; a bound no value of the column can reach
+    (infinite, or past TIMESTAMP_NS's 1677-2262, which DuckDB cannot write as a
+    literal of the column's type) is TRUE or FALSE."""
+    lo, hi = (
+        (MIN_US, MAX_US) if getattr(t, "unit", None) != "ns" else (-(2**63) // 1000, 2**63 // 1000)
+    )
+    start = "TRUE" if keep.start <= max(lo, MIN_US) else f"{column} >= {_literal(t, keep.start)}"
+    end = "TRUE" if keep.end >= min(hi, MAX_US) else f"{column} < {_literal(t, keep.end)}"
+    if keep.start >= hi or keep.end <= lo:
+        return "FALSE"
+    return f"{start} AND {end}"
+
+
 def _mask_table(
     con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan, masked: list[tuple[int, str]]
 ) -> str:
@@ -381,9 +395,7 @@ def view_sql(
     for keep, paths in groups.items():
         assert tc is not None
         t = plan.table.schema.field(tc).type
-        lo = f"{_quote(tc)} >= {_literal(t, keep.start)}" if keep.start > MIN_US else "TRUE"
-        hi = f"{_quote(tc)} < {_literal(t, keep.end)}" if keep.end < MAX_US else "TRUE"
-        branches.append(f"SELECT * FROM ({source(paths)}) WHERE {lo} AND {hi}")
+        branches.append(f"SELECT * FROM ({source(paths)}) WHERE {_keep_sql(_quote(tc), t, keep)}")
     if not branches:  # a table, as the bitmaps: visible to every cursor
         empty = _arrow_as_table(con, f"__lamina_empty_{name}", plan.table.schema.empty_table())
         if made is not None:

@@ -430,6 +430,10 @@ def _bound(field: pa.Field, us: int, op: str) -> pc.Expression:
     else:
         unit = t.unit
         raw = us * 1000 if unit == "ns" else _ceil_div(us, {"s": 10**6, "ms": 1000, "us": 1}[unit])
+        if not -(2**63) <= raw < 2**63:  # past the nanosecond range (1677-2262): every
+            import pyarrow.compute as pc  # value of the column is below or above it
+
+            return pc.scalar((raw < 0) == (op == ">="))
         value = pa.scalar(raw, pa.int64()).cast(t)
     import pyarrow.compute as pc
 

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lamina.core.interval import ETERNITY, Granularity, Interval
+from lamina.core.interval import END_US, ETERNITY, FIRST_US, Granularity, Interval, format_us
 from lamina.core.model import NewSegment
 from lamina.errors import TimeColumnError
 from lamina.io.arrow import chunk_starts, int64_arrow, int64_numpy, time_values_us
@@ -68,6 +68,7 @@ def split_by_chunk(
             "a time — fill or drop those rows"
         )
     t = time_values_us(col)
+    check_times(time_column, int(t.min()), int(t.max()))
     starts, codes = _chunk_codes(t, granularity)
     counts = np.bincount(codes, minlength=len(starts))
     if len(codes) < 2 or bool(np.all(codes[1:] >= codes[:-1])):
@@ -87,6 +88,21 @@ def split_by_chunk(
             rows: slice | np.ndarray = piece if order is None else order[piece]
             parts.append(ChunkPart(chunk, data, rows, t))
     return parts
+
+
+def check_times(time_column: str, lo_us: int, hi_us: int) -> None:
+    """Refuse times outside years 1-9999 (Python's, Parquet readers' and Spark's range).
+
+    Raises:
+        TimeColumnError: the earliest or latest time is outside that range.
+    """
+    if lo_us < FIRST_US or hi_us >= END_US:
+        bad = lo_us if lo_us < FIRST_US else hi_us
+        year = "before year 1" if bad < FIRST_US else f"at {format_us(bad)}"
+        raise TimeColumnError(
+            f"time column {time_column!r} holds a time {year}; times must lie between "
+            "0001-01-01 and 9999-12-31 — fix or drop those rows"
+        )
 
 
 def _chunk_codes(t: np.ndarray, granularity: Granularity) -> tuple[np.ndarray, np.ndarray]:
