@@ -461,3 +461,47 @@ def test_spark_upserts_as_the_local_path_does(spark: Any, cat: lamina.Catalog) -
     t.upsert(spark.createDataFrame([(4, far, 1, 0, 0)], df.schema))
     (seg,) = [s for s in t.segments() if str(s.interval).startswith("2300")]
     assert str(seg.interval) == "2300-01-01T00:00:00Z/2300-01-02T00:00:00Z"
+
+
+def test_spark_values_a_cast_would_change_are_refused_as_pyarrow_refuses_them(
+    spark: Any, cat: lamina.Catalog
+) -> None:
+    """Spark rounds a decimal and drops int64 digits in a float silently; the write job
+    checks each value, so a Spark write refuses what a pyarrow write refuses."""
+    import decimal
+
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    schema = pa.schema(
+        [("d", pa.decimal128(5, 1)), ("f", pa.float64()), ("i", pa.int32()), ("g", pa.float32())]
+    )
+    t = cat.create_table("t", schema)
+    spark_schema = T.StructType(
+        [
+            T.StructField("d", T.DecimalType(10, 3)),
+            T.StructField("f", T.LongType()),
+            T.StructField("i", T.LongType()),
+            T.StructField("g", T.IntegerType()),
+        ]
+    )
+    fits = [(decimal.Decimal("12.300"), 2**53, 2**31 - 1, -(2**24)), (None, None, None, None)]
+    t.append(spark.createDataFrame(fits, spark_schema))
+    stored = t.to_arrow()
+    ok = (decimal.Decimal("1.2"), 1, 1, 1)
+    bad = {
+        "d": decimal.Decimal("1.25"),  # rounds
+        "d ": decimal.Decimal("123456.5"),  # too many digits
+        "f": 2**53 + 1,
+        "i": 2**31,
+        "g": 2**24 + 1,
+    }
+    for col, value in bad.items():
+        row = tuple(value if n == col.strip() else v for n, v in zip(schema.names, ok, strict=True))
+        with pytest.raises(errors.SchemaError, match=f"column '{col.strip()}': .* without loss"):
+            t.append(spark.createDataFrame([row], spark_schema))
+        # and the pyarrow path refuses the same value
+        with pytest.raises(errors.SchemaError):
+            t.append(pa.table({n: [v] for n, v in zip(schema.names, row, strict=True)}))
+    assert t.to_arrow().equals(stored)
+    assert [c.state for c in t.history()].count("COMPLETED") == 1

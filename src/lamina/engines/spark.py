@@ -161,10 +161,48 @@ def _conform(df: DataFrame, schema: pa.Schema) -> DataFrame:
     cols = []
     for f in target.fields:
         c = F.col(f"`{f.name}`")
-        cols.append(
-            c if df.schema[f.name].dataType == f.dataType else c.cast(f.dataType).alias(f.name)
-        )
+        if df.schema[f.name].dataType == f.dataType:
+            cols.append(c)
+            continue
+        ok = _fits(c, src.field(f.name).type, schema.field(f.name).type, f.dataType)
+        if ok is not None:  # a value that would change is refused in the write job itself
+            why = F.concat(
+                F.lit(f"{_LOSSY}column {f.name!r}: "),
+                c.cast("string"),
+                F.lit(f" does not fit {schema.field(f.name).type} without loss{_LOSSY}"),
+            )
+            c = F.when(c.isNull() | ok, c).otherwise(F.raise_error(why))
+        cols.append(c.cast(f.dataType).alias(f.name))
     return df.select(*cols)
+
+
+_LOSSY = "[lamina: lossy cast] "
+
+
+def _fits(c: Any, src: pa.DataType, dst: pa.DataType, spark_dst: Any) -> Any:
+    """Spark condition: the value casts to ``dst`` unchanged, as pyarrow's safe cast
+    requires (Spark rounds decimals, and loses int64 digits in a float64, silently;
+    None: every value does)."""
+    if pa.types.is_integer(src) and pa.types.is_integer(dst):
+        return c.try_cast(spark_dst) == c if dst.bit_width < src.bit_width else None
+    if pa.types.is_integer(src) and pa.types.is_floating(dst):
+        digits = 24 if dst.bit_width == 32 else 53  # exact below 2^digits, as pyarrow checks
+        return c.between(-(2**digits), 2**digits) if src.bit_width > digits else None
+    if pa.types.is_decimal(src) and pa.types.is_decimal(dst):
+        narrower = dst.scale < src.scale or dst.precision - dst.scale < src.precision - src.scale
+        return c.try_cast(spark_dst) == c if narrower else None
+    return None
+
+
+def _lossy_cast_error(exc: Exception) -> SchemaError | None:
+    """The SchemaError a write job failed with in ``_conform``'s check, if it did."""
+    text = str(exc)
+    start = text.find(_LOSSY)
+    if start < 0:
+        return None
+    end = text.find(_LOSSY, start + len(_LOSSY))
+    what = text[start + len(_LOSSY) : end if end > 0 else None]
+    return SchemaError(f"{what}; cast it in Spark first (or widen the table's column)")
 
 
 def _chunk_expr(column: str, field_type: pa.DataType, granularity: Granularity) -> Any:
@@ -220,7 +258,13 @@ def spark_producer(
             writer = writer.partitionBy(CHUNK_COLUMN)
         path = wh.path(commit_rel)
         with _micros_parquet(spark), _cancelled_when_lost(spark, guard_of(path), commit_rel):
-            writer.parquet(wh.uri(path))
+            try:
+                writer.parquet(wh.uri(path))
+            except Exception as exc:
+                lossy = _lossy_cast_error(exc)
+                if lossy is None:
+                    raise
+                raise lossy from None
         return _collect_files(wh, commit_rel, rec.granularity, rec.time_column, rec.schema)
 
     return produce
