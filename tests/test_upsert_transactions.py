@@ -82,6 +82,7 @@ def test_a_later_operation_wins_a_tie_and_an_older_record_never_replaces(
         tx.upsert(rows(("a", 5, 2), ("b", 4, 2)))  # a: a tie with the table's (later wins)
         tx.upsert(rows(("a", 5, 3)))  # a tie within the transaction: the later operation
     assert latest(t) == {"a": 3, "b": 1}
+    assert tx.commit_result is not None and tx.commit_result.action == "UPSERT"  # as t.upsert
     versions = t.to_arrow(all_versions=True)
     assert versions.num_rows == 5  # every record is stored, superseded ones too
     _same_after_rebuild(t)

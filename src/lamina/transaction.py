@@ -250,6 +250,8 @@ class Transaction:
             action, files, appends = CommitAction.OVERWRITE, self._overwrites, self._appends
         elif self._appends or not self._removes:
             action, files, appends = CommitAction.APPEND, self._appends, []
+            if self._spec is not None and not self._removes:  # records resolved by key
+                action = CommitAction.UPSERT
         else:
             action, files, appends = CommitAction.DELETE, [], []
         upsert = None
