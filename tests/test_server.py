@@ -187,10 +187,16 @@ def test_rollback_a_refresh_and_force_revert(table: lamina.Table, client: TestCl
     before = state(table)
     r = revert(client, "ev", first)
     assert r.status_code == 409 and "IN_PROGRESS" in r.json()["detail"]
+    assert "call with ?forceRevert=true" in r.json()["detail"]  # the REST words, not Python's
     assert state(table) == before
     r = start(client, "ev", {"segmentsFrom": live[:2]})
     assert r.status_code == 409 and "IN_PROGRESS" in r.json()["detail"]
+    assert "call with ?forceCleanup=true" in r.json()["detail"]
     assert state(table) == before
+    r = start(client, "ev", {"segmentsFrom": ["nope"]})
+    assert r.status_code == 409, r.json()
+    assert "segmentsFrom must all be live" in r.json()["detail"]
+    assert "GET /tables/ev/segments" in r.json()["detail"]
     r = start(client, "ev", {"segmentsFrom": live[:2]}, forceCleanup="true")
     assert r.status_code == 200
     second = r.json()["segmentLineageEntryId"]
@@ -454,5 +460,9 @@ def test_compaction_status_and_trigger(cat: lamina.Catalog, client: TestClient) 
     assert (
         client.post("/tables/small/compact", json={"mode": "odd"}, headers=AUTH).status_code == 400
     )
+    minor = client.post("/tables/small/compact", json={"sortBy": ["k"]}, headers=AUTH)
+    assert minor.status_code == 400
+    assert minor.json()["detail"].startswith("segmentGranularity, sortBy and rollup")
+    assert minor.json()["detail"].endswith('use "mode": "major"')
     assert state(t) == before
     assert t.count() == 30

@@ -416,7 +416,24 @@ def _message(request: Request, exc: LaminaError) -> str:
         return (
             f"no lineage entry {entry!r} in table {table}; GET /tables/{table}/lineage lists them"
         )
-    return " ".join(str(exc).split())
+    text = " ".join(str(exc).split())
+    for python, rest in _REST_WORDS:
+        text = text.replace(python, rest.format(table=table))
+    return text
+
+
+#: How the Python API's advice reads over REST (longest phrases first).
+_REST_WORDS = (
+    ("pass force_cleanup=True", "call with ?forceCleanup=true"),
+    ("pass force=True", "call with ?forceRevert=true"),
+    ("t.segments(all=True)", "GET /tables/{table}/segments?all=true"),
+    ("t.segments()", "GET /tables/{table}/segments"),
+    ("t.lineage()", "GET /tables/{table}/lineage"),
+    ("use mode='major'", 'use "mode": "major"'),
+    ("segment_granularity, sort_by", "segmentGranularity, sortBy"),
+    ("segments_from", "segmentsFrom"),
+    ("segments_to", "segmentsTo"),
+)
 
 
 async def _lamina_error(request: Request, exc: Exception) -> JSONResponse:
