@@ -157,3 +157,28 @@ def test_a_major_compaction_of_a_wide_interval_rewrites_only_chunks_with_data(
     added = len(t.segments(all=True)) - before
     assert 0 < added <= 3  # the data's days
     assert t.compact(mode="major", interval=("2200-01-01", "2300-01-01")) is None  # no data
+
+
+def test_deleting_a_day_overwrite_shows_that_day_of_a_coarser_segment_again(
+    cat: lamina.Catalog,
+) -> None:
+    """Druid's timeline: a segment reaching past the overwritten chunk is only hidden
+    in it (docs/concurrency.md), so deleting the overwrite shows its rows there again;
+    a segment inside the chunk is retired and stays hidden."""
+    t = cat.create_table("d", schema=SCHEMA, time_column="ts", segment_granularity="DAY")
+    t.append(events(days=3, per_day=10, seed=1))
+    day2 = ("2024-01-02", "2024-01-03")
+    old_day2 = ordered(t.to_arrow(interval=day2))
+    t.compact(mode="major", interval=("2024-01-01", "2024-02-01"), segment_granularity="MONTH")
+    new = events(days=1, per_day=4, seed=9, start="2024-01-02")
+    t.overwrite(new, interval=day2)
+    assert ordered(t.to_arrow(interval=day2)) == ordered(new)
+    t.delete_segments([s.id for s in t.segments() if str(s.interval).startswith("2024-01-02")])
+    assert ordered(t.to_arrow(interval=day2)) == old_day2
+    assert t.count() == 30
+
+    u = cat.create_table("e", schema=SCHEMA, time_column="ts", segment_granularity="DAY")
+    u.append(events(days=3, per_day=10, seed=1))
+    u.overwrite(new, interval=day2)
+    u.delete_segments([s.id for s in u.segments() if str(s.interval).startswith("2024-01-02")])
+    assert u.to_arrow(interval=day2).num_rows == 0 and u.count() == 20
