@@ -160,10 +160,67 @@ def test_seqs_out_of_range_are_refused(
         t.read_changes(after, until)
 
 
-def test_unknown_columns_are_refused(t: lamina.Table) -> None:
+def test_seqs_of_numpy_integers_are_read_and_other_types_refused(t: lamina.Table) -> None:
+    """Before, SQLite compared a numpy seq as a BLOB (an empty feed) and a float matched
+    no commit (every row inserted again)."""
+    import numpy as np
+
+    t.append(events(days=1, per_day=2))
+    c = t.append(events(days=1, per_day=3, seed=1))
+    assert t.read_changes(np.int64(1)).num_rows == 3
+    assert t.read_changes(np.int32(0), np.int64(c.seq)).num_rows == 5
+    for bad in (1.5, True, "1", c):
+        with pytest.raises(SnapshotNotFoundError, match="takes a snapshot seq"):
+            t.read_changes(bad)  # type: ignore[arg-type]
+        with pytest.raises(SnapshotNotFoundError, match="until_seq takes a snapshot seq"):
+            t.read_changes(0, bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("columns", "match"),
+    [(["nope"], "nope"), (["k", "k"], "named twice"), ("k", "pass a list"), ("kv", "pass a list")],
+)
+def test_bad_columns_are_refused(t: lamina.Table, columns: object, match: str) -> None:
     t.append(events(days=1, per_day=1))
-    with pytest.raises(SchemaError, match="nope"):
-        t.read_changes(0, columns=["nope"])
+    with pytest.raises(SchemaError, match=match):
+        t.read_changes(0, columns=columns)  # type: ignore[arg-type]
+    with pytest.raises(SchemaError, match=match):
+        t.to_arrow(columns=columns)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [{"compaction": "major"}, {"entry": "x", "job": 1}, {"rollup": {}}, {1: "x"}, ["x"],
+     {"when": dt.datetime(2024, 1, 1)}, {"x": float("nan")}],
+)  # fmt: skip
+def test_commit_metadata_lamina_writes_itself_or_cannot_keep_is_refused(
+    cat: lamina.Catalog, t: lamina.Table, metadata: object
+) -> None:
+    """A user's ``{"compaction": "major"}`` made the change feed skip the commit as a
+    compaction: lamina's own keys are refused, before anything is written."""
+    t.append(events(days=1, per_day=2))
+    u = cat.create_table(
+        "u", pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.int64())]),
+        primary_key="k", comparison_column="v",
+    )  # fmt: skip
+    one = pa.table({"k": pa.array([1], pa.int64()), "v": [1]}, schema=u.schema)
+    before = [len(t.history()), len(u.history())]
+    writes = [
+        lambda: t.append(events(days=1, per_day=1), metadata=metadata),
+        lambda: t.overwrite(events(days=1, per_day=1), metadata=metadata),
+        lambda: t.refresh(events(days=1, per_day=1), metadata=metadata),
+        lambda: t.transaction(metadata=metadata),
+        lambda: t.push(metadata=metadata),
+        lambda: u.upsert(one, metadata=metadata),
+        lambda: u.append(one, metadata=metadata),
+    ]
+    for write in writes:
+        with pytest.raises(lamina.MetadataError):
+            write()  # type: ignore[no-untyped-call]
+    assert [len(t.history()), len(u.history())] == before
+    c = t.append(events(days=1, per_day=1, seed=3), metadata={"job": "nightly", "compacted": 1})
+    assert c.metadata == {"job": "nightly", "compacted": 1}
+    assert t.read_changes(c.seq - 1).num_rows == 1
 
 
 def test_changes_retention_deleted_are_refused(t: lamina.Table, cat: lamina.Catalog) -> None:

@@ -140,6 +140,11 @@ class AlreadyAppliedError(LaminaError):
         self.commit_id = commit_id
 
 
+class MetadataError(LaminaError, ValueError):
+    """Commit metadata that lamina cannot keep: not a mapping of string keys to JSON
+    values, or a key lamina writes itself (``compaction``, ``entry``, ...)."""
+
+
 class CompactionError(LaminaError, ValueError):
     """A compaction request breaks a rule: inputs not adjacent, an unknown column to
     sort or roll up by, an impossible granularity change, a non-numeric metric."""

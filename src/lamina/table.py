@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from lamina import table_write as tw
 from lamina.core.interval import ETERNITY, Interval
-from lamina.core.model import Commit, CommitAction, PublishPlan
+from lamina.core.model import Commit, CommitAction, PublishPlan, user_metadata
 from lamina.meta import tables
 from lamina.table_read import TableReads
 
@@ -86,8 +86,9 @@ class Table(TableReads):
         recorded it) unless ``version`` is above the application's recorded one.
         ``retries``: publish again this many times after a conflict that is safe to
         retry (see ``CommitConflictError.retryable``).
-        Raises CommitConflictError, SchemaError, TimeColumnError.
+        Raises CommitConflictError, SchemaError, TimeColumnError, MetadataError.
         """
+        metadata = user_metadata(metadata)
         if "upsert.primary_key" in self._record.properties:  # an upsert table: by key
             return self.upsert(data, metadata, txn=txn)
         if not self.consistent_push:
@@ -116,10 +117,11 @@ class Table(TableReads):
         """Write records of an upsert table: per primary key only the latest is visible
         (the greatest comparison value; on a tie the later commit, then the later row).
         ``txn``: exactly once, as for :meth:`append`. Raises UpsertError (not an upsert
-        table, null keys or comparison values), SchemaError, TimeColumnError."""
+        table, null keys or comparison values), SchemaError, TimeColumnError,
+        MetadataError."""
         from lamina.upsert import upsert
 
-        return upsert(self, data, metadata, txn)
+        return upsert(self, data, user_metadata(metadata), txn)
 
     def _refuse_upsert(self, what: str) -> None:
         if "upsert.primary_key" in self._record.properties:
@@ -148,8 +150,9 @@ class Table(TableReads):
         with ``data``, under a new, higher version, in one commit. ``txn``,
         ``retries``: as :meth:`append` (an overwrite that lost to another overwrite is
         never retried: that would silently drop the other's rows).
-        Raises CommitConflictError, DataOutsideIntervalError."""
+        Raises CommitConflictError, DataOutsideIntervalError, MetadataError."""
         iv = tw.aligned(self, interval)
+        metadata = user_metadata(metadata)
         if "upsert.primary_key" in self._record.properties:  # then upserted (docs/upserts.md)
             from lamina.upsert import overwrite
 
@@ -173,8 +176,10 @@ class Table(TableReads):
 
         On an upsert table the records stored in the interval go and ``data``'s are
         upserted against the rest, in one commit (see docs/upserts.md).
+        Raises CommitConflictError, DataOutsideIntervalError, MetadataError.
         """
         iv = tw.aligned(self, interval)
+        metadata = user_metadata(metadata)
         if "upsert.primary_key" in self._record.properties:
             from lamina.upsert import overwrite
 
@@ -183,7 +188,7 @@ class Table(TableReads):
         from lamina.write import WriteTransaction
 
         produce = tw.producer(self, data, CommitAction.REFRESH, iv)
-        meta = dict(metadata or {})
+        meta = dict(metadata)
         action = CommitAction.REFRESH
         with WriteTransaction(self._ctx, self._record, action, meta, inflight=True) as txn:
             if not self.consistent_push:
@@ -241,11 +246,13 @@ class Table(TableReads):
         are resolved by key when the transaction commits, as one upsert (a later
         operation's record is the later one on a tie); a partial-upsert table's are
         merged with their keys' records then (and again if a key changed meanwhile).
-        Raises TransactionError, LockError, LockTimeoutError, InvalidIntervalError.
+        Raises TransactionError, LockError, LockTimeoutError, InvalidIntervalError,
+        MetadataError.
         """
         from lamina.transaction import Transaction
 
-        return Transaction(self, isolation, metadata, txn, lock, interval, priority, wait_s)
+        meta = user_metadata(metadata)
+        return Transaction(self, isolation, meta, txn, lock, interval, priority, wait_s)
 
     def locks(self) -> list[Any]:
         """The table's task locks and waiting requests (type, interval, priority,
@@ -329,7 +336,7 @@ class Table(TableReads):
         self._refuse_upsert("a consistent push")
         from lamina.push import ConsistentPush
 
-        return ConsistentPush(self, dict(metadata or {}))
+        return ConsistentPush(self, user_metadata(metadata))
 
     # -- lineage --------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from lamina.context import CatalogContext
 from lamina.core.interval import Granularity, Interval
-from lamina.core.model import AsOf, Commit, Snapshot, TableRecord
+from lamina.core.model import AsOf, Commit, Snapshot, TableRecord, seq_of
 from lamina.core.scan import ScanPlan
 from lamina.core.segment import Segment
 from lamina.core.timeline import Timeline
@@ -141,7 +141,9 @@ class TableReads:
         ``_commit_id`` and ``_commit_seq``, in completion order — an incremental pull.
         Seqs are ``Commit.seq`` of :meth:`history` (0: the empty table).
         Raises SnapshotNotFoundError (seqs out of range, or retention deleted what the
-        start snapshot used), SchemaError (unknown columns)."""
+        start snapshot used, or seqs that are not ints), SchemaError (unknown columns)."""
+        after_seq = seq_of(after_seq, "after_seq")
+        until_seq = None if until_seq is None else seq_of(until_seq, "until_seq")
         if "upsert.primary_key" in self._record.properties:  # by records, not segments
             from lamina.upsert_read import read_changes
 
@@ -159,6 +161,8 @@ class TableReads:
     ) -> Any:
         """:meth:`read_changes` as a Spark DataFrame (read by Spark's Parquet reader;
         rows in no guaranteed order — sort by ``_commit_seq`` for a feed)."""
+        after_seq = seq_of(after_seq, "after_seq")
+        until_seq = None if until_seq is None else seq_of(until_seq, "until_seq")
         if "upsert.primary_key" in self._record.properties:  # by records, not segments
             from lamina.upsert_read import read_changes_spark
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+from collections.abc import Mapping
 from dataclasses import FrozenInstanceError, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lamina.core.interval import Granularity, Interval, from_us
 from lamina.core.segment import Segment
-from lamina.errors import TransactionError
+from lamina.errors import MetadataError, SnapshotNotFoundError, TransactionError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -228,6 +229,67 @@ class Snapshot:
     seq: int
     commit_id: int | None
     segments: list[Segment]
+
+
+#: Commit metadata keys lamina writes itself: compactions, lineage transitions and the
+#: change feed read them, so a user's commit may not carry them.
+RESERVED_METADATA = frozenset(
+    {
+        "compaction",
+        "entry",
+        "fingerprint",
+        "granularity",
+        "lineage_entry",
+        "rollup",
+        "runs",
+        "segments_from",
+        "segments_to",
+        "sort_by",
+        "state",
+    }
+)
+
+
+def user_metadata(metadata: Any) -> dict[str, Any]:
+    """A copy of a user's commit metadata (None: empty). Raises MetadataError."""
+    import json
+
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
+        raise MetadataError(
+            f"metadata={metadata!r}: pass a dict of string keys, e.g. metadata={{'job': 'nightly'}}"
+        )
+    taken = sorted(RESERVED_METADATA.intersection(metadata))
+    if taken:
+        raise MetadataError(
+            f"metadata keys {taken} are lamina's own (it marks compactions and lineage "
+            "transitions with them); rename them, e.g. with a prefix of yours"
+        )
+    try:
+        json.dumps(dict(metadata), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise MetadataError(
+            f"metadata must hold JSON values (str, numbers, bools, None, lists, dicts): {exc}"
+        ) from None
+    return dict(metadata)
+
+
+def seq_of(value: Any, what: str) -> int:
+    """A snapshot seq argument as an int (numpy's integers too; not a bool, float,
+    string or Commit). Raises SnapshotNotFoundError."""
+    import operator
+
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return operator.index(value)
+    except TypeError:
+        hint = " (pass its .seq)" if isinstance(value, Commit) else ""
+        raise SnapshotNotFoundError(
+            f"{what} takes a snapshot seq (int), not {type(value).__name__} {value!r}{hint}: "
+            "see Commit.seq in t.history()"
+        ) from None
 
 
 def txn_of(txn: Any) -> tuple[str, int]:

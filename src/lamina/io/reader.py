@@ -15,10 +15,20 @@ from lamina.io.warehouse import Warehouse
 
 
 def check_columns(schema: pa.Schema, columns: list[str] | None) -> None:
-    """Raises SchemaError when ``columns`` names a column ``schema`` lacks."""
-    unknown = [c for c in columns or () if c not in schema.names]
+    """Raises SchemaError when ``columns`` is not a list of distinct column names of
+    ``schema``."""
+    if columns is None:
+        return
+    if isinstance(columns, str | bytes) or not all(isinstance(c, str) for c in columns):
+        raise SchemaError(
+            f"columns={columns!r}: pass a list of column names, e.g. ['{schema.names[0]}']"
+        )
+    unknown = [c for c in columns if c not in schema.names]
     if unknown:
         raise SchemaError(f"unknown columns {unknown}; the table has {schema.names}")
+    twice = sorted({c for c in columns if columns.count(c) > 1})
+    if twice:
+        raise SchemaError(f"columns {twice} are named twice; name each column once")
 
 
 def read_arrow(plan: ScanPlan, wh: Warehouse, columns: list[str] | None = None) -> pa.Table:
