@@ -57,6 +57,7 @@ from lamina.io.arrow import time_values_us
 from lamina.io.background import run_niced
 from lamina.io.rollup import roll_up
 from lamina.io.writer import ChunkPart, pieces, write_parts
+from lamina.meta import commits
 from lamina.write import WriteTransaction
 
 if TYPE_CHECKING:
@@ -438,7 +439,8 @@ def compact_major(
         tx._rewrite = True
         tx._upsert = upsert
         base = tx.base_seq
-        as_of = next((c.id for c in table.history() if c.seq == base), None)
+        at_base = commits.history(table._ctx.db, table.name, seq=base) if base else []
+        as_of = at_base[0].id if at_base else None
         if as_of is None:
             data = table.schema.empty_table()
         elif upsert is not None:  # each key's latest record, live tombstones too

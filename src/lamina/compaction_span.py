@@ -83,7 +83,7 @@ def _clipped(table: Table, iv: Interval, granularity: Granularity) -> Interval |
 
     held = [
         s.interval
-        for s in table.snapshot().segments
+        for s in table.snapshot(interval=iv).segments
         if s.location is not None and s.interval.overlaps(iv)
     ]
     if not held:

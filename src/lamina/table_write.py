@@ -155,8 +155,10 @@ def write(
 
 
 def commit_of(table: Table, commit_id: int) -> Commit:
-    """The table's commit ``commit_id``, from its history."""
-    return next(c for c in table.history() if c.id == commit_id)
+    """The table's commit ``commit_id``."""
+    from lamina.meta import commits
+
+    return commits.history(table._ctx.db, table.name, commit_id=commit_id)[0]
 
 
 def overwrite_chunks(

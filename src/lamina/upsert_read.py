@@ -205,9 +205,10 @@ def changed_rows(table: TableReads, after_seq: int, until_seq: int | None) -> li
             old, new = (before, after) if tag == "delete" else (after, before)
             for path, keep in sorted(old, key=lambda k: (k[0], str(k[1]))):
                 n, hidden = old[path, keep]
-                shown = np.setdiff1d(np.arange(n), hidden)
-                if (path, keep) in new:  # shows in old, hidden in new
-                    shown = np.intersect1d(shown, new[path, keep][1])
+                if (path, keep) in new:  # shows in old, hidden in new: a cost in
+                    shown = np.setdiff1d(new[path, keep][1], hidden)  # hidden rows only
+                else:
+                    shown = np.setdiff1d(np.arange(n), hidden)
                 if len(shown):
                     out.append(ChangedRows(tag, point.commit_id, point.seq, path, shown, keep))
         before = after

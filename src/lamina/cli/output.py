@@ -182,7 +182,7 @@ def emit(
         cells = [(c.show or _cell)(r.get(c.key)) for c in shown]
         out.add_row(
             *(v if isinstance(v, Text) else Text(v) for v in cells),
-            style=(styles or [None] * len(rows))[i],
+            style=styles[i] if styles else None,
         )
     con.print(out)
 

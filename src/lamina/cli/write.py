@@ -301,7 +301,7 @@ def _print_commit(
     segs = [s for s in table.segments(all=True, as_of=commit.id) if s.commit_id == commit.id]
     data = [s for s in segs if s.location is not None]
     tombstones = len(segs) - len(data)
-    removed = next((len(c.removed) for c in table.history() if c.id == commit.id), 0)
+    removed = len(commit.removed)
     if created:
         console().print(Text.assemble(("created table ", "green"), (table.name, "bold green")))
     parts = [n_of(sum(s.row_count for s in data), "row"), n_of(len(data), "segment") + " added"]

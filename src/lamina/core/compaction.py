@@ -127,7 +127,7 @@ def minor_run(
 
 
 def _rows(s: Segment, kept: Mapping[str, int] | None) -> int:
-    return s.row_count if kept is None else kept.get(s.id, s.row_count)
+    return s.row_count if not kept else kept.get(s.id, s.row_count)
 
 
 def plan_minor(
@@ -155,6 +155,7 @@ def plan_minor(
     for key in sorted(by_chunk):
         segs = by_chunk[key]
         groups: list[list[list[Segment]]] = [[]]  # runs of units; the last one is open
+        open_rows = 0  # rows of the open run
         for unit in _units(segs):
             rows = sum(_rows(s, kept) for s in unit)
             stale = any(s.id in purge for s in unit)
@@ -163,11 +164,13 @@ def plan_minor(
             if current and (
                 not small
                 or current[-1][0].root_range[1] != unit[0].root_range[0]
-                or sum(_rows(s, kept) for u in current for s in u) + rows > target_rows
+                or open_rows + rows > target_rows
             ):
                 groups.append([])
+                open_rows = 0
             if small:
                 groups[-1].append(unit)
+                open_rows += rows
         for group in groups:
             inputs = [s for unit in group for s in unit]
             if len(inputs) >= 2 or any(s.id in purge for s in inputs):

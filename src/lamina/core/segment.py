@@ -14,7 +14,7 @@ from lamina.core.interval import Interval, format_us
 OVERWRITE_PARTITION_START = 32_768
 
 
-@lru_cache(maxsize=8192)  # chunk bounds repeat across a table's segments
+@lru_cache(maxsize=1 << 16)  # chunk bounds repeat across a table's segments
 def _compact(us: int) -> str:
     text = format_us(us)
     return text.replace(":", "").replace("-", "") if text[0] not in "-+" else text[0] + "inf"

@@ -352,17 +352,30 @@ def rebase(db: Db, commit_id: int, owner: str) -> int:
     return db.write(lambda conn: rebase_in(conn, commit_id, owner))
 
 
-def history(db: Db, name: str) -> list[Commit]:
-    """Every commit of the table (oldest first) with the segments it added and removed.
+def history(
+    db: Db, name: str, commit_id: int | None = None, seq: int | None = None
+) -> list[Commit]:
+    """Every commit of the table (oldest first) with the segments it added and removed;
+    only the one of id ``commit_id``, or the one completed at ``seq``, when given.
     Raises TableNotFoundError."""
 
     def txn(conn: Connection) -> list[Commit]:
         rec = read_table(conn, name)
+        which = commits.c.table_id == rec.id
+        if commit_id is not None:
+            which &= commits.c.id == commit_id
+        if seq is not None:
+            which &= commits.c.seq == seq
+        rows = conn.execute(select(commits).where(which).order_by(commits.c.id)).all()
+        ids = [r.id for r in rows]
+        mine = segments.c.table_id == rec.id
+        if commit_id is not None or seq is not None:  # one commit: its segments only
+            mine &= segments.c.commit_id.in_(ids) | segments.c.removed_commit.in_(ids)
         added: dict[int, list[str]] = {}
         removed: dict[int, list[str]] = {}
         for sid, cid, rcid in conn.execute(
             select(segments.c.segment_id, segments.c.commit_id, segments.c.removed_commit)
-            .where(segments.c.table_id == rec.id)
+            .where(mine)
             .order_by(segments.c.pk)
         ):
             added.setdefault(cid, []).append(sid)
@@ -370,9 +383,7 @@ def history(db: Db, name: str) -> list[Commit]:
                 removed.setdefault(rcid, []).append(sid)
         return [
             commit_of(r, name, tuple(added.get(r.id, ())), tuple(removed.get(r.id, ())))
-            for r in conn.execute(
-                select(commits).where(commits.c.table_id == rec.id).order_by(commits.c.id)
-            )
+            for r in rows
         ]
 
     return db.read(txn)
