@@ -135,3 +135,42 @@ def test_spark_and_duckdb_read_a_month_of_9999_a_day_overwrite_hides_in_part(
     assert cat.sql("SELECT sum(v) AS s FROM t")["s"].to_pylist() == [12]
     df = t.to_spark(spark)
     assert sorted(r["v"] for r in df.select("v").collect()) == [2, 10]
+
+
+def test_nanoseconds_before_1970_round_down_to_their_day(cat: lamina.Catalog) -> None:
+    """-500 ns is 1969-12-31: Arrow's cast rounds toward zero (to 1970-01-01), which
+    put the row in the wrong chunk, and an overwrite of 1970-01-01 then deleted it."""
+    schema = pa.schema([("ts", pa.timestamp("ns")), ("v", pa.int64())])
+    t = cat.create_table("e", schema=schema, time_column="ts", segment_granularity="DAY")
+
+    def ns(*values: int) -> pa.Table:
+        return pa.table({"ts": pa.array(values, pa.timestamp("ns")), "v": list(range(len(values)))})
+
+    t.append(ns(-500, 12 * 3600 * 10**9))
+    assert sorted((str(s.interval), s.min_time) for s in t.segments()) == [
+        ("1969-12-31T00:00:00Z/1970-01-01T00:00:00Z", -1),
+        ("1970-01-01T00:00:00Z/1970-01-02T00:00:00Z", 12 * 3600 * 10**6),
+    ]
+    assert t.to_arrow(interval="1969-12-31/1970-01-01")["v"].to_pylist() == [0]
+    assert cat.sql("SELECT v FROM e WHERE ts < '1970-01-01'")["v"].to_pylist() == [0]
+    t.overwrite(ns(-400), interval="1969-12-31/1970-01-01")
+    assert t.count() == 2
+
+
+@pytest.mark.parametrize(
+    ("typ", "raw"),
+    [
+        (pa.timestamp("s"), -(-(2**64) // 10**6)),  # µs would wrap around int64
+        (pa.timestamp("ms", "UTC"), -(-(2**64) // 10**3)),
+        (pa.date32(), 2**31 - 1),
+    ],
+)
+def test_times_whose_microseconds_overflow_are_refused(
+    cat: lamina.Catalog, typ: pa.DataType, raw: int
+) -> None:
+    schema = pa.schema([("ts", typ), ("v", pa.int64())])
+    t = cat.create_table("w", schema=schema, time_column="ts", segment_granularity="DAY")
+    storage = pa.int32() if typ == pa.date32() else pa.int64()
+    with pytest.raises(TimeColumnError, match="between 0001-01-01 and 9999-12-31"):
+        t.append(pa.table({"ts": pa.array([raw], storage).cast(typ), "v": [1]}, schema=schema))
+    assert t.history() == []

@@ -374,16 +374,26 @@ def int64_arrow(values: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(pa.int64(), len(data), [None, pa.py_buffer(data)])
 
 
-def time_values_us(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """Microseconds since epoch (UTC; naive timestamps read as UTC) as int64 numpy."""
-    import pyarrow.compute as pc
+#: Microseconds per unit of a time column, its values as int64.
+_US_PER = {"s": 1_000_000, "ms": 1_000, "us": 1, "date32": US_PER_DAY, "date64": 1_000}
+_FAR_US = 2**62  # far outside years 1-9999, far inside int64: where wild values land
 
+
+def time_values_us(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Microseconds since epoch (UTC; naive timestamps read as UTC) as int64 numpy:
+    finer units rounded down (-500 ns is in 1969), and times too far out for int64
+    microseconds held at ±2^62 (a time outside years 1-9999, as they are)."""
     t = column.type
-    if pa.types.is_date(t):
-        days = pc.cast(column, pa.date32()).cast(pa.int32())
-        return int64_numpy(days) * US_PER_DAY
-    us = column.cast(pa.timestamp("us", tz=t.tz), safe=False)
-    return int64_numpy(us.cast(pa.int64()))
+    unit = "date32" if pa.types.is_date32(t) else "date64" if pa.types.is_date64(t) else t.unit
+    storage = pa.int32() if unit == "date32" else pa.int64()
+    raw = int64_numpy(column.cast(storage))
+    if unit == "ns":
+        return np.floor_divide(raw, 1000)
+    per = _US_PER[unit]
+    if per == 1:
+        return raw
+    cap = _FAR_US // per
+    return np.clip(raw, -cap, cap) * per
 
 
 _FLOOR_UNITS = {

@@ -98,9 +98,11 @@ def check_times(time_column: str, lo_us: int, hi_us: int) -> None:
     """
     if lo_us < FIRST_US or hi_us >= END_US:
         bad = lo_us if lo_us < FIRST_US else hi_us
-        year = "before year 1" if bad < FIRST_US else f"at {format_us(bad)}"
+        where = "before 0001-01-01" if bad < FIRST_US else "after 9999-12-31"
+        if END_US <= bad < 2**61:  # readable, and not held at the edge of int64 µs
+            where += f" ({format_us(bad)})"
         raise TimeColumnError(
-            f"time column {time_column!r} holds a time {year}; times must lie between "
+            f"time column {time_column!r} holds a time {where}; times must lie between "
             "0001-01-01 and 9999-12-31 — fix or drop those rows"
         )
 
