@@ -117,6 +117,54 @@ def _start_and_kill_writer(catalog_url: str, wh: str, t: lamina.Table, flag: Pat
             child.kill()
 
 
+def test_a_dead_writer_whose_pid_another_process_took_is_cleaned_up(
+    catalog_url: str, tmp_path: Path
+) -> None:
+    """Its commit and EXCLUSIVE lock are settled at once: the pid belongs to a process
+    started at another time. Before, a live pid kept the commit open and the lock held
+    for good, however old the heartbeat."""
+    wh = str(tmp_path / "wh")
+    cat = lamina.connect(catalog=catalog_url, warehouse=wh, writer_wait_s=2)
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    t.append(events(days=1, per_day=2))
+    sleeper = subprocess.Popen(["sleep", "120"])  # has the pid the dead writer had
+    child = textwrap.dedent(
+        f"""
+        import os, lamina
+        from tests.helpers import events
+        cat = lamina.connect(catalog={catalog_url!r}, warehouse={wh!r})
+        tx = cat.load_table("events").transaction(lock="EXCLUSIVE")
+        tx.__enter__()
+        tx.append(events(days=1, per_day=3, seed=1))
+        os._exit(9)  # dies holding its commit and lock
+        """
+    )
+    try:
+        done = subprocess.run([sys.executable, "-c", child], cwd=Path(__file__).parent.parent)
+        assert done.returncode == 9
+        assert [c.state for c in t.history()] == ["COMPLETED", "INFLIGHT"]
+        from sqlalchemy import update
+
+        from lamina.meta.schema import commits
+        from lamina.meta.writers import _HOST
+
+        taken = f"{_HOST}:{sleeper.pid}:1:0123abcd"  # its pid, another start time
+        cat.context.db.write(
+            lambda c: c.execute(
+                update(commits).where(commits.c.state == "INFLIGHT").values(owner=taken)
+            )
+        )
+        assert [lk.type for lk in t.locks()] == ["EXCLUSIVE"]
+        with t.transaction(lock="EXCLUSIVE", wait_s=2) as tx:  # not blocked: it is settled
+            tx.append(events(days=1, per_day=4, seed=2))
+        assert [c.state for c in t.history()] == ["COMPLETED", "ABORTED", "COMPLETED"]
+        assert t.count() == 6 and t.locks() == []
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        cat.close()
+
+
 def test_writer_killed_mid_write(catalog_url: str, tmp_path: Path) -> None:
     wh = str(tmp_path / "wh")
     cat = lamina.connect(catalog=catalog_url, warehouse=wh, writer_wait_s=0.3)

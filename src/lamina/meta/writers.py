@@ -2,9 +2,10 @@
 REQUESTED -> INFLIGHT step, heartbeats, aborts, and the lazy cleanup of commits whose
 writer died (Hudi's heartbeats and rollback of failed writes).
 
-A writer touches its commit row only together with its owner token (host, pid and a
-random part): a commit whose heartbeat expired may have been aborted by another writer,
-and on PostgreSQL its id handed out again after a crash (see :mod:`.commits`).
+A writer touches its commit row only together with its owner token (host, pid, the
+process's start time and a random part): a commit whose heartbeat expired may have
+been aborted by another writer, and on PostgreSQL its id handed out again after a
+crash (see :mod:`.commits`).
 """
 
 from __future__ import annotations
@@ -28,8 +29,20 @@ _PROCESS_TOKEN: dict[int, str] = {}
 
 
 def owner_token() -> str:
-    """Who holds a commit: host, pid and a random part (pids get reused)."""
-    return f"{_HOST}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """Who holds a commit: host, pid, the process's start time (a pid gets reused: by
+    then another process, started later, has it) and a random part."""
+    pid = os.getpid()
+    return f"{_HOST}:{pid}:{_started(pid)}:{uuid.uuid4().hex[:8]}"
+
+
+def _started(pid: int) -> str:
+    """When process ``pid`` started (clock ticks since boot; Linux), or "" unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return stat[stat.rindex(b")") + 2 :].split()[19].decode()  # field 22: starttime
+    except (OSError, ValueError, IndexError):
+        return ""
 
 
 def process_token() -> str:
@@ -41,17 +54,21 @@ def process_token() -> str:
 
 
 def owner_alive(owner: str) -> bool | None:
-    """True/False when the owner runs on this host, None when it cannot be told."""
+    """True/False when the owner runs on this host, None when it cannot be told. Its
+    pid held by a process that started at another time is a new process: False."""
     host, _, rest = owner.partition(":")
     if host != _HOST:
         return None
+    parts = rest.split(":")
     try:
-        os.kill(int(rest.split(":")[0]), 0)
+        pid = int(parts[0])
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except (PermissionError, ValueError):
         return None
-    return True
+    started = parts[1] if len(parts) == 3 else ""  # host:pid:start:nonce (older: no start)
+    return not (started and started != _started(pid) != "")  # else: the pid was reused
 
 
 #: PostgreSQL, in a statement of a transaction: commit it without waiting for the WAL
