@@ -69,7 +69,8 @@ def _plan(ctx: CatalogContext, name: str, as_of: AsOf, interval: Interval | None
     cache = interval is None and as_of is None  # a whole latest plan may write a manifest
     try:
         segs = _segments(ctx, got, interval, cache)
-    except FileNotFoundError:  # retention dropped the manifest meanwhile, or it is lost
+    except OSError:  # retention dropped the manifest meanwhile, or it is lost or damaged
+        # (DamagedManifestError): the catalog rows answer, a later plan writes a new one
         got = deltas.snapshot_or_delta(ctx.db, name, as_of, interval, COLUMNAR_AT, manifest=False)
         if isinstance(got, Snapshot):
             return plan_scan(got, interval)
@@ -106,17 +107,17 @@ def _write(ctx: CatalogContext, got: deltas.SnapshotDelta, segs: pa.Table) -> No
     """Record ``segs`` as the manifest of the snapshot; never fails the read."""
     import pyarrow.compute as pc
 
-    from lamina.io.manifest import manifest_path, write_manifest
+    from lamina.io.manifest import write_manifest
 
-    rel = manifest_path(got.table.name, got.seq)
     decored = pc.sum(pc.equal(segs.column("num_core_partitions"), 0)).as_py() or 0
+    rel = ""
     try:
-        write_manifest(ctx.warehouse, rel, segs)
+        rel = write_manifest(ctx.warehouse, got.table.name, got.seq, segs)
         stale = manifests.register(
             ctx.db, got.table.id, got.seq, rel, segs.num_rows, decored, now_us()
         )
     except (OSError, LaminaError):
         with contextlib.suppress(OSError):
-            ctx.delete_files([rel])
+            ctx.delete_files([rel] if rel else [])
         return
     ctx.delete_files(stale)

@@ -58,9 +58,10 @@ def find_orphans(
     now: dt.datetime | None = None,
     with_grace: bool = False,
 ) -> list[str]:
-    """Files under the tables' data and key index (``_keys``) directories that no
-    catalog row names (relative paths): files of writes that died, snapshots of the key
-    index a process wrote but did not register. ``with_grace``: only those older than
+    """Files under the tables' data, key index (``_keys``) and manifest (``_manifests``)
+    directories that no catalog row names (relative paths): files of writes that died,
+    snapshots of the key index and segment manifests a process wrote but did not
+    register (or whose row was dropped). ``with_grace``: only those older than
     ``orphan_grace_period`` and outside the directories of commits still open — a
     writer that is still writing is never robbed, however long it writes (one found
     dead is aborted, then cleaned: :func:`clean_failed_writes`). Raises
@@ -71,7 +72,11 @@ def find_orphans(
     for name in names:
         rec = tables.get_table(ctx.db, name)
         grace = setting(rec.properties, "orphan_grace_period") if with_grace else 0
-        listed = wh.list_files(wh.path(f"{name}/data")) + wh.list_files(wh.path(f"{name}/_keys"))
+        listed = [
+            info
+            for sub in ("data", "_keys", "_manifests")
+            for info in wh.list_files(wh.path(f"{name}/{sub}"))
+        ]
         # read after listing, open commits first: a file listed is either in a commit
         # open then, or of one settled before, which the rows read next name if it won
         writing = (

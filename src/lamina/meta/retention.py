@@ -9,7 +9,7 @@ from sqlalchemy import Connection, func, select
 from lamina.core.lineage import LineageState
 from lamina.meta import lineage as entries_rows
 from lamina.meta.db import Db
-from lamina.meta.schema import commits, key_snapshots, segments
+from lamina.meta.schema import commits, key_snapshots, manifests, segments
 from lamina.meta.segments import delete_rows, purge_before, referenced_locations
 from lamina.meta.tables import lock_table, read_table
 
@@ -92,14 +92,16 @@ def _shown_before(conn: Connection, table_id: int, ids: Sequence[str], seq: int)
 
 
 def referenced_files(db: Db, name: str) -> set[str]:
-    """Relative locations of every file a segment row or a key index snapshot row of
-    the table names. Raises TableNotFoundError."""
+    """Relative locations of every file a segment row, a key index snapshot row or a
+    segment manifest row of the table names. Raises TableNotFoundError."""
 
     def read(conn: Connection) -> set[str]:
         table_id = read_table(conn, name).id
-        snapshots = conn.execute(
-            select(key_snapshots.c.location).where(key_snapshots.c.table_id == table_id)
-        )
-        return referenced_locations(conn, table_id) | {r[0] for r in snapshots}
+        named = {
+            r[0]
+            for t in (key_snapshots, manifests)
+            for r in conn.execute(select(t.c.location).where(t.c.table_id == table_id))
+        }
+        return referenced_locations(conn, table_id) | named
 
     return db.read(read)
