@@ -522,6 +522,31 @@ def test_read_missing_or_foreign_file(tmp_path: Path) -> None:
     assert issubclass(KeyIndexFileError, LaminaError)
 
 
+def test_a_file_of_another_snapshot_or_comparison_type_is_refused(tmp_path: Path) -> None:
+    """The digests cover the values' bytes, not the columns' types or whose file it
+    is: a flip turning ``cmp: int64`` into ``double`` passed them (every later upsert
+    of a fresh process failed), a flip repeating a column name raised a bare KeyError,
+    and an older snapshot's file under the newest one's name gave duplicate keys."""
+    index = _sample_index(cmp=np.int64)
+    path = tmp_path / "keys.arrow"
+    write_index(index, path, stamp="table 1 seq 7")
+    assert read_index(path, stamp="table 1 seq 7", cmp_dtype=np.dtype(np.int64)) == index
+    with pytest.raises(KeyIndexFileError, match="holds snapshot 'table 1 seq 7', not"):
+        read_index(path, stamp="table 1 seq 9")
+    with pytest.raises(KeyIndexFileError, match="its columns are"):
+        read_index(path, cmp_dtype=np.dtype(np.float64))
+    table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+    for fields in (
+        [f if f.name != "cmp" else pa.field("cmp", pa.float64(), False) for f in table.schema],
+        [f if f.name != "row" else pa.field("tomb", f.type, False) for f in table.schema],
+    ):
+        odd = pa.Table.from_arrays(table.columns, schema=pa.schema(fields, table.schema.metadata))
+        with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, odd.schema) as w:
+            w.write_table(odd)
+        with pytest.raises(KeyIndexFileError, match="damaged"):
+            read_index(path, cmp_dtype=np.dtype(np.int64))
+
+
 def test_damaged_files_never_give_a_different_index(tmp_path: Path) -> None:
     index = _sample_index(3_000)
     path = tmp_path / "keys.arrow"

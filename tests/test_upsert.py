@@ -558,9 +558,9 @@ def test_a_snapshot_is_written_in_the_background_from_a_copy(
     monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 50)
     gate, real = threading.Event(), io_keys.write_index
 
-    def held_back(index: Any, path: Any, fs: Any = None) -> int:
+    def held_back(index: Any, path: Any, fs: Any = None, stamp: Any = None) -> int:
         assert gate.wait(30)
-        return real(index, path, fs)
+        return real(index, path, fs, stamp)
 
     monkeypatch.setattr(io_keys, "write_index", held_back)
     due = t.upsert(rows(*[(f"k{i}", 0, i) for i in range(60)]))  # returns, file unwritten
@@ -647,9 +647,9 @@ def test_a_new_process_reads_the_saved_key_index_at_publish_or_while_spark_write
     loads: list[tuple[str, int]] = []
     real = key_index._load
 
-    def load(wh: Any, row: Any) -> Any:
+    def load(wh: Any, row: Any, table: Any) -> Any:
         loads.append((threading.current_thread().name, int(row.seq)))
-        return real(wh, row)
+        return real(wh, row, table)
 
     monkeypatch.setattr(key_index, "_load", load)
     url, tid = str(t._ctx.db.engine.url), t._record.id

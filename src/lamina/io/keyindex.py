@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from lamina.core.keyindex import INDEX_SCHEMA_VERSION, KeyIndex
+from lamina.core.keyindex import INDEX_SCHEMA_VERSION, KeyIndex, index_schema
 from lamina.errors import KeyIndexFileError, UpsertError
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ _ROWS = b"lamina.keyindex.rows"
 _XXH3 = b"lamina.keyindex.xxh3"
 _CRC = b"lamina.keyindex.crc32"  # the digests of older files: slower to compute
 _VERSION = b"lamina.keyindex"
+_STAMP = b"lamina.keyindex.stamp"  # whose snapshot it is (a table's, at a seq)
 
 
 def _digest(table: pa.Table) -> str:
@@ -69,16 +70,22 @@ def _crc32(table: pa.Table) -> str:
 
 
 def write_index(
-    index: KeyIndex | pa.Table, path: str | os.PathLike[str], fs: pafs.FileSystem | None = None
+    index: KeyIndex | pa.Table,
+    path: str | os.PathLike[str],
+    fs: pafs.FileSystem | None = None,
+    stamp: str | None = None,
 ) -> int:
     """Save ``index`` (or the table its ``to_arrow`` gave) to ``path`` atomically
-    (replacing any file there), on the local disk or in ``fs``; returns the file's size
-    in bytes. Raises KeyIndexFileError if the directory is not writable."""
+    (replacing any file there), on the local disk or in ``fs``, with ``stamp`` (whose
+    snapshot it is: :func:`read_index` checks it); returns the file's size in bytes.
+    Raises KeyIndexFileError if the directory is not writable."""
     target = Path(path)
     table = index if isinstance(index, pa.Table) else index.to_arrow()
     meta = dict(table.schema.metadata or {})
     meta[_ROWS] = str(table.num_rows).encode()
     meta[_XXH3] = _digest(table).encode()
+    if stamp is not None:
+        meta[_STAMP] = stamp.encode()
     table = table.replace_schema_metadata(meta)
     if fs is not None:
         return _upload(table, str(path), fs)
@@ -130,11 +137,17 @@ def _download(path: str, fs: pafs.FileSystem) -> np.ndarray:
 
 
 def read_index(
-    path: str | os.PathLike[str], merge_threshold: int = 65_536, fs: pafs.FileSystem | None = None
+    path: str | os.PathLike[str],
+    merge_threshold: int = 65_536,
+    fs: pafs.FileSystem | None = None,
+    stamp: str | None = None,
+    cmp_dtype: np.dtype | None = None,
 ) -> KeyIndex:
     """Load the index :func:`write_index` saved at ``path`` (on the local disk, or in
-    ``fs``). Raises KeyIndexFileError if the file is missing, unreadable, truncated,
-    damaged (checksums, counts, order) or of another format version."""
+    ``fs``); when given, its ``stamp`` (a file without one passes) and comparison
+    dtype must be these. Raises KeyIndexFileError if the file is missing, unreadable,
+    truncated, damaged (checksums, counts, order, schema), of another format version,
+    or another snapshot's."""
     target = Path(path)
     try:
         # One read into memory this process owns: the index adopts the columns where
@@ -143,11 +156,30 @@ def read_index(
         raw = np.fromfile(target, dtype=np.uint8) if fs is None else _download(str(path), fs)
         table = pa.ipc.open_file(pa.BufferReader(pa.py_buffer(raw))).read_all()
         table.validate(full=True)
-        return _checked(table, target, merge_threshold, _adopter(raw))
+        return _checked(table, target, merge_threshold, _adopter(raw), stamp, cmp_dtype)
     except FileNotFoundError as e:
         raise KeyIndexFileError(f"no key index file at {target}") from e
     except (OSError, ValueError, pa.ArrowException) as e:
         raise KeyIndexFileError(f"key index file {target} is unreadable or damaged: {e}") from e
+
+
+def _check_whose(
+    table: pa.Table, target: Path, stamp: str | None, cmp_dtype: np.dtype | None
+) -> None:
+    """Refuse a file saved for another snapshot, or whose columns' types are not the
+    index's (the digests cover the values' bytes, not their types)."""
+    got = (table.schema.metadata or {}).get(_STAMP)
+    if stamp is not None and got is not None and got != stamp.encode():
+        raise KeyIndexFileError(
+            f"key index file {target} holds snapshot {got.decode(errors='replace')!r}, "
+            f"not {stamp!r}"
+        )
+    want = index_schema(np.float64 if cmp_dtype is None else cmp_dtype)
+    valid = [want] if cmp_dtype is not None else [want, index_schema(np.int64)]
+    if not any(table.schema.remove_metadata().equals(w.remove_metadata()) for w in valid):
+        raise KeyIndexFileError(
+            f"key index file {target} is damaged: its columns are {table.schema.remove_metadata()}"
+        )
 
 
 def _adopter(raw: np.ndarray) -> Callable[[pa.Array, np.dtype], np.ndarray | None]:
@@ -172,6 +204,8 @@ def _checked(
     target: Path,
     merge_threshold: int,
     adopt: Callable[[pa.Array, np.dtype], np.ndarray | None],
+    stamp: str | None = None,
+    cmp_dtype: np.dtype | None = None,
 ) -> KeyIndex:
     meta = table.schema.metadata or {}
     if meta.get(_VERSION) != str(INDEX_SCHEMA_VERSION).encode():
@@ -179,6 +213,7 @@ def _checked(
             f"key index file {target} has format version {meta.get(_VERSION)!r}, this lamina "
             f"reads {INDEX_SCHEMA_VERSION}: rebuild the index from the table's segments"
         )
+    _check_whose(table, target, stamp, cmp_dtype)
     if meta.get(_ROWS) != str(table.num_rows).encode():
         raise KeyIndexFileError(
             f"key index file {target} is damaged: {table.num_rows} entries, its footer "
@@ -192,5 +227,5 @@ def _checked(
         raise KeyIndexFileError(f"key index file {target} is damaged: checksum mismatch")
     try:
         return KeyIndex.from_arrow(table, merge_threshold, adopt)
-    except UpsertError as e:
+    except (UpsertError, KeyError, TypeError, IndexError) as e:
         raise KeyIndexFileError(f"key index file {target} is damaged: {e}") from e

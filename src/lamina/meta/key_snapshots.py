@@ -155,6 +155,11 @@ def save_if_due(db: Any, table: TableRecord, wh: Warehouse) -> bool:
         return True
 
 
+def stamp_of(table_id: int, seq: int) -> str:
+    """What a key index snapshot file records as whose it is (checked when read)."""
+    return f"table {table_id} seq {seq}"
+
+
 def _save(
     db: Any, table: TableRecord, wh: Warehouse, index: Any, seq: int, files: str, keys: int
 ) -> None:
@@ -168,7 +173,7 @@ def _save(
     rel = f"{table.name}/_keys/{seq:012d}-{uuid.uuid4().hex[:8]}.keys"
     try:
         wh.fs.create_dir(wh.path(f"{table.name}/_keys"), recursive=True)
-        write_index(index, wh.path(rel), fs=None if wh.local else wh.fs)
+        write_index(index, wh.path(rel), None if wh.local else wh.fs, stamp_of(table.id, seq))
     except (OSError, LaminaError):
         return
 

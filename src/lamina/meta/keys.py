@@ -81,11 +81,19 @@ def _snapshot_row(conn: Connection, table: TableRecord, seq: int | None) -> Any:
     return conn.execute(stmt.order_by(key_snapshots.c.seq.desc()).limit(1)).first()
 
 
-def _load(wh: Warehouse, row: Any) -> KeyState:
-    """The snapshot catalog row ``row`` names, read. Raises KeyIndexFileError, OSError."""
+def _load(wh: Warehouse, row: Any, table: TableRecord) -> KeyState:
+    """The snapshot catalog row ``row`` names, read (it must be that snapshot, with the
+    table's comparison type). Raises KeyIndexFileError, OSError."""
+    from lamina.core.comparison import cmp_dtype
+    from lamina.core.upsert_spec import UpsertSpec
     from lamina.io.keyindex import read_index
+    from lamina.meta.key_snapshots import stamp_of
 
-    index = read_index(wh.path(row.location), fs=None if wh.local else wh.fs)
+    spec = UpsertSpec.from_properties(table.properties, table.schema, table.time_column)
+    assert spec is not None, "an upsert table's"
+    dtype = cmp_dtype(table.schema.field(spec.comparison_column).type)
+    stamp = stamp_of(table.id, int(row.seq))
+    index = read_index(wh.path(row.location), 65_536, None if wh.local else wh.fs, stamp, dtype)
     files = json.loads(row.files)
     return KeyState(index, int(row.seq), files, {loc: i for i, loc in enumerate(files)})
 
@@ -107,7 +115,7 @@ def prefetch(conn: Connection, url: str, table: TableRecord, wh: Warehouse) -> N
 
         def work() -> None:
             try:
-                st = _load(wh, row)
+                st = _load(wh, row, table)
                 st.index.prepare()
                 done.set_result(st)
             except BaseException as e:  # the publish that takes it raises it or rebuilds
@@ -131,7 +139,7 @@ def _saved(
     try:
         if loading is not None and loading[0] == row.location:
             return loading[1].result()
-        return _load(wh, row)
+        return _load(wh, row, table)
     except (KeyIndexFileError, OSError):  # lost or damaged: rebuilt from the data
         return None
 
