@@ -207,9 +207,11 @@ def test_a_major_compaction_leaves_the_sources_a_revertible_entry_hides(
     cat: lamina.Catalog,
 ) -> None:
     """An atomic delete of one day (a completed entry, still revertible) between two
-    days of data: a major compaction over them would overshadow the deleted day's
-    segment, and rolling the delete back would bring nothing back. It is refused, as
-    for the segments such an entry shows (a lineage hunt found the rollback empty)."""
+    days of data: a major compaction over them that overshadowed the deleted day's
+    segment left the rollback nothing to bring back (a lineage hunt found it empty).
+    The compaction rewrites only the days that show data, so the deleted day stays as
+    it is; one that would overshadow it (a day with data beside the deleted segment)
+    is refused, as for the segments such an entry shows."""
     t = cat.create_table("events", schema=SCHEMA, time_column="ts")
     for day in ("2024-01-03", "2024-01-10", "2024-01-12"):
         t.append(events(days=1, per_day=4, start=day))
@@ -220,6 +222,9 @@ def test_a_major_compaction_leaves_the_sources_a_revertible_entry_hides(
     ]
     entry = t.start_replace([held], [])
     t.end_replace(entry)
+    assert t.compact(mode="major", interval=("2024-01-01", "2024-01-15")) is not None
+    assert held in [s.id for s in t.segments(all=True)]
+    t.append(events(days=1, per_day=1, start="2024-01-10", seed=7))  # data beside it
     history = t.history()
     with pytest.raises(lamina.CommitConflictError, match=f"{held} is named by lineage entry"):
         t.compact(mode="major", interval=("2024-01-01", "2024-01-15"))
@@ -227,7 +232,7 @@ def test_a_major_compaction_leaves_the_sources_a_revertible_entry_hides(
         c.id for c in history if c.state == "COMPLETED"
     ]
     t.revert_replace(entry)
-    assert t.count() == 12
+    assert t.count() == 13
 
 
 def test_a_major_compaction_leaves_a_named_segment_it_would_hide_in_part(

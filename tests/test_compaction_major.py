@@ -182,3 +182,18 @@ def test_deleting_a_day_overwrite_shows_that_day_of_a_coarser_segment_again(
     u.overwrite(new, interval=day2)
     u.delete_segments([s.id for s in u.segments() if str(s.interval).startswith("2024-01-02")])
     assert u.to_arrow(interval=day2).num_rows == 0 and u.count() == 20
+
+
+def test_a_major_compaction_of_sparse_hours_rewrites_only_the_hours_with_data(
+    cat: lamina.Catalog,
+) -> None:
+    """Two rows a year apart on an HOUR table: the compaction rewrote every hour between
+    them, a tombstone per empty hour (8,787 segments, 2 s). Empty chunks need none."""
+    t = cat.create_table("s", schema=SCHEMA, time_column="ts", segment_granularity="HOUR")
+    t.append(events(days=1, per_day=1, start="2024-01-01"))
+    t.append(events(days=1, per_day=1, start="2025-01-01", seed=1))
+    before = ordered(t.to_arrow())
+    c = t.compact(mode="major")
+    assert c is not None and len(c.added) == 2
+    assert ordered(t.to_arrow()) == before
+    assert len(t.segments(all=True)) == 4  # the two appends' and the two rewrites'

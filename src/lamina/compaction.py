@@ -447,11 +447,30 @@ def compact_major(
             data = latest_records(table, as_of, iv)
         else:
             data = table.to_arrow(as_of, interval=iv)
+        held = _held_chunks(table, as_of, iv, gran)
         if spec is not None:
             data = roll_up(data, spec, table.time_column)
         if sort_by:
             data = data.sort_by([(c, "ascending") for c in sort_by])
         elif table.time_column is not None:
             data = data.sort_by([(table.time_column, "ascending")])
-        tx._overwrite(data, iv, (gran, target_rows))
+        tx._overwrite(data, iv, (gran, target_rows), held)
     return tx.commit_result
+
+
+def _held_chunks(
+    table: Table, as_of: int | None, iv: Interval, gran: Granularity
+) -> set[Interval] | None:
+    """The ``gran`` chunks of ``iv`` that segments with data show in at ``as_of``: a
+    major compaction rewrites those, and leaves the empty ones be (a sparse HOUR table
+    got a tombstone per empty hour). None: every chunk (a table without time)."""
+    if table.time_column is None or as_of is None:
+        return None if table.time_column is None else set()
+    out: set[Interval] = set()
+    for s in table.snapshot(as_of, interval=iv).segments:
+        part = s.interval.intersection(iv) if s.location is not None else None
+        if part is not None:
+            out.update(
+                gran.chunks(Interval.of(gran.floor(part.start), gran.chunk(part.end - 1).end))
+            )
+    return out

@@ -184,10 +184,16 @@ class Transaction:
         self._overwrite(data, tw.aligned(self._table, interval))
 
     def _overwrite(
-        self, data: Any, iv: Interval | None, layout: tuple[Granularity, int] | None = None
+        self,
+        data: Any,
+        iv: Interval | None,
+        layout: tuple[Granularity, int] | None = None,
+        only: set[Interval] | None = None,
     ) -> None:
         """Overwrite with chunks of ``layout`` = (granularity, target rows per segment)
-        when given (a major compaction's re-partitioning), else the table's."""
+        when given (a major compaction's re-partitioning), else the table's; only the
+        chunks of ``only`` when given (those holding data: an empty chunk needs no
+        tombstone)."""
         if self._holds:
             self._hold(data, CommitAction.OVERWRITE, iv)
             return
@@ -197,6 +203,8 @@ class Transaction:
             self._table, CommitAction.OVERWRITE, [f.chunk for f in files], iv, gran
         )
         assert chunks is not None
+        if only is not None:
+            chunks = tuple(c for c in chunks if c in only)
         with self._refusing():
             self._covered(chunks)
             self._clash(list(chunks), self._append_chunks, "appends to")
