@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from lamina.core.keyhash import INDEX_SCHEMA_VERSION, KEY_DTYPE
-from lamina.core.keyruns import Run, argsort_u64, merge_runs
+from lamina.core.keyruns import Lookup, Run, argsort_u64, merge_runs
 from lamina.errors import UpsertError
 
 __all__ = ["INDEX_SCHEMA_VERSION", "KEY_DTYPE", "KeyIndex", "Lookup"]
@@ -45,37 +44,6 @@ __all__ = ["INDEX_SCHEMA_VERSION", "KEY_DTYPE", "KeyIndex", "Lookup"]
 # ---------------------------------------------------------------------------------------
 
 _LIVE, _TOMB, _VACANT = np.uint8(0), np.uint8(1), np.uint8(2)
-
-
-@dataclass(frozen=True)
-class Lookup:
-    """The answer of :meth:`KeyIndex.lookup`, one position per key asked. Where
-    ``found`` is false: segment -1, row 0, cmp 0, tomb false."""
-
-    found: np.ndarray  # bool
-    segment: np.ndarray  # int32
-    row: np.ndarray  # uint32
-    cmp: np.ndarray  # int64 or float64
-    tomb: np.ndarray  # bool
-    #: the keys asked (hi, lo), where each sits in the index that answered (per run:
-    #: slot, or -1) and that index's version then: :meth:`KeyIndex.put` of the same
-    #: keys need not search again
-    asked: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
-    where: tuple[np.ndarray, ...] = field(default=(), repr=False, compare=False)
-    version: int = field(default=-1, repr=False, compare=False)
-
-    def take(self, idx: np.ndarray) -> Lookup:
-        """The answers for keys ``idx`` (positions among those asked)."""
-        return Lookup(
-            self.found[idx],
-            self.segment[idx],
-            self.row[idx],
-            self.cmp[idx],
-            self.tomb[idx],
-            None if self.asked is None else (self.asked[0][idx], self.asked[1][idx]),
-            tuple(w[idx] for w in self.where),
-            self.version,
-        )
 
 
 _VERSIONS = itertools.count(1)

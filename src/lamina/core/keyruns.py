@@ -4,14 +4,56 @@ A :class:`Run` is a set of parallel numpy arrays (key hash high and low words, s
 code, row, comparison value, state) sorted by the high word, searched with numpy's
 binary search or, for a few queries into a big run, through a directory of the high
 words' top bits. :func:`merge_two` and :func:`merge_runs` merge runs of disjoint keys;
-:func:`argsort_u64` is the fast sort they and the index use. Pure (numpy only).
+:func:`argsort_u64` is the fast sort they and the index use. A :class:`Lookup` is what a
+search of the runs answers. Pure (numpy only).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
-__all__ = ["DIRECTORY_MIN", "DIRECTORY_RATIO", "Run", "argsort_u64", "merge_runs", "merge_two"]
+__all__ = [
+    "DIRECTORY_MIN",
+    "DIRECTORY_RATIO",
+    "Lookup",
+    "Run",
+    "argsort_u64",
+    "merge_runs",
+    "merge_two",
+]
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """The answer of :meth:`KeyIndex.lookup`, one position per key asked. Where
+    ``found`` is false: segment -1, row 0, cmp 0, tomb false."""
+
+    found: np.ndarray  # bool
+    segment: np.ndarray  # int32
+    row: np.ndarray  # uint32
+    cmp: np.ndarray  # int64 or float64
+    tomb: np.ndarray  # bool
+    #: the keys asked (hi, lo), where each sits in the index that answered (per run:
+    #: slot, or -1) and that index's version then: :meth:`KeyIndex.put` of the same
+    #: keys need not search again
+    asked: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
+    where: tuple[np.ndarray, ...] = field(default=(), repr=False, compare=False)
+    version: int = field(default=-1, repr=False, compare=False)
+
+    def take(self, idx: np.ndarray) -> Lookup:
+        """The answers for keys ``idx`` (positions among those asked)."""
+        return Lookup(
+            self.found[idx],
+            self.segment[idx],
+            self.row[idx],
+            self.cmp[idx],
+            self.tomb[idx],
+            None if self.asked is None else (self.asked[0][idx], self.asked[1][idx]),
+            tuple(w[idx] for w in self.where),
+            self.version,
+        )
 
 
 class Run:

@@ -26,13 +26,16 @@ from lamina.meta.tables import now_us
 
 _HOST = socket.gethostname()
 _PROCESS_TOKEN: dict[int, str] = {}
+_OWN_START: dict[int, str] = {}
 
 
 def owner_token() -> str:
     """Who holds a commit: host, pid, the process's start time (a pid gets reused: by
     then another process, started later, has it) and a random part."""
     pid = os.getpid()
-    return f"{_HOST}:{pid}:{_started(pid)}:{uuid.uuid4().hex[:8]}"
+    if pid not in _OWN_START:  # read once per process (a forked child reads its own)
+        _OWN_START[pid] = _started(pid)
+    return f"{_HOST}:{pid}:{_OWN_START[pid]}:{uuid.uuid4().hex[:8]}"
 
 
 def _started(pid: int) -> str:
