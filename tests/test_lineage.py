@@ -960,3 +960,32 @@ def test_orphan_grace_period_is_a_table_property(t: lamina.Table, cat: lamina.Ca
     assert cat.run_retention().orphan_files == 1
     assert not stray.exists()
     sees(t, {1.0: 30})
+
+
+def test_hidden_at_every_seq_equals_the_rule_over_whole_entries(t: lamina.Table) -> None:
+    """Readers take the hidden set from SQL (only the lists that hide something); at
+    every seq of a history with pushes, a rollback, an entry left open and a forced
+    cleanup it is exactly ``hidden_by`` of the entries as they stood then."""
+    from lamina.core.lineage import hidden_by
+    from lamina.meta import lineage as rows
+
+    t.refresh(old())
+    t.refresh(new())
+    with t.push() as p:  # an empty from: a completed push hides nothing
+        p.append(events(days=1, per_day=2, start="2024-02-01", value=3.0))
+    t.revert_replace(t.lineage()[-2].id)
+    first = t.start_replace([], [])
+    write_under(t, first, events(days=1, per_day=2, start="2024-03-01", value=4.0))
+    second = t.start_replace([], [])  # left open too
+    write_under(t, second, events(days=1, per_day=2, start="2024-04-01", value=6.0))
+    t.revert_replace(second, force=True)
+    states = {e.state for e in t.lineage()}
+    assert states == {IN_PROGRESS, COMPLETED, REVERTED}
+    db, tid = t._ctx.db, t._record.id
+    last = t.history()[0].seq
+    assert last is not None
+    for seq in [None, *range(last + 1)]:
+        want = db.read(lambda conn: hidden_by(rows.entries(conn, tid, seq)))  # noqa: B023
+        got = db.read(lambda conn: rows.hidden_at(conn, tid, seq))  # noqa: B023
+        assert got == want, seq
+    assert db.read(lambda conn: rows.hidden_at(conn, tid))  # the open and reverted hide

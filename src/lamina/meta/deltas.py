@@ -12,11 +12,10 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, and_, or_, select
 
 from lamina.core.interval import Interval
-from lamina.core.lineage import hidden_by
 from lamina.core.model import AsOf, Snapshot, TableRecord
 from lamina.meta import manifests
 from lamina.meta.db import Db
-from lamina.meta.lineage import entries
+from lamina.meta.lineage import hidden_at
 from lamina.meta.schema import segments
 from lamina.meta.segments import overlapping
 from lamina.meta.snapshots import COLUMNS, resolve, segments_of
@@ -65,7 +64,7 @@ def snapshot_or_delta(
     def txn(conn: Connection) -> Snapshot | SnapshotDelta:
         rec = read_table(conn, name)
         seq, commit_id = resolve(conn, rec.id, name, as_of)
-        hidden_ids = hidden_by(entries(conn, rec.id, seq))
+        hidden_ids = hidden_at(conn, rec.id, seq)
         live = [
             segments.c.table_id == rec.id,
             segments.c.added_seq <= seq,

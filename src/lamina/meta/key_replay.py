@@ -117,8 +117,7 @@ def add_files(st: KeyState, wh: Warehouse, spec: UpsertSpec, files: dict[str, Bi
 
 def _visible(conn: Connection, table: TableRecord, seq: int) -> list[Segment]:
     """The data segments visible at ``seq`` (lineage and timeline applied)."""
-    from lamina.core.lineage import hidden_by
-    from lamina.meta.lineage import entries
+    from lamina.meta.lineage import hidden_at
     from lamina.meta.snapshots import COLUMNS, segments_of
 
     rows = conn.execute(
@@ -128,7 +127,7 @@ def _visible(conn: Connection, table: TableRecord, seq: int) -> list[Segment]:
             segments.c.removed_seq.is_(None) | (segments.c.removed_seq > seq),
         )
     ).all()
-    segs = segments_of("", table.name, rows, hidden_by(entries(conn, table.id, seq)))
+    segs = segments_of("", table.name, rows, hidden_at(conn, table.id, seq))
     return [s for s in Timeline.build(segs).visible() if s.location is not None]
 
 

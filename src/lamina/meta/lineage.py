@@ -12,7 +12,20 @@ import uuid
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, and_, bindparam, delete, func, insert, literal, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
 
 from lamina.core.interval import Interval
 from lamina.core.lineage import (
@@ -99,11 +112,56 @@ _ENTRIES = (
 )
 
 
+#: the table's non-empty from/to lists (a push's empty from, the other roles, are not read)
+_LISTS = (
+    select(lineage_ids.c.entry_id, lineage_ids.c.role, lineage_ids.c.ids)
+    .join(lineage, lineage.c.id == lineage_ids.c.entry_id)
+    .where(
+        lineage.c.table_id == bindparam("tid"),
+        lineage_ids.c.role.in_(("from", "to")),
+        lineage_ids.c.ids != "[]",
+    )
+)
+
+
 def entries(conn: Connection, table_id: int, seq: int | None = None) -> list[LineageEntry]:
     """The table's entries as they stood at snapshot ``seq`` (None: now), oldest first."""
     rows = conn.execute(_ENTRIES, {"tid": table_id}).all()
-    got = lists(conn, [r.id for r in rows])
+    if not rows:
+        return []
+    got = {(r.entry_id, r.role): json.loads(r.ids) for r in conn.execute(_LISTS, {"tid": table_id})}
     return [e for r in rows if (e := entry_of(r, got, seq)) is not None]
+
+
+def hidden_at(conn: Connection, table_id: int, seq: int | None = None) -> set[str]:
+    """The segment ids the table's lineage hides from readers of snapshot ``seq``
+    (None: now): :func:`lamina.core.lineage.hidden_by` of :func:`entries`, with the
+    state of each entry at ``seq`` decided in SQL, so that only the lists that hide
+    something are read (not a completed push's empty from, nor any to it shows)."""
+    started: ColumnElement[bool] = literal(True)
+    if seq is None:
+        completed = lineage.c.state == LineageState.COMPLETED.value
+    else:
+        completed = and_(
+            lineage.c.completed_seq <= seq,
+            or_(lineage.c.reverted_seq.is_(None), lineage.c.reverted_seq > seq),
+        )
+        started = lineage.c.started_seq <= seq
+    role = case((completed, "from"), else_="to")
+    stmt = (
+        select(lineage_ids.c.ids)
+        .join(lineage, lineage.c.id == lineage_ids.c.entry_id)
+        .where(
+            lineage.c.table_id == table_id,
+            started,
+            lineage_ids.c.role == role,
+            lineage_ids.c.ids != "[]",
+        )
+    )
+    hidden: set[str] = set()
+    for (ids,) in conn.execute(stmt):
+        hidden.update(json.loads(ids))
+    return hidden
 
 
 def entry_row(db: Db, conn: Connection, table_id: int, entry_id: str, *cols: Any) -> Any:

@@ -9,12 +9,11 @@ from typing import Any
 from sqlalchemy import Connection, and_, or_, select
 
 from lamina.core.interval import Interval
-from lamina.core.lineage import hidden_by
 from lamina.core.model import AsOf, Commit, Snapshot
 from lamina.core.segment import Segment
 from lamina.errors import SnapshotNotFoundError
 from lamina.meta.db import Db
-from lamina.meta.lineage import entries
+from lamina.meta.lineage import hidden_at
 from lamina.meta.schema import commits, segments, tables
 from lamina.meta.segments import overlapping
 from lamina.meta.tables import read_table
@@ -108,7 +107,7 @@ def snapshot(
     def txn(conn: Connection) -> Snapshot:
         rec = read_table(conn, name)
         seq, commit_id = resolve(conn, rec.id, name, as_of)
-        hidden = set() if all_published else hidden_by(entries(conn, rec.id, seq))
+        hidden = set() if all_published else hidden_at(conn, rec.id, seq)
         cond = [segments.c.table_id == rec.id, segments.c.added_seq <= seq]
         if not all_published:
             cond.append(or_(segments.c.removed_seq.is_(None), segments.c.removed_seq > seq))
