@@ -505,3 +505,39 @@ def test_spark_values_a_cast_would_change_are_refused_as_pyarrow_refuses_them(
             t.append(pa.table({n: [v] for n, v in zip(schema.names, row, strict=True)}))
     assert t.to_arrow().equals(stored)
     assert [c.state for c in t.history()].count("COMPLETED") == 1
+
+
+def test_spark_appends_and_upserts_into_a_day_a_compaction_split(
+    spark: Any, cat: lamina.Catalog
+) -> None:
+    """Druid's allocation from Spark: rows of an hour a compaction made an HOUR chunk
+    join it, rows of a free hour get their own HOUR chunk (written again by Spark,
+    chunk by hour, after the first publish found the day split)."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    from lamina.core.interval import Interval
+
+    def hour(h: int) -> dt.datetime:
+        return dt.datetime(2024, 1, 1) + dt.timedelta(hours=h)
+
+    def chunk(a: int, b: int) -> Interval:
+        return Interval.coerce((hour(a), hour(b)))
+
+    schema = pa.schema(
+        [pa.field("k", pa.int64(), False), ("ts", pa.timestamp("us")), ("v", pa.float64())]
+    )
+    for name, keyed in (("plain", None), ("keyed", "k")):
+        t = cat.create_table(name, schema, time_column="ts", primary_key=keyed)
+        t.append(pa.table({"k": [0, 1], "ts": [hour(1), hour(5)], "v": [1.0, 2.0]}, schema=schema))
+        t.compact(mode="major", segment_granularity="HOUR")
+        df = spark.createDataFrame(
+            [(2, hour(1), 3.0), (3, hour(3), 4.0), (0, hour(30), 5.0)],
+            "k long, ts timestamp_ntz, v double",
+        )
+        t.append(df)
+        got = sorted({s.interval for s in t.segments()})
+        assert got == [chunk(1, 2), chunk(3, 4), chunk(5, 6), chunk(24, 48)], name
+        values = sorted(t.to_arrow().column("v").to_pylist())
+        assert values == ([2.0, 3.0, 4.0, 5.0] if keyed else [1.0, 2.0, 3.0, 4.0, 5.0]), name

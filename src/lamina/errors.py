@@ -50,6 +50,15 @@ class TimelineError(LaminaError):
     """Segments violate a timeline invariant (e.g. one version, two overlapping intervals)."""
 
 
+class ChunkLayoutError(TimelineError):
+    """Appended rows fall in a chunk that several versions, or chunks of another
+    granularity, cover (``chunk``): there is no one place for them."""
+
+    def __init__(self, message: str, chunk: object = None) -> None:
+        super().__init__(message)
+        self.chunk = chunk
+
+
 class CatalogUnavailableError(LaminaError):
     """The catalog database cannot be reached or opened."""
 

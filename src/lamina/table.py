@@ -3,6 +3,7 @@ compactions) on top of its reads (:mod:`lamina.table_read`)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -100,8 +101,18 @@ class Table(TableReads):
         )  # validate before opening an entry
         entry = self.start_replace([], [])
         try:
+            remake = None
+            if tw.refinable(data):  # into a day a compaction split: split as Druid does
+                remake = functools.partial(tw.producer, self, data, CommitAction.APPEND, None)
             return tw.write(
-                self, CommitAction.APPEND, produce, None, metadata, entry, complete=True
+                self,
+                CommitAction.APPEND,
+                produce,
+                None,
+                metadata,
+                entry,
+                complete=True,
+                remake=remake,
             )
         except BaseException:
             tw.revert_quietly(self, entry)

@@ -4,12 +4,13 @@ the chunks an overwrite replaces, and the interval arguments they take."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import functools
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from lamina.core.interval import ETERNITY, Granularity, Interval
 from lamina.core.model import Commit, CommitAction, NewSegment, PublishPlan
-from lamina.errors import DataOutsideIntervalError
+from lamina.errors import ChunkLayoutError, DataOutsideIntervalError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -55,6 +56,7 @@ def producer(
     action: str,
     interval: Interval | None,
     layout: tuple[Granularity, int] | None = None,
+    refine: Mapping[Interval, Callable[[int], Interval]] | None = None,
 ) -> Callable[[str], list[NewSegment]]:
     """Validate ``data`` now; return the step that writes its files under a commit.
 
@@ -73,7 +75,8 @@ def producer(
     if is_spark_dataframe(data):
         from lamina.engines.spark import spark_producer
 
-        return spark_producer(table._record, ctx.warehouse, table.target_rows_per_segment, data)
+        target = table.target_rows_per_segment
+        return spark_producer(table._record, ctx.warehouse, target, data, refine)
     rec = table._record
     granularity, target = layout or (rec.granularity, table.target_rows_per_segment)
     if isinstance(data, pa.RecordBatchReader):
@@ -82,7 +85,9 @@ def producer(
         pieces = iter([to_arrow_table(data)])
 
     def split(piece: pa.Table) -> list[ChunkPart]:
-        parts = split_by_chunk(conform(piece, rec.schema), rec.time_column, granularity, target)
+        parts = split_by_chunk(
+            conform(piece, rec.schema), rec.time_column, granularity, target, refine
+        )
         overwrite_chunks(table, action, [p.chunk for p in parts], interval, granularity)
         return parts
 
@@ -116,12 +121,18 @@ def write(
     txn: tuple[str, int] | None = None,
     upsert: Callable[[list[NewSegment]], UpsertBatch] | None = None,
     remove: tuple[str, ...] = (),
+    remake: Callable[..., Callable[[str], list[NewSegment]]] | None = None,
 ) -> Commit:
     """One commit writing ``data`` (or a producer from :func:`producer`);
     ``upsert``: the records of the files written, to resolve by key at publish;
     ``remove``: live segments it removes too (a refresh's). A ``txn`` applied already
-    writes nothing and returns the commit that applied it. Raises
-    CommitConflictError, SchemaError, TimeColumnError, DataOutsideIntervalError."""
+    writes nothing and returns the commit that applied it.
+
+    An append into a chunk that chunks of another granularity cover in part is
+    written again, split the way Druid allocates (:func:`refinement`): by ``remake``
+    (called with ``refine=``), or by :func:`producer` for data that can be read twice.
+    Raises CommitConflictError, SchemaError, TimeColumnError, DataOutsideIntervalError,
+    ChunkLayoutError."""
     from lamina.core.model import txn_of
     from lamina.errors import AlreadyAppliedError
     from lamina.meta import app_txns
@@ -133,11 +144,15 @@ def write(
         got = app_txns.latest(ctx.db, table._record.id, txn[0])
         if got is not None and txn[1] <= got[0]:  # applied already: write nothing
             return commit_of(table, got[1])
+    if remake is None and upsert is None and not callable(data) and refinable(data):
+        remake = functools.partial(producer, table, data, action, interval)
     produce = data if callable(data) else producer(table, data, action, interval)
+    chunks: list[Interval] = []
     try:
         meta = dict(metadata or {})
         with WriteTransaction(ctx, table._record, action, meta, inflight=True) as w:
             files = produce(w.dir)
+            chunks += (f.chunk for f in files)
             overwrite = overwrite_chunks(table, action, [f.chunk for f in files], interval)
             plan = PublishPlan(
                 tuple(files),
@@ -152,6 +167,49 @@ def write(
             return w.publish(plan)
     except AlreadyAppliedError as exc:  # a twin published first: nothing of ours shows
         return commit_of(table, exc.commit_id)
+    except ChunkLayoutError:
+        refine = None if remake is None else refinement(table, chunks)
+        if not refine:
+            raise
+        assert remake is not None
+        again = remake(refine=refine)
+        return write(
+            table,
+            action,
+            again,
+            interval,
+            metadata,
+            lineage_entry,
+            complete,
+            txn,
+            upsert,  # a remake's files: an upsert reads its records from them
+            remove,
+        )
+
+
+def refinable(data: Any) -> bool:
+    """Whether ``data`` can be written again after a first try (not a stream)."""
+    import pyarrow as pa
+
+    return not isinstance(data, pa.RecordBatchReader)
+
+
+def refinement(table: Table, chunks: list[Interval]) -> dict[Interval, Callable[[int], Interval]]:
+    """For each of ``chunks`` that chunks of another granularity cover in part (a
+    compaction split its day into hours, say): the chunk appended rows of each of its
+    hours go to (:func:`lamina.core.planner.allocate`, Druid's allocation)."""
+    from lamina.core.planner import allocate
+
+    if not chunks or table.time_column is None:
+        return {}
+    span = Interval.of(min(c.start for c in chunks), max(c.end for c in chunks))
+    visible = sorted({s.interval for s in table.snapshot(interval=span).segments})
+    out: dict[Interval, Callable[[int], Interval]] = {}
+    for c in set(chunks):  # the buckets tried nest in c: only chunks overlapping it count
+        near = [v for v in visible if v.overlaps(c)]
+        if any(v != c for v in near):
+            out[c] = functools.partial(allocate, chunks=near, preferred=table.granularity)
+    return out
 
 
 def commit_of(table: Table, commit_id: int) -> Commit:

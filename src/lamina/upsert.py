@@ -11,6 +11,7 @@ publishing second counts as the later.
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from collections.abc import Iterable
@@ -105,15 +106,16 @@ def upsert(
     if is_spark_dataframe(data):  # Spark writes; the records are read back, narrow
         from lamina.engines.spark import spark_producer
 
-        produce = spark_producer(rec, wh, table.target_rows_per_segment, data)
+        target = table.target_rows_per_segment
         done = tw.write(
             table,
             CommitAction.UPSERT,
-            produce,
+            spark_producer(rec, wh, target, data),
             None,
             metadata,
             txn=txn,
             upsert=lambda files: _written(spec, wh, [f.location for f in files], rec.schema),
+            remake=functools.partial(spark_producer, rec, wh, target, data),
         )
     else:
         batch = records_of(spec, rec, data)
@@ -173,25 +175,43 @@ def _write(
 ) -> Commit:
     """One commit storing ``records`` (``read``: them resolved on their own): an UPSERT,
     or an OVERWRITE (REFRESH) of ``interval`` (and of the segments ``remove``)."""
+    from lamina.errors import ChunkLayoutError
     from lamina.io.writer import split_by_chunk, write_parts
 
     rec, wh = table._record, table._ctx.warehouse
-    parts = split_by_chunk(records, rec.time_column, rec.granularity, table.target_rows_per_segment)
-    tw.overwrite_chunks(table, action, [p.chunk for p in parts], interval)  # before the commit
-    file_rows = tuple(
-        np.arange(p.rows.start, p.rows.stop) if isinstance(p.rows, slice) else p.rows for p in parts
-    )
-    written = UpsertBatch(read.spec, read.resolved, read.keys, file_rows, expect)
-    return tw.write(
-        table,
-        action,
-        lambda commit_dir: write_parts(wh, commit_dir, parts),
-        interval,
-        metadata,
-        txn=txn,
-        upsert=lambda files: written,
-        remove=remove,
-    )
+    refine = None
+    while True:
+        parts = split_by_chunk(
+            records, rec.time_column, rec.granularity, table.target_rows_per_segment, refine
+        )
+        tw.overwrite_chunks(table, action, [p.chunk for p in parts], interval)  # before
+        file_rows = tuple(
+            np.arange(p.rows.start, p.rows.stop) if isinstance(p.rows, slice) else p.rows
+            for p in parts
+        )
+        written = UpsertBatch(read.spec, read.resolved, read.keys, file_rows, expect)
+        try:
+            return tw.write(
+                table,
+                action,
+                lambda commit_dir, parts=parts: write_parts(wh, commit_dir, parts),
+                interval,
+                metadata,
+                txn=txn,
+                upsert=functools.partial(_same, written),
+                remove=remove,
+            )
+        except ChunkLayoutError:  # a day a compaction split: split as Druid allocates
+            if refine is not None or action != CommitAction.UPSERT:
+                raise
+            refine = tw.refinement(table, [p.chunk for p in parts])
+            if not refine:
+                raise
+
+
+def _same(batch: UpsertBatch, files: list[NewSegment]) -> UpsertBatch:
+    """``batch``, whatever files were written (their rows are the parts it was cut by)."""
+    return batch
 
 
 def _prefetch_keys(table: Table) -> None:

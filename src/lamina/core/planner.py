@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from lamina.core.interval import Interval
+from lamina.core.interval import Granularity, Interval
 from lamina.core.model import CompactedRun, NewSegment
 from lamina.core.segment import Segment
 from lamina.core.timeline import Timeline
-from lamina.errors import CommitConflictError, LaminaError
+from lamina.errors import ChunkLayoutError, CommitConflictError
 
 #: A chunk of one version: where appended files land.
 Target = tuple[Interval, int]
@@ -74,7 +74,7 @@ def _single(timeline: Timeline, chunk: Interval, strict: bool) -> Target | None:
     """The one version covering exactly ``chunk`` in ``timeline``; None when nothing
     covers it (or, unless ``strict``, when several versions or another granularity do).
 
-    Raises LaminaError (``strict``) when several versions or another granularity cover
+    Raises ChunkLayoutError (``strict``) when several versions or another granularity cover
     it: an append there would be ambiguous."""
     entries = timeline.lookup(chunk)
     if not entries:
@@ -84,10 +84,38 @@ def _single(timeline: Timeline, chunk: Interval, strict: bool) -> Target | None:
         return (e.chunk_interval, e.version)
     if not strict:
         return None
-    raise LaminaError(
+    raise ChunkLayoutError(
         f"cannot append into {chunk}: it is covered by several versions or "
-        "a chunk of another granularity; overwrite that interval instead"
+        "a chunk of another granularity; overwrite that interval instead",
+        chunk,
     )
+
+
+def finer_or_equal(preferred: Granularity) -> list[Granularity]:
+    """``preferred`` and the granularities finer than it whose chunks nest in its
+    chunks, coarsest first (no WEEK under a MONTH: a week may cross months)."""
+    if preferred is Granularity.WEEK:
+        return [Granularity.WEEK, Granularity.DAY, Granularity.HOUR]
+    order = [Granularity.ALL, Granularity.YEAR, Granularity.QUARTER, Granularity.MONTH]
+    order += [Granularity.DAY, Granularity.HOUR]
+    return order[order.index(preferred) :]
+
+
+def allocate(hour: int, chunks: Sequence[Interval], preferred: Granularity) -> Interval:
+    """The chunk an appended row of hour ``hour`` goes to, among the visible
+    ``chunks`` (Druid's segment allocation): the chunk holding the hour if one does;
+    else the bucket of the first granularity, ``preferred`` then finer ones (see
+    :func:`finer_or_equal`), that no visible chunk overlaps. Chunks are aligned to
+    hours, so the hour itself is the last resort."""
+    for c in chunks:
+        if c.start <= hour < c.end:
+            return c
+    for g in finer_or_equal(preferred):
+        start = g.floor(hour)
+        bucket = Interval.of(start, g.next_start(start))
+        if not any(c.overlaps(bucket) for c in chunks):
+            return bucket
+    return Interval.of(hour, Granularity.HOUR.next_start(hour))  # unreachable
 
 
 def append_targets(
@@ -102,7 +130,7 @@ def append_targets(
     the other once both show; else ``new_version`` (second value: whether it was
     used).
 
-    Raises LaminaError when a chunk is covered by several versions or by a chunk of
+    Raises ChunkLayoutError when a chunk is covered by several versions or by a chunk of
     another granularity (an append there would be ambiguous).
     """
     timeline = Timeline.build(live)

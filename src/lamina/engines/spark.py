@@ -17,13 +17,13 @@ import os
 import re
 import sys
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lamina.core.interval import ETERNITY, Granularity, Interval, to_us
+from lamina.core.interval import ETERNITY, US_PER_HOUR, Granularity, Interval, to_us
 from lamina.core.model import NewSegment, TableRecord
 from lamina.errors import SchemaError, TimeColumnError
 from lamina.io.arrow import castable, storage_schema
@@ -205,6 +205,30 @@ def _lossy_cast_error(exc: Exception) -> SchemaError | None:
     return SchemaError(f"{what}; cast it in Spark first (or widen the table's column)")
 
 
+def _refined_expr(
+    chunk: Any, hour: Any, refine: Mapping[Interval, Callable[[int], Interval]]
+) -> Any:
+    """The chunk column (a string) with the rows of the chunks ``refine`` names sent
+    to the chunk it gives their hour: ``start_end`` in µs (runs of hours that go to
+    the same chunk are one condition each)."""
+    from pyspark.sql import functions as F
+
+    out = chunk.cast("string")
+    for c, chunk_of in sorted(refine.items()):
+        hours = range(c.start, c.end, US_PER_HOUR)
+        runs: list[tuple[int, int, Interval]] = []
+        for h in hours:
+            target = chunk_of(h)
+            if runs and runs[-1][2] == target and runs[-1][1] == h:
+                runs[-1] = (runs[-1][0], h + US_PER_HOUR, target)
+            else:
+                runs.append((h, h + US_PER_HOUR, target))
+        for lo, hi, target in runs:
+            hit = (hour >= F.lit(lo)) & (hour < F.lit(hi))
+            out = F.when(hit, F.lit(f"{target.start}_{target.end}")).otherwise(out)
+    return out
+
+
 def _chunk_expr(column: str, field_type: pa.DataType, granularity: Granularity) -> Any:
     """Spark expression: start (µs, UTC) of each row's chunk.
 
@@ -240,16 +264,25 @@ def _chunk_expr(column: str, field_type: pa.DataType, granularity: Granularity) 
 
 
 def spark_producer(
-    rec: TableRecord, wh: Warehouse, target_rows: int, df: DataFrame
+    rec: TableRecord,
+    wh: Warehouse,
+    target_rows: int,
+    df: DataFrame,
+    refine: Mapping[Interval, Callable[[int], Interval]] | None = None,
 ) -> Callable[[str], list[NewSegment]]:
     """Check ``df`` against the table now; return the step that writes it into a
-    commit's directory (relative to the warehouse)."""
+    commit's directory (relative to the warehouse). ``refine``: for the chunks it
+    names, the chunk each hour's rows go to instead (see
+    :func:`lamina.table_write.refinement`)."""
     spark = df.sparkSession
     data = _conform(df, rec.schema)
     partitioned = rec.time_column is not None
     if partitioned:
         assert rec.time_column is not None
-        expr = _chunk_expr(rec.time_column, rec.schema.field(rec.time_column).type, rec.granularity)
+        t = rec.schema.field(rec.time_column).type
+        expr = _chunk_expr(rec.time_column, t, rec.granularity)
+        if refine:
+            expr = _refined_expr(expr, _chunk_expr(rec.time_column, t, Granularity.HOUR), refine)
         data = data.withColumn(CHUNK_COLUMN, expr)
 
     def produce(commit_rel: str) -> list[NewSegment]:
@@ -325,13 +358,15 @@ def _collect_files(
         else:
             key = next((p for p in rel.split("/") if p.startswith(CHUNK_COLUMN + "=")), None)
             value = key.split("=", 1)[1] if key else ""
-            if not value.lstrip("-").isdigit():
+            bounds = value.split("_")  # start, or start_end (a refined chunk)
+            if not all(b.lstrip("-").isdigit() for b in bounds) or len(bounds) > 2:
                 raise TimeColumnError(
                     f"time column {time_column!r} has null values; every row needs a time — "
                     "fill or drop those rows"
                 )
-            start = int(value)
-            chunk = Interval.of(start, granularity.next_start(start))
+            start = int(bounds[0])
+            end = int(bounds[1]) if len(bounds) == 2 else granularity.next_start(start)
+            chunk = Interval.of(start, end)
         meta = pq.read_metadata(info.path, filesystem=wh.fs)
         lo, hi = _time_stats(meta, time_column)
         out.append(NewSegment(chunk, rel, meta.num_rows, int(info.size or 0), lo, hi))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
@@ -13,7 +13,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lamina.core.interval import END_US, ETERNITY, FIRST_US, Granularity, Interval, format_us
+from lamina.core.interval import (
+    END_US,
+    ETERNITY,
+    FIRST_US,
+    US_PER_HOUR,
+    Granularity,
+    Interval,
+    format_us,
+)
 from lamina.core.model import NewSegment
 from lamina.errors import TimeColumnError
 from lamina.io.arrow import chunk_starts, int64_arrow, int64_numpy, time_values_us
@@ -52,10 +60,15 @@ class ChunkPart:
 
 
 def split_by_chunk(
-    data: pa.Table, time_column: str | None, granularity: Granularity, target_rows: int
+    data: pa.Table,
+    time_column: str | None,
+    granularity: Granularity,
+    target_rows: int,
+    refine: Mapping[Interval, Callable[[int], Interval]] | None = None,
 ) -> list[ChunkPart]:
     """Group rows by chunk (arrival order kept) and cut them into parts of at most
-    ``target_rows`` rows."""
+    ``target_rows`` rows. ``refine``: for the chunks it names, the chunk each hour's
+    rows go to instead (chunks of another granularity that cover them already)."""
     n = data.num_rows
     if n == 0:
         return []
@@ -84,9 +97,37 @@ def split_by_chunk(
             continue
         start = int(starts[code])
         chunk = Interval.of(start, granularity.next_start(start))
+        if refine and chunk in refine:
+            some = np.arange(lo, hi) if order is None else order[lo:hi]
+            parts += _refined(data, t, some, refine[chunk], target_rows)
+            continue
         for piece in pieces(slice(lo, hi), target_rows):
             rows: slice | np.ndarray = piece if order is None else order[piece]
             parts.append(ChunkPart(chunk, data, rows, t))
+    return parts
+
+
+def _refined(
+    data: pa.Table,
+    t: np.ndarray,
+    rows: np.ndarray,
+    chunk_of: Callable[[int], Interval],
+    target_rows: int,
+) -> list[ChunkPart]:
+    """``rows`` (of one chunk) grouped by the chunk ``chunk_of`` gives their hour."""
+    hours = t[rows] - t[rows] % US_PER_HOUR
+    uniq, inverse = np.unique(hours, return_inverse=True)
+    targets = [chunk_of(int(h)) for h in uniq]
+    chunks = sorted(set(targets))
+    index = {c: i for i, c in enumerate(chunks)}
+    codes = np.array([index[c] for c in targets], np.int64)[inverse]
+    order = np.argsort(codes, kind="stable")  # arrival order kept within a chunk
+    bounds = np.searchsorted(codes[order], np.arange(len(chunks) + 1))
+    parts = []
+    for i, chunk in enumerate(chunks):
+        mine = rows[order[bounds[i] : bounds[i + 1]]]
+        for piece in pieces(slice(0, len(mine)), target_rows):
+            parts.append(ChunkPart(chunk, data, mine[piece], t))
     return parts
 
 
