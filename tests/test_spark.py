@@ -541,3 +541,30 @@ def test_spark_appends_and_upserts_into_a_day_a_compaction_split(
         assert got == [chunk(1, 2), chunk(3, 4), chunk(5, 6), chunk(24, 48)], name
         values = sorted(t.to_arrow().column("v").to_pylist())
         assert values == ([2.0, 3.0, 4.0, 5.0] if keyed else [1.0, 2.0, 3.0, 4.0, 5.0]), name
+
+
+def test_spark_upserts_into_millisecond_columns_compare_and_hash_as_local_ones(
+    spark: Any, cat: lamina.Catalog
+) -> None:
+    """What a type hunt found: Spark writes microseconds into a ``timestamp[ms]``
+    column; its records, read back to resolve the upsert, compared 1000x newer than a
+    local record (a later local one never showed) and hashed a key as another."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    schema = pa.schema(
+        [pa.field("k", pa.timestamp("ms"), False), ("ts", pa.timestamp("ms")), ("v", pa.int64())]
+    )
+    t = cat.create_table("ms", schema, time_column="ts", primary_key="k")
+    key = dt.datetime(2024, 5, 5)
+
+    def at(second: int) -> dt.datetime:
+        return dt.datetime(2024, 1, 1, 0, 0, second)
+
+    t.upsert(pa.table({"k": [key], "ts": [at(10)], "v": [1]}, schema=schema))
+    df = spark.createDataFrame([(key, at(20), 2)], "k timestamp_ntz, ts timestamp_ntz, v long")
+    t.upsert(df)
+    assert t.to_arrow().to_pylist() == [{"k": key, "ts": at(20), "v": 2}]
+    t.upsert(pa.table({"k": [key], "ts": [at(30)], "v": [3]}, schema=schema))
+    assert t.to_arrow().to_pylist() == [{"k": key, "ts": at(30), "v": 3}]

@@ -907,9 +907,9 @@ def test_the_key_index_replays_runs_of_upserts_in_one_step(
     steps: list[int] = []
     real = key_replay.add_files
 
-    def counted(st: Any, wh: Any, spec: Any, files: dict[str, Any]) -> None:
+    def counted(st: Any, wh: Any, spec: Any, schema: Any, files: dict[str, Any]) -> None:
         steps.append(len(files))
-        real(st, wh, spec, files)
+        real(st, wh, spec, schema, files)
 
     monkeypatch.setattr(key_replay, "add_files", counted)
     key_index._STATES[(url, tid)] = before
@@ -1148,3 +1148,57 @@ def test_an_overwrite_replaces_the_records_stored_in_its_chunks(t: lamina.Table)
     t.overwrite(rows(("c", 1, 99)))  # day 1: older than c's record on day 2
     assert latest(t) == {"c": 30}
     assert latest(t, c1.id) == {"a": 1, "b": 1}  # time travel as before
+
+
+@pytest.mark.parametrize("rebuilt", [False, True])
+def test_second_units_compare_and_hash_as_upserted_after_a_rebuild_and_a_compaction(
+    cat: lamina.Catalog, rebuilt: bool
+) -> None:
+    """What a type hunt found: Parquet has no unit of seconds, so files of a
+    ``timestamp[s]`` or ``time32[s]`` column read back in milliseconds; the key index
+    rebuilt from them, and a major compaction's records read back, compared a newer
+    record as 1000x older (it never showed) and hashed a key as another (two rows)."""
+    from lamina.meta import keys as key_index
+
+    schema = pa.schema(
+        [
+            ("ts", pa.timestamp("s")),
+            pa.field("k", pa.time32("s"), nullable=False),
+            ("v", pa.int64()),
+        ]
+    )
+    t = cat.create_table("secs", schema, time_column="ts", primary_key="k")
+
+    def put(second: int, *kv: tuple[int, int]) -> None:
+        ts = datetime(2024, 1, 1, 0, 0, second)
+        t.upsert(
+            pa.table(
+                {
+                    "ts": pa.array([ts] * len(kv), pa.timestamp("s")),
+                    "k": pa.array([k for k, _ in kv], pa.time32("s")),
+                    "v": [v for _, v in kv],
+                },
+                schema=schema,
+            )
+        )
+
+    def forget() -> None:
+        if rebuilt:  # as a new process: the index comes from the files
+            key_index.forget(str(t._ctx.db.engine.url), t._record.id)
+
+    def latest() -> dict[Any, int]:
+        got = {r["k"]: r["v"] for r in t.to_arrow().to_pylist()}
+        assert t.count() == len(got)  # one row per key
+        return got
+
+    put(10, (0, 1), (3600, 1))
+    forget()
+    put(20, (0, 2), (3600, 2))
+    assert sorted(latest().values()) == [2, 2]
+    t.compact(mode="major")
+    forget()
+    put(30, (0, 3))
+    put(15, (3600, 9))  # older than the stored :20 record: out of order
+    got = latest()
+    assert sorted(got.values()) == [2, 3]
+    assert cat.sql("SELECT count(*) AS n FROM secs").to_pylist() == [{"n": 2}]

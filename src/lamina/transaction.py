@@ -266,9 +266,8 @@ class Transaction:
         if self._upsert is not None and files:
             from lamina.upsert import rewritten
 
-            upsert = rewritten(
-                self._upsert, self._table._ctx.warehouse, [f.location for f in files]
-            )
+            wh, schema = self._table._ctx.warehouse, self._table._record.schema
+            upsert = rewritten(self._upsert, wh, [f.location for f in files], schema)
         elif self._merged is not None and (files or appends):
             upsert = self._merged
         elif self._spec is not None and (files or appends):

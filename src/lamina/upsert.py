@@ -328,13 +328,15 @@ def _live_files(table: Table, chunks: Iterable[Interval], remove: Iterable[str])
     }
 
 
-def rewritten(spec: UpsertSpec, wh: Warehouse, locations: list[str]) -> UpsertBatch:
+def rewritten(
+    spec: UpsertSpec, wh: Warehouse, locations: list[str], schema: pa.Schema
+) -> UpsertBatch:
     """A major compaction's records, read back from the files it wrote: stored as they
     are (no partial merge), each showing at publish exactly when the record it copies
     still would (:func:`lamina.core.upsert.resolve_rewrite`). Raises UpsertError."""
     from dataclasses import replace
 
-    written = _written(replace(spec, partial=None), wh, locations)
+    written = _written(replace(spec, partial=None), wh, locations, schema)
     return replace(written, rewrite=True)
 
 
@@ -345,28 +347,30 @@ def _columns(spec: UpsertSpec) -> list[str]:
 
 
 def _read_back(
-    spec: UpsertSpec, wh: Warehouse, locations: list[str], schema: pa.Schema | None = None
+    spec: UpsertSpec, wh: Warehouse, locations: list[str], schema: pa.Schema
 ) -> tuple[pa.Table, tuple[np.ndarray, ...]]:
-    """The resolving columns of files an engine wrote (Spark), in file order, and per
-    file its rows there; no records for no file, given the table's ``schema``. Raises
-    UpsertError for no file without it."""
+    """The resolving columns of files written (by Spark, a compaction), in file order,
+    typed by the table's ``schema`` as records were when they were upserted, and per
+    file its rows there."""
     import pyarrow.parquet as pq
 
     cols = _columns(spec)
-    parts = [pq.read_table(wh.path(loc), columns=cols, filesystem=wh.fs) for loc in locations]
-    if not parts and schema is not None:  # an empty input (a micro-batch a filter emptied)
+    # as the table types them (Spark writes microseconds into a millisecond column)
+    parts = [
+        pq.read_table(wh.path(loc), columns=cols, filesystem=wh.fs, schema=schema)
+        for loc in locations
+    ]
+    if not parts:  # an empty input (a micro-batch a filter emptied)
         from lamina.io.arrow import storage_schema
 
         return storage_schema(schema).empty_table().select(cols), ()
-    if not parts:
-        raise UpsertError("the upsert wrote no file: nothing to resolve")
     sizes = np.cumsum([0, *(p.num_rows for p in parts)])
     file_rows = tuple(np.arange(a, b) for a, b in zip(sizes[:-1], sizes[1:], strict=True))
     return pa.concat_tables(parts), file_rows
 
 
 def _written(
-    spec: UpsertSpec, wh: Warehouse, locations: list[str], schema: pa.Schema | None = None
+    spec: UpsertSpec, wh: Warehouse, locations: list[str], schema: pa.Schema
 ) -> UpsertBatch:
     """The records of files an engine wrote (Spark), read back (key, comparison and
     delete columns only) in file order. Raises UpsertError (null keys...)."""
@@ -407,7 +411,7 @@ def store(
         tw.overwrite_chunks(table, action, [f.chunk for f in files], interval)
         want = storage_schema(rec.schema)
         if files:  # as the table stores them, as local operations' records are
-            records, file_rows = _read_back(spec, wh, [f.location for f in files])
+            records, file_rows = _read_back(spec, wh, [f.location for f in files], rec.schema)
             records = records.cast(pa.schema([want.field(c) for c in records.column_names]))
         else:
             records, file_rows = want.empty_table().select(_columns(spec)), ()

@@ -61,11 +61,19 @@ def _columns(spec: UpsertSpec) -> list[str]:
 
 
 def _latest_rows(
-    wh: Warehouse, spec: UpsertSpec, location: str, superseded: BitMap, dtype: np.dtype
+    wh: Warehouse,
+    spec: UpsertSpec,
+    schema: pa.Schema,
+    location: str,
+    superseded: BitMap,
+    dtype: np.dtype,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """The rows of one data file that are their key's latest record: their key hashes,
-    positions, comparison values and tombstone flags (None: no such row)."""
-    data = pq.read_table(wh.path(location), columns=_columns(spec), filesystem=wh.fs)
+    positions, comparison values and tombstone flags (None: no such row). Read as the
+    table's ``schema`` types them, as the records were hashed and compared when they
+    were upserted (Parquet has no unit of seconds; Spark writes microseconds)."""
+    path = wh.path(location)
+    data = pq.read_table(path, columns=_columns(spec), filesystem=wh.fs, schema=schema)
     keep = np.ones(data.num_rows, bool)
     if superseded:
         keep[np.fromiter(superseded, np.int64, len(superseded))] = False
@@ -81,13 +89,16 @@ def _latest_rows(
     return key_hashes(data, spec.primary_key), rows.astype(np.uint32), cmp, tomb
 
 
-def add_files(st: KeyState, wh: Warehouse, spec: UpsertSpec, files: dict[str, BitMap]) -> None:
+def add_files(
+    st: KeyState, wh: Warehouse, spec: UpsertSpec, schema: pa.Schema, files: dict[str, BitMap]
+) -> None:
     """Put the latest records of the data files (location -> rows superseded there) in
-    one step (one key has its latest record in one file at most)."""
+    one step (one key has its latest record in one file at most); ``schema``: the
+    table's."""
     order = sorted(files)
 
     def latest(loc: str) -> Any:
-        return _latest_rows(wh, spec, loc, files[loc], st.index.cmp_dtype)
+        return _latest_rows(wh, spec, schema, loc, files[loc], st.index.cmp_dtype)
 
     if len(order) > 1:  # reading and hashing release the GIL: files in parallel
         from concurrent.futures import ThreadPoolExecutor
@@ -158,6 +169,7 @@ def _add_at(
         st,
         wh,
         spec,
+        table.schema,
         {loc: v.superseded if (v := vectors.get(loc)) else BitMap() for loc in locations},
     )
 
