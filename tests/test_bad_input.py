@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -301,3 +302,30 @@ def test_durations_and_commit_ids_out_of_range_are_refused_typed(table: lamina.T
     for big in (2**63, -(2**63) - 1):
         with pytest.raises(errors.SnapshotNotFoundError, match="no completed commit"):
             table.to_arrow(as_of=big)
+
+
+def test_floats_out_of_a_float32_columns_range_are_refused(cat: lamina.Catalog) -> None:
+    """What a type hunt found: float64 values into a float32 column became inf or 0.0
+    silently. Rounding stays (0.1 is a float32 near 0.1); NaN, inf and nulls pass."""
+    import math
+
+    import pandas as pd
+
+    schema = pa.schema([("ts", pa.timestamp("us")), ("f", pa.float32())])
+    t = cat.create_table("f32", schema, time_column="ts")
+
+    def data(*values: float | None) -> pa.Table:
+        ts = pa.array(range(len(values)), pa.timestamp("us"))
+        return pa.table({"ts": ts, "f": pa.array(values, pa.float64())})
+
+    t.append(data(0.1, float("nan"), float("inf"), None, -0.0))
+    got = t.to_arrow()["f"].to_pylist()
+    assert got[0] == pytest.approx(0.1) and math.isnan(got[1])
+    assert got[2:4] == [float("inf"), None]
+    history = t.history()
+    for bad in (1e300, -1e300, 1e-300):
+        with pytest.raises(errors.SchemaError, match=re.escape(f"value {bad!r} is out of")):
+            t.append(data(1.0, bad))
+    with pytest.raises(errors.SchemaError, match="out of float's range"):  # pandas: float64
+        t.append(pd.DataFrame({"ts": pd.to_datetime([0]), "f": [3.5e38]}))
+    assert t.history() == history and t.count() == 5

@@ -327,3 +327,41 @@ def test_count_with_row_ranges_reads_the_files(local_cat: lamina.Catalog) -> Non
     assert delete_data_files(local_cat, t) > 0
     with pytest.raises(SnapshotNotFoundError):
         t.count()
+
+
+def test_an_empty_answer_has_the_types_of_the_files(cat: lamina.Catalog) -> None:
+    """What a type hunt found: with no file to read (an empty table, a day pruned
+    away) the view came from an empty Arrow table, which DuckDB types otherwise than
+    Parquet files: a duration became an INTERVAL (``wait > 60`` failed) and a
+    decimal256 could not be read at all."""
+    from decimal import Decimal
+
+    schema = pa.schema(
+        [
+            ("ts", pa.timestamp("s")),
+            ("wait", pa.duration("s")),
+            ("amt", pa.decimal256(40, 2)),
+            ("tags", pa.list_(pa.int32(), 2)),
+        ]
+    )
+    t = cat.create_table("d", schema, time_column="ts")
+    query = "SELECT * FROM d WHERE ts >= TIMESTAMP '2024-01-01' AND ts < TIMESTAMP '2024-01-02'"
+    empty = cat.sql(query)
+    t.append(
+        pa.table(
+            {
+                "ts": pa.array([dt.datetime(2024, 1, 1, 5)], pa.timestamp("s")),
+                "wait": pa.array([90], pa.duration("s")),
+                "amt": pa.array([Decimal("1.50")], pa.decimal256(40, 2)),
+                "tags": pa.array([[1, 2]], pa.list_(pa.int32(), 2)),
+            }
+        )
+    )
+    full = cat.sql(query)
+    pruned = cat.sql(query.replace("2024-01-0", "2025-01-0"))
+    assert full.num_rows == 1 and empty.num_rows == 0 and pruned.num_rows == 0
+    assert empty.schema == full.schema == pruned.schema
+    got = cat.sql(
+        "SELECT count(*) AS n, sum(amt) AS s FROM d WHERE wait > 60 AND ts < TIMESTAMP '2000-01-01'"
+    )
+    assert got.to_pylist() == [{"n": 0, "s": None}]

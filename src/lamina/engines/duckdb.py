@@ -15,6 +15,7 @@ loading pyarrow.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -396,12 +397,42 @@ def view_sql(
         assert tc is not None
         t = plan.table.schema.field(tc).type
         branches.append(f"SELECT * FROM ({source(paths)}) WHERE {_keep_sql(_quote(tc), t, keep)}")
-    if not branches:  # a table, as the bitmaps: visible to every cursor
-        empty = _arrow_as_table(con, f"__lamina_empty_{name}", plan.table.schema.empty_table())
-        if made is not None:
-            made.append(empty)
-        return f"SELECT * FROM {empty}"
+    if not branches:  # no rows, typed as the files type them
+        return f"SELECT * FROM read_parquet({_files([empty_file(plan.table.schema)])})"
     return " UNION ALL ".join(branches)
+
+
+_EMPTY: dict[bytes, str] = {}  # a schema's serialized form -> its empty file
+_EMPTY_DIR: list[str] = []  # the process's folder of them, removed at exit
+_EMPTY_LOCK = threading.Lock()
+
+
+def empty_file(schema: pa.Schema) -> str:
+    """A Parquet file of no rows, written as segments are (one per schema, per
+    process): DuckDB types its columns as it types the table's files (a duration as
+    BIGINT, a decimal256 as DOUBLE), which an empty Arrow table would not."""
+    import atexit
+    import shutil
+    import tempfile
+
+    import pyarrow.parquet as pq
+
+    from lamina.io.arrow import storage_schema
+    from lamina.io.writer import dictionary_columns
+
+    stored = storage_schema(schema)
+    key = stored.serialize().to_pybytes()
+    with _EMPTY_LOCK:
+        path = _EMPTY.get(key)
+        if path is None or not os.path.exists(path):
+            if not _EMPTY_DIR or not os.path.isdir(_EMPTY_DIR[0]):
+                _EMPTY_DIR[:] = [tempfile.mkdtemp(prefix="lamina-empty-")]
+                atexit.register(shutil.rmtree, _EMPTY_DIR[0], True)
+            path = os.path.join(_EMPTY_DIR[0], f"{len(_EMPTY)}.parquet")
+            empty = stored.empty_table()
+            pq.write_table(empty, path, use_dictionary=dictionary_columns(stored))
+            _EMPTY[key] = path
+    return path
 
 
 def register_view(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan) -> None:

@@ -292,7 +292,25 @@ def _to_storage(arr: pa.Array) -> pa.Array:
 
 def _cast_chunk(arr: pa.Array, t: pa.DataType) -> pa.Array:
     arr = _to_storage(arr)
-    return arr if arr.type == t else arr.cast(t, safe=True)
+    if arr.type == t:
+        return arr
+    out = arr.cast(t, safe=True)
+    if pa.types.is_floating(arr.type) and pa.types.is_floating(t):
+        _check_narrowed(arr, out)
+    return out
+
+
+def _check_narrowed(wide: pa.Array, narrow: pa.Array) -> None:
+    """A float cast keeps every value in range: rounding is a float's nature, but a
+    finite value that becomes infinite, or a non-zero one that becomes zero, is lost
+    (pyarrow's safe cast checks neither). Raises ArrowInvalid naming the first."""
+    a = wide.to_numpy(zero_copy_only=False)  # nulls read as NaN: never flagged
+    b = narrow.to_numpy(zero_copy_only=False)
+    with np.errstate(invalid="ignore"):
+        lost = (np.isfinite(a) & ~np.isfinite(b)) | ((a != 0) & (b == 0))
+    if lost.any():
+        value = float(a[int(np.argmax(lost))])
+        raise pa.ArrowInvalid(f"value {value!r} is out of {narrow.type}'s range")
 
 
 def _cast_column(column: pa.ChunkedArray, field: pa.Field) -> pa.ChunkedArray:
