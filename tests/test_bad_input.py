@@ -185,6 +185,13 @@ def test_create_table_refuses_upsert_properties_and_bad_policies(cat: lamina.Cat
          None, errors.SchemaError, "'a' appears twice"),
         (pa.schema([("ts", pa.timestamp("us")), ("_change", pa.string())]),
          None, errors.SchemaError, "t.read_changes adds"),
+        # SQL does not tell these apart: `SELECT "Amount"` read the other column
+        (pa.schema([("ts", pa.timestamp("us")), ("amount", pa.int64()), ("Amount", pa.int64())]),
+         None, errors.SchemaError, "'amount' and 'Amount' differ only in case"),
+        (pa.schema([("ts", pa.timestamp("us")), ("", pa.int64())]),
+         None, errors.SchemaError, "an empty name"),
+        (pa.schema([("ts", pa.timestamp("us")), ("c", pa.decimal128(4, -2))]),
+         None, errors.UnsupportedTypeError, "decimal128\\(4, -2\\), which lamina cannot store"),
         (pa.schema([("ts", pa.timestamp("us")), pa.field("k", pa.int64(), False),
                     ("$valid_from", pa.int64())]),
          "k", errors.UpsertError, "starting with '\\$'"),
@@ -329,3 +336,15 @@ def test_floats_out_of_a_float32_columns_range_are_refused(cat: lamina.Catalog) 
     with pytest.raises(errors.SchemaError, match="out of float's range"):  # pandas: float64
         t.append(pd.DataFrame({"ts": pd.to_datetime([0]), "f": [3.5e38]}))
     assert t.history() == history and t.count() == 5
+
+
+def test_to_pandas_of_values_pandas_cannot_hold_is_a_typed_error(cat: lamina.Catalog) -> None:
+    schema = pa.schema([("ts", pa.timestamp("us")), ("at", pa.time64("ns"))])
+    t = cat.create_table("tn", schema, time_column="ts")
+    t.append(
+        pa.table({"ts": pa.array([0], pa.timestamp("us")), "at": pa.array([1], pa.time64("ns"))})
+    )
+    with pytest.raises(errors.SchemaError, match="cannot be converted to pandas .* to_arrow"):
+        t.to_pandas()
+    assert t.to_arrow()["at"].to_pylist() == [pa.scalar(1, pa.time64("ns")).as_py()]
+    assert t.to_pandas(columns=["ts"]).shape == (1, 1)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -118,6 +118,7 @@ def same(a: Any, b: Any) -> bool:
 I64 = pa.int64()
 F64 = pa.float64()
 STR = pa.string()
+TSZ = pa.timestamp("us", "Asia/Kolkata")
 LSTR = pa.list_(pa.string())
 LI64 = pa.list_(pa.int64())
 
@@ -215,12 +216,31 @@ CASES: list[tuple[str, pa.DataType, Any, Any, Any, str]] = [
     # lamina by code point, as Arrow, Parquet statistics and SQL engines do
     ("MAX", STR, "\uff61", "\U0001f600", "\U0001f600", CODE_POINTS),
     ("MIN", STR, "\uff61", "\U0001f600", "\uff61", CODE_POINTS),
+    # zoned timestamps compare as instants (pyarrow has no MAX/MIN kernel for them)
+    (
+        "MAX",
+        TSZ,
+        at(5).replace(tzinfo=UTC),
+        at(1).replace(tzinfo=UTC),
+        at(5).replace(tzinfo=UTC),
+        "MaxMerger",
+    ),
+    (
+        "MIN",
+        TSZ,
+        at(5).replace(tzinfo=UTC),
+        at(1).replace(tzinfo=UTC),
+        at(1).replace(tzinfo=UTC),
+        "MinMerger",
+    ),
+    ("MAX", TSZ, None, at(1).replace(tzinfo=UTC), at(1).replace(tzinfo=UTC), NULLS),
 ]
 
 
 def _case_id(case: tuple[str, pa.DataType, Any, Any, Any, str]) -> str:
     strategy, typ, prev, new, _, _ = case
     label = {I64: "int64", F64: "double", STR: "string", LSTR: "list<str>", LI64: "list<int64>"}
+    label[TSZ] = "timestamp-tz"
     return f"{strategy}-{label[typ]}-{prev!r}-{new!r}"
 
 

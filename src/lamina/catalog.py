@@ -338,14 +338,22 @@ def check_table_name(name: str) -> None:
 
 
 def _check_names(names: list[str]) -> None:
-    """Raises SchemaError for a repeated column name or one that incremental reads add."""
+    """Raises SchemaError for an empty or repeated column name (ignoring case, as SQL
+    does) or one that incremental reads add."""
     from lamina.changes import CHANGE, COMMIT_ID, COMMIT_SEQ
 
-    seen: set[str] = set()
+    seen: dict[str, str] = {}
     for name in names:
-        if name in seen:
+        if not name:
+            raise SchemaError("a column has an empty name: name it")
+        if name in seen.values():
             raise SchemaError(f"column {name!r} appears twice in the schema: rename one")
-        seen.add(name)
+        if name.lower() in seen:
+            raise SchemaError(
+                f"columns {seen[name.lower()]!r} and {name!r} differ only in case, which SQL "
+                "(DuckDB, Spark) does not tell apart: rename one"
+            )
+        seen[name.lower()] = name
         if name in (CHANGE, COMMIT_ID, COMMIT_SEQ):
             raise SchemaError(
                 f"column {name!r} has the name of a column t.read_changes adds "

@@ -12,7 +12,7 @@ from lamina.core.model import AsOf, Commit, Snapshot, TableRecord, seq_of
 from lamina.core.scan import ScanPlan
 from lamina.core.segment import Segment
 from lamina.core.timeline import Timeline
-from lamina.errors import SnapshotNotFoundError
+from lamina.errors import SchemaError, SnapshotNotFoundError
 from lamina.meta import snapshots
 
 if TYPE_CHECKING:
@@ -102,7 +102,18 @@ class TableReads:
     def to_pandas(
         self, as_of: AsOf = None, columns: list[str] | None = None, interval: Any = None
     ) -> pd.DataFrame:
-        return self.to_arrow(as_of, columns, interval).to_pandas()
+        """:meth:`to_arrow` as a pandas DataFrame. Raises SchemaError for values
+        pandas cannot hold (a time with nanoseconds, a list of fixed-size binaries)."""
+        import pyarrow as pa
+
+        data = self.to_arrow(as_of, columns, interval)
+        try:
+            return data.to_pandas()
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise SchemaError(
+                f"the rows cannot be converted to pandas ({exc}); read them with to_arrow() "
+                "or pick other columns"
+            ) from None
 
     def to_spark(
         self,

@@ -93,6 +93,16 @@ def _signed_zeros(p: pa.Array, q: pa.Array, res: pa.Array, sign: int) -> pa.Arra
     return pc.if_else(both, zero, res)
 
 
+def _extreme(p: pa.Array, q: pa.Array, sign: int) -> pa.Array:
+    """MAX (``sign`` 1) or MIN (-1) of each pair, a null taking the other value. Zoned
+    timestamps (which pyarrow has no kernel for) compare as their UTC instants."""
+    t = p.type
+    if pa.types.is_timestamp(t) and t.tz is not None:
+        return _extreme(p.cast(pa.int64()), q.cast(pa.int64()), sign).cast(t)
+    pick = pc.max_element_wise if sign > 0 else pc.min_element_wise
+    return _signed_zeros(p, q, pick(p, q, skip_nulls=True), sign)
+
+
 _MERGERS: dict[Strategy, Callable[[pa.Array, pa.Array], pa.Array]] = {
     Strategy.OVERWRITE: lambda p, q: pc.coalesce(q, p),
     Strategy.FORCE_OVERWRITE: lambda p, q: q,
@@ -100,6 +110,6 @@ _MERGERS: dict[Strategy, Callable[[pa.Array, pa.Array], pa.Array]] = {
     Strategy.INCREMENT: _increment,
     Strategy.APPEND: _concat_lists,
     Strategy.UNION: _union,
-    Strategy.MAX: lambda p, q: _signed_zeros(p, q, pc.max_element_wise(p, q, skip_nulls=True), 1),
-    Strategy.MIN: lambda p, q: _signed_zeros(p, q, pc.min_element_wise(p, q, skip_nulls=True), -1),
+    Strategy.MAX: lambda p, q: _extreme(p, q, 1),
+    Strategy.MIN: lambda p, q: _extreme(p, q, -1),
 }
