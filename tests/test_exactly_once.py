@@ -52,16 +52,24 @@ def test_two_writers_of_one_application_one_fails(t: lamina.Table) -> None:
 
 def test_a_retried_twin_is_skipped_not_doubled(t: lamina.Table) -> None:
     """The same micro-batch written twice at once (a restarted query racing its
-    predecessor): one publishes, the retry of the other finds the version applied."""
+    predecessor): one publishes, the other finds the version applied at its publish
+    and is skipped (a race, not a conflict), as is an older version still running."""
     a = t.transaction(txn=("stream", 5))
     a.append(events(days=1, per_day=2))
     twin = t.transaction(txn=("stream", 5))
     twin.append(events(days=1, per_day=2))
     first = a.commit()
-    with pytest.raises(CommitConflictError):
-        twin.commit()
+    assert twin.commit().id == first.id  # skipped: the version is applied
     assert t.append(events(days=1, per_day=2), txn=("stream", 5), retries=2).id == first.id
-    assert t.count() == 2
+    older = t.transaction(txn=("stream", 4))  # began before 5 published: skipped too
+    late = t.transaction(txn=("stream", 7))  # a newer version is no twin: it conflicts
+    older.append(events(days=1, per_day=2))
+    late.append(events(days=1, per_day=2))
+    assert older.commit().id == first.id
+    assert t.append(events(days=1, per_day=2), txn=("stream", 6)).id != first.id
+    with pytest.raises(CommitConflictError, match="same app id"):
+        late.commit()
+    assert t.count() == 4
 
 
 @pytest.mark.parametrize(

@@ -139,9 +139,9 @@ def _publish(
     covered = checks.held_locks(conn, commit_id) if plan.locked else []
     if plan.rewrite:  # rows read at the base: any concurrent change refuses it
         covered = []
-    carry = checks.check_conflicts(conn, table.id, commit_id, trow, action, plan, covered)
-    if plan.txn is not None:
+    if plan.txn is not None:  # first: a twin that published this version wins, not conflicts
         app_txns.check(conn, table.id, *plan.txn)
+    carry = checks.check_conflicts(conn, table.id, commit_id, trow, action, plan, covered)
     entry = None
     if plan.lineage_entry is not None:
         entry = entries_rows.entry_row(db, conn, table.id, plan.lineage_entry)
