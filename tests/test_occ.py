@@ -159,6 +159,16 @@ def test_a_transaction_publishes_all_its_operations_as_one_commit(t: lamina.Tabl
     assert values(t) == {1.0: 10, 2.0: 2, 3.0: 3}
 
 
+def test_overwrites_of_one_day_in_a_transaction_replace_it_together(t: lamina.Table) -> None:
+    """A day written in batches: the overwrites of one transaction replace it with the
+    rows of all of them (docs/concurrency.md), in one commit."""
+    with t.transaction() as tx:
+        tx.overwrite(day(2, 2, 2.0))
+        tx.overwrite(day(2, 3, 3.0))
+    assert values(t) == {1.0: 20, 2.0: 2, 3.0: 3}
+    assert t.history()[-1].action == "OVERWRITE"
+
+
 def test_an_exception_or_abort_discards_everything(t: lamina.Table, cat: lamina.Catalog) -> None:
     before = commit_dirs(cat)
     with pytest.raises(RuntimeError), t.transaction() as tx:

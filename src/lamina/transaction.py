@@ -179,7 +179,9 @@ class Transaction:
         self, data: Any, interval: Interval | str | tuple[Any, Any] | None = None
     ) -> None:
         """Replace every row of ``interval`` (default: the chunks ``data`` touches), as
-        ``t.overwrite``. Raises TransactionError for a chunk this transaction appends to."""
+        ``t.overwrite``. Several overwrites of one chunk replace it together (it holds
+        the rows of all of them: a day written in batches). Raises TransactionError for
+        a chunk this transaction appends to."""
         self._check_open()
         self._overwrite(data, tw.aligned(self._table, interval))
 
