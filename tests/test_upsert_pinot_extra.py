@@ -112,6 +112,69 @@ def test_a_null_delete_flag_is_no_delete_and_the_record_merges(cat: lamina.Catal
     assert (got["ts"], got["n"], got["s"]) == (at(3), 7, "x")
 
 
+DELETE_FLAGS = [  # (type, value, a delete?) as Pinot's BooleanUtils.toBoolean reads them
+    (pa.string(), "true", True), (pa.string(), "TRUE", True), (pa.string(), "1", True),
+    (pa.string(), "false", False), (pa.string(), "yes", False), (pa.string(), "01", False),
+    (pa.large_string(), "True", True),
+    (pa.int32(), 1, True), (pa.int32(), 0, False), (pa.int32(), 2, False),
+    (pa.int64(), 2**32 + 1, True),  # Long.intValue(): the low 32 bits
+    (pa.uint8(), 1, True),
+    (pa.float64(), 1.0, True), (pa.float64(), 1.9, True), (pa.float64(), 2.0, False),
+    (pa.float64(), 0.99, False), (pa.float64(), math.nan, False), (pa.float32(), 1.5, True),
+    (pa.decimal128(12, 2), Decimal("1.50"), True), (pa.decimal128(12, 2), Decimal("0.50"), False),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("typ", "flag", "deletes"), DELETE_FLAGS, ids=str)
+def test_a_string_or_numeric_delete_column_marks_deletes_as_pinot_reads_them(
+    cat: lamina.Catalog, typ: pa.DataType, flag: Any, deletes: bool
+) -> None:
+    """TableConfigUtilsTest.testValidateUpsertConfig: a delete column may be boolean,
+    string or numeric; the flag is read with BooleanUtils.toBoolean. The same after the
+    key index is rebuilt from the files."""
+    from lamina.meta import keys as key_index
+
+    schema = pa.schema(
+        [pa.field("key", pa.string(), nullable=False), ("ts", TS), ("v", pa.int64()), ("d", typ)]
+    )
+    t = cat.create_table("dt", schema, time_column="ts", primary_key="key", delete_column="d")
+
+    def put(minute: int, v: int, d: Any) -> None:
+        t.upsert(pa.Table.from_pylist([{"key": "k", "ts": at(minute), "v": v, "d": d}], schema))
+
+    put(1, 1, None)
+    put(2, 2, flag)
+    assert [r["v"] for r in t.to_arrow().to_pylist()] == ([] if deletes else [2])
+    key_index.forget(str(t._ctx.db.engine.url), t._record.id)  # rebuilt: same reading
+    put(0, 0, None)  # older than the flagged record: out of order either way
+    assert [r["v"] for r in t.to_arrow().to_pylist()] == ([] if deletes else [2])
+
+
+@pytest.mark.parametrize("typ", [pa.string(), pa.int32(), pa.decimal128(5, 1)], ids=str)
+def test_a_partial_record_without_its_delete_column_is_no_delete(
+    cat: lamina.Catalog, typ: pa.DataType
+) -> None:
+    schema = pa.schema(
+        [pa.field("key", pa.string(), nullable=False), ("ts", TS), ("n", pa.int64()), ("d", typ)]
+    )
+    t = cat.create_table(
+        "pd", schema, time_column="ts", primary_key="key", delete_column="d",
+        partial_upsert={"n": "INCREMENT"},
+    )  # fmt: skip
+    t.upsert(pa.table({"key": ["k"], "ts": pa.array([at(1)], TS), "n": [1]}))
+    t.upsert(pa.table({"key": ["k"], "ts": pa.array([at(2)], TS), "n": [2]}))
+    assert [r["n"] for r in t.to_arrow().to_pylist()] == [3]
+
+
+def test_a_delete_column_of_another_type_is_refused(cat: lamina.Catalog) -> None:
+    schema = pa.schema(
+        [pa.field("key", pa.string(), nullable=False), ("ts", TS), ("d", pa.date32())]
+    )
+    with pytest.raises(lamina.errors.UpsertError, match="a string .'true' or '1'. or a number"):
+        cat.create_table("x", schema, time_column="ts", primary_key="key", delete_column="d")
+    assert cat.list_tables() == []
+
+
 # -- removing the segment that holds a key's latest record ---------------------------
 
 DAY_SCHEMA = pa.schema(

@@ -68,6 +68,7 @@ def records_of(spec: UpsertSpec, rec: TableRecord, data: Any) -> pa.Table:
     null); a delete column left out comes as false (not a delete, and kept by SQL's
     ``WHERE NOT deleted``). Raises SchemaError (a column missing elsewhere, an unknown
     one, a type)."""
+    from lamina.core.upsert_spec import no_delete
     from lamina.io.arrow import conform, is_spark_dataframe, storage_schema, to_arrow_table
 
     # a Spark DataFrame's Arrow stream takes no time zone (pyspark asserts on timestamps)
@@ -77,8 +78,10 @@ def records_of(spec: UpsertSpec, rec: TableRecord, data: Any) -> pa.Table:
         for f in storage_schema(rec.schema):
             if f.name not in batch.column_names and f.name not in need and f.nullable:
                 n = batch.num_rows
-                fill = pa.array(np.zeros(n, bool)) if f.name == spec.delete_column else None
-                batch = batch.append_column(f.name, pa.nulls(n, f.type) if fill is None else fill)
+                fill = pa.nulls(n, f.type)
+                if f.name == spec.delete_column:  # false, 'false' or 0: no delete
+                    fill = no_delete(n, f.type)
+                batch = batch.append_column(f.name, fill)
     return conform(batch, rec.schema)
 
 

@@ -57,7 +57,13 @@ import pyarrow.compute as pc
 
 from lamina.core.comparison import total_order
 from lamina.core.partial import merge
-from lamina.core.upsert_spec import DEFAULT_KEY, Strategy, UpsertSpec, type_problem
+from lamina.core.upsert_spec import (
+    DEFAULT_KEY,
+    Strategy,
+    UpsertSpec,
+    delete_flags,
+    type_problem,
+)
 from lamina.errors import UpsertError
 
 __all__ = [
@@ -223,7 +229,7 @@ def resolve_batch(batch: pa.Table, spec: UpsertSpec) -> BatchResult:
     if spec.delete_column is None:
         deleted = np.zeros(n, bool)
     else:
-        deleted = _numpy(pc.fill_null(batch.column(spec.delete_column), False), bool)
+        deleted = delete_flags(batch.column(spec.delete_column))
     group, n_keys = _group_ids(batch, spec.primary_key)
     if n == 0:
         empty = np.zeros(0, np.int64)

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+import numpy as np
 import pyarrow as pa
 
 from lamina.errors import UpsertError
@@ -197,10 +198,10 @@ class UpsertSpec:
 
         if delete_column is not None:
             f = field(delete_column, "delete column")
-            if not pa.types.is_boolean(f.type):
+            if not is_delete_type(f.type):
                 raise UpsertError(
                     f"delete column {delete_column!r} has type {f.type}: it must be boolean "
-                    "(true marks a delete)"
+                    "(true marks a delete), a string ('true' or '1') or a number (1)"
                 )
             if delete_column in keys or delete_column == cmp_col:
                 raise UpsertError(
@@ -297,3 +298,50 @@ def refuse_consistent_push(props: Mapping[str, str]) -> None:
             "later upserts replaced; refresh or overwrite it instead, each one atomic "
             "commit"
         )
+
+
+def is_delete_type(t: pa.DataType) -> bool:
+    """Whether a delete column may have type ``t`` (Pinot: boolean, string, numeric)."""
+    return (
+        pa.types.is_boolean(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_decimal(t)
+    )
+
+
+def no_delete(n: int, t: pa.DataType) -> pa.Array:
+    """``n`` values of a delete column of type ``t`` that mark no delete."""
+    if pa.types.is_boolean(t):
+        return pa.array(np.zeros(n, bool))
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return pa.array(["false"] * n, t)
+    return pa.array(np.zeros(n, np.int8)).cast(t)
+
+
+def delete_flags(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Which records a delete column's ``values`` mark as deletes, as Pinot's
+    ``BooleanUtils.toBoolean`` reads them: true; a string equal to 'true' (any case) or
+    '1'; a number whose Java ``intValue()`` is 1 (a fraction truncated toward zero, a
+    long's low 32 bits). A null is no delete."""
+    import pyarrow.compute as pc
+
+    t = values.type
+    if pa.types.is_boolean(t):
+        flags = values
+    elif pa.types.is_string(t) or pa.types.is_large_string(t):
+        flags = pc.or_(pc.equal(pc.utf8_lower(values), "true"), pc.equal(values, "1"))
+    elif pa.types.is_integer(t):
+        low = pc.bit_wise_and(values.cast(pa.int64(), safe=False), 0xFFFFFFFF)
+        flags = pc.equal(low, 1)
+    elif pa.types.is_floating(t):  # (int) of a double: truncated, NaN and 2^31+ not 1
+        x = values.cast(pa.float64())
+        flags = pc.and_(pc.greater_equal(x, 1.0), pc.less(x, 2.0))
+    else:  # BigDecimal.intValue(): the integer part's low 32 bits
+        return np.array(
+            [v is not None and int(v) & 0xFFFFFFFF == 1 for v in values.to_pylist()], bool
+        )
+    filled = pc.fill_null(flags, False)
+    return np.asarray(filled.to_numpy(zero_copy_only=False), bool)

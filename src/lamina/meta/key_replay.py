@@ -28,6 +28,7 @@ from lamina.core.model import CommitAction, CommitState, TableRecord
 from lamina.core.segment import Segment
 from lamina.core.timeline import Timeline
 from lamina.core.upsert import UpsertSpec
+from lamina.core.upsert_spec import delete_flags
 from lamina.errors import UpsertError
 from lamina.io.warehouse import Warehouse
 from lamina.meta import deletes
@@ -83,8 +84,7 @@ def _latest_rows(
     data = data.take(pa.array(rows))
     tomb = np.zeros(len(rows), bool)
     if spec.delete_column is not None:
-        flags = data.column(spec.delete_column).fill_null(False)
-        tomb = np.asarray(flags.to_numpy(zero_copy_only=False), bool)
+        tomb = delete_flags(data.column(spec.delete_column))
     cmp = cmp_values(data.column(spec.comparison_column), dtype)
     return key_hashes(data, spec.primary_key), rows.astype(np.uint32), cmp, tomb
 
