@@ -552,3 +552,18 @@ def test_only_a_partial_upsert_takes_records_without_every_column(cat: lamina.Ca
     with pytest.raises(lamina.SchemaError, match=r"missing columns \['ts'\]"):
         t.upsert(pa.table({"key": ["k"], "n": [1]}))
     assert t.count() == 0
+
+
+def test_increment_adds_decimals_exactly_and_refuses_an_overflow(cat: lamina.Catalog) -> None:
+    """Pinot accepts INCREMENT on a BIG_DECIMAL column (its IncrementMerger goes through
+    a double); lamina adds decimals exactly, and a sum past the column's precision is
+    an UpsertError that publishes nothing."""
+    t, schema = make(cat, [("amt", pa.decimal128(5, 2))], {"amt": "INCREMENT"})
+    upsert(t, schema, {"ts": 1, "amt": Decimal("0.10")})
+    upsert(t, schema, {"ts": 2, "amt": Decimal("0.20")})
+    upsert(t, schema, {"ts": 3, "amt": None})
+    assert only(t)["amt"] == Decimal("0.30")  # not 0.30000000000000004
+    history = t.history()
+    with pytest.raises(lamina.errors.UpsertError, match="overflows the decimal128.5, 2."):
+        upsert(t, schema, {"ts": 4, "amt": Decimal("999.90")})
+    assert t.history() == history and only(t)["amt"] == Decimal("0.30")

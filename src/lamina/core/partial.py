@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lamina.core.upsert_spec import Strategy
+from lamina.errors import UpsertError
 
 __all__ = ["merge"]
 
@@ -76,7 +77,18 @@ def _union(p: pa.Array, q: pa.Array) -> pa.Array:
 
 
 def _increment(p: pa.Array, q: pa.Array) -> pa.Array:
-    return pc.coalesce(pc.add(p, q), p, q)  # wraps around on integer overflow, like Java
+    """The sum, a null taking the other value: integers wrap around on overflow, as
+    Java's do; decimals add exactly (Pinot goes through a double), and a sum past the
+    column's precision is an UpsertError."""
+    if pa.types.is_decimal(p.type):
+        try:
+            total = pc.add_checked(p, q).cast(p.type)
+        except pa.ArrowInvalid:
+            raise UpsertError(
+                f"INCREMENT overflows the {p.type} column: widen its precision"
+            ) from None
+        return pc.coalesce(total, p, q)
+    return pc.coalesce(pc.add(p, q), p, q)
 
 
 def _signed_zeros(p: pa.Array, q: pa.Array, res: pa.Array, sign: int) -> pa.Array:

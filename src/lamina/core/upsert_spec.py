@@ -59,8 +59,10 @@ def _is_list(t: pa.DataType) -> bool:
 
 def type_problem(strategy: Strategy, t: pa.DataType) -> str | None:
     """Why ``strategy`` cannot merge a column of type ``t`` (None: it can)."""
-    if strategy is Strategy.INCREMENT and not (pa.types.is_integer(t) or pa.types.is_floating(t)):
-        return "INCREMENT needs an integer or floating-point column"
+    if strategy is Strategy.INCREMENT and not (
+        pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
+    ):
+        return "INCREMENT needs an integer, floating-point or decimal column"
     if strategy in (Strategy.MAX, Strategy.MIN) and not _is_ordered_scalar(t):
         return f"{strategy.value} needs a numeric, decimal, temporal, string or binary column"
     if strategy is Strategy.APPEND and not _is_list(t):
