@@ -186,7 +186,7 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ("list comparison", {"comparison_column": "tags"}, "which has no order"),
     ("struct comparison", {"comparison_column": "obj"}, "which has no order"),
     ("unknown delete", {"delete_column": "nope"}, "delete column 'nope' is not"),
-    ("int delete", {"delete_column": "v"}, "must be boolean"),
+    ("list delete", {"delete_column": "tags"}, "must be boolean"),  # ints: Pinot allows them
     ("unknown strategy", {"partial_upsert": {"v": "SUM"}}, "unknown partial upsert strategy"),
     ("strategy on key", {"partial_upsert": {"id": "MAX"}}, "'id' is the primary key column"),
     ("strategy on comparison", {"partial_upsert": {"ts": "MAX"}}, "comparison column"),
