@@ -567,3 +567,13 @@ def test_increment_adds_decimals_exactly_and_refuses_an_overflow(cat: lamina.Cat
     with pytest.raises(lamina.errors.UpsertError, match="overflows the decimal128.5, 2."):
         upsert(t, schema, {"ts": 4, "amt": Decimal("999.90")})
     assert t.history() == history and only(t)["amt"] == Decimal("0.30")
+
+
+def test_union_of_floats_is_a_java_treeset(cat: lamina.Catalog) -> None:
+    """UnionMerger keeps a TreeSet: Double.compareTo puts -0.0 below 0.0 and keeps one
+    NaN, the greatest (a hunt found 0.0 and -0.0 merged, NaN kept twice)."""
+    t, schema = make(cat, [("xs", pa.list_(pa.float64()))], {"xs": "UNION"})
+    upsert(t, schema, {"ts": 1, "xs": [0.0, math.nan, 3.0]})
+    upsert(t, schema, {"ts": 2, "xs": [-0.0, math.nan, math.inf, 3.0]})
+    got = only(t)["xs"]
+    assert [str(x) for x in got] == ["-0.0", "0.0", "3.0", "inf", "nan"]

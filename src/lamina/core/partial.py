@@ -4,12 +4,14 @@ side takes the other value)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lamina.core.comparison import total_order
 from lamina.core.upsert_spec import Strategy
 from lamina.errors import UpsertError
 
@@ -46,20 +48,26 @@ def _concat_lists(a: pa.Array, b: pa.Array) -> pa.Array:
 
 
 def _sorted_set(lists: pa.Array) -> pa.Array:
-    """Per row the sorted distinct elements (null elements last, kept once)."""
+    """Per row the sorted distinct elements (null elements last, kept once); floats in
+    the order and equality of Java's ``Double.compareTo`` (Pinot's TreeSet): -0.0
+    below 0.0, NaN above everything and equal to itself."""
     n = len(lists)
     lens = _numpy(pc.fill_null(pc.list_value_length(lists), 0), np.int64)
     row = np.repeat(np.arange(n), lens)
     vals = pc.list_flatten(lists)
+    key = vals
+    if pa.types.is_floating(vals.type):  # one NaN, then Java's order as int64 keys
+        wide = vals.cast(pa.float64())
+        key = total_order(pc.if_else(pc.is_nan(wide), math.nan, wide))
     idx = pc.sort_indices(
-        pa.table({"r": row, "v": vals}),
+        pa.table({"r": row, "v": key}),
         [("r", "ascending"), ("v", "ascending")],  # nulls at the end
     )
-    r, v = row[_numpy(idx, np.int64)], vals.take(idx)
+    r, v, k = row[_numpy(idx, np.int64)], vals.take(idx), key.take(idx)
     keep = np.ones(len(r), bool)
     if len(r) > 1:
-        differ = _numpy(pc.fill_null(pc.not_equal(v[1:], v[:-1]), True), bool)
-        both_null = _numpy(pc.and_(v[1:].is_null(), v[:-1].is_null()), bool)
+        differ = _numpy(pc.fill_null(pc.not_equal(k[1:], k[:-1]), True), bool)
+        both_null = _numpy(pc.and_(k[1:].is_null(), k[:-1].is_null()), bool)
         keep[1:] = (r[1:] != r[:-1]) | (differ & ~both_null)
     offsets = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(r[keep], minlength=n), out=offsets[1:])
