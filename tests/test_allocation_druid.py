@@ -37,22 +37,33 @@ def hours(a: int, b: int) -> Interval:
 # -- the pure rule ------------------------------------------------------------------
 
 
+def whole(*chunks: Interval) -> list[tuple[Interval, Interval]]:
+    """Visible pieces of chunks that show whole."""
+    return [(c, c) for c in chunks]
+
+
 def test_an_hour_inside_a_visible_chunk_goes_to_that_chunk() -> None:
-    assert allocate(T0 + 1 * US_PER_HOUR, [hours(1, 2), hours(5, 6)], Granularity.DAY) == hours(
-        1, 2
+    assert allocate(T0 + 1 * US_PER_HOUR, whole(hours(1, 2), hours(5, 6)), Granularity.DAY) == (
+        hours(1, 2)
     )
     # a coarser visible chunk holds it too (Druid: the used segment's interval)
     month = Interval.of(T0, to_us(dt.datetime(2024, 2, 1, tzinfo=dt.UTC)))
-    assert allocate(T0 + 30 * US_PER_HOUR, [month], Granularity.DAY) == month
+    assert allocate(T0 + 30 * US_PER_HOUR, whole(month), Granularity.DAY) == month
+    # where a finer chunk hides the month, the finer chunk shows: it takes the hour
+    pieces = [(hours(0, 6), month), (hours(6, 7), hours(6, 7)), (hours(7, 24), month)]
+    assert allocate(T0 + 6 * US_PER_HOUR, pieces, Granularity.DAY) == hours(6, 7)
+    assert allocate(T0 + 5 * US_PER_HOUR, pieces, Granularity.DAY) == month
 
 
 def test_a_free_hour_takes_the_coarsest_bucket_no_chunk_overlaps() -> None:
     # the day overlaps the HOUR chunks: the hour's own bucket
-    assert allocate(T0 + 3 * US_PER_HOUR, [hours(1, 2)], Granularity.DAY) == hours(3, 4)
+    assert allocate(T0 + 3 * US_PER_HOUR, whole(hours(1, 2)), Granularity.DAY) == hours(3, 4)
     # nothing in the day: the preferred DAY bucket
-    assert allocate(T0 + DAY + 3 * US_PER_HOUR, [hours(1, 2)], Granularity.DAY) == hours(24, 48)
+    got = allocate(T0 + DAY + 3 * US_PER_HOUR, whole(hours(1, 2)), Granularity.DAY)
+    assert got == hours(24, 48)
     # a MONTH table whose month holds one DAY chunk: a free day is a DAY bucket
-    assert allocate(T0 + DAY + US_PER_HOUR, [hours(0, 24)], Granularity.MONTH) == hours(24, 48)
+    got = allocate(T0 + DAY + US_PER_HOUR, whole(hours(0, 24)), Granularity.MONTH)
+    assert got == hours(24, 48)
 
 
 def test_finer_granularities_nest_in_the_preferred_one() -> None:
@@ -89,7 +100,7 @@ def test_allocation_oracle(case: tuple[list[Interval], Granularity, int]) -> Non
     """Against a direct reading of Druid's rule: the chunk holding the hour, else the
     first of the preferred-then-finer buckets free of visible chunks."""
     chunks, preferred, hour = case
-    got = allocate(hour, chunks, preferred)
+    got = allocate(hour, whole(*chunks), preferred)
     assert got.start <= hour < got.end
     holding = [c for c in chunks if c.start <= hour < c.end]
     if holding:
@@ -185,3 +196,28 @@ def test_a_stream_into_a_split_day_is_refused_and_changes_nothing(cat: lamina.Ca
         t.append(pa.RecordBatchReader.from_batches(data.schema, data.to_batches()))
     assert completed() == before
     assert sorted(t.to_arrow().column("v").to_pylist()) == [1.0, 2.0]
+
+
+def test_hours_a_finer_compaction_cut_out_of_a_month_take_appends(cat: lamina.Catalog) -> None:
+    """What a Druid audit found: a DAY table compacted to MONTH, then one day of it to
+    HOUR. The month still shows elsewhere, but in that day the hours show: an append
+    there goes into the hour (a tombstone's hour too), not into the month the hours
+    hide, and a batch that also holds a day the month shows is not refused."""
+
+    def at(day: int, hour: int, v: float) -> dict[str, object]:
+        return {"ts": dt.datetime(2024, 1, day, hour), "k": 0, "v": v, "s": "x"}
+
+    t = cat.create_table("m", SCHEMA, time_column="ts", segment_granularity="DAY")
+    t.append(pa.Table.from_pylist([at(3, 0, 1.0), at(15, 6, 2.0), at(20, 0, 3.0)], SCHEMA))
+    t.compact(mode="major", segment_granularity="MONTH", interval="2024-01-01/2024-02-01")
+    t.compact(mode="major", segment_granularity="HOUR", interval="2024-01-15/2024-01-16")
+    t.append(pa.Table.from_pylist([at(15, 6, 4.0), at(15, 5, 5.0), at(20, 12, 6.0)], SCHEMA))
+    assert sorted(t.to_arrow()["v"].to_pylist()) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+
+    def in_hour(h: int) -> list[int]:
+        return [
+            s.row_count for s in t.segments() if s.interval == hours(24 * 14 + h, 24 * 14 + h + 1)
+        ]
+
+    assert in_hour(6) == [1, 1] and in_hour(5) == [1]
+    assert cat.sql("SELECT count(*) AS n FROM m").to_pylist() == [{"n": 6}]

@@ -277,3 +277,30 @@ def test_a_chunk_that_minor_compaction_cannot_merge_is_not_repicked_forever(
     (st,) = [r.status for r in dry(local_cat, "wiki")]
     assert st.status == "COMPLETE", st
     assert _rows(t).equals(before)
+
+
+def test_a_locked_interval_is_skipped_and_the_others_compacted(cat: lamina.Catalog) -> None:
+    """CompactSegmentsTest's locked intervals: the coordinator skips the intervals
+    tasks of equal or higher priority lock and compacts the rest, without waiting (a
+    hunt found one lock stalling every chunk for writer_wait_s)."""
+    import time
+
+    t = cat.create_table("wiki", SCHEMA, time_column="ts", segment_granularity="DAY")
+    t.set_properties(writer_wait_s=5)
+    for i in range(3):
+        t.append(hourly("2017-10-01T00:00", 48, per_hour=1, seed=i))
+    tx = t.transaction(lock="EXCLUSIVE", interval="2017-10-02/2017-10-03", priority=50)
+    with tx:
+        tx.append(hourly("2017-10-02T05:00", 1, per_hour=1, seed=9))  # holds the lock
+        found = {str(r.status.chunk)[:10]: r.status for r in dry(cat, "wiki")}
+        assert found["2017-10-02"].status == "SKIPPED"
+        assert "priority 50" in found["2017-10-02"].reason
+        assert found["2017-10-01"].status == "PENDING"
+        began = time.monotonic()
+        done = {str(r.status.chunk)[:10]: r for r in cat.compact_auto(["wiki"])}
+        assert time.monotonic() - began < 5  # no wait for the lock
+        assert done["2017-10-01"].commit is not None
+        assert done["2017-10-02"].commit is None and done["2017-10-02"].error is None
+        assert len([s for s in t.segments() if str(s.interval)[:10] == "2017-10-02"]) == 3
+    cat.compact_auto(["wiki"])  # the lock ended: its day is compacted now
+    assert len([s for s in t.segments() if str(s.interval)[:10] == "2017-10-02"]) == 1

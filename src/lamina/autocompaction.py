@@ -17,9 +17,17 @@ from lamina.compaction import (
     purge,
     visible_data,
 )
-from lamina.core.autocompact import ChunkStatus, Policy, check_policy, policy_of, statuses
+from lamina.core.autocompact import (
+    ChunkStatus,
+    Policy,
+    check_policy,
+    policy_of,
+    skip_locked,
+    statuses,
+)
 from lamina.core.compaction import plan_minor
 from lamina.core.interval import Interval
+from lamina.core.locks import PRIORITY_COMPACTION
 from lamina.core.model import Commit
 from lamina.core.segment import Segment
 from lamina.errors import (
@@ -54,6 +62,7 @@ class _Survey:
     held: set[Interval]
     purge: frozenset[str]
     kept: dict[str, int]  # rows a segment keeps, when fewer than it holds (upserts)
+    locked: list[tuple[Interval, int]]  # granted task locks: interval, priority
 
 
 def _survey(table: Table) -> _Survey:
@@ -73,8 +82,10 @@ def _survey(table: Table) -> _Survey:
     seen = {st.chunk for st in found}
     why = "a lineage entry names its segments (a push in progress or still revertible)"
     found += [ChunkStatus(c, "SKIPPED", "none", why) for c in held - seen]
+    granted = [(lk.interval, lk.priority) for lk in table.locks() if lk.state == "GRANTED"]
+    found = skip_locked(found, granted, PRIORITY_COMPACTION)
     found.sort(key=lambda st: (st.chunk.end, st.chunk.start), reverse=True)
-    return _Survey(pol, found, segs, held, stale, kept)
+    return _Survey(pol, found, segs, held, stale, kept, granted)
 
 
 def auto_status(table: Table) -> list[ChunkStatus]:
@@ -122,6 +133,11 @@ def compact_auto(table: Table, dry_run: bool = False) -> list[AutoResult]:
             if table.time_column is None
             else Interval.of(gran.floor(st.chunk.start), gran.chunk(st.chunk.end - 1).end)
         )
+        busy = [p for c, p in survey.locked if p >= PRIORITY_COMPACTION and c.overlaps(iv)]
+        if busy:  # the interval reaches past the chunk, into a locked one
+            why = f"skipped: a task lock of priority {max(busy)} holds part of {iv}"
+            out.append(AutoResult(table.name, st, None, why))
+            continue
         if any(c.overlaps(iv) for c in survey.held):
             why = "skipped: a lineage entry names segments there (compacted once it settles)"
             out.append(AutoResult(table.name, st, None, why))

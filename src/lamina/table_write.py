@@ -195,20 +195,22 @@ def refinable(data: Any) -> bool:
 
 
 def refinement(table: Table, chunks: list[Interval]) -> dict[Interval, Callable[[int], Interval]]:
-    """For each of ``chunks`` that chunks of another granularity cover in part (a
-    compaction split its day into hours, say): the chunk appended rows of each of its
-    hours go to (:func:`lamina.core.planner.allocate`, Druid's allocation)."""
+    """For each of ``chunks`` that no one visible chunk answers for (a compaction cut
+    its day into hours, say): the chunk appended rows of each of its hours go to
+    (:func:`lamina.core.planner.allocate`, Druid's allocation, over the timeline's
+    visible pieces)."""
     from lamina.core.planner import allocate
+    from lamina.core.timeline import Timeline
 
     if not chunks or table.time_column is None:
         return {}
     span = Interval.of(min(c.start for c in chunks), max(c.end for c in chunks))
-    visible = sorted({s.interval for s in table.snapshot(interval=span).segments})
+    timeline = Timeline.build(table.snapshot(interval=span).segments)
     out: dict[Interval, Callable[[int], Interval]] = {}
-    for c in set(chunks):  # the buckets tried nest in c: only chunks overlapping it count
-        near = [v for v in visible if v.overlaps(c)]
-        if any(v != c for v in near):
-            out[c] = functools.partial(allocate, chunks=near, preferred=table.granularity)
+    for c in set(chunks):  # the buckets tried nest in c: only what shows in it counts
+        pieces = [(e.interval, e.chunk_interval) for e in timeline.lookup(c)]
+        if len(pieces) > 1 or (pieces and pieces[0][0] != c):  # else one chunk takes c
+            out[c] = functools.partial(allocate, pieces=pieces, preferred=table.granularity)
     return out
 
 

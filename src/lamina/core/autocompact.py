@@ -267,6 +267,23 @@ def statuses(
     return out
 
 
+def skip_locked(
+    found: Sequence[ChunkStatus], locked: Sequence[tuple[Interval, int]], priority: int
+) -> list[ChunkStatus]:
+    """``found`` with each PENDING chunk that a granted lock of ``priority`` or more
+    overlaps (``locked``: interval, priority) SKIPPED instead, as Druid's coordinator
+    skips the intervals tasks of equal or higher priority lock: a held lock stalls
+    compaction of its chunks only, never of the others."""
+    out = []
+    for st in found:
+        by = [p for iv, p in locked if p >= priority and iv.overlaps(st.chunk)]
+        if st.status == "PENDING" and by:
+            why = f"a task lock of priority {max(by)} holds it (compacted once it ends)"
+            st = ChunkStatus(st.chunk, "SKIPPED", "none", why, st.segments, st.small)
+        out.append(st)
+    return out
+
+
 def _decide(
     chunk: Interval,
     segs: Sequence[Segment],

@@ -101,19 +101,22 @@ def finer_or_equal(preferred: Granularity) -> list[Granularity]:
     return order[order.index(preferred) :]
 
 
-def allocate(hour: int, chunks: Sequence[Interval], preferred: Granularity) -> Interval:
-    """The chunk an appended row of hour ``hour`` goes to, among the visible
-    ``chunks`` (Druid's segment allocation): the chunk holding the hour if one does;
-    else the bucket of the first granularity, ``preferred`` then finer ones (see
-    :func:`finer_or_equal`), that no visible chunk overlaps. Chunks are aligned to
-    hours, so the hour itself is the last resort."""
-    for c in chunks:
-        if c.start <= hour < c.end:
-            return c
+def allocate(
+    hour: int, pieces: Sequence[tuple[Interval, Interval]], preferred: Granularity
+) -> Interval:
+    """The chunk an appended row of hour ``hour`` goes to (Druid's segment allocation),
+    given the visible ``pieces`` of the timeline around it, each (where it shows, its
+    chunk): the chunk of the piece showing at that hour if one does; else the bucket
+    of the first granularity, ``preferred`` then finer ones (see
+    :func:`finer_or_equal`), that no piece overlaps. Chunks are aligned to hours, so
+    the hour itself is the last resort."""
+    for shown, chunk in pieces:
+        if shown.start <= hour < shown.end:
+            return chunk
     for g in finer_or_equal(preferred):
         start = g.floor(hour)
         bucket = Interval.of(start, g.next_start(start))
-        if not any(c.overlaps(bucket) for c in chunks):
+        if not any(shown.overlaps(bucket) for shown, _ in pieces):
             return bucket
     return Interval.of(hour, Granularity.HOUR.next_start(hour))  # unreachable
 
