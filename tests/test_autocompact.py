@@ -202,6 +202,9 @@ def test_bad_policies_are_typed(cat: lamina.Catalog) -> None:
         weekly.set_properties(**{"compaction.segment_granularity": "MONTH"})
     assert not any(k.startswith("compaction.") for k in weekly.properties)
     t.set_properties(**{"compaction.segment_granularity": "MONTH"})  # DAY chunks nest
+    coarse = '{"dimensions": ["k"], "query_granularity": "YEAR"}'
+    with pytest.raises(lamina.CompactionError, match="YEAR does not nest in .* MONTH"):
+        t.set_properties(**{"compaction.rollup": coarse})
     timeless = cat.create_table("timeless", schema=SCHEMA)
     with pytest.raises(lamina.CompactionError, match="no time column"):
         timeless.set_properties(**{"compaction.segment_granularity": "DAY"})

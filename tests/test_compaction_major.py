@@ -136,6 +136,12 @@ def test_bad_major_compactions_are_typed_and_change_nothing(cat: lamina.Catalog)
         ({"rollup": {"metrics": {"s": "sum"}}}, "needs a numeric column"),
         ({"rollup": {"metrics": {"v": "median"}}}, "unknown aggregate"),
         ({"rollup": {"dimensions": ["k"], "query_granularity": "EON"}}, "query_granularity"),
+        # rows floored to DAY would leave their HOUR chunks (a Druid audit: refused or
+        # collapsed into hour 00, by the data)
+        ({"rollup": {"dimensions": ["k"], "query_granularity": "DAY"}},
+         "query_granularity DAY does not nest in the segment granularity HOUR"),
+        ({"segment_granularity": "MONTH", "interval": ("2024-01-01", "2024-02-01"),
+          "rollup": {"dimensions": ["k"], "query_granularity": "WEEK"}}, "WEEK does not nest"),
     ]  # fmt: skip
     for kwargs, match in bad:
         with pytest.raises(lamina.CompactionError, match=match):

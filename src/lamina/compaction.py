@@ -45,7 +45,7 @@ from lamina.core.model import (
     PublishPlan,
     RowMap,
 )
-from lamina.core.rollup import Rollup
+from lamina.core.rollup import Rollup, check_query_granularity
 from lamina.core.segment import Segment
 from lamina.core.timeline import Timeline
 from lamina.errors import (
@@ -406,6 +406,8 @@ def compact_major(
 
     check_sort_by(table.schema, sort_by or ())
     spec = None if rollup is None else Rollup.parse(rollup, table.schema, table.time_column)
+    if spec is not None:
+        check_query_granularity(spec.query_granularity, gran)
     if spec is not None and "upsert.primary_key" in table._record.properties:
         from lamina.errors import UpsertError
 

@@ -377,20 +377,11 @@ def _why(n: int, late: int, other: int, small: int = 0) -> str:
 
 #: (finer, coarser) granularities whose chunks nest: every boundary of the coarser is
 #: one of the finer (a week can span two months: WEEK nests in none of the calendar ones)
-_NESTS = {
-    (Granularity.HOUR, Granularity.DAY), (Granularity.HOUR, Granularity.WEEK),
-    (Granularity.DAY, Granularity.WEEK),
-    *((fine, coarse) for fine in (Granularity.HOUR, Granularity.DAY, Granularity.MONTH,
-                                  Granularity.QUARTER)
-      for coarse in (Granularity.MONTH, Granularity.QUARTER, Granularity.YEAR)
-      if fine is not coarse and not (fine is Granularity.QUARTER and coarse is not
-                                     Granularity.YEAR)),
-}  # fmt: skip
 
 
 def nest(a: Granularity, b: Granularity) -> bool:
     """Whether chunks of ``a`` and ``b`` nest, one inside the other."""
-    return a is b or Granularity.ALL in (a, b) or (a, b) in _NESTS or (b, a) in _NESTS
+    return a.nests_in(b) or b.nests_in(a)
 
 
 def check_sort_by(schema: pa.Schema, columns: Sequence[str], what: str = "sort_by") -> None:
@@ -434,3 +425,8 @@ def check_policy(
                 "choose a granularity they nest with"
             )
     check_sort_by(schema, policy.sort_by, f"{PREFIX}sort_by")
+    if policy.rollup is not None and granularity is not None:
+        from lamina.core.rollup import Rollup, check_query_granularity
+
+        spec = Rollup.parse(policy.rollup, schema, time_column)
+        check_query_granularity(spec.query_granularity, target or granularity)

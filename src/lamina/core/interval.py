@@ -202,6 +202,11 @@ class Granularity(enum.StrEnum):
             Granularity.WEEK: US_PER_WEEK,
         }.get(self)
 
+    def nests_in(self, other: Granularity) -> bool:
+        """Whether each chunk of this granularity lies inside one chunk of ``other``
+        (a day in a month; not a week in a month: a week can span two)."""
+        return self is other or other is Granularity.ALL or (self, other) in _NESTS
+
     def floor(self, us: int) -> int:
         """Start of the chunk holding instant ``us``."""
         if self is Granularity.ALL:
@@ -270,3 +275,15 @@ class Granularity(enum.StrEnum):
                     f"interval {interval} is not aligned to {self.value} chunks; "
                     f"{format_us(edge)} is not a {self.value.lower()} boundary"
                 )
+
+
+#: (finer, coarser) granularities whose chunks nest
+_NESTS = {
+    (Granularity.HOUR, Granularity.DAY), (Granularity.HOUR, Granularity.WEEK),
+    (Granularity.DAY, Granularity.WEEK),
+    *((fine, coarse) for fine in (Granularity.HOUR, Granularity.DAY, Granularity.MONTH,
+                                  Granularity.QUARTER)
+      for coarse in (Granularity.MONTH, Granularity.QUARTER, Granularity.YEAR)
+      if fine is not coarse and not (fine is Granularity.QUARTER and coarse is not
+                                     Granularity.YEAR)),
+}  # fmt: skip

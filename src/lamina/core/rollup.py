@@ -98,3 +98,15 @@ class Rollup:
         if query is not None and time_column is None:
             raise CompactionError("query_granularity needs a table with a time column")
         return cls(dims, tuple(metrics.items()), query, dropped)
+
+
+def check_query_granularity(query: Granularity | None, segments: Granularity) -> None:
+    """Raises CompactionError unless a rollup's ``query`` granularity nests in the
+    segment granularity: a time floored to a coarser one would leave its chunk."""
+    if query is not None and not query.nests_in(segments):
+        raise CompactionError(
+            f"query_granularity {query.value} does not nest in the segment granularity "
+            f"{segments.value}: a time floored to it could leave its segment's chunk; "
+            f"roll up to a granularity that nests in {segments.value}, or compact to a "
+            "coarser segment granularity"
+        )
