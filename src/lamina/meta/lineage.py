@@ -304,14 +304,19 @@ def start_replace(
         for e in conflicts:  # force_cleanup: revert, delete what they wrote
             set_state(conn, e.id, LineageState.REVERTED, reverted_seq=seq)
             garbage += delete_rows(conn, table_id, set(e.segments_to))
-        # keep at most two snapshots: the one this push replaces and the new one;
-        # the snapshot before the previous one goes now (Pinot's proactive cleanup)
+        # a REFRESH table keeps at most two snapshots: when a forced push replaces
+        # exactly what a completed one published, the snapshot that one replaced goes
+        # now (Pinot's proactive cleanup; otherwise retention deletes it in its time)
         new_from = set(from_ids)
+        refresh = json.loads(trow.properties).get("ingestion_type", "APPEND") == "REFRESH"
         dropped: set[str] = set()
         for e in current:
             if (
-                e.state == LineageState.COMPLETED
-                and set(e.segments_to) & new_from
+                force_cleanup
+                and refresh
+                and e.state == LineageState.COMPLETED
+                and set(e.segments_to) == new_from
+                and len(e.segments_to) == len(new_from)
                 and e.segments_from
             ):
                 gone = set(e.segments_from)
