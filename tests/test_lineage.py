@@ -1024,3 +1024,16 @@ def test_a_forced_full_refresh_still_keeps_two_snapshots(t: lamina.Table) -> Non
     assert first.id not in {e.id for e in t.lineage()}  # snapshot 1 went, and its entry
     t.revert_replace(t.lineage()[-1].id)  # snapshot 2 stays: the rollback shows it
     sees(t, {2.0: 21})
+
+
+def test_a_rollback_after_deleting_some_of_the_pushed_segments(t: lamina.Table) -> None:
+    """LineageDeleteInterleavingIntegrationTest.testFullLifecycleInterleavedWithDelete
+    Attempts: a completed push's new segments may be deleted, and the push can still be
+    rolled back (its sources show, the rest of what it wrote hides)."""
+    t.refresh(old())
+    t.refresh(new())
+    e = t.lineage()[-1]
+    t.delete_segments([sorted(e.segments_to)[0]])
+    t.revert_replace(e.id)
+    sees(t, {1.0: 30})
+    assert entry(t, e.id).state == REVERTED

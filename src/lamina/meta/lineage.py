@@ -44,7 +44,7 @@ from lamina.core.planner import hidden_by_newer
 from lamina.errors import LineageEntryNotFoundError, LineageError
 from lamina.meta.db import Db
 from lamina.meta.rows import entry_of, segment_of
-from lamina.meta.schema import lineage, lineage_ids, segments
+from lamina.meta.schema import commits, lineage, lineage_ids, segments
 from lamina.meta.segments import (
     decore,
     decore_plan,
@@ -443,13 +443,18 @@ def revert_replace(db: Db, name: str, entry_id: str, force: bool = False) -> Non
             ]
         own = json.loads(row.own_versions)
         if row.state == LineageState.COMPLETED.value and own and not live:
+            # its segments still there, or deleted (nothing replaced them: as in Pinot,
+            # a rollback after a delete of some of them shows the sources, hides the rest)
+            deleted = select(commits.c.id).where(
+                commits.c.table_id == row.id, commits.c.action == CommitAction.DELETE.value
+            )
             n = conn.execute(
                 select(func.count())
                 .select_from(segments)
                 .where(
                     segments.c.table_id == row.id,
-                    segments.c.removed_seq.is_(None),
                     segments.c.version.in_(own),
+                    segments.c.removed_seq.is_(None) | segments.c.removed_commit.in_(deleted),
                 )
             ).scalar_one()
             check_rollback_intact(entry_id, int(n), int(row.to_count))
