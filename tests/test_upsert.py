@@ -203,7 +203,7 @@ def test_upsert_into_a_table_without_a_primary_key(cat: lamina.Catalog) -> None:
     [
         ({"primary_key": "nope"}, "not a column"),
         ({"primary_key": "value"}, "nullable"),
-        ({"primary_key": "key", "delete_column": "value"}, "boolean"),
+        ({"primary_key": "key", "delete_column": "ts"}, "boolean"),  # ints are allowed
         ({"primary_key": "key", "partial_upsert": {"key": "INCREMENT"}}, "never merged"),
         (
             {
