@@ -1037,3 +1037,21 @@ def test_a_rollback_after_deleting_some_of_the_pushed_segments(t: lamina.Table) 
     t.revert_replace(e.id)
     sees(t, {1.0: 30})
     assert entry(t, e.id).state == REVERTED
+
+
+def test_an_end_with_a_subset_gives_up_names_never_written(t: lamina.Table) -> None:
+    """PinotHelixResourceManagerStatelessTest.testSegmentReplacementWithCustomToSegments:
+    an entry started with named segmentsTo ends with the subset that was uploaded. lamina
+    names what it writes, so names given at start can only be given up (a lineage audit
+    found such an entry could never end)."""
+    t.refresh(old())
+    e = t.start_replace([], ["ev_s5", "ev_s6"])
+    write_under(t, e, events(days=1, per_day=4, start="2024-02-01", value=9.0))
+    with pytest.raises(LineageError, match="never written"):
+        t.end_replace(e)
+    with unchanged(t), pytest.raises(LineageError, match="subset .* not in it: \\['ev_s7'\\]"):
+        t.end_replace(e, segments_to=["ev_s7"])
+    t.end_replace(e, segments_to=[])
+    assert entry(t, e).state == COMPLETED
+    assert "ev_s5" not in entry(t, e).segments_to
+    sees(t, {1.0: 30, 9.0: 4})

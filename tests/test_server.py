@@ -174,6 +174,21 @@ def test_start_end_revert_cycle(table: lamina.Table, client: TestClient) -> None
     assert lineage[-1]["id"] == entry and lineage[-1]["state"] == "REVERTED"
 
 
+def test_end_with_a_subset_of_the_named_segments(table: lamina.Table, client: TestClient) -> None:
+    """Pinot's endReplaceSegments body: the named segmentsTo still awaited."""
+    r = start(client, "ev", {"segmentsFrom": [], "segmentsTo": ["ev_s5", "ev_s6"]})
+    entry = r.json()["segmentLineageEntryId"]
+    assert end(client, "ev", entry).status_code == 409  # never written
+    r = client.post(
+        "/tables/ev/endReplaceSegments",
+        params={"segmentLineageEntryId": entry},
+        json={"segmentsTo": []},
+        headers=AUTH,
+    )
+    assert r.status_code == 200, r.text
+    assert r.json() == {"segmentLineageEntryId": entry, "state": "COMPLETED"}
+
+
 def test_rollback_a_refresh_and_force_revert(table: lamina.Table, client: TestClient) -> None:
     table.refresh(events(days=3, per_day=7, seed=1))
     assert table.count() == 21

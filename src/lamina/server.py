@@ -106,6 +106,15 @@ class StartReplaceRequest(_Model):
     )
 
 
+class EndReplaceRequest(_Model):
+    segments_to: list[SegmentId] | None = Field(
+        None,
+        alias="segmentsTo",
+        max_length=_MAX_SEGMENTS,
+        description="Of the segmentsTo given at start, those still awaited.",
+    )
+
+
 class StartReplaceResponse(_Model):
     segment_lineage_entry_id: str = Field(alias="segmentLineageEntryId")
 
@@ -329,9 +338,13 @@ def _result(t: lamina.Table, entry_id: str, expected: LineageState) -> ReplaceRe
 
 
 @writes.post("/tables/{table}/endReplaceSegments", response_model=ReplaceResult)
-def end_replace_segments(t: TableDep, entry_id: EntryId) -> ReplaceResult:
-    """Complete an entry: readers switch to its segmentsTo at once (idempotent)."""
-    t.end_replace(entry_id)
+def end_replace_segments(
+    t: TableDep, entry_id: EntryId, body: EndReplaceRequest | None = None
+) -> ReplaceResult:
+    """Complete an entry: readers switch to its segmentsTo at once (idempotent). A body
+    ``{"segmentsTo": [...]}`` names the segments of those given at start still awaited
+    (Pinot's end with a subset)."""
+    t.end_replace(entry_id, None if body is None else body.segments_to)
     return _result(t, entry_id, LineageState.COMPLETED)
 
 

@@ -368,9 +368,12 @@ class Table(TableReads):
         """Open an IN_PROGRESS entry replacing ``segments_from`` by ``segments_to``.
 
         Segments written under the entry (``t.push``, ``t.refresh``) join its
-        ``segments_to``; they stay invisible until :meth:`end_replace`.
+        ``segments_to``; they stay invisible until :meth:`end_replace`. lamina names
+        the segments it writes: pass ``segments_to=[]`` and write under the entry. Names
+        given here (Pinot's protocol) must be new, and the end waits for segments of
+        those ids, unless it gives them up (``end_replace(entry, segments_to=[...])``).
         ``replace_live``: instead of ``segments_from``, every live segment overlapping
-        this interval, read in the same transaction.
+        this interval, read in the same transaction. Raises LineageError.
         """
         self._refuse_upsert("a segment replacement (lineage)")
         from lamina.meta import lineage
@@ -386,11 +389,17 @@ class Table(TableReads):
         self._ctx.delete_files(garbage)
         return entry
 
-    def end_replace(self, entry_id: str) -> None:
-        """Complete an entry: readers switch to its segments_to at once (idempotent)."""
+    def end_replace(self, entry_id: str, segments_to: list[str] | None = None) -> None:
+        """Complete an entry: readers switch to its segments_to at once (idempotent).
+
+        ``segments_to``: of the segment names given at start, the ones still to wait
+        for (Pinot's end with a subset): the end gives up the others, and what was
+        written under the entry shows.
+        Raises LineageError (names never written, not in the entry),
+        LineageEntryNotFoundError."""
         from lamina.meta import lineage
 
-        lineage.end_replace(self._ctx.db, self.name, entry_id)
+        lineage.end_replace(self._ctx.db, self.name, entry_id, segments_to)
 
     def revert_replace(self, entry_id: str, force: bool = False) -> None:
         """Undo an entry: readers see its segments_from again. IN_PROGRESS needs force;

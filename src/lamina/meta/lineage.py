@@ -389,13 +389,17 @@ def _lock_with_entry(db: Db, conn: Connection, name: str, entry_id: str) -> Any:
     return row
 
 
-def end_replace(db: Db, name: str, entry_id: str) -> None:
+def end_replace(db: Db, name: str, entry_id: str, segments_to: list[str] | None = None) -> None:
     """COMPLETED (idempotent): a few row reads and writes, whatever the number of
-    segments. Raises LineageError, LineageEntryNotFoundError."""
+    segments. ``segments_to``: of the names given at start, those the end still waits
+    for (Pinot's end with a subset: the others are given up). Raises LineageError,
+    LineageEntryNotFoundError."""
 
     def txn(conn: Connection) -> None:
         row = _lock_with_entry(db, conn, name, entry_id)
         expected = json.loads(row.expected) if row.expected else []
+        if segments_to is not None and row.state == LineageState.IN_PROGRESS.value:
+            expected = _keep_named(conn, row.entry, expected, segments_to)
         unwritten = sorted(set(expected) - existing(conn, row.id, expected))
         if not check_end(entry_id, row.state, unwritten):
             return
@@ -410,6 +414,24 @@ def end_replace(db: Db, name: str, entry_id: str) -> None:
         decore(conn, row.id, _to_decore(conn, row))
 
     db.write(txn)
+
+
+def _keep_named(conn: Connection, entry_id: str, named: list[str], keep: list[str]) -> list[str]:
+    """The names an entry waits for narrowed to ``keep``, which must be among them or
+    among the segments written under it; the names given up leave its segments_to.
+    Raises LineageError."""
+    to = lists(conn, [entry_id], ("to",)).get((entry_id, "to"), [])
+    unknown = sorted(set(keep) - set(to))
+    if unknown:
+        raise LineageError(
+            f"segments_to must be a subset of the entry's segments_to; not in it: "
+            f"{unknown[:5]} — see t.lineage()"
+        )
+    dropped = set(named) - set(keep)
+    put_list(conn, entry_id, "to", [i for i in to if i not in dropped])
+    kept = [n for n in named if n in set(keep)]
+    put_list(conn, entry_id, "expected", kept)
+    return kept
 
 
 def _to_decore(conn: Connection, row: Any) -> list[str]:
