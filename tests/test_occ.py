@@ -57,6 +57,31 @@ def test_overwrites_of_one_chunk_the_later_conflicts(t: lamina.Table, cat: lamin
         b.append(day(1, 1, 9.0))
 
 
+def test_overwrites_of_overlapping_intervals_conflict_where_nothing_was(t: lamina.Table) -> None:
+    """An overwrite tombstones only chunks where segments lie, but it still replaces
+    its whole interval: a concurrent overwrite of an overlapping one conflicts even
+    when their rows fall in days that were empty."""
+    a, b = t.transaction(), t.transaction()
+    a.overwrite(day(5, 2, 2.0), interval="2024-01-04/2024-01-10")
+    b.overwrite(day(7, 2, 3.0), interval="2024-01-06/2024-01-08")
+    a.commit()
+    with pytest.raises(CommitConflictError, match="replaced"):
+        b.commit()
+    assert values(t) == {1.0: 30, 2.0: 2}
+
+
+def test_an_overwrite_of_a_wide_interval_costs_what_lies_there(t: lamina.Table) -> None:
+    """What a CLI hunt found: an overwrite of 2024-01-03 to year 99999 built a tombstone
+    per day in memory (16 GB); a century-long push left 36k tombstone rows. Tombstones
+    go only where segments lie (Druid's too)."""
+    t.append(day(9, 2, 4.0))
+    t.overwrite(day(3, 1, 5.0), interval="2024-01-03/9000-01-01")
+    assert values(t) == {1.0: 20, 5.0: 1}
+    tombstones = [str(s.interval)[:10] for s in t.segments(all=True) if s.location is None]
+    assert tombstones == ["2024-01-09"]
+    assert t.to_arrow(as_of=t.history()[-2].id).num_rows == 32  # before: as it was
+
+
 def test_overwrites_of_other_chunks_both_publish(t: lamina.Table) -> None:
     with t.transaction() as a, t.transaction() as b:
         a.overwrite(day(1, 3, 2.0))

@@ -208,7 +208,9 @@ class Table(TableReads):
                 chunks = tw.overwrite_chunks(
                     self, CommitAction.REFRESH, [f.chunk for f in files], iv
                 )
-                return txn.publish(PublishPlan(tuple(files), chunks, remove_ids=tuple(live)))
+                whole = None if iv is None else (iv,)
+                plan = PublishPlan(tuple(files), chunks, remove_ids=tuple(live), replaced=whole)
+                return txn.publish(plan)
             entry = self.start_replace([], [], force_cleanup=True, replace_live=iv or ETERNITY)
             try:
                 files = produce(txn.dir)
@@ -218,6 +220,7 @@ class Table(TableReads):
                 plan = PublishPlan(
                     tuple(files),
                     chunks,
+                    replaced=None if iv is None else (iv,),
                     lineage_entry=entry,
                     suffix=f"c{txn.id}",
                     complete_entry=True,

@@ -88,7 +88,7 @@ def producer(
         parts = split_by_chunk(
             conform(piece, rec.schema), rec.time_column, granularity, target, refine
         )
-        overwrite_chunks(table, action, [p.chunk for p in parts], interval, granularity)
+        check_inside(action, [p.chunk for p in parts], interval)
         return parts
 
     first = [split(next(pieces))]  # fail before writing
@@ -157,6 +157,7 @@ def write(
             plan = PublishPlan(
                 tuple(files),
                 overwrite,
+                replaced=None if overwrite is None or interval is None else (interval,),
                 lineage_entry=lineage_entry,
                 suffix="" if lineage_entry is None else f"c{w.id}",
                 complete_entry=complete,
@@ -229,21 +230,46 @@ def overwrite_chunks(
     granularity: Granularity | None = None,
 ) -> tuple[Interval, ...] | None:
     """The chunks (of ``granularity``, default the table's) an overwrite replaces
-    (None for an append or upsert). Raises DataOutsideIntervalError when rows fall
-    outside ``interval``."""
+    (None for an append or upsert): those ``chunks`` (its data's), and those of
+    ``interval`` where a segment lies now — an empty one needs no tombstone, so a
+    wide interval costs what its data and the table's segments there cost, not one
+    tombstone per chunk (Druid's tombstones, too, go only where segments were).
+    Raises DataOutsideIntervalError when rows fall outside ``interval``."""
     if action in (CommitAction.APPEND, CommitAction.UPSERT):
         return None
+    check_inside(action, chunks, interval)
     if interval is None:
         return tuple(sorted(set(chunks)))
+    if interval == ETERNITY:
+        return (ETERNITY,)
+    from lamina.meta.segments import live_spans
+
+    gran = granularity or table.granularity
+    gran.check_aligned(interval)
+    tid = table._record.id
+    spans = table._ctx.db.read(lambda conn: live_spans(conn, tid, interval))
+    out = set(chunks)
+    for s in spans:
+        lo, hi = max(s.start, interval.start), min(s.end, interval.end)
+        start = gran.floor(lo)
+        while start < hi:
+            end = gran.next_start(start)
+            out.add(Interval.of(start, end))
+            start = end
+    return tuple(sorted(out))
+
+
+def check_inside(action: str, chunks: list[Interval], interval: Interval | None) -> None:
+    """Raises DataOutsideIntervalError when a chunk of the data lies outside the
+    interval an overwrite was restricted to (an append or upsert: none)."""
+    if interval is None or action in (CommitAction.APPEND, CommitAction.UPSERT):
+        return
     outside = [c for c in set(chunks) if not interval.contains(c)]
     if outside:
         raise DataOutsideIntervalError(
             f"rows in {min(outside)} fall outside the {action.lower()} interval {interval}; "
             "widen the interval or filter the data"
         )
-    if interval == ETERNITY:
-        return (ETERNITY,)
-    return tuple((granularity or table.granularity).chunks(interval))
 
 
 def revert_quietly(table: Table, entry_id: str) -> None:

@@ -87,6 +87,7 @@ class Transaction:
         self._appends: list[NewSegment] = []
         self._overwrites: list[NewSegment] = []
         self._chunks: set[Interval] = set()
+        self._replaced: list[Interval] = []  # what its overwrites replace, whole
         self._removes: list[str] = []
         self._ops = 0
         self._op_stored = 0  # how many of _stored came before the last operation
@@ -212,6 +213,8 @@ class Transaction:
             self._clash(list(chunks), self._append_chunks, "appends to")
         self._overwrites += files
         self._chunks |= set(chunks)
+        # its footprint: the whole interval (a compaction's: the chunks it rewrites)
+        self._replaced += [iv] if iv is not None and only is None else list(chunks)
 
     def delete_segments(self, segment_ids: list[str]) -> None:
         """Remove these live segments when the transaction commits."""
@@ -279,6 +282,7 @@ class Transaction:
         return PublishPlan(
             tuple(files),
             tuple(sorted(self._chunks)) if self._chunks else None,
+            replaced=tuple(self._replaced) if self._chunks else None,
             remove_ids=tuple(self._removes),
             isolation=self.isolation.value,
             append_files=tuple(appends),
@@ -317,6 +321,7 @@ class Transaction:
         if held.overwrite:
             self._clash(list(held.chunks), self._append_chunks, "appends to")
             self._chunks |= set(held.chunks)
+            self._replaced += [interval] if interval is not None else list(held.chunks)
         else:
             self._clash(list(held.chunks), self._chunks, "overwrites")
             self._append_chunks |= set(held.chunks)

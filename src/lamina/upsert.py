@@ -187,7 +187,7 @@ def _write(
         parts = split_by_chunk(
             records, rec.time_column, rec.granularity, table.target_rows_per_segment, refine
         )
-        tw.overwrite_chunks(table, action, [p.chunk for p in parts], interval)  # before
+        tw.check_inside(action, [p.chunk for p in parts], interval)  # before the commit
         file_rows = tuple(
             np.arange(p.rows.start, p.rows.stop) if isinstance(p.rows, slice) else p.rows
             for p in parts
@@ -411,7 +411,7 @@ def store(
         from lamina.engines.spark import spark_producer
 
         files = spark_producer(rec, wh, table.target_rows_per_segment, data)(commit_dir)
-        tw.overwrite_chunks(table, action, [f.chunk for f in files], interval)
+        tw.check_inside(action, [f.chunk for f in files], interval)
         want = storage_schema(rec.schema)
         if files:  # as the table stores them, as local operations' records are
             records, file_rows = _read_back(spec, wh, [f.location for f in files], rec.schema)
@@ -424,7 +424,7 @@ def store(
     records = batch.select(_columns(spec))
     resolve_batch(records, spec)  # refused before anything is written
     parts = split_by_chunk(batch, rec.time_column, rec.granularity, table.target_rows_per_segment)
-    tw.overwrite_chunks(table, action, [p.chunk for p in parts], interval)
+    tw.check_inside(action, [p.chunk for p in parts], interval)
     files = write_parts(wh, commit_dir, parts)
     file_rows = tuple(
         np.arange(p.rows.start, p.rows.stop) if isinstance(p.rows, slice) else p.rows for p in parts

@@ -219,6 +219,21 @@ class PublishPlan:
     #: an upsert: its records as resolved among themselves, resolved against the
     #: table's key index at publish (see :mod:`lamina.core.upsert`)
     upsert: UpsertBatch | None = None
+    #: an overwrite's intervals, whole (its footprint: what a concurrent write there
+    #: conflicts with); None: the chunks of ``overwrite``, which skip empty ones
+    replaced: tuple[Interval, ...] | None = None
+
+    @property
+    def footprint(self) -> tuple[Interval, ...]:
+        """The intervals whose rows the commit replaces, adjacent ones merged."""
+        spans = sorted(self.replaced if self.replaced is not None else self.overwrite or ())
+        out: list[Interval] = []
+        for iv in spans:
+            if out and iv.start <= out[-1].end:
+                out[-1] = Interval.of(out[-1].start, max(out[-1].end, iv.end))
+            else:
+                out.append(iv)
+        return tuple(out)
 
 
 @dataclass(frozen=True)

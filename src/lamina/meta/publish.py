@@ -261,7 +261,7 @@ def _publish(
         max_span=_longer_span(trow.max_span_us, new),
         add=[_row(s, table.id) for s in new],
         footprint=encode(
-            plan.overwrite or (),
+            plan.footprint,
             [entry.id] if entry is not None else [],
             plan.txn[0] if plan.txn is not None else None,
             shown,

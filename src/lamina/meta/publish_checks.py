@@ -122,7 +122,7 @@ def check_conflicts(
         commit_id,
         kind,
         removed=removed,
-        replaced=tuple(plan.overwrite or ()),
+        replaced=plan.footprint,
         lineage=frozenset([plan.lineage_entry] if plan.lineage_entry else []),
         app_id=plan.txn[0] if plan.txn is not None else None,
     )

@@ -63,6 +63,17 @@ def live_rows(conn: Connection, table_id: int, span: Interval) -> list[Any]:
     )
 
 
+def live_spans(conn: Connection, table_id: int, span: Interval) -> list[Interval]:
+    """The distinct intervals of the segments not removed that overlap ``span``
+    (lineage-hidden ones too: a push that ends later shows them)."""
+    stmt = (
+        select(segments.c.start_us, segments.c.end_us)
+        .where(segments.c.removed_seq.is_(None), *overlapping(conn, table_id, span))
+        .distinct()
+    )
+    return [Interval.of(int(a), int(b)) for a, b in conn.execute(stmt)]
+
+
 def live_segments(
     conn: Connection, table_id: int, table: str, span: Interval, hidden: Collection[str]
 ) -> list[Segment]:
