@@ -98,6 +98,10 @@ def test_duplicate_table(table: lamina.Table, cat: lamina.Catalog) -> None:
     with pytest.raises(errors.TableExistsError, match="already exists"):
         cat.create_table("events", schema=pa.schema([("x", pa.int64())]))
     assert cat.load_table("events").schema == SCHEMA
+    # SQL does not tell names apart by case: `SELECT * FROM "EVENTS"` read 'events'
+    with pytest.raises(errors.TableExistsError, match="'events' already exists, and SQL"):
+        cat.create_table("EVENTS", schema=pa.schema([("x", pa.int64())]))
+    assert cat.list_tables() == ["events"]
     assert _state(table) == before
 
 

@@ -756,6 +756,24 @@ def test_ingest_local_csv_jsonl_parquet(wh: str, tmp_path: Path, cat: lamina.Cat
     assert sorted(t.to_arrow()["k"].to_pylist()) == [7, 10, 11, 12, 20, 21]
 
 
+def test_ingest_csv_reads_only_an_empty_field_as_null(
+    wh: str, tmp_path: Path, cat: lamina.Catalog
+) -> None:
+    """What a CLI hunt found: "NA", "N/A", "null" became NULL and "NaN" too (pyarrow's
+    list of null spellings); Spark keeps them as text and NaN."""
+    import math
+
+    ok(wh, "create-table", "s1", "-s", "s:string,f:float64,i:int64")
+    csv_file = tmp_path / "nulls.csv"
+    csv_file.write_text('s,f,i\nNA,NaN,1\nnull,1.5,2\nN/A,,3\n"",2.5,\n')
+    ok(wh, "ingest", "s1", str(csv_file), "-e", "local")
+    got = sorted(cat.load_table("s1").to_arrow().to_pylist(), key=lambda r: r["f"] or 0)
+    by_s = {r["s"]: r for r in got}
+    assert set(by_s) == {"NA", "null", "N/A", None}
+    assert math.isnan(by_s["NA"]["f"]) and by_s["N/A"]["f"] is None
+    assert by_s[None]["i"] is None and by_s[None]["f"] == 2.5
+
+
 def test_ingest_local_folder_of_files(wh: str, tmp_path: Path, cat: lamina.Catalog) -> None:
     folder = tmp_path / "export"
     folder.mkdir()

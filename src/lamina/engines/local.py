@@ -117,8 +117,14 @@ def _reader(
             read_options=pacsv.ReadOptions(block_size=1 << 22),
             parse_options=pacsv.ParseOptions(delimiter="\t" if tsv else ","),
             # an empty field, quoted or not, is null in every column, as Spark reads it
-            # (--engine auto picks either by the input's size)
-            convert_options=pacsv.ConvertOptions(column_types=types, strings_can_be_null=True),
+            # (--engine auto picks either by the input's size); only an empty one:
+            # "NA", "null" stay text and "NaN" a float NaN, as Spark reads them
+            convert_options=pacsv.ConvertOptions(
+                column_types=types,
+                strings_can_be_null=True,
+                null_values=[""],
+                quoted_strings_can_be_null=True,
+            ),
         )
     else:
         reader = pajson.open_json(

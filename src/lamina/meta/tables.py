@@ -48,8 +48,15 @@ def create_table(
     """Insert a table row. Raises TableExistsError."""
 
     def txn(conn: Connection) -> int:
-        if conn.execute(select(tables.c.id).where(tables.c.name == name)).first():
+        same = select(tables.c.name).where(func.lower(tables.c.name) == name.lower())
+        other = conn.execute(same).scalar()
+        if other == name:
             raise TableExistsError(f"table {name!r} already exists; pick another name")
+        if other is not None:  # SQL (DuckDB, Spark) would read one for the other
+            raise TableExistsError(
+                f"table {other!r} already exists, and SQL does not tell names apart by "
+                "case; pick another name"
+            )
         try:
             result = conn.execute(
                 insert(tables).values(
