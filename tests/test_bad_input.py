@@ -146,6 +146,12 @@ def test_unreachable_catalog(tmp_path: Path) -> None:
         lamina.connect(catalog="oracle://x/y", warehouse=str(tmp_path / "wh"))
     with pytest.raises(errors.CatalogUnavailableError):
         lamina.connect(catalog="sqlite:////nonexistent/dir/x.db", warehouse=str(tmp_path / "wh"))
+    # a CLI hunt: a file that is not a database, a warehouse URI of no known filesystem
+    (tmp_path / "d.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(errors.CatalogUnavailableError, match="not a database"):
+        lamina.connect(catalog=f"sqlite:///{tmp_path}/d.csv", warehouse=str(tmp_path / "wh"))
+    with pytest.raises(errors.WarehouseError, match="cannot open warehouse 'ftp://x/y'"):
+        lamina.connect(catalog=f"sqlite:///{tmp_path}/c.db", warehouse="ftp://x/y")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")

@@ -439,6 +439,12 @@ def test_serve_warns_without_token_off_loopback(wh: str, monkeypatch: pytest.Mon
     result = run(wh, "serve")
     assert result.exit_code == 0 and "warning" not in result.stderr
     assert calls[-1][0] == ("127.0.0.1", 8080)
+    # a CLI hunt: these were tracebacks (KeyError in uvicorn, OverflowError in sleep)
+    result = run(wh, "serve", "--log-level", "bogus")
+    assert result.exit_code == 2 and "'bogus' is not one of" in result.output
+    result = run(wh, "serve", "--log-level", "WARNING")
+    assert result.exit_code == 0 and calls[-1][1]["log_level"] == "warning"
+    assert run(wh, "services", "--every", "1e308", "--rounds", "1").exit_code == 2
 
 
 @pytest.mark.spark

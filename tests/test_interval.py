@@ -63,10 +63,19 @@ def test_to_us_rejects_non_instants(bad: object) -> None:
         to_us(bad)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("bad", ["", "x", "2024-13-01", "2024-02-30", "yesterday", "2024/01/01"])
+# a CLI hunt: digits without a dash crashed (IndexError), a year past int64 µs overflowed
+@pytest.mark.parametrize(
+    "bad",
+    ["", "x", "2024-13-01", "2024-02-30", "yesterday", "2024/01/01", "1704067200", "12345",
+     "99999999999999999999-01-01", "-99999999999999999999"],
+)  # fmt: skip
 def test_to_us_rejects_bad_strings(bad: str) -> None:
     with pytest.raises(InvalidIntervalError):
         to_us(bad)
+
+
+def test_iso_basic_format_dates() -> None:
+    assert to_us("20240101") == to_us("2024-01-01")
 
 
 def test_from_us_and_format_us() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import os
 import sys
 from typing import Annotated
@@ -121,6 +122,17 @@ def orphans(
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
+class LogLevel(enum.StrEnum):
+    """uvicorn's log levels."""
+
+    critical = "critical"
+    error = "error"
+    warning = "warning"
+    info = "info"
+    debug = "debug"
+    trace = "trace"
+
+
 @command("serve")
 def serve(
     ctx: typer.Context,
@@ -129,8 +141,8 @@ def serve(
         int, typer.Option("--port", help="Port to listen on.", min=0, max=65535)
     ] = 8080,
     log_level: Annotated[
-        str, typer.Option("--log-level", help="uvicorn log level (info, warning...).")
-    ] = "info",
+        LogLevel, typer.Option("--log-level", help="uvicorn log level.", case_sensitive=False)
+    ] = LogLevel.info,
     catalog: CatalogOpt = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
@@ -148,4 +160,4 @@ def serve(
             label="warning",
         )
     cat_url, wh = locations(ctx, catalog, warehouse)
-    server.serve(host, port, catalog=cat_url, warehouse=wh, log_level=log_level)
+    server.serve(host, port, catalog=cat_url, warehouse=wh, log_level=log_level.value)

@@ -102,7 +102,7 @@ def compact(
 def services(
     ctx: typer.Context,
     every: Annotated[
-        float, typer.Option("--every", min=0.1, help="Seconds between rounds.")
+        float, typer.Option("--every", min=0.1, max=86_400.0, help="Seconds between rounds.")
     ] = 60.0,
     rounds: Annotated[
         int, typer.Option("--rounds", min=0, help="Stop after N rounds (0: until Ctrl-C).")

@@ -58,18 +58,24 @@ def _parse_instant(text: str) -> int:
         return MIN_US
     if text in ("+inf", "inf", "infinity", "+infinity"):
         return MAX_US
-    shift = 0
-    year = text.lstrip("+").split("-", 1)[0]
-    if len(year) > 4 and year.isdigit():  # e.g. 10000-01-01, where 9999's chunks end
+    shift, given = 0, text
+    year, dash, rest = text.lstrip("+").partition("-")
+    if len(year) > 4 and year.isdigit() and dash:  # 10000-01-01, where 9999's chunks end
         cycles = (int(year) - 9600) // _CYCLE_YEARS
-        text, shift = f"{int(year) - cycles * _CYCLE_YEARS:04d}-" + text.split("-", 1)[1], cycles
+        text, shift = f"{int(year) - cycles * _CYCLE_YEARS:04d}-{rest}", cycles
     try:
-        return to_us(dt.datetime.fromisoformat(text.replace("Z", "+00:00"))) + shift * _CYCLE_US
+        us = to_us(dt.datetime.fromisoformat(text.replace("Z", "+00:00"))) + shift * _CYCLE_US
     except ValueError:
         raise InvalidIntervalError(
-            f"cannot read {text!r} as a time; write ISO-8601 such as 2024-01-02 or "
+            f"cannot read {given!r} as a time; write ISO-8601 such as 2024-01-02 or "
             "2024-01-02T03:00:00Z"
         ) from None
+    if not MIN_US < us < MAX_US:
+        raise InvalidIntervalError(
+            f"{given!r} is too far from now to be a time lamina holds; use -inf or +inf "
+            "for an open end"
+        )
+    return us
 
 
 def from_us(us: int) -> dt.datetime:

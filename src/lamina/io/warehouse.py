@@ -26,7 +26,7 @@ class Warehouse:
 
             try:
                 self._fs, path = pafs.FileSystem.from_uri(location)
-            except (pafs.ArrowInvalid, ValueError, OSError) as exc:
+            except (ValueError, OSError) as exc:  # ArrowInvalid is a ValueError
                 raise WarehouseError(f"cannot open warehouse {location!r}: {exc}") from None
             self.local = isinstance(self._fs, pafs.LocalFileSystem)
             self.root = path.rstrip("/")

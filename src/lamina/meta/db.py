@@ -18,7 +18,13 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, OperationalError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DatabaseError,
+    DBAPIError,
+    DisconnectionError,
+    OperationalError,
+)
 
 from lamina.errors import CatalogUnavailableError
 
@@ -184,6 +190,11 @@ def run(
                 raise CatalogUnavailableError(
                     f"catalog database error: {exc.orig}; check the catalog URL and that "
                     "the database is running and reachable"
+                ) from exc
+            if type(exc) is DatabaseError:  # not its subclasses: SQLite's "not a database"
+                raise CatalogUnavailableError(
+                    f"catalog database error: {exc.orig}; the catalog URL must name a "
+                    "lamina catalog (a SQLite file it made, or a PostgreSQL database)"
                 ) from exc
             raise
     raise AssertionError("unreachable")
