@@ -780,6 +780,20 @@ def test_ingest_csv_reads_only_an_empty_field_as_null(
     assert by_s[None]["i"] is None and by_s[None]["f"] == 2.5
 
 
+def test_ingest_parquet_nanoseconds_into_microseconds(wh: str, tmp_path: Path) -> None:
+    """pandas writes nanosecond timestamps: exact ones ingest into a microsecond
+    table (they went through text and failed to parse), lossy ones are refused."""
+    import pandas as pd
+
+    ok(wh, "create-table", "big", "-s", "ts:timestamp[us, tz=UTC],v:int64", "-t", "ts")
+    exact, lossy = tmp_path / "exact.parquet", tmp_path / "lossy.parquet"
+    pd.DataFrame({"ts": pd.to_datetime(["2024-07-01"], utc=True), "v": [1]}).to_parquet(exact)
+    at = pd.to_datetime(["2024-07-01 00:00:00.000000001"], utc=True)
+    pd.DataFrame({"ts": at, "v": [2]}).to_parquet(lossy)
+    assert "1 row" in ok(wh, "ingest", "big", str(exact), "-e", "local")
+    assert "without loss" in fails(wh, "ingest", "big", str(lossy), "-e", "local")
+
+
 def test_ingest_local_folder_of_files(wh: str, tmp_path: Path, cat: lamina.Catalog) -> None:
     folder = tmp_path / "export"
     folder.mkdir()

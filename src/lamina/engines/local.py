@@ -162,13 +162,16 @@ def _parse_times(column: pa.Array, target: pa.DataType) -> pa.Array:
 
 
 def _typed_schema(schema: pa.Schema, target: pa.Schema | None) -> pa.Schema:
-    """``schema`` with the timestamp types of ``target`` (what :func:`_typed` makes)."""
+    """``schema`` with the timestamp types of ``target`` for its text columns (what
+    :func:`_typed` makes; a Parquet timestamp stays as it is, for the table's safe
+    cast to judge)."""
     if target is None:
         return schema
     fields = []
     for f in schema:
         t = target.field(f.name).type if f.name in target.names else None
-        fields.append(f.with_type(t) if t is not None and pa.types.is_timestamp(t) else f)
+        text = pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+        fields.append(f.with_type(t) if t is not None and text and pa.types.is_timestamp(t) else f)
     return pa.schema(fields)
 
 
