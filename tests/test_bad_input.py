@@ -152,6 +152,8 @@ def test_unreachable_catalog(tmp_path: Path) -> None:
         lamina.connect(catalog=f"sqlite:///{tmp_path}/d.csv", warehouse=str(tmp_path / "wh"))
     with pytest.raises(errors.WarehouseError, match="cannot open warehouse 'ftp://x/y'"):
         lamina.connect(catalog=f"sqlite:///{tmp_path}/c.db", warehouse="ftp://x/y")
+    with pytest.raises(errors.WarehouseError, match="empty"):  # not ./warehouse silently
+        lamina.connect(catalog=f"sqlite:///{tmp_path}/c.db", warehouse="")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")

@@ -52,7 +52,10 @@ def connect(
 
     Defaults: warehouse ``$LAMINA_WAREHOUSE`` or ``./warehouse``; catalog
     ``$LAMINA_CATALOG`` or a SQLite file ``lamina.db`` inside the warehouse.
+    Raises WarehouseError, CatalogUnavailableError.
     """
+    if warehouse is not None and not str(warehouse).strip():
+        raise WarehouseError("the warehouse path is empty: give a directory or a URI")
     wh = Warehouse(warehouse or os.environ.get("LAMINA_WAREHOUSE") or DEFAULT_WAREHOUSE)
     wh.ensure_writable()
     url = catalog or os.environ.get("LAMINA_CATALOG")

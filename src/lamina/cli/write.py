@@ -165,6 +165,7 @@ def upsert(
                 f"table {name!r} has no primary key: create it with `lamina create-table "
                 "--primary-key COLUMN`, or append with `lamina ingest`"
             )
+    ctx.meta["via"] = "lamina upsert"  # what the commit metadata records
     ingest(
         ctx,
         name,
@@ -263,7 +264,7 @@ def ingest(
             else:
                 commits.append(table.overwrite(data, interval=interval, metadata=meta))
 
-        meta = _input_meta("lamina ingest", fmt, paths, use)
+        meta = _input_meta(ctx.meta.get("via", "lamina ingest"), fmt, paths, use)
         tasks = _write(
             use, verbose, fmt, paths, None if table is None else table.schema, "writing", write
         )
@@ -404,7 +405,7 @@ def push(
         t = load(cat, name)
         if window is not None:
             t.granularity.check_aligned(window)
-        if not t.consistent_push:
+        if not t.consistent_push and t.primary_key is None:
             warn(
                 f"table {t.name} has consistent_push=false: the push is one atomic "
                 "commit but cannot be reverted; create tables with -p consistent_push=true"

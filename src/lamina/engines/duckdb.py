@@ -222,7 +222,10 @@ def _parsed(
         return cur, named, {s.type for s in parser.extract_statements(query)}
     except duckdb.Error as exc:
         cur.close()
-        raise SqlError(f"cannot parse the query: {exc}") from None
+        what = (
+            "cannot parse the query" if isinstance(exc, duckdb.ParserException) else "query failed"
+        )
+        raise SqlError(f"{what}: {exc}") from None
     except BaseException:
         cur.close()
         raise
