@@ -43,6 +43,11 @@ def at(minute: int) -> datetime:
     return T0 + timedelta(minutes=minute)
 
 
+def atz(minute: int) -> datetime:
+    """:func:`at` as an instant (UTC)."""
+    return at(minute).replace(tzinfo=UTC)
+
+
 def key_field() -> pa.Field:
     return pa.field("key", pa.string(), nullable=False)
 
@@ -217,23 +222,9 @@ CASES: list[tuple[str, pa.DataType, Any, Any, Any, str]] = [
     ("MAX", STR, "\uff61", "\U0001f600", "\U0001f600", CODE_POINTS),
     ("MIN", STR, "\uff61", "\U0001f600", "\uff61", CODE_POINTS),
     # zoned timestamps compare as instants (pyarrow has no MAX/MIN kernel for them)
-    (
-        "MAX",
-        TSZ,
-        at(5).replace(tzinfo=UTC),
-        at(1).replace(tzinfo=UTC),
-        at(5).replace(tzinfo=UTC),
-        "MaxMerger",
-    ),
-    (
-        "MIN",
-        TSZ,
-        at(5).replace(tzinfo=UTC),
-        at(1).replace(tzinfo=UTC),
-        at(1).replace(tzinfo=UTC),
-        "MinMerger",
-    ),
-    ("MAX", TSZ, None, at(1).replace(tzinfo=UTC), at(1).replace(tzinfo=UTC), NULLS),
+    ("MAX", TSZ, atz(5), atz(1), atz(5), "MaxMerger"),
+    ("MIN", TSZ, atz(5), atz(1), atz(1), "MinMerger"),
+    ("MAX", TSZ, None, atz(1), atz(1), NULLS),
 ]
 
 
