@@ -1226,6 +1226,7 @@ def test_a_minor_compaction_whose_input_went_meanwhile_is_refused_typed(
     day_table: lamina.Table,
 ) -> None:
     t = day_table
+    t.set_properties(ingestion_type="REFRESH")  # a forced push there cleans up
     t.append(events(days=1, per_day=1, value=1.0))
     t.append(events(days=1, per_day=1, value=2.0))
     runs = compaction.plan(t, None, 100)  # the two segments, merged
@@ -1234,7 +1235,7 @@ def test_a_minor_compaction_whose_input_went_meanwhile_is_refused_typed(
     _batch(t, entry, events(days=1, per_day=1, value=3.0, start="2024-01-02"))
     t.end_replace(entry)
     (written,) = t.lineage()[-1].segments_to
-    t.start_replace([written], [])  # ...and the next one's cleanup deletes that input
+    t.start_replace([written], [], force_cleanup=True)  # ...the next one's cleanup deletes it
     assert not os.path.exists(gone.location)
     with pytest.raises(lamina.CommitConflictError):  # got: FileNotFoundError
         compaction.compact_minor(t, runs)
@@ -1287,6 +1288,7 @@ def test_a_replace_carries_a_push_shown_after_its_base_whose_entry_went(
     cleans the push's entry up (Pinot's proactive cleanup); the replace must still
     know what the push's end showed (recorded in the end's footprint)."""
     t = day_table
+    t.set_properties(ingestion_type="REFRESH")  # a forced push there cleans up
     t.append(events(days=1, per_day=3, value=1.0))
     t.append(events(days=1, per_day=2, value=3.0, start="2024-01-02"))
     entry = t.start_replace([s.id for s in t.segments() if s.row_count == 2], [])
@@ -1295,7 +1297,7 @@ def test_a_replace_carries_a_push_shown_after_its_base_whose_entry_went(
     tx.overwrite(events(days=1, per_day=1, value=9.0))
     t.end_replace(entry)  # shows the five rows after the overwrite's base
     five = [s.id for s in t.segments() if s.row_count == 5]
-    t.start_replace(five, [])  # the next link: the first entry is cleaned up
+    t.start_replace(five, [], force_cleanup=True)  # the next link: the first one goes
     assert entry not in {e.id for e in t.lineage()}
     tx.commit()
     assert _vals(t) == [5.0] * 5 + [9.0]  # got: [9.0]
@@ -1312,6 +1314,7 @@ def test_a_snapshot_read_while_a_cleanup_deletes_its_rows_stays_whole(
     from lamina.meta import snapshots
 
     t = day_table
+    t.set_properties(ingestion_type="REFRESH")  # a forced push there cleans up
     t.append(events(days=1, per_day=3, value=1.0))
     (old,) = t.segments()
     entry = t.start_replace([old.id], [])
@@ -1325,7 +1328,7 @@ def test_a_snapshot_read_while_a_cleanup_deletes_its_rows_stays_whole(
         got = resolve(*args)  # the snapshot is not purged (yet)
         monkeypatch.setattr(snapshots, "resolve", resolve)
         with lamina.connect(catalog=str(cat.engine.url), warehouse=cat.warehouse.location) as c:
-            c.load_table("x").start_replace([new.id], [])  # deletes the old segment's row
+            c.load_table("x").start_replace([new.id], [], force_cleanup=True)  # deletes old
         return got
 
     monkeypatch.setattr(snapshots, "resolve", cleaning_up_meanwhile)
