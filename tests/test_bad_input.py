@@ -360,3 +360,22 @@ def test_to_pandas_of_values_pandas_cannot_hold_is_a_typed_error(cat: lamina.Cat
         t.to_pandas()
     assert t.to_arrow()["at"].to_pylist() == [pa.scalar(1, pa.time64("ns")).as_py()]
     assert t.to_pandas(columns=["ts"]).shape == (1, 1)
+
+
+def test_a_write_through_another_warehouse_is_refused(tmp_path: Path) -> None:
+    """What a CLI hunt found: a catalog paired with the wrong warehouse took writes
+    whose files no reader of the right warehouse finds (nor the older files the
+    wrong one). The first write to a table checks the warehouse holds its newest file."""
+    url = f"sqlite:///{tmp_path}/c.db"
+    with lamina.connect(catalog=url, warehouse=str(tmp_path / "wh")) as cat:
+        t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+        t.append(events(days=1, per_day=2))
+    with lamina.connect(catalog=url, warehouse=str(tmp_path / "other")) as cat:
+        t = cat.load_table("events")
+        history = t.history()
+        with pytest.raises(errors.WarehouseError, match="does not hold the files of table"):
+            t.append(events(days=1, per_day=2))
+        assert t.history() == history
+    with lamina.connect(catalog=url, warehouse=str(tmp_path / "wh")) as cat:
+        cat.load_table("events").append(events(days=1, per_day=2))  # the right one writes
+        assert cat.load_table("events").count() == 4

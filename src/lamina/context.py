@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from lamina.core.model import TableRecord
+from lamina.errors import WarehouseError
 from lamina.io.warehouse import Warehouse, commit_dir
 from lamina.meta.db import Db
 
@@ -19,6 +21,25 @@ class CatalogContext:
     writer_wait_s: float = 30.0
     heartbeat_s: float = 5.0
     stale_after_s: float = 60.0
+    #: tables whose files this warehouse was seen to hold (checked once per process)
+    checked: set[int] = field(default_factory=set, compare=False)
+
+    def check_warehouse(self, table: TableRecord) -> None:
+        """Before the first write to ``table``: the warehouse holds its newest file, so
+        the catalog is not paired with another warehouse (whose writes no reader of the
+        right one would find). Raises WarehouseError."""
+        if table.id in self.checked:
+            return
+        from lamina.meta.segments import newest_location
+
+        rel = self.db.read(lambda conn: newest_location(conn, table.id))
+        if rel is not None and not self.warehouse.exists(self.warehouse.path(rel)):
+            raise WarehouseError(
+                f"the warehouse {self.warehouse.location!r} does not hold the files of table "
+                f"{table.name!r} ({rel} is missing): connect with the warehouse this "
+                "catalog writes to; nothing was written"
+            )
+        self.checked.add(table.id)
 
     def delete_files(self, rel_paths: Sequence[str]) -> None:
         """Delete files (relative to the warehouse root); already missing is fine."""

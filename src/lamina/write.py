@@ -156,8 +156,9 @@ class WriteTransaction:
         """Open the commit on the table's latest snapshot; with ``locks_at_open``
         (requests, wait_s), also take those task locks (:meth:`acquire_all`), on
         SQLite in the transaction that opens it. Raises TableNotFoundError,
-        LockTimeoutError."""
+        LockTimeoutError, WarehouseError (not the catalog's warehouse)."""
         ctx = self.ctx
+        ctx.check_warehouse(self.table)
         asked = self._locks_at_open
         then = None
         if asked is not None and ctx.db.sqlite:

@@ -63,6 +63,20 @@ def live_rows(conn: Connection, table_id: int, span: Interval) -> list[Any]:
     )
 
 
+def newest_location(conn: Connection, table_id: int) -> str | None:
+    """The file of the table's newest live segment (None: it has none)."""
+    return conn.execute(
+        select(segments.c.location)
+        .where(
+            segments.c.table_id == table_id,
+            segments.c.removed_seq.is_(None),
+            segments.c.location.is_not(None),
+        )
+        .order_by(segments.c.added_seq.desc())
+        .limit(1)
+    ).scalar()
+
+
 def live_spans(conn: Connection, table_id: int, span: Interval) -> list[Interval]:
     """The distinct intervals of the segments not removed that overlap ``span``
     (lineage-hidden ones too: a push that ends later shows them)."""
