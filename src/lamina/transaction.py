@@ -202,12 +202,14 @@ class Transaction:
             return
         files = self._produce(data, CommitAction.OVERWRITE, iv, layout)
         gran = None if layout is None else layout[0]
-        chunks = tw.overwrite_chunks(
-            self._table, CommitAction.OVERWRITE, [f.chunk for f in files], iv, gran
-        )
+        written = [f.chunk for f in files]
+        chunks: tuple[Interval, ...] | None
+        if only is not None:  # what showed at the base, whatever was removed since
+            tw.check_inside(CommitAction.OVERWRITE, written, iv)
+            chunks = tuple(sorted(set(only) | set(written)))
+        else:
+            chunks = tw.overwrite_chunks(self._table, CommitAction.OVERWRITE, written, iv, gran)
         assert chunks is not None
-        if only is not None:
-            chunks = tuple(c for c in chunks if c in only)
         with self._refusing():
             self._covered(chunks)
             self._clash(list(chunks), self._append_chunks, "appends to")
