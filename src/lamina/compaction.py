@@ -450,6 +450,9 @@ def compact_major(
         else:
             data = table.to_arrow(as_of, interval=iv)
         held = _held_chunks(table, as_of, iv, gran)
+        if held is not None and not held and not data.num_rows:
+            tx.abort()  # a concurrent write emptied the interval before the base
+            return None
         if spec is not None:
             data = roll_up(data, spec, table.time_column)
         if sort_by:
