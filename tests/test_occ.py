@@ -194,6 +194,16 @@ def test_overwrites_of_one_day_in_a_transaction_replace_it_together(t: lamina.Ta
     assert t.history()[-1].action == "OVERWRITE"
 
 
+def test_an_append_then_an_overwrite_of_its_empty_day_is_refused(t: lamina.Table) -> None:
+    """An overwrite tombstones only days where segments lie; an append this
+    transaction made into an empty day of its interval still clashes (order matters)."""
+    tx = t.transaction()
+    tx.append(day(7, 1, 2.0))
+    with pytest.raises(TransactionError, match="two transactions"):
+        tx.overwrite(day(5, 1, 3.0), interval="2024-01-04/2024-01-10")
+    tx.abort()
+
+
 def test_an_exception_or_abort_discards_everything(t: lamina.Table, cat: lamina.Catalog) -> None:
     before = commit_dirs(cat)
     with pytest.raises(RuntimeError), t.transaction() as tx:

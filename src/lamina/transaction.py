@@ -210,9 +210,10 @@ class Transaction:
         else:
             chunks = tw.overwrite_chunks(self._table, CommitAction.OVERWRITE, written, iv, gran)
         assert chunks is not None
-        with self._refusing():
+        inside = [c for c in self._append_chunks if iv is not None and iv.contains(c)]
+        with self._refusing():  # an append anywhere in the interval: order would matter
             self._covered(chunks)
-            self._clash(list(chunks), self._append_chunks, "appends to")
+            self._clash([*chunks, *inside], self._append_chunks, "appends to")
         self._overwrites += files
         self._chunks |= set(chunks)
         # its footprint: the whole interval (a compaction's: the chunks it rewrites)
