@@ -794,6 +794,13 @@ def test_ingest_parquet_nanoseconds_into_microseconds(wh: str, tmp_path: Path) -
     assert "without loss" in fails(wh, "ingest", "big", str(lossy), "-e", "local")
 
 
+def test_ingest_a_json_array_says_json_lines_are_read(wh: str, tmp_path: Path) -> None:
+    arr = tmp_path / "arr.json"
+    arr.write_text('[{"ts": "2024-01-01T00:00:00Z", "v": 1}]\n')
+    out = fails(wh, "ingest", "j", str(arr), "--create", "-t", "ts", "-e", "local")
+    assert "JSON lines: one object per line, not a JSON array" in out
+
+
 def test_ingest_local_folder_of_files(wh: str, tmp_path: Path, cat: lamina.Catalog) -> None:
     folder = tmp_path / "export"
     folder.mkdir()

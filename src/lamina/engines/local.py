@@ -53,7 +53,8 @@ def infer_schema(path: str, fmt: FileFormat | None = None) -> pa.Schema:
                 return _normalize_inferred(reader.schema)
         return _normalize_inferred(pajson.read_json(path).schema)
     except (pa.ArrowException, OSError) as exc:
-        raise InputFileError(f"cannot read a {fmt.value} schema from {path}: {exc}") from None
+        why = _reason(fmt, exc)
+        raise InputFileError(f"cannot read a {fmt.value} schema from {path}: {why}") from None
 
 
 # -- streaming reads (pyarrow.csv, pyarrow.json, pyarrow.parquet readers; not
@@ -66,6 +67,15 @@ _NOISE = re.compile(r"Invalid: ")
 def _first_line(exc: BaseException) -> str:
     lines = [line for line in str(exc).splitlines() if line.strip()]
     return _NOISE.sub("", lines[0]) if lines else type(exc).__name__
+
+
+def _reason(fmt: FileFormat, exc: BaseException) -> str:
+    """Why a file could not be read; for JSON, what lamina reads (a JSON array's
+    error from Arrow names no array)."""
+    why = _first_line(exc)
+    if fmt is FileFormat.json and "JSON parse error" in why:
+        why += " (lamina reads JSON lines: one object per line, not a JSON array)"
+    return why
 
 
 def data_files(paths: Sequence[str]) -> list[str]:
@@ -241,7 +251,9 @@ def read_batches(
     try:
         target, out_schema = _first_schema(fmt, files[0], tsv, schema)
     except (pa.ArrowException, OSError) as exc:
-        raise InputFileError(f"cannot read {files[0]} as {fmt.value}: {_first_line(exc)}") from None
+        raise InputFileError(
+            f"cannot read {files[0]} as {fmt.value}: {_reason(fmt, exc)}"
+        ) from None
 
     def stream() -> Iterator[pa.RecordBatch]:
         rows = done_bytes = 0
@@ -256,7 +268,7 @@ def read_batches(
                         yield batch
             except (pa.ArrowException, OSError) as exc:
                 raise InputFileError(
-                    f"cannot read {path} as {fmt.value}: {_first_line(exc)}"
+                    f"cannot read {path} as {fmt.value}: {_reason(fmt, exc)}"
                 ) from None
             done_bytes += _size(path)
             if on_progress is not None:
