@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
         "lamina.autocompaction",
         "lamina.upsert",
         "lamina.upsert_read",
+        "lamina.upsert_tx",
     ),
     ("lamina.catalog",),
     ("lamina.cli", "lamina.server", "lamina.rest", "lamina"),

@@ -967,7 +967,7 @@ def test_hidden_at_every_seq_equals_the_rule_over_whole_entries(t: lamina.Table)
     every seq of a history with pushes, a rollback, an entry left open and a forced
     cleanup it is exactly ``hidden_by`` of the entries as they stood then."""
     from lamina.core.lineage import hidden_by
-    from lamina.meta import lineage as rows
+    from lamina.meta import lineage_lists as rows
 
     t.refresh(old())
     t.refresh(new())

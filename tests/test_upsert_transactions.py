@@ -213,7 +213,7 @@ def test_a_key_changed_before_the_publish_is_merged_again(
     """An upsert of a held key publishes between the transaction's merge and its
     publish: the publish refuses (retryable), the transaction merges again and counts
     both increments."""
-    import lamina.upsert as up
+    import lamina.upsert_tx as up
 
     pt.upsert(precs(prow("hot", 1, clicks=1)))
     real, calls = up.merge_held, []

@@ -27,7 +27,7 @@ from lamina.write import WriteTransaction
 if TYPE_CHECKING:
     from lamina.core.upsert import UpsertBatch, UpsertSpec
     from lamina.table import Table
-    from lamina.upsert import Held, Stored
+    from lamina.upsert_tx import Held, Stored
 
 
 def _lock_request(
@@ -279,7 +279,7 @@ class Transaction:
         elif self._merged is not None and (files or appends):
             upsert = self._merged
         elif self._spec is not None and (files or appends):
-            from lamina.upsert import combined
+            from lamina.upsert_tx import combined
 
             upsert = combined(self._spec, self._stored, [*files, *appends])
         return PublishPlan(
@@ -317,7 +317,7 @@ class Transaction:
     def _hold(self, data: Any, action: str, interval: Interval | None) -> None:
         """Check an operation of a partial-upsert table's transaction and hold it (see
         :func:`lamina.upsert.hold`). Raises as ``t.upsert``, LockError, TransactionError."""
-        from lamina.upsert import hold
+        from lamina.upsert_tx import hold
 
         held = hold(self._table, data, action, interval)
         self._covered(held.chunks)
@@ -333,7 +333,7 @@ class Transaction:
     def _merge(self, where: str) -> None:
         """Merge the held operations with their keys' current records and write them
         under ``where``."""
-        from lamina.upsert import merge_held
+        from lamina.upsert_tx import merge_held
 
         merged = merge_held(self._table, self._held, self._chunks, self._removes, where)
         self._overwrites, self._appends, self._merged = merged
@@ -349,7 +349,7 @@ class Transaction:
         self._op_stored = len(self._stored)  # this operation's entries come after
         where = f"{self._write.dir}/op{self._ops}"
         if self._spec is not None and self._upsert is None:  # resolved at publish
-            from lamina.upsert import store
+            from lamina.upsert_tx import store
 
             stored = store(self._table, data, action, interval, where)
             self._stored.append(stored)

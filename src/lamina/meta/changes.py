@@ -19,7 +19,7 @@ from lamina.core.interval import Interval
 from lamina.core.model import CommitAction, CommitState, TableRecord
 from lamina.errors import SnapshotNotFoundError
 from lamina.meta.db import Db
-from lamina.meta.lineage import lists
+from lamina.meta.lineage_lists import lists
 from lamina.meta.schema import commits, lineage, segments, tables
 from lamina.meta.segments import rows_by_id
 from lamina.meta.tables import read_table

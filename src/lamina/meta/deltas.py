@@ -15,7 +15,7 @@ from lamina.core.interval import Interval
 from lamina.core.model import AsOf, Snapshot, TableRecord
 from lamina.meta import manifests
 from lamina.meta.db import Db
-from lamina.meta.lineage import hidden_at
+from lamina.meta.lineage_lists import hidden_at
 from lamina.meta.schema import segments
 from lamina.meta.segments import overlapping
 from lamina.meta.snapshots import COLUMNS, resolve, segments_of

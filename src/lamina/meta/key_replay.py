@@ -128,7 +128,7 @@ def add_files(
 
 def _visible(conn: Connection, table: TableRecord, seq: int) -> list[Segment]:
     """The data segments visible at ``seq`` (lineage and timeline applied)."""
-    from lamina.meta.lineage import hidden_at
+    from lamina.meta.lineage_lists import hidden_at
     from lamina.meta.snapshots import COLUMNS, segments_of
 
     rows = conn.execute(

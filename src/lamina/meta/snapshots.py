@@ -13,7 +13,7 @@ from lamina.core.model import AsOf, Commit, Snapshot
 from lamina.core.segment import Segment
 from lamina.errors import SnapshotNotFoundError
 from lamina.meta.db import Db
-from lamina.meta.lineage import hidden_at
+from lamina.meta.lineage_lists import hidden_at
 from lamina.meta.schema import commits, segments, tables
 from lamina.meta.segments import overlapping
 from lamina.meta.tables import read_table
