@@ -286,7 +286,6 @@ def test_a_locked_interval_is_skipped_and_the_others_compacted(cat: lamina.Catal
     import time
 
     t = cat.create_table("wiki", SCHEMA, time_column="ts", segment_granularity="DAY")
-    t.set_properties(writer_wait_s=5)
     for i in range(3):
         t.append(hourly("2017-10-01T00:00", 48, per_hour=1, seed=i))
     tx = t.transaction(lock="EXCLUSIVE", interval="2017-10-02/2017-10-03", priority=50)

@@ -447,6 +447,10 @@ def test_delete_segments_of_a_completed_entry_to_and_of_plain_segments(t: lamina
         ({"replaced_segments_retention": "soon"}, "write a number and a unit"),
         ({"lineage_cleanup_retention": "-1h"}, "write a number and a unit"),
         ({"orphan_grace_period": "1 week"}, "write a number and a unit"),
+        ({"consistent_pushh": "false"}, "did you mean 'consistent_push'"),
+        ({"Consistent_Push": "false"}, "did you mean 'consistent_push'"),
+        ({"orphan-grace-period": "2h"}, "did you mean 'orphan_grace_period'"),
+        ({"writer_wait_s": "5"}, r"lamina.connect\(writer_wait_s=...\)"),
     ],
 )
 def test_bad_property_values(
@@ -460,6 +464,16 @@ def test_bad_property_values(
     with pytest.raises(PropertyError, match=hint):
         cat.create_table("other", schema=SCHEMA, time_column="ts", properties=props)
     assert "other" not in cat.list_tables()
+
+
+def test_own_metadata_properties_are_kept(t: lamina.Table, cat: lamina.Catalog) -> None:
+    """Names lamina does not read are the user's, kept as given (Delta and Iceberg keep
+    such properties); only near spellings of lamina's own are refused."""
+    t.set_properties(owner="ops", **{"app.team": "flights", "push": "nightly"})
+    assert (
+        cat.load_table("ev").properties.items()
+        >= {"owner": "ops", "app.team": "flights", "push": "nightly"}.items()
+    )
 
 
 def test_properties_change_in_place(t: lamina.Table, cat: lamina.Catalog) -> None:

@@ -34,8 +34,40 @@ def duration_us(text: str, name: str = "duration") -> int:
 _LONGEST_US = 36_500 * 86_400 * 1_000_000
 
 
+#: properties lamina reads outside the ``compaction.`` and ``upsert.`` namespaces
+KNOWN = (*DEFAULTS, "ingestion_type", "consistent_push", "target_rows_per_segment")
+#: settings of a catalog (``lamina.connect``), which a table property cannot change
+CATALOG_SETTINGS = ("writer_wait_s", "heartbeat_s", "stale_after_s")
+
+
+def check_names(keys: list[str]) -> None:
+    """Refuse a property that looks like one of lamina's but is not: another case or a
+    near spelling of a known name, or a catalog setting. Other names are the user's own
+    metadata, stored as given (as Delta and Iceberg store them). Raises PropertyError."""
+    import difflib
+
+    for key in keys:
+        if key in KNOWN or key.startswith(("compaction.", "upsert.")):
+            continue
+        if key.lower() in CATALOG_SETTINGS:
+            raise PropertyError(
+                f"{key} is a setting of the catalog, not of a table: pass it to "
+                f"lamina.connect({key.lower()}=...)"
+            )
+        folded = key.lower().replace("-", "_")
+        near = difflib.get_close_matches(folded, KNOWN, n=1, cutoff=0.85)
+        if folded in KNOWN or near:
+            raise PropertyError(
+                f"unknown table property {key!r}: did you mean {(near or [folded])[0]!r}? "
+                f"lamina's properties are {', '.join(KNOWN)} and compaction.*; give your "
+                "own metadata a name of its own"
+            )
+
+
 def check_properties(props: dict[str, str]) -> dict[str, str]:
-    """Validate the properties lamina interprets; return them normalized."""
+    """Validate the properties lamina interprets; return them normalized. Raises
+    PropertyError."""
+    check_names(list(props))
     out = dict(props)
     for key in DEFAULTS:
         if key in out:
