@@ -27,6 +27,7 @@ from lamina.core.interval import Interval
 from lamina.core.locks import Lock, LockState, LockType, decide
 from lamina.core.segment import OVERWRITE_PARTITION_START
 from lamina.errors import (
+    CommitConflictError,
     CompactionError,
     LockError,
     LockRevokedError,
@@ -602,11 +603,14 @@ def test_a_lock_covering_every_written_chunk_wins_over_optimistic_writers(
     t: lamina.Table,
 ) -> None:
     """TaskLocksTest.testCheckLockCoversSegments, testCheckLargeLockCoversSegments: one
-    lock over three chunks covers segments in all three."""
+    lock over three chunks covers segments in all three. An optimistic writer's
+    overwrite there is refused while the lock is held (else the holder, publishing
+    without conflict checks, would undo it silently)."""
     t.append(events(days=3, per_day=4, value=1.0))
     tx = t.transaction(lock="EXCLUSIVE", interval=("2024-01-01", "2024-01-04"))
     tx.overwrite(events(days=3, per_day=2, value=2.0))
-    t.overwrite(day_rows(2, 7, 7.0))  # an optimistic writer, no lock
+    with pytest.raises(CommitConflictError, match="holds a EXCLUSIVE lock"):
+        t.overwrite(day_rows(2, 7, 7.0))  # an optimistic writer, no lock
     tx.commit()
     assert values(t) == {2.0: 6}
 

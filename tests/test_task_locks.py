@@ -13,7 +13,9 @@ from sqlalchemy import update
 
 import lamina
 from lamina.errors import (
+    CommitConflictError,
     InvalidIntervalError,
+    LineageError,
     LockError,
     LockRevokedError,
     LockTimeoutError,
@@ -78,12 +80,59 @@ def test_an_append_inside_a_replace_coexists_and_is_carried(t: lamina.Table) -> 
     assert values(t) == {1.0: 20, 2.0: 3, 4.0: 4}
 
 
-def test_locked_writes_publish_without_optimistic_conflicts(t: lamina.Table) -> None:
+def test_a_lock_free_overwrite_inside_a_held_lock_is_refused(t: lamina.Table) -> None:
+    """The holder publishes without optimistic checks, so a lock-free overwrite that
+    published first would be undone silently (hunts: both the overwrite and a
+    transaction's); it is refused instead, retryable, and goes through once the lock
+    is gone. A lock-free append is let through and carried."""
     locked = t.transaction(lock="REPLACE", interval=JAN)
     locked.overwrite(day(2, 3, 2.0))
-    t.overwrite(day(2, 7, 7.0))  # an optimistic writer that took no lock
-    locked.commit()  # its lock covered the interval: it wins
-    assert values(t) == {1.0: 20, 2.0: 3}
+    before = [c.id for c in t.history() if c.state == "COMPLETED"]
+    with pytest.raises(CommitConflictError, match="holds a REPLACE lock") as err:
+        t.overwrite(day(2, 7, 7.0))  # an optimistic writer that took no lock
+    assert err.value.retryable
+    with pytest.raises(CommitConflictError, match="holds a REPLACE lock"), t.transaction() as tx:
+        tx.overwrite(day(2, 7, 7.0))
+    seg = next(s for s in t.segments() if str(s.interval).startswith("2024-01-03"))
+    with pytest.raises(CommitConflictError, match="holds a REPLACE lock"):
+        t.delete_segments([seg.id])
+    assert values(t) == {1.0: 30}  # nothing of them published
+    assert [c.id for c in t.history() if c.state == "COMPLETED"] == before
+    t.append(day(2, 4, 4.0))  # lock-free, carried by the holder's overwrite
+    t.overwrite(events(days=1, per_day=5, value=6.0, start="2024-02-01"))  # outside
+    locked.commit()
+    assert values(t) == {1.0: 20, 2.0: 3, 4.0: 4, 6.0: 5}
+    t.overwrite(day(2, 7, 7.0))  # the lock is gone
+    assert values(t) == {1.0: 20, 7.0: 7, 6.0: 5}
+
+
+def test_an_exclusive_lock_keeps_lock_free_overwrites_out(t: lamina.Table) -> None:
+    with t.transaction(lock="EXCLUSIVE", interval=("2024-01-03", "2024-01-04")) as held:
+        held.append(day(3, 1, 3.0))
+        with pytest.raises(CommitConflictError, match="holds a EXCLUSIVE lock"):
+            t.overwrite(day(3, 2, 8.0))
+    assert values(t) == {1.0: 30, 3.0: 1}
+
+
+def test_a_lineage_swap_inside_a_held_lock_waits_for_it(cat: lamina.Catalog) -> None:
+    """An end or a rollback swaps segments the holder would overwrite unchecked."""
+    t = cat.create_table(
+        "p", SCHEMA, time_column="ts", segment_granularity="DAY", consistent_push=True
+    )
+    t.append(events(days=2, per_day=4, value=1.0))
+    live = [s.id for s in t.segments()]
+    e = t.start_replace(live, [])
+    with t.transaction(lock="REPLACE", interval=("2024-01-02", "2024-01-03")) as held:
+        held.append(day(2, 1, 3.0))
+        with pytest.raises(LineageError, match="holds a REPLACE lock"):
+            t.end_replace(e)
+        assert [x.state for x in t.lineage() if x.id == e] == ["IN_PROGRESS"]
+    t.end_replace(e)
+    jan1 = ("2024-01-01", "2024-01-02")
+    with t.transaction(lock="REPLACE", interval=jan1), pytest.raises(LineageError, match="back"):
+        t.revert_replace(e)
+    t.revert_replace(e)
+    assert values(t) == {1.0: 8, 3.0: 1}
 
 
 def test_a_lock_dies_with_its_holder(t: lamina.Table, cat: lamina.Catalog) -> None:

@@ -23,7 +23,7 @@ from sqlalchemy import (
     update,
 )
 
-from lamina.core.interval import Interval
+from lamina.core.interval import ETERNITY, Interval
 from lamina.core.lineage import (
     LineageEntry,
     LineageState,
@@ -38,6 +38,7 @@ from lamina.core.lineage import (
 from lamina.core.model import CommitAction
 from lamina.core.planner import hidden_by_newer
 from lamina.errors import LineageEntryNotFoundError, LineageError
+from lamina.meta import locks as lock_rows
 from lamina.meta.db import Db
 from lamina.meta.lineage_lists import entries, lists, put_list
 from lamina.meta.rows import segment_of
@@ -306,6 +307,27 @@ def _lock_with_entry(db: Db, conn: Connection, name: str, entry_id: str) -> Any:
     return row
 
 
+def _outside_locks(conn: Connection, table_id: int, entry_id: str, what: str) -> None:
+    """An end or rollback swaps the entry's segments in and out of view; where another
+    commit holds a REPLACE or EXCLUSIVE lock, that holder would silently overwrite the
+    swap (it publishes without conflict checks), so the transition is refused until
+    the lock is gone. Raises LineageError."""
+    held = lock_rows.replacing(conn, table_id, 0, ETERNITY)
+    if not held:  # the common case: one query
+        return
+    named = lists(conn, [entry_id], ("from", "to"))
+    ids = sorted({i for ids in named.values() for i in ids})
+    for r in rows_by_id(conn, table_id, ids):
+        iv = Interval.of(r.start_us, r.end_us)
+        lk = next((lk for lk in held if lk.interval.overlaps(iv)), None)
+        if lk is not None:
+            raise LineageError(
+                f"cannot {what} lineage entry {entry_id}: its segment {r.segment_id} lies in "
+                f"{iv}, where commit {lk.holder} holds a {lk.type.value} lock on "
+                f"{lk.interval}; nothing changed — {what} it once that commit completes"
+            )
+
+
 def end_replace(db: Db, name: str, entry_id: str, segments_to: list[str] | None = None) -> None:
     """COMPLETED (idempotent): a few row reads and writes, whatever the number of
     segments. ``segments_to``: of the names given at start, those the end still waits
@@ -322,6 +344,7 @@ def end_replace(db: Db, name: str, entry_id: str, segments_to: list[str] | None 
             return
         if row.to_count or expected:
             _check_not_overshadowed(conn, row.id, entry_id)
+        _outside_locks(conn, row.id, entry_id, "end")
         meta = {"entry": entry_id}
         shown, swapped = [(entry_id, "to")], [(entry_id, "from")]
         seq = _record_commit(
@@ -402,6 +425,7 @@ def revert_replace(db: Db, name: str, entry_id: str, force: bool = False) -> Non
         swapped: list[tuple[str, str]] = []  # a rollback shows the sources, hides the rest
         if row.state == LineageState.COMPLETED.value:
             swapped = [(entry_id, "from"), (entry_id, "to")]
+            _outside_locks(conn, row.id, entry_id, "roll back")
         meta = {"entry": entry_id}
         seq = _record_commit(
             conn, row, CommitAction.REVERT_REPLACE, meta, [entry_id], swapped=swapped

@@ -238,10 +238,14 @@ def of_commit(conn: Connection, commit_id: int) -> list[Any]:
 
 
 def replacing(conn: Connection, table_id: int, commit_id: int, span: Interval) -> list[Lock]:
-    """Granted REPLACE and EXCLUSIVE locks of other commits overlapping ``span``."""
+    """Granted REPLACE and EXCLUSIVE locks of other open commits overlapping ``span``
+    (those of ended commits are dropped only at the next lock request)."""
     kinds = (LockType.REPLACE.value, LockType.EXCLUSIVE.value)
     rows = conn.execute(
-        select(locks).where(
+        select(locks)
+        .join(commits, commits.c.id == locks.c.commit_id)
+        .where(
+            commits.c.state.in_(OPEN_STATES),
             locks.c.table_id == table_id,
             locks.c.commit_id != commit_id,
             locks.c.state == LockState.GRANTED.value,

@@ -139,6 +139,7 @@ def _publish(
     covered = checks.held_locks(conn, commit_id) if plan.locked else []
     if plan.rewrite:  # rows read at the base: any concurrent change refuses it
         covered = []
+    checks.outside_locks(conn, table.id, commit_id, plan, covered)
     if plan.txn is not None:  # first: a twin that published this version wins, not conflicts
         app_txns.check(conn, table.id, *plan.txn)
     carry = checks.check_conflicts(conn, table.id, commit_id, trow, action, plan, covered)
@@ -384,6 +385,8 @@ def delete_segments(db: Db, name: str, ids: list[str]) -> Commit:
                 f"segments {held[:5]} are held by a lineage entry (IN_PROGRESS, or replaced "
                 "by a COMPLETED one that can still be rolled back); end or revert it first"
             )
+        gone = [Interval.of(r.start_us, r.end_us) for r in rows_by_id(conn, table_id, ids)]
+        checks.refuse_in_locks(conn, table_id, 0, gone, "this delete")
         done = record_commit(conn, trow, CommitAction.DELETE, {"segments": ids})
         mark_removed(conn, table_id, ids, done.seq, done.id)
         decore(conn, table_id, ids)  # the rest of a chunk stays visible

@@ -91,6 +91,41 @@ def held_locks(conn: Connection, commit_id: int) -> list[Interval]:
     ]
 
 
+def outside_locks(
+    conn: Connection, table_id: int, commit_id: int, plan: PublishPlan, covered: list[Interval]
+) -> None:
+    """:func:`refuse_in_locks` for what a publish replaces or removes; its own locks
+    (``covered``) aside. A lock-free append is let through: the holder's overwrite
+    carries it. Raises CommitConflictError (retryable)."""
+    spans = [iv for iv in plan.footprint if not any(c.contains(iv) for c in covered)]
+    if plan.remove_ids:
+        rows = rows_by_id(conn, table_id, list(plan.remove_ids))
+        spans += [Interval.of(r.start_us, r.end_us) for r in rows]
+    refuse_in_locks(conn, table_id, commit_id, spans, f"commit {commit_id}")
+
+
+def refuse_in_locks(
+    conn: Connection, table_id: int, commit_id: int, spans: Iterable[Interval], who: str
+) -> None:
+    """A write that replaces or removes segments where another commit holds a REPLACE
+    or EXCLUSIVE lock is refused: the holder publishes without optimistic conflict
+    checks (its lock was to keep such writes out), so it would silently undo this one
+    (Druid: every write into a locked interval needs a lock of its own). Raises
+    CommitConflictError (retryable)."""
+    for iv in spans:
+        other = lock_rows.replacing(conn, table_id, commit_id, iv)
+        if other:
+            raise CommitConflictError(
+                f"{who} replaces or removes segments in {iv}, where commit "
+                f"{other[0].holder} holds a {other[0].type.value} lock on "
+                f"{other[0].interval}; nothing was published — retry once that commit "
+                "completes, or take a lock yourself (t.transaction(lock=...)), which waits "
+                "for it",
+                other=int(other[0].holder),
+                retryable=True,
+            )
+
+
 def check_conflicts(
     conn: Connection,
     table_id: int,
