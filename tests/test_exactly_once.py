@@ -91,3 +91,49 @@ def test_foreach_batch_writes_each_batch_once(t: lamina.Table) -> None:
     assert t.count() == 5
     with pytest.raises(TransactionError, match="mode"):
         t.foreach_batch("orders", mode="upsert")
+
+
+def test_a_consistent_push_append_is_applied_once(cat: lamina.Catalog) -> None:
+    """Appends of a consistent_push table go through a lineage entry; their txn was
+    dropped on that path (a hunt: a replayed stream batch landed again)."""
+    t = cat.create_table("p", SCHEMA, time_column="ts", consistent_push=True)
+    first = t.append(events(days=1, per_day=3), txn=("loader", 1))
+    assert t.append(events(days=1, per_day=3, seed=1), txn=("loader", 1)).id == first.id
+    assert t.append(events(days=1, per_day=3, seed=2), txn=("loader", 0)).id == first.id
+    assert t.count() == 3
+    t.append(events(days=1, per_day=2, seed=3), txn=("loader", 2))
+    assert t.count() == 5
+    assert [e.state for e in t.lineage()] == ["COMPLETED", "COMPLETED"]  # skips open none
+    batch = t.foreach_batch("stream")
+    for _ in range(2):  # a restart replays batch 0
+        batch(events(days=1, per_day=4, seed=4), 0)
+    assert t.count() == 9
+
+
+def test_a_stream_is_not_retried_after_it_was_read(
+    t: lamina.Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retry would read the consumed RecordBatchReader again and publish no rows
+    under the txn (a hunt: the version recorded, the batch lost, its replay skipped)."""
+    import pyarrow as pa
+
+    from lamina import table_write
+
+    monkeypatch.setattr(table_write, "STREAM_FLUSH_BYTES", 1)  # a piece per batch
+
+    other = t.transaction(txn=("stream", 1))
+    other.append(events(days=1, per_day=4))
+
+    rows = events(days=1, per_day=6, seed=1, start="2024-01-02")
+
+    def batches():  # the predecessor publishes while this write reads its stream
+        yield from rows.slice(0, 3).to_batches()
+        other.commit()
+        yield from rows.slice(3).to_batches()
+
+    reader = pa.RecordBatchReader.from_batches(SCHEMA, batches())
+    with pytest.raises(CommitConflictError, match="not retried: the RecordBatchReader") as err:
+        t.append(reader, txn=("stream", 2), retries=2)
+    assert err.value.retryable and t.count() == 4
+    t.append(rows, txn=("stream", 2))
+    assert t.count() == 10  # the batch, written again, lands once

@@ -94,8 +94,21 @@ class Table(TableReads):
             return self.upsert(data, metadata, txn=txn)
         if not self.consistent_push:
             return tw.retrying(
-                retries, lambda: tw.write(self, CommitAction.APPEND, data, None, metadata, txn=txn)
+                retries,
+                lambda: tw.write(self, CommitAction.APPEND, data, None, metadata, txn=txn),
+                data,
             )
+        return tw.retrying(retries, lambda: self._push_append(data, metadata, txn), data)
+
+    def _push_append(
+        self, data: Any, metadata: dict[str, Any], txn: tuple[str, int] | None
+    ) -> Commit:
+        """An append of a ``consistent_push`` table: under a lineage entry of its own,
+        ended by the same publish (a ``txn`` applied already opens none)."""
+        if txn is not None:
+            done = tw.applied(self, txn)
+            if done is not None:
+                return done
         produce = tw.producer(
             self, data, CommitAction.APPEND, None
         )  # validate before opening an entry
@@ -104,7 +117,7 @@ class Table(TableReads):
             remake = None
             if tw.refinable(data):  # into a day a compaction split: split as Druid does
                 remake = functools.partial(tw.producer, self, data, CommitAction.APPEND, None)
-            return tw.write(
+            commit = tw.write(
                 self,
                 CommitAction.APPEND,
                 produce,
@@ -112,11 +125,15 @@ class Table(TableReads):
                 metadata,
                 entry,
                 complete=True,
+                txn=txn,
                 remake=remake,
             )
         except BaseException:
             tw.revert_quietly(self, entry)
             raise
+        if txn is not None and commit.metadata.get("lineage_entry") != entry:
+            tw.revert_quietly(self, entry)  # a twin applied it meanwhile: ours stays empty
+        return commit
 
     def upsert(
         self,
@@ -169,7 +186,9 @@ class Table(TableReads):
 
             return overwrite(self, data, iv, metadata, txn)
         return tw.retrying(
-            retries, lambda: tw.write(self, CommitAction.OVERWRITE, data, iv, metadata, txn=txn)
+            retries,
+            lambda: tw.write(self, CommitAction.OVERWRITE, data, iv, metadata, txn=txn),
+            data,
         )
 
     def refresh(

@@ -23,9 +23,10 @@ if TYPE_CHECKING:
 STREAM_FLUSH_BYTES = 256 * 1024 * 1024
 
 
-def retrying(retries: int, write: Callable[[], Commit]) -> Commit:
+def retrying(retries: int, write: Callable[[], Commit], data: Any = None) -> Commit:
     """``write()``, again up to ``retries`` times after a conflict that is safe to
-    retry (``CommitConflictError.retryable``). Raises the last CommitConflictError."""
+    retry (``CommitConflictError.retryable``) — not when ``data`` is a stream, which
+    the first try consumed. Raises the last CommitConflictError."""
     from lamina.errors import CommitConflictError
 
     for attempt in range(retries + 1):
@@ -34,6 +35,13 @@ def retrying(retries: int, write: Callable[[], Commit]) -> Commit:
         except CommitConflictError as exc:
             if not exc.retryable or attempt == retries:
                 raise
+            if not refinable(data):
+                raise CommitConflictError(
+                    f"{exc}; not retried: the RecordBatchReader was read by this try and "
+                    "holds no rows for another — write its batches again (or pass a Table)",
+                    exc.other,
+                    retryable=True,
+                ) from None
     raise AssertionError("unreachable")
 
 
@@ -135,15 +143,14 @@ def write(
     ChunkLayoutError."""
     from lamina.core.model import txn_of
     from lamina.errors import AlreadyAppliedError
-    from lamina.meta import app_txns
     from lamina.write import WriteTransaction
 
     ctx = table._ctx
     if txn is not None:
         txn = txn_of(txn)
-        got = app_txns.latest(ctx.db, table._record.id, txn[0])
-        if got is not None and txn[1] <= got[0]:  # applied already: write nothing
-            return commit_of(table, got[1])
+        done = applied(table, txn)
+        if done is not None:  # applied already: write nothing
+            return done
     if remake is None and upsert is None and not callable(data) and refinable(data):
         remake = functools.partial(producer, table, data, action, interval)
     produce = data if callable(data) else producer(table, data, action, interval)
@@ -213,6 +220,17 @@ def refinement(table: Table, chunks: list[Interval]) -> dict[Interval, Callable[
         if len(pieces) > 1 or (pieces and pieces[0][0] != c):  # else one chunk takes c
             out[c] = functools.partial(allocate, pieces=pieces, preferred=table.granularity)
     return out
+
+
+def applied(table: Table, txn: tuple[str, int]) -> Commit | None:
+    """The commit that recorded ``txn``'s app version or a later one (None: not
+    applied yet). Raises MetadataError for a malformed ``txn``."""
+    from lamina.core.model import txn_of
+    from lamina.meta import app_txns
+
+    app, version = txn_of(txn)
+    got = app_txns.latest(table._ctx.db, table._record.id, app)
+    return commit_of(table, got[1]) if got is not None and version <= got[0] else None
 
 
 def commit_of(table: Table, commit_id: int) -> Commit:
