@@ -476,6 +476,45 @@ def test_own_metadata_properties_are_kept(t: lamina.Table, cat: lamina.Catalog) 
     )
 
 
+def test_concurrent_property_changes_are_merged(t: lamina.Table, cat: lamina.Catalog) -> None:
+    """A change read the properties before another committed and wrote them all back,
+    losing the other's (a hunt, PostgreSQL: its read took no row lock)."""
+    import json
+    import threading
+    import time
+
+    from sqlalchemy import update
+
+    from lamina.meta.schema import tables
+    from lamina.meta.tables import lock_table
+
+    db = cat.context.db
+    if db.sqlite:
+        pytest.skip("SQLite runs one writer at a time: the race needs PostgreSQL")
+    held, go = threading.Event(), threading.Event()
+
+    def other(conn: Any) -> None:  # another process's change, paused before its commit
+        row = lock_table(db, conn, "ev")
+        props = {**json.loads(row.properties), "owner": "ops"}
+        conn.execute(
+            update(tables).where(tables.c.id == row.id).values(properties=json.dumps(props))
+        )
+        held.set()
+        go.wait(10)
+
+    first = threading.Thread(target=db.write, args=(other,))
+    first.start()
+    assert held.wait(10)
+    second = threading.Thread(target=t.set_properties, kwargs={"consistent_push": True})
+    second.start()
+    time.sleep(0.3)  # the second change now waits for the first's row lock
+    go.set()
+    first.join(10)
+    second.join(10)
+    props = cat.load_table("ev").properties
+    assert props["owner"] == "ops" and props["consistent_push"] == "true"
+
+
 def test_properties_change_in_place(t: lamina.Table, cat: lamina.Catalog) -> None:
     t.set_properties(ingestion_type="append", consistent_push=False)
     again = cat.load_table("ev")

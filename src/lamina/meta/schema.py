@@ -228,6 +228,18 @@ key_snapshots = Table(
     Column("created_at", BigInteger, nullable=False),
 )
 
+# The last seq of each dropped table, by lower-cased name: a table created again under
+# the name continues after it, so a change feed's checkpoint of the old table never
+# skips the new table's first commits (Hudi's instants are times, always later). And
+# its id, which SQLite would give the next table (caches are keyed by table id).
+dropped = Table(
+    "lamina_dropped",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("last_seq", BigInteger, nullable=False),
+    Column("table_id", BigInteger, nullable=False),  # SQLite: never given out again
+)
+
 
 def _v1_initial(conn: Connection) -> None:
     for t in (tables, commits, segments):
@@ -325,6 +337,11 @@ def _v10_deletes(conn: Connection) -> None:
     key_snapshots.create(conn, checkfirst=True)
 
 
+def _v11_dropped(conn: Connection) -> None:
+    """Seqs of dropped tables, which a table created again under the name continues."""
+    dropped.create(conn, checkfirst=True)
+
+
 #: Ordered migrations; append only. Version N = the first N applied.
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _v1_initial,
@@ -337,6 +354,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _v8_locks,
     _v9_minor_versions,
     _v10_deletes,
+    _v11_dropped,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

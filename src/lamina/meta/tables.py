@@ -19,6 +19,7 @@ from lamina.meta.schema import (
     app_txns,
     commits,
     deletes,
+    dropped,
     key_snapshots,
     lineage,
     lineage_ids,
@@ -57,9 +58,19 @@ def create_table(
                 f"table {other!r} already exists, and SQL does not tell names apart by "
                 "case; pick another name"
             )
+        # a table dropped under this name: its seqs go on (a change feed's checkpoint)
+        seq = select(dropped.c.last_seq).where(dropped.c.name == name.lower())
+        start = int(conn.execute(seq).scalar() or 0)
+        ids: dict[str, int] = {}
+        if db.sqlite:  # which reuses the greatest id once its row is deleted
+            top = select(func.max(tables.c.id)).scalar_subquery()
+            gone = select(func.max(dropped.c.table_id)).scalar_subquery()
+            both = func.max(func.coalesce(top, 0), func.coalesce(gone, 0))
+            ids["id"] = 1 + int(conn.execute(select(both)).scalar_one())
         try:
             result = conn.execute(
                 insert(tables).values(
+                    **ids,
                     name=name,
                     schema_ipc=schema.serialize().to_pybytes(),
                     time_column=time_column,
@@ -67,7 +78,7 @@ def create_table(
                     properties=json.dumps(properties, sort_keys=True),
                     created_at=now_us(),
                     next_version=1,
-                    last_seq=0,
+                    last_seq=start,
                 )
             )
         except IntegrityError:
@@ -103,6 +114,7 @@ def set_properties(db: Db, name: str, updates: dict[str, str]) -> TableRecord:
     """Merge ``updates`` into the table's properties. Raises TableNotFoundError."""
 
     def txn(conn: Connection) -> TableRecord:
+        lock_table(db, conn, name)  # then read: a concurrent change is merged, not lost
         rec = read_table(conn, name)
         props = {**rec.properties, **updates}
         conn.execute(
@@ -120,7 +132,12 @@ def drop_table(db: Db, name: str) -> TableRecord:
     snapshots, exactly-once versions, locks). Raises TableNotFoundError."""
 
     def txn(conn: Connection) -> TableRecord:
+        row = lock_table(db, conn, name)
         rec = read_table(conn, name)
+        conn.execute(delete(dropped).where(dropped.c.name == name.lower()))
+        conn.execute(
+            insert(dropped).values(name=name.lower(), last_seq=int(row.last_seq), table_id=rec.id)
+        )
         entries = select(lineage.c.id).where(lineage.c.table_id == rec.id)
         conn.execute(delete(lineage_ids).where(lineage_ids.c.entry_id.in_(entries)))
         for rows in (lineage, segments, manifests, deletes, key_snapshots, app_txns, locks):
