@@ -227,3 +227,16 @@ def test_bad_transactions_are_typed_errors(t: lamina.Table) -> None:
     with pytest.raises(TransactionError, match="committed"):
         tx.commit()
     assert values(t) == {1.0: 20, 2.0: 1}
+
+
+def test_deleting_what_was_appended_after_an_overwrite_began_is_no_conflict(
+    t: lamina.Table,
+) -> None:
+    """The overwrite never read segment X (appended after its base, deleted again), as
+    Delta checks deletes only against the files a transaction read (a hunt: refused)."""
+    ow = t.transaction()
+    ow.overwrite(day(2, 3, 2.0))
+    x = t.append(day(2, 4, 9.0))
+    t.delete_segments(list(x.added))
+    ow.commit()
+    assert values(t) == {1.0: 20, 2.0: 3}  # X neither carried back nor a conflict

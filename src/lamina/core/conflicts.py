@@ -66,6 +66,7 @@ data conflict, where a retry would silently drop the other writer's changes.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -295,10 +296,20 @@ def check(
     every other locked writer out: only exactly-once app ids can conflict; what
     others appended is still carried, unless a later commit removed it."""
     carry: list[SegmentRef] = []
+    fresh: set[str] = set()  # segments added since the base: a replace never read them
     for other in others:
         if mine.app_id is not None and mine.app_id == other.app_id:
             reason = f"it wrote for the same app id {mine.app_id!r}"
             return Verdict(Conflict(other.commit_id, reason, retryable=True))
+        deletes = other.kind is Kind.DELETE or other.kind in _ALSO_DELETES
+        if mine.kind is Kind.REPLACE and deletes and fresh & {s.id for s in other.removed}:
+            # deleting what was appended meanwhile (a blind append) is no conflict for
+            # it: Delta checks deletes against the files the transaction read
+            kept = tuple(s for s in other.removed if s.id not in fresh)
+            fresh.update(s.id for s in other.added)
+            other = dataclasses.replace(other, removed=kept)
+        else:
+            fresh.update(s.id for s in other.added)
         why = None if locked else RULES[(mine.kind, other.kind)](mine, other, isolation)
         if why is None and not locked and other.removed and other.kind in _ALSO_DELETES:
             why = RULES[(mine.kind, Kind.DELETE)](mine, other, isolation)  # a transaction's
