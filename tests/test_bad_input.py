@@ -379,3 +379,28 @@ def test_a_write_through_another_warehouse_is_refused(tmp_path: Path) -> None:
     with lamina.connect(catalog=url, warehouse=str(tmp_path / "wh")) as cat:
         cat.load_table("events").append(events(days=1, per_day=2))  # the right one writes
         assert cat.load_table("events").count() == 4
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"heartbeat_s": 0}, "heartbeat_s = 0: give a finite number of seconds, above 0"),
+        ({"heartbeat_s": -1}, "heartbeat_s = -1"),
+        ({"heartbeat_s": float("nan")}, "heartbeat_s = nan"),
+        ({"stale_after_s": -1}, "stale_after_s = -1"),
+        ({"stale_after_s": "60"}, "stale_after_s must be a number of seconds, not '60'"),
+        ({"writer_wait_s": float("inf")}, "writer_wait_s = inf"),
+        ({"writer_wait_s": True}, "writer_wait_s must be a number"),
+        ({"heartbeat_s": 10, "stale_after_s": 5}, "must be longer than heartbeat_s"),
+    ],
+)
+def test_bad_writer_timings_are_refused(
+    tmp_path: Path, kwargs: dict[str, object], match: str
+) -> None:
+    """A hunt: heartbeat_s=0 spun a thread writing the catalog in a tight loop, and
+    stale_after_s="60" failed later with a bare TypeError."""
+    wh = tmp_path / "wh"
+    with pytest.raises(errors.PropertyError, match=re.escape(match)):
+        lamina.connect(warehouse=str(wh), **kwargs)
+    assert not wh.exists()  # refused before anything was made
+    lamina.connect(warehouse=str(wh), writer_wait_s=0, heartbeat_s=0.1, stale_after_s=0.5).close()

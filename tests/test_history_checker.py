@@ -678,7 +678,7 @@ def test_random_histories_with_killed_writers(catalog_url: str, tmp_path: Path) 
     assert len(killed) == KILLS
     assert [p.exitcode for p in readers] == [0] * READERS
 
-    with lamina.connect(catalog=catalog_url, warehouse=wh, stale_after_s=2) as cat:
+    with lamina.connect(catalog=catalog_url, warehouse=wh, heartbeat_s=0.2, stale_after_s=2) as cat:
         t = cat.load_table("h")
         history = t.history()
         completed = {c.id: c for c in history if c.state == "COMPLETED"}

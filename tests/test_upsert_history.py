@@ -620,7 +620,7 @@ def test_killed_writers_leave_whole_commits_and_a_consistent_key_index(
     with lamina.connect(catalog=catalog_url, warehouse=wh) as cat:
         _new_table(cat)
     run = _run(catalog_url, tmp_path, 3, seconds=18, target=80, random_kills=3, mid_kills=2)
-    with lamina.connect(catalog=catalog_url, warehouse=wh, stale_after_s=2) as cat:
+    with lamina.connect(catalog=catalog_url, warehouse=wh, heartbeat_s=0.2, stale_after_s=2) as cat:
         t = cat.load_table("u")
         model, by_seq = _replay(t, run)
         tokens = {c.metadata.get("op") for c in by_seq.values()}

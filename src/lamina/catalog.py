@@ -40,6 +40,29 @@ DEFAULT_WAREHOUSE = "./warehouse"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
 
+def check_timing(writer_wait_s: float, heartbeat_s: float, stale_after_s: float) -> None:
+    """Raise PropertyError unless the writers' timings are usable numbers: waits of at
+    least 0 s, a heartbeat above 0 s and a staleness longer than the heartbeat."""
+    import math
+
+    for name, value in (
+        ("writer_wait_s", writer_wait_s),
+        ("heartbeat_s", heartbeat_s),
+        ("stale_after_s", stale_after_s),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise PropertyError(f"{name} must be a number of seconds, not {value!r}")
+        if not math.isfinite(value) or value < 0 or (value == 0 and name != "writer_wait_s"):
+            least = "0 or more" if name == "writer_wait_s" else "above 0"
+            raise PropertyError(f"{name} = {value!r}: give a finite number of seconds, {least}")
+    if stale_after_s <= heartbeat_s:
+        raise PropertyError(
+            f"stale_after_s ({stale_after_s}) must be longer than heartbeat_s ({heartbeat_s}), "
+            "by a few beats (defaults: 60 and 5): else live writers on other hosts are "
+            "taken for dead between two beats"
+        )
+
+
 def connect(
     catalog: str | None = None,
     warehouse: str | None = None,
@@ -54,6 +77,7 @@ def connect(
     ``$LAMINA_CATALOG`` or a SQLite file ``lamina.db`` inside the warehouse.
     Raises WarehouseError, CatalogUnavailableError.
     """
+    check_timing(writer_wait_s, heartbeat_s, stale_after_s)
     if warehouse is not None and not str(warehouse).strip():
         raise WarehouseError("the warehouse path is empty: give a directory or a URI")
     wh = Warehouse(warehouse or os.environ.get("LAMINA_WAREHOUSE") or DEFAULT_WAREHOUSE)
@@ -82,6 +106,7 @@ class Catalog:
         heartbeat_s: float = 5.0,
         stale_after_s: float = 60.0,
     ) -> None:
+        check_timing(writer_wait_s, heartbeat_s, stale_after_s)
         self.url = url
         self.warehouse = warehouse
         self.writer_wait_s = writer_wait_s

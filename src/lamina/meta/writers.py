@@ -128,8 +128,9 @@ def settle_writers(
     writer is gone. Returns the open commits still alive, and the aborted commits
     whose files are not removed yet.
 
-    Dead: the owner ran on this host and its pid no longer exists, or (any host)
-    its heartbeat is older than ``stale_after_s``.
+    Dead: the owner ran on this host and its pid no longer exists (a live process
+    here is never judged by its heartbeat), or it ran on another host and its
+    heartbeat is older than ``stale_after_s``.
     """
     alive_rows: list[Any] = []
     stale: list[int] = []
