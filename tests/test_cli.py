@@ -1018,3 +1018,24 @@ def test_upsert_tables_from_the_command_line(wh: str, tmp_path: Path) -> None:
         wh, "create-table", "x", "--like", str(tmp_path / "a.csv"), "--delete-column", "alt",
         code=2,
     )  # fmt: skip
+
+
+def test_query_prints_intervals_as_duckdb_writes_them(wh: str) -> None:
+    """An INTERVAL result printed as a list of its Arrow parts, [14, 0, 0]."""
+    import random
+
+    import duckdb
+
+    rng = random.Random(7)
+    exprs = ["interval 14 month", "-interval 90 minute", "interval 0 second"] + [
+        f"to_months({rng.randint(-30, 30)}) + to_days({rng.randint(-40, 40)}) "
+        f"+ to_microseconds({rng.choice([0, 1, -1]) * rng.randint(0, 10**11)})"
+        for _ in range(20)
+    ]
+    sql = "SELECT " + ", ".join(f"{e} AS c{i}" for i, e in enumerate(exprs))
+    texts = ", ".join(f"({e})::VARCHAR" for e in exprs)
+    want = list(duckdb.sql(f"SELECT {texts}").fetchall()[0])
+    out = ok(wh, "query", sql, "--format", "csv").splitlines()
+    assert out[1].split(",") == want
+    assert '"c0": "1 year 2 months"' in ok(wh, "query", sql, "--format", "json")
+    assert "1 year 2 months" in ok(wh, "query", "SELECT interval 14 month AS y")

@@ -106,9 +106,32 @@ def plain(value: Any) -> Any:
         return value.hex()
     if isinstance(value, dict):
         return {k: plain(v) for k, v in value.items()}
+    if type(value).__name__ == "MonthDayNano":  # an INTERVAL, as DuckDB writes it
+        return interval_text(value.months, value.days, value.nanoseconds)
     if isinstance(value, list | tuple):
         return [plain(v) for v in value]
     return value
+
+
+def interval_text(months: int, days: int, nanoseconds: int) -> str:
+    """An interval as DuckDB casts it to text: ``1 year 2 months 3 days 01:30:00.5``."""
+
+    def unit(n: int, name: str) -> str:
+        return f"{n} {name}{'' if abs(n) == 1 else 's'}"
+
+    sign = -1 if months < 0 else 1
+    years, rest = divmod(abs(months), 12)
+    parts = [unit(sign * n, name) for n, name in ((years, "year"), (rest, "month")) if n]
+    if days:
+        parts.append(unit(days, "day"))
+    if nanoseconds or not parts:
+        micros = abs(nanoseconds) // 1000
+        secs, frac = divmod(micros, 1_000_000)
+        clock = f"{secs // 3600:02d}:{secs // 60 % 60:02d}:{secs % 60:02d}"
+        if frac:
+            clock += f".{frac:06d}".rstrip("0")
+        parts.append(("-" if nanoseconds < 0 else "") + clock)
+    return " ".join(parts)
 
 
 def _cell(value: Any) -> str | Text:
