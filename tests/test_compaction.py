@@ -84,6 +84,48 @@ def test_appends_continue_first_generation_ids_and_compact_again(cat: lamina.Cat
     assert rows(t) == before
 
 
+def test_appends_after_retention_deleted_the_inputs_of_a_compaction_show(
+    cat: lamina.Catalog,
+) -> None:
+    """The next appended id came from the first-generation rows only; once retention
+    deleted a minor compaction's inputs it restarted at 0, inside the output's root
+    range, and every later append of the day was hidden (a retention hunt: on an
+    upsert table an updated key vanished)."""
+    t = cat.create_table(
+        "events", SCHEMA, time_column="ts", properties={"replaced_segments_retention": "0s"}
+    )
+    small_appends(t, 2)
+    t.compact()
+    cat.run_retention()
+    assert [s.root_range for s in t.segments(all=True)] == [(0, 2)]  # inputs gone
+    before = t.count()
+    c = t.append(events(days=1, per_day=3, seed=99))
+    (new,) = [s for s in t.segments() if s.id in c.added]
+    assert new.partition_id == 2 and t.count() == before + 3
+    schema = pa.schema(
+        [("ts", pa.timestamp("us")), pa.field("k", pa.int64(), nullable=False), ("v", pa.int64())]
+    )
+
+    def batch(keys: list[int], hour: int, v: int) -> pa.Table:
+        ts = [np.datetime64(f"2024-01-01T{hour:02d}:00", "us")] * len(keys)
+        return pa.table({"ts": ts, "k": keys, "v": [v] * len(keys)}, schema=schema)
+
+    u = cat.create_table(
+        "u",
+        schema,
+        time_column="ts",
+        primary_key=["k"],
+        properties={"replaced_segments_retention": "0s"},
+    )
+    u.upsert(batch([1, 2], 1, 10))
+    u.upsert(batch([3], 2, 30))
+    u.compact()
+    cat.run_retention()
+    u.upsert(batch([1], 5, 11))  # an update of key 1
+    got = sorted((r["k"], r["v"]) for r in u.to_arrow().to_pylist())
+    assert got == [(1, 11), (2, 10), (3, 30)]
+
+
 def test_one_compaction_over_more_chunks_than_an_expression_may_name(
     cat: lamina.Catalog,
 ) -> None:

@@ -189,7 +189,10 @@ def _chunk_versions_stmt(hidden: Collection[str], bounded: bool) -> Select[Any]:
             segments.c.start_us,
             segments.c.end_us,
             segments.c.version,
-            func.max(case((first_gen, segments.c.partition_id), else_=-1)),
+            # the next appended id: above every first-generation id, and above the
+            # root ranges of minor compactions' outputs (whose merged inputs
+            # retention may have deleted: their ids must not be given out again)
+            func.max(case((first_gen, segments.c.partition_id), else_=hi - 1)),
             func.sum(case((live, 1), else_=0)),
             func.max(case((live, segments.c.num_core_partitions), else_=0)),
             func.sum(case((core, covered), else_=0)),
