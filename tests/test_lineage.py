@@ -826,8 +826,8 @@ def test_retention_of_in_progress_entries_waits_for_lineage_cleanup_retention(
     assert not path.exists()
     assert not in_progress(t) and p.entry not in [e.id for e in t.lineage()]
     sees(t, {1.0: 30})
-    # the late pusher learns its push is gone
-    with pytest.raises(LineageError):
+    # the late pusher learns its push is gone, and why
+    with pytest.raises(LineageError, match="lineage_cleanup_retention"):
         p.append(events(days=1, per_day=3, start="2024-02-02"))
     with pytest.raises(LineageEntryNotFoundError):
         t.end_replace(p.entry)

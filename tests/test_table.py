@@ -6,6 +6,7 @@ import datetime as dt
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 
 import lamina
 from lamina import Interval
@@ -25,6 +26,52 @@ def test_create_load_list_drop(cat: lamina.Catalog) -> None:
     cat.drop_table("events")
     assert cat.list_tables() == ["dim"]
     assert not (cat.warehouse.exists(cat.warehouse.path("events")))
+
+
+def test_a_table_created_again_while_the_old_is_dropped_keeps_its_files(
+    cat: lamina.Catalog, catalog_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The files were removed by name after the rows' transaction: a table created
+    and written under the name in between lost its files (a retention hunt). They
+    are now removed inside it, and the new table's row waits for its end."""
+    import threading
+
+    from lamina.io.warehouse import Warehouse
+
+    cat.create_table("e", schema=SCHEMA, time_column="ts").append(events(days=1, per_day=5))
+    removing, go = threading.Event(), threading.Event()
+    real = Warehouse.delete_dir
+
+    def slow_delete(self: Warehouse, path: str) -> None:  # the real removal, held up
+        removing.set()
+        go.wait(10)
+        real(self, path)
+
+    monkeypatch.setattr(Warehouse, "delete_dir", slow_delete)
+    dropping = threading.Thread(target=cat.drop_table, args=("e",))
+    dropping.start()
+    assert removing.wait(10)
+    with lamina.connect(catalog=catalog_url, warehouse=cat.warehouse.location) as other:
+        refused: list[Exception] = []
+
+        def create_again() -> None:
+            try:
+                t = other.create_table("e", schema=SCHEMA, time_column="ts")
+            except lamina.TableExistsError as exc:  # PostgreSQL: the old row still shows
+                refused.append(exc)
+                return
+            t.append(events(days=1, per_day=3, seed=1))
+
+        creating = threading.Thread(target=create_again)
+        creating.start()
+        creating.join(0.5)
+        assert creating.is_alive() or refused  # SQLite: waits for the drop's transaction
+        go.set()
+        dropping.join(10)
+        creating.join(30)
+        if refused:
+            create_again()
+        assert other.load_table("e").to_arrow().num_rows == 3
 
 
 def test_append_joins_chunks_and_hides_nothing(cat: lamina.Catalog) -> None:

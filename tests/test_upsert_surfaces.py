@@ -392,6 +392,15 @@ def test_retention_keeps_the_latest_records_and_upserts_resolving(
     check_sql(cat, t)
     assert cat.find_orphans() == []
     assert all(Path(str(s.location)).exists() for s in t.segments())
+    with cat.engine.connect() as conn:  # vectors of deleted files went with them (a hunt)
+        from sqlalchemy import select
+
+        from lamina.meta.schema import deletes, segments
+
+        named = select(segments.c.location).where(segments.c.table_id == t._record.id)
+        vectors = select(deletes.c.location).where(deletes.c.table_id == t._record.id)
+        assert conn.execute(vectors).all()
+        assert conn.execute(vectors.where(deletes.c.location.not_in(named))).all() == []
     with pytest.raises(lamina.SnapshotNotFoundError):
         t.to_arrow(as_of=t.history()[0].id)  # its files are gone: refused, not wrong
     t.upsert(rows(("a", 2 * DAY + 9, -1), ("b", DAY + 3, 9), ("f", 3 * DAY, 2)))

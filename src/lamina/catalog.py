@@ -238,12 +238,16 @@ class Catalog:
         return table_rows.list_tables(self.context.db)
 
     def drop_table(self, name: str) -> None:
-        """Remove a table from the catalog, then its files."""
-        record = table_rows.drop_table(self.context.db, name)
+        """Remove a table from the catalog and its files (in the catalog transaction:
+        a table created again under the name meanwhile keeps its own files).
+        Raises TableNotFoundError, WarehouseError."""
+        wh = self.warehouse
+        record = table_rows.drop_table(
+            self.context.db, name, lambda rec: wh.delete_dir(wh.path(rec.name))
+        )
         keys = sys.modules.get("lamina.meta.keys")  # loaded: this process upserted
         if keys is not None:
             keys.forget(str(self.context.db.engine.url), record.id)
-        self.warehouse.delete_dir(self.warehouse.path(record.name))
 
     # -- SQL ----------------------------------------------------------------------
 

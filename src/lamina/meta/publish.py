@@ -27,6 +27,7 @@ from lamina.core.planner import (
 from lamina.core.segment import Segment
 from lamina.errors import (
     CommitError,
+    LineageEntryNotFoundError,
     LineageError,
     SegmentNotFoundError,
     TableNotFoundError,
@@ -145,7 +146,15 @@ def _publish(
     carry = checks.check_conflicts(conn, table.id, commit_id, trow, action, plan, covered)
     entry = None
     if plan.lineage_entry is not None:
-        entry = entries_rows.entry_row(db, conn, table.id, plan.lineage_entry)
+        try:
+            entry = entries_rows.entry_row(db, conn, table.id, plan.lineage_entry)
+        except LineageEntryNotFoundError:
+            raise LineageEntryNotFoundError(
+                f"lineage entry {plan.lineage_entry} of this push is gone: retention "
+                "removes an unfinished push older than the table's lineage_cleanup_retention "
+                "(or another push with force_cleanup reverted it, and retention ran); "
+                "nothing was published — push again, or raise lineage_cleanup_retention"
+            ) from None
         if entry.state != LineageState.IN_PROGRESS.value:
             raise LineageError(
                 f"lineage entry {entry.id} is {entry.state}: the push under it was "

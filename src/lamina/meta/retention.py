@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy import Connection, func, select
 
 from lamina.core.lineage import LineageState
+from lamina.meta import deletes
 from lamina.meta import lineage as entries_rows
 from lamina.meta.db import Db
 from lamina.meta.schema import commits, key_snapshots, manifests, segments
@@ -72,6 +73,8 @@ def retention(
             purge = max(purge, max(int(r[1]) for r in removed))
         if purge:
             purge_before(conn, table_id, purge)
+        if garbage:  # the deletion vectors of files going now: no snapshot reads them
+            deletes.drop(conn, table_id, garbage)
         return garbage
 
     return db.write(txn)

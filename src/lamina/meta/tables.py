@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, bindparam, delete, func, insert, select, update
@@ -127,9 +127,13 @@ def set_properties(db: Db, name: str, updates: dict[str, str]) -> TableRecord:
     return db.write(txn)
 
 
-def drop_table(db: Db, name: str) -> TableRecord:
+def drop_table(
+    db: Db, name: str, remove_files: Callable[[TableRecord], None] | None = None
+) -> TableRecord:
     """Delete the table's rows (segments, lineage, commits, deletion vectors, key index
-    snapshots, exactly-once versions, locks). Raises TableNotFoundError."""
+    snapshots, exactly-once versions, locks), and call ``remove_files`` before they are
+    committed: a table created again under the name waits for the commit (its row
+    would clash), so its files are never the ones removed. Raises TableNotFoundError."""
 
     def txn(conn: Connection) -> TableRecord:
         row = lock_table(db, conn, name)
@@ -144,6 +148,8 @@ def drop_table(db: Db, name: str) -> TableRecord:
             conn.execute(delete(rows).where(rows.c.table_id == rec.id))
         conn.execute(delete(commits).where(commits.c.table_id == rec.id))
         conn.execute(delete(tables).where(tables.c.id == rec.id))
+        if remove_files is not None:
+            remove_files(rec)
         return rec
 
     return db.write(txn)
