@@ -126,6 +126,32 @@ def test_appends_after_retention_deleted_the_inputs_of_a_compaction_show(
     assert got == [(1, 11), (2, 10), (3, 30)]
 
 
+def test_partition_ids_are_never_given_out_again_after_retention(cat: lamina.Catalog) -> None:
+    """A segment id names one file in the history, lineage lists and change feeds:
+    once retention deleted the rows holding a chunk version's highest ids, they were
+    given out again (the random history checker, with retention among its writes)."""
+    t = cat.create_table(
+        "events", SCHEMA, time_column="ts", properties={"replaced_segments_retention": "0s"}
+    )
+    small_appends(t, 2)
+    t.compact()  # 32768: roots 0-1
+    t.append(events(days=1, per_day=3, seed=90))  # 2
+    t.compact()  # 32769: roots 0-2
+    t.append(events(days=1, per_day=3, seed=91))  # 3
+    top = [s for s in t.segments() if s.partition_id == OVERWRITE_PARTITION_START + 1]
+    t.delete_segments([s.id for s in top])
+    cat.run_retention()
+    assert [s.partition_id for s in t.segments(all=True)] == [3]
+    every = {s.id for s in t.segments(all=True)} | {i for c in t.history() for i in c.added}
+    c = t.append(events(days=1, per_day=3, seed=92))
+    (new,) = c.added
+    assert new not in every and [s.partition_id for s in t.segments() if s.id == new] == [4]
+    merged = t.compact()
+    assert merged is not None and not set(merged.added) & every
+    (out,) = t.segments()
+    assert out.partition_id == OVERWRITE_PARTITION_START + 2 and t.count() == 6
+
+
 def test_one_compaction_over_more_chunks_than_an_expression_may_name(
     cat: lamina.Catalog,
 ) -> None:

@@ -240,6 +240,21 @@ dropped = Table(
     Column("table_id", BigInteger, nullable=False),  # SQLite: never given out again
 )
 
+# The highest partition ids of deleted segment rows, per chunk version that keeps live
+# rows: ids are never given out again (a segment id names one file in the history,
+# lineage lists and change feeds). ``first``: first-generation ids, root ranges
+# included; ``later``: later-generation ids (-1: none).
+retired = Table(
+    "lamina_retired_pids",
+    metadata,
+    Column("table_id", BigInteger, ForeignKey("lamina_tables.id"), primary_key=True),
+    Column("start_us", BigInteger, primary_key=True),
+    Column("end_us", BigInteger, primary_key=True),
+    Column("version", BigInteger, primary_key=True),
+    Column("first", BigInteger, nullable=False),
+    Column("later", BigInteger, nullable=False),
+)
+
 
 def _v1_initial(conn: Connection) -> None:
     for t in (tables, commits, segments):
@@ -338,8 +353,10 @@ def _v10_deletes(conn: Connection) -> None:
 
 
 def _v11_dropped(conn: Connection) -> None:
-    """Seqs of dropped tables, which a table created again under the name continues."""
+    """Seqs of dropped tables, which a table created again under the name continues;
+    partition ids of deleted segments, never given out again."""
     dropped.create(conn, checkfirst=True)
+    retired.create(conn, checkfirst=True)
 
 
 #: Ordered migrations; append only. Version N = the first N applied.

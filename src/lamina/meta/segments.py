@@ -15,6 +15,7 @@ from sqlalchemy import (
     delete,
     exists,
     func,
+    insert,
     or_,
     select,
     true,
@@ -26,7 +27,7 @@ from lamina.core.planner import Target
 from lamina.core.segment import OVERWRITE_PARTITION_START, Segment
 from lamina.meta.manifests import drop_all as drop_manifests
 from lamina.meta.rows import segment_of
-from lamina.meta.schema import MAX_SPAN_US, lineage, segments, tables
+from lamina.meta.schema import MAX_SPAN_US, lineage, retired, segments, tables
 
 _BATCH = 5000  # ids per IN (...) list
 
@@ -177,6 +178,16 @@ def _chunk_versions_stmt(hidden: Collection[str], bounded: bool) -> Select[Any]:
     core = and_(live, lo < n)
     covered = case((hi < n, hi), else_=n) - lo
     first_gen = segments.c.partition_id < OVERWRITE_PARTITION_START
+    floor = (  # ids of the chunk version's deleted rows
+        select(retired.c.first)
+        .where(
+            retired.c.table_id == bindparam("tid"),
+            retired.c.start_us == segments.c.start_us,
+            retired.c.end_us == segments.c.end_us,
+            retired.c.version == segments.c.version,
+        )
+        .scalar_subquery()
+    )
     conds = [
         segments.c.table_id == bindparam("tid"),
         segments.c.start_us < bindparam("end"),
@@ -196,6 +207,7 @@ def _chunk_versions_stmt(hidden: Collection[str], bounded: bool) -> Select[Any]:
             func.sum(case((live, 1), else_=0)),
             func.max(case((live, segments.c.num_core_partitions), else_=0)),
             func.sum(case((core, covered), else_=0)),
+            floor,
         )
         .where(*conds)
         .group_by(segments.c.start_us, segments.c.end_us, segments.c.version)
@@ -259,9 +271,9 @@ def chunk_versions(
             values = values[1:]
             if values[0] is None:  # no chunk rows, only the flag
                 continue
-        s, e, v, top, n_live, n_core, core_present = values
+        s, e, v, top, n_live, n_core, core_present, gone = values
         iv = Interval.of(s, e)
-        next_pid[(iv, v)] = int(top) + 1
+        next_pid[(iv, v)] = max(int(top), -1 if gone is None else int(gone)) + 1
         if n_live and int(core_present or 0) >= int(n_core or 0):
             reps.append(Segment(table, iv, v, 0, 0, "", 0))
     return reps, next_pid
@@ -295,7 +307,7 @@ def next_overwrite_pids(
             ).scalar()
             if top is not None:
                 out[(iv, v)] = int(top) + 1
-        return out
+        return _above_retired(conn, table_id, out)
     for i in range(0, len(wanted), _OR_BATCH):  # SQLite: an OR of n terms is n deep
         which = or_(
             *(
@@ -323,6 +335,27 @@ def next_overwrite_pids(
         )
         for s, e, v, top in conn.execute(stmt):
             out[(Interval.of(s, e), int(v))] = int(top) + 1
+    return _above_retired(conn, table_id, out)
+
+
+def _above_retired(
+    conn: Connection, table_id: int, out: dict[tuple[Interval, int], int]
+) -> dict[tuple[Interval, int], int]:
+    """``out``'s next later-generation ids, raised above those deleted rows took (few:
+    only chunk versions where retention deleted a segment have a row)."""
+    if not out:
+        return out
+    lo, hi = min(iv.start for iv, _ in out), max(iv.end for iv, _ in out)
+    stmt = select(retired.c.start_us, retired.c.end_us, retired.c.version, retired.c.later).where(
+        retired.c.table_id == table_id,
+        retired.c.start_us >= lo,
+        retired.c.end_us <= hi,
+        retired.c.later >= 0,
+    )
+    for s, e, v, later in conn.execute(stmt):
+        key = (Interval.of(s, e), int(v))
+        if key in out:
+            out[key] = max(out[key], int(later) + 1)
     return out
 
 
@@ -432,7 +465,15 @@ def delete_rows(conn: Connection, table_id: int, ids: Collection[str]) -> list[s
         batch = id_list[i : i + _BATCH]
         cond = (segments.c.table_id == table_id, segments.c.segment_id.in_(batch))
         files += [r[0] for r in conn.execute(select(segments.c.location).where(*cond)) if r[0]]
+        _retire(conn, table_id, cond)
         conn.execute(delete(segments).where(*cond))
+    same = and_(  # a chunk version none of whose rows is left takes no append again
+        segments.c.table_id == table_id,
+        segments.c.start_us == retired.c.start_us,
+        segments.c.end_us == retired.c.end_us,
+        segments.c.version == retired.c.version,
+    )
+    conn.execute(delete(retired).where(retired.c.table_id == table_id, ~exists().where(same)))
     shared: set[str] = set()
     for i in range(0, len(files), _BATCH):
         batch = files[i : i + _BATCH]
@@ -445,6 +486,44 @@ def delete_rows(conn: Connection, table_id: int, ids: Collection[str]) -> list[s
             )
         }
     return drop_manifests(conn, table_id) + [f for f in files if f not in shared]
+
+
+def _retire(conn: Connection, table_id: int, cond: tuple[ColumnElement[bool], ...]) -> None:
+    """Keep the highest partition ids of the rows ``cond`` selects, about to be
+    deleted, per chunk version: they are never given out again."""
+    first_gen = segments.c.partition_id < OVERWRITE_PARTITION_START
+    groups = conn.execute(
+        select(
+            segments.c.start_us,
+            segments.c.end_us,
+            segments.c.version,
+            func.max(case((first_gen, segments.c.partition_id), else_=segments.c.root_end - 1)),
+            func.max(case((first_gen, -1), else_=segments.c.partition_id)),
+        )
+        .where(*cond)
+        .group_by(segments.c.start_us, segments.c.end_us, segments.c.version)
+    ).all()
+    for s, e, v, first, later in groups:
+        key = (
+            retired.c.table_id == table_id,
+            retired.c.start_us == s,
+            retired.c.end_us == e,
+            retired.c.version == v,
+        )
+        old = conn.execute(select(retired.c.first, retired.c.later).where(*key)).first()
+        first, later = int(first if first is not None else -1), int(later)
+        if old is None:
+            conn.execute(
+                insert(retired).values(
+                    table_id=table_id, start_us=s, end_us=e, version=v, first=first, later=later
+                )
+            )
+        elif first > old.first or later > old.later:
+            conn.execute(
+                update(retired)
+                .where(*key)
+                .values(first=max(first, int(old.first)), later=max(later, int(old.later)))
+            )
 
 
 def purge_before(conn: Connection, table_id: int, seq: int) -> None:

@@ -25,6 +25,7 @@ from lamina.meta.schema import (
     lineage_ids,
     locks,
     manifests,
+    retired,
     segments,
     tables,
 )
@@ -144,7 +145,8 @@ def drop_table(
         )
         entries = select(lineage.c.id).where(lineage.c.table_id == rec.id)
         conn.execute(delete(lineage_ids).where(lineage_ids.c.entry_id.in_(entries)))
-        for rows in (lineage, segments, manifests, deletes, key_snapshots, app_txns, locks):
+        owned = (lineage, segments, retired, manifests, deletes, key_snapshots, app_txns, locks)
+        for rows in owned:
             conn.execute(delete(rows).where(rows.c.table_id == rec.id))
         conn.execute(delete(commits).where(commits.c.table_id == rec.id))
         conn.execute(delete(tables).where(tables.c.id == rec.id))
