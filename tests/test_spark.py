@@ -507,6 +507,82 @@ def test_spark_values_a_cast_would_change_are_refused_as_pyarrow_refuses_them(
     assert [c.state for c in t.history()].count("COMPLETED") == 1
 
 
+def test_spark_refuses_floats_out_of_range_and_sub_unit_times(
+    spark: Any, cat: lamina.Catalog
+) -> None:
+    """A double beyond float32's range became inf, and a sub-millisecond time went into
+    a timestamp[ms] column, published, after which no pyarrow read of the table worked
+    (a Spark hunt); the pyarrow path refuses both."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    schema = pa.schema(
+        [("ts", pa.timestamp("us")), ("g", pa.float32()), ("ms", pa.timestamp("ms"))]
+    )
+    t = cat.create_table("t", schema, time_column="ts")
+    at = dt.datetime(2024, 1, 1, 12)
+    ddl = "ts timestamp_ntz, g double, ms timestamp_ntz"
+    t.append(spark.createDataFrame([(at, 1.5, at + dt.timedelta(milliseconds=7))], ddl))
+    stored = t.to_arrow()
+    bad = [
+        ("g", (at, 3.4e39, at)),
+        ("g", (at, 1e-50, at)),
+        ("ms", (at, 1.0, at + dt.timedelta(microseconds=123))),
+    ]
+    for col, row in bad:
+        with pytest.raises(errors.SchemaError, match=f"column '{col}': .* without loss"):
+            t.append(spark.createDataFrame([row], ddl))
+    assert t.to_arrow().equals(stored)
+    assert [c.state for c in t.history()].count("COMPLETED") == 1
+
+
+def test_spark_reads_apply_deletion_vectors_under_any_warehouse_path(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Spark percent-encodes _metadata.file_path: under a warehouse with a space or a
+    '#' in its path the deletion vectors matched no file, so to_spark showed superseded
+    records and all_versions nothing (a Spark hunt)."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    schema = pa.schema(
+        [pa.field("k", pa.int64(), nullable=False), ("ts", pa.timestamp("us")), ("v", pa.int64())]
+    )
+    at = dt.datetime(2024, 1, 1)
+    for name in ("my wh", "a#b+c%d"):
+        with lamina.connect(warehouse=str(tmp_path / name)) as cat:
+            u = cat.create_table("u", schema, time_column="ts", primary_key=["k"])
+            u.upsert(pa.Table.from_pylist([{"k": k, "ts": at, "v": 1} for k in range(5)], schema))
+            later = at + dt.timedelta(hours=1)
+            u.upsert(
+                pa.Table.from_pylist([{"k": k, "ts": later, "v": 2} for k in range(3)], schema)
+            )
+            got = sorted((r.k, r.v) for r in u.to_spark(spark).collect())
+            assert got == sorted((r["k"], r["v"]) for r in u.to_arrow().to_pylist())
+            assert u.to_spark(spark, all_versions=True).count() == 8
+            assert u.read_changes_spark(spark, 0).count() == u.read_changes(0).num_rows == 11
+
+
+def test_rows_spark_wrote_keep_their_order_past_a_thousand_files() -> None:
+    """A task's files in one chunk are numbered c000, c001, ... c999, c1000: sorted as
+    text, c1000 came before c999 and a tie went to the wrong record (a Spark hunt)."""
+    from lamina.core.interval import Interval
+    from lamina.core.model import NewSegment
+    from lamina.engines.spark import _task_order
+
+    day = Interval.parse("2024-01-01/2024-01-02")
+
+    def seg(task: int, n: int) -> NewSegment:
+        name = f"part-{task:05d}-3f2a.c{n:03d}.zstd.parquet"
+        return NewSegment(day, f"t/data/c1/{name}", 1, 1, None, None)
+
+    files = {seg(1, 1000): (1, 1000), seg(0, 5): (0, 5), seg(1, 999): (1, 999), seg(1, 2): (1, 2)}
+    in_order = [files[s] for s in sorted(files, key=_task_order)]
+    assert in_order == [(0, 5), (1, 2), (1, 999), (1, 1000)]
+
+
 def test_spark_appends_and_upserts_into_a_day_a_compaction_split(
     spark: Any, cat: lamina.Catalog
 ) -> None:

@@ -161,10 +161,10 @@ def _conform(df: DataFrame, schema: pa.Schema) -> DataFrame:
     cols = []
     for f in target.fields:
         c = F.col(f"`{f.name}`")
-        if df.schema[f.name].dataType == f.dataType:
+        ok = _fits(c, src.field(f.name).type, schema.field(f.name).type, f.dataType)
+        if ok is None and df.schema[f.name].dataType == f.dataType:
             cols.append(c)
             continue
-        ok = _fits(c, src.field(f.name).type, schema.field(f.name).type, f.dataType)
         if ok is not None:  # a value that would change is refused in the write job itself
             why = F.concat(
                 F.lit(f"{_LOSSY}column {f.name!r}: "),
@@ -191,6 +191,19 @@ def _fits(c: Any, src: pa.DataType, dst: pa.DataType, spark_dst: Any) -> Any:
     if pa.types.is_decimal(src) and pa.types.is_decimal(dst):
         narrower = dst.scale < src.scale or dst.precision - dst.scale < src.precision - src.scale
         return c.try_cast(spark_dst) == c if narrower else None
+    if pa.types.is_floating(src) and pa.types.is_floating(dst) and dst.bit_width < src.bit_width:
+        from pyspark.sql import functions as F
+
+        def finite(x: Any) -> Any:
+            return ~F.isnan(x) & (F.abs(x) != float("inf"))
+
+        narrow = c.cast(spark_dst)  # as the pyarrow path: out of range, or to zero, is lost
+        return ~((finite(c) & ~finite(narrow)) | ((c != 0) & (narrow == 0)))
+    if pa.types.is_timestamp(dst) and dst.unit in ("s", "ms") and pa.types.is_timestamp(src):
+        from pyspark.sql import functions as F
+
+        per = 1_000_000 if dst.unit == "s" else 1_000  # Spark holds microseconds
+        return F.unix_micros(c.cast("timestamp")) % per == 0
     return None
 
 
@@ -374,11 +387,18 @@ def _collect_files(
     return sorted(out, key=_task_order)
 
 
-def _task_order(seg: NewSegment) -> tuple[int, int, str]:
+def _task_order(seg: NewSegment) -> tuple[int, int, int, str]:
     """The order of the rows Spark wrote: by task (its input partition: ``part-N``),
-    then time chunk, then file (a task's files in one chunk are numbered in order)."""
-    m = re.search(r"part-(\d+)", seg.location.rsplit("/", 1)[-1])
-    return (int(m.group(1)) if m else -1, seg.chunk.start, seg.location)
+    then time chunk, then file (a task's files in one chunk are numbered in order,
+    ``.c999`` before ``.c1000``)."""
+    name = seg.location.rsplit("/", 1)[-1]
+    task, file = re.search(r"part-(\d+)", name), re.search(r"\.c(\d+)\.", name)
+    return (
+        int(task.group(1)) if task else -1,
+        seg.chunk.start,
+        int(file.group(1)) if file else -1,
+        seg.location,
+    )
 
 
 def _check_not_null(meta: pq.FileMetaData, schema: pa.Schema | None, rel: str) -> None:

@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 
 #: a local file URI's scheme: Spark writes ``file:/x``, warehouses ``file:///x``
 _LOCAL = "^file:/+"
+#: the file a row comes from, as the warehouse names it: Spark percent-encodes
+#: ``_metadata.file_path`` (a space as %20, ``#`` as %23) but leaves ``+`` as it is,
+#: which ``url_decode`` would read as a space
+_FILE_PATH = "url_decode(replace(_metadata.file_path, '+', '%2B'))"
 
 
 def _hidden_rows(spark: SparkSession, plan: ScanPlan, wh: Warehouse) -> DataFrame:
@@ -47,7 +51,7 @@ def _positioned(spark: SparkSession, rec: TableRecord, wh: Warehouse, paths: lis
     df = spark.read.schema(arrow_to_spark_schema(rec.schema)).parquet(*[wh.uri(p) for p in paths])
     return df.select(
         *[f"`{n}`" for n in rec.schema.names],
-        F.regexp_replace(F.col("_metadata.file_path"), _LOCAL, "/").alias("__lamina_f"),
+        F.regexp_replace(F.expr(_FILE_PATH), _LOCAL, "/").alias("__lamina_f"),
         F.col("_metadata.row_index").alias("__lamina_r"),
     )
 
