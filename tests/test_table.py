@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -313,3 +314,33 @@ def test_as_of_takes_a_commit_id_or_the_commit_a_write_returned(cat: lamina.Cata
     for bad in ("1", 1.0, True):
         with pytest.raises(lamina.SnapshotNotFoundError, match="as_of takes a commit id"):
             t.to_arrow(as_of=bad)  # type: ignore[arg-type]
+
+
+def test_a_publish_whose_answer_was_lost_returns_its_commit(
+    cat: lamina.Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection dropped after the publish's COMMIT reached the catalog: the write
+    raised CatalogUnavailableError though its rows showed, and the natural retry wrote
+    them twice (a PostgreSQL hunt). It now asks the catalog and returns the commit;
+    one whose publish never arrived is aborted and raises (a retry is safe)."""
+    from lamina import write
+    from lamina.errors import CatalogUnavailableError
+
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    real = write.publishing.publish
+
+    def answer_lost(*args: Any, **kwargs: Any) -> Any:
+        real(*args, **kwargs)
+        raise CatalogUnavailableError("the connection to the catalog dropped")
+
+    monkeypatch.setattr(write.publishing, "publish", answer_lost)
+    c = t.append(events(days=1, per_day=4))
+    assert c.state == "COMPLETED" and t.count() == 4 and c.added
+
+    def never_arrived(*args: Any, **kwargs: Any) -> Any:
+        raise CatalogUnavailableError("the connection to the catalog dropped")
+
+    monkeypatch.setattr(write.publishing, "publish", never_arrived)
+    with pytest.raises(CatalogUnavailableError, match="dropped"):
+        t.append(events(days=1, per_day=4, seed=1))
+    assert t.count() == 4 and [x.state for x in t.history()] == ["COMPLETED", "ABORTED"]

@@ -14,8 +14,13 @@ from typing import Any
 from lamina.context import CatalogContext
 from lamina.core.interval import Interval
 from lamina.core.locks import LockType
-from lamina.core.model import Commit, PublishPlan, TableRecord
-from lamina.errors import CommitError, LockRevokedError, LockTimeoutError
+from lamina.core.model import Commit, CommitState, PublishPlan, TableRecord
+from lamina.errors import (
+    CatalogUnavailableError,
+    CommitError,
+    LockRevokedError,
+    LockTimeoutError,
+)
 from lamina.io import writer
 from lamina.io.warehouse import commit_dir
 from lamina.meta import commits, locks, writers
@@ -282,10 +287,28 @@ class WriteTransaction:
         writers.mark_inflight(self.ctx.db, self.id, self.owner)
 
     def publish(self, plan: PublishPlan) -> Commit:
-        """Publish the plan in one catalog transaction (see meta.publish.publish)."""
-        self.commit = publishing.publish(
-            self.ctx.db, self.table, self.id, self.owner, plan, self.ctx.warehouse
-        )
+        """Publish the plan in one catalog transaction (see meta.publish.publish).
+
+        A connection lost during the publish may have lost only the answer: the commit
+        is then aborted if it did not complete, and returned if it did (a retry would
+        write its rows twice). Raises CatalogUnavailableError when the catalog cannot
+        tell (the outcome is unknown), and what publish raises."""
+        try:
+            self.commit = publishing.publish(
+                self.ctx.db, self.table, self.id, self.owner, plan, self.ctx.warehouse
+            )
+        except CatalogUnavailableError as exc:
+            try:
+                state = writers.settle(self.ctx.db, self.id, self.owner)
+            except CatalogUnavailableError:
+                raise CatalogUnavailableError(
+                    f"{exc}; whether commit {self.id} was published is unknown: once the "
+                    "catalog answers, look for it in t.history() before writing again (a "
+                    "write carrying txn=(app_id, version) is skipped if it was)"
+                ) from None
+            if state != CommitState.COMPLETED.value:
+                raise  # aborted now: nothing was published, a retry is safe
+            self.commit = commits.history(self.ctx.db, self.table.name, commit_id=self.id)[0]
         return self.commit
 
     def __exit__(

@@ -179,11 +179,18 @@ def abort(db: Db, commit_id: int, owner: str) -> bool:
     """Set an open commit of ``owner`` ABORTED; True when it is ABORTED now (False: it
     completed, e.g. its publish reached the catalog before the connection dropped, or
     the row is not the owner's)."""
+    return settle(db, commit_id, owner) == CommitState.ABORTED.value
 
-    def txn(conn: Connection) -> bool:
+
+def settle(db: Db, commit_id: int, owner: str) -> str | None:
+    """Abort an open commit of ``owner``; its state then (COMPLETED: its publish went
+    through; None: the row is not the owner's)."""
+
+    def txn(conn: Connection) -> str | None:
         params = {"cid": commit_id, "writer": owner, "now": now_us()}
         conn.execute(_ABORT, params)
-        return bool(conn.execute(_STATE, params).scalar() == CommitState.ABORTED.value)
+        state = conn.execute(_STATE, params).scalar()
+        return None if state is None else str(state)
 
     return db.write(txn)
 
