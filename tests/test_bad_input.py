@@ -381,6 +381,22 @@ def test_a_write_through_another_warehouse_is_refused(tmp_path: Path) -> None:
         assert cat.load_table("events").count() == 4
 
 
+def test_a_second_catalog_on_a_warehouse_is_refused(catalog_url: str, tmp_path: Path) -> None:
+    """Two catalogs on one warehouse both number commit folders from 1: a cancelled
+    write of one removed the other's committed files, and each one's retention deleted
+    the other's files as orphans (a PostgreSQL hunt). The warehouse records its catalog."""
+    wh = str(tmp_path / "wh")
+    with lamina.connect(catalog=catalog_url, warehouse=wh) as cat:
+        cat.create_table("events", schema=SCHEMA, time_column="ts").append(events())
+    other = f"sqlite:///{tmp_path}/other.db"
+    with pytest.raises(errors.WarehouseError, match="holds the tables of another catalog"):
+        lamina.connect(catalog=other, warehouse=wh)
+    with lamina.connect(catalog=catalog_url, warehouse=wh) as cat:  # its own: fine
+        assert cat.load_table("events").count() == 300
+    os.remove(os.path.join(wh, "_lamina_catalog"))  # "if that catalog is gone for good"
+    lamina.connect(catalog=other, warehouse=wh).close()
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [

@@ -23,7 +23,7 @@ from lamina.errors import (
 from lamina.io.warehouse import Warehouse
 from lamina.meta import tables as table_rows
 from lamina.meta.db import Db, create_catalog_engine
-from lamina.meta.schema import migrate
+from lamina.meta.schema import catalog_id, migrate
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -114,6 +114,7 @@ class Catalog:
         self.stale_after_s = stale_after_s
         self.engine = create_catalog_engine(url)
         migrate(self.engine)
+        warehouse.claim(catalog_id(self.engine), self.engine.url.render_as_string())
         self.context = CatalogContext(
             Db(self.engine, warehouse.root),
             warehouse,

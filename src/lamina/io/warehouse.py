@@ -63,6 +63,42 @@ class Warehouse:
                 "LAMINA_WAREHOUSE / warehouse= at a directory you can write"
             ) from None
 
+    #: the file recording which catalog writes the warehouse
+    MARKER = "_lamina_catalog"
+
+    def claim(self, catalog_id: str, label: str) -> None:
+        """Record that the catalog ``catalog_id`` (``label``: its URL, for messages)
+        writes this warehouse, or check that it is that catalog's. Two catalogs on one
+        warehouse take each other's files for their own (both number commit folders
+        from 1; each deletes as orphans the files the other's rows name).
+        Raises WarehouseError."""
+        import json
+
+        marker = self.path(self.MARKER)
+        try:
+            with self.fs.open_input_stream(marker) as f:
+                found = json.loads(f.read().decode())
+        except FileNotFoundError:
+            found = None
+        except (OSError, ValueError) as exc:
+            raise WarehouseError(f"cannot read {marker}: {exc}") from None
+        if found is None:
+            tmp = f"{marker}.{uuid.uuid4().hex}"
+            try:
+                with self.fs.open_output_stream(tmp) as out:
+                    out.write(json.dumps({"catalog": catalog_id, "url": label}).encode())
+                self.fs.move(tmp, marker)
+            except OSError as exc:
+                raise WarehouseError(f"cannot write {marker}: {exc}") from None
+            return
+        if found.get("catalog") != catalog_id:
+            raise WarehouseError(
+                f"warehouse {self.location!r} holds the tables of another catalog "
+                f"({found.get('url')}); give this catalog a warehouse of its own (two "
+                f"catalogs on one warehouse delete each other's files), or remove {marker} "
+                "if that catalog is gone for good"
+            )
+
     def path(self, rel: str) -> str:
         return f"{self.root}/{rel}"
 

@@ -255,6 +255,15 @@ retired = Table(
     Column("later", BigInteger, nullable=False),
 )
 
+# The catalog's identity, which the warehouse it writes records (two catalogs writing
+# one warehouse would take each other's files for their own: commit folders, orphans).
+identity = Table(
+    "lamina_identity",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("uuid", String(36), nullable=False),
+)
+
 
 def _v1_initial(conn: Connection) -> None:
     for t in (tables, commits, segments):
@@ -357,6 +366,7 @@ def _v11_dropped(conn: Connection) -> None:
     partition ids of deleted segments, never given out again."""
     dropped.create(conn, checkfirst=True)
     retired.create(conn, checkfirst=True)
+    identity.create(conn, checkfirst=True)
 
 
 #: Ordered migrations; append only. Version N = the first N applied.
@@ -414,3 +424,26 @@ def migrate(engine: Engine) -> int:
         return found
 
     return run(engine, apply, write=True)
+
+
+def catalog_id(engine: Engine) -> str:
+    """The catalog's identity (made by the first caller)."""
+    import uuid
+
+    from sqlalchemy.exc import IntegrityError
+
+    def read(conn: Connection) -> str | None:
+        return conn.execute(select(identity.c.uuid).where(identity.c.id == 1)).scalar()
+
+    found = run(engine, read, write=False)
+    if found is not None:
+        return str(found)
+
+    def make(conn: Connection) -> str:
+        conn.execute(insert(identity).values(id=1, uuid=str(uuid.uuid4())))
+        return str(read(conn))
+
+    try:
+        return run(engine, make, write=True)
+    except IntegrityError:  # another process made it first
+        return str(run(engine, read, write=False))
