@@ -202,6 +202,11 @@ def test_create_table_refuses_upsert_properties_and_bad_policies(cat: lamina.Cat
          None, errors.SchemaError, "'amount' and 'Amount' differ only in case"),
         (pa.schema([("ts", pa.timestamp("us")), ("", pa.int64())]),
          None, errors.SchemaError, "an empty name"),
+        # a Spark write replaced such a column by its chunk column (a Spark hunt)
+        (pa.schema([("ts", pa.timestamp("us")), ("__lamina_chunk", pa.int64())]),
+         None, errors.SchemaError, "names starting with __lamina are lamina's own"),
+        (pa.schema([("ts", pa.timestamp("us")), ("__LAMINA_r", pa.int64())]),
+         None, errors.SchemaError, "names starting with __lamina are lamina's own"),
         (pa.schema([("ts", pa.timestamp("us")), ("c", pa.decimal128(4, -2))]),
          None, errors.UnsupportedTypeError, "decimal128\\(4, -2\\), which lamina cannot store"),
         (pa.schema([("ts", pa.timestamp("us")), pa.field("k", pa.int64(), False),

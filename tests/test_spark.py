@@ -565,6 +565,32 @@ def test_spark_reads_apply_deletion_vectors_under_any_warehouse_path(
             assert u.read_changes_spark(spark, 0).count() == u.read_changes(0).num_rows == 11
 
 
+def test_spark_writes_and_reads_columns_named_with_backticks(
+    spark: Any, cat: lamina.Catalog
+) -> None:
+    """A backtick in a column name failed every Spark write and an upsert table's
+    to_spark with AnalysisException (a Spark hunt): Spark names are quoted with the
+    backtick doubled."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    schema = pa.schema(
+        [
+            pa.field("k`ey", pa.int64(), nullable=False),
+            ("t`s", pa.timestamp("us")),
+            ("v", pa.int64()),
+        ]
+    )
+    u = cat.create_table("u", schema, time_column="t`s", primary_key=["k`ey"])
+    at = dt.datetime(2024, 1, 1)
+    ddl = "`k``ey` long, `t``s` timestamp_ntz, v long"
+    u.upsert(spark.createDataFrame([(1, at, 1), (2, at, 1)], ddl))
+    u.upsert(spark.createDataFrame([(1, at + dt.timedelta(hours=1), 2)], ddl))
+    got = sorted((r[0], r[2]) for r in u.to_spark(spark).collect())
+    assert got == [(1, 2), (2, 1)] == sorted((r["k`ey"], r["v"]) for r in u.to_arrow().to_pylist())
+
+
 def test_rows_spark_wrote_keep_their_order_past_a_thousand_files() -> None:
     """A task's files in one chunk are numbered c000, c001, ... c999, c1000: sorted as
     text, c1000 came before c999 and a tie went to the wrong record (a Spark hunt)."""

@@ -372,7 +372,7 @@ def check_table_name(name: str) -> None:
 
 def _check_names(names: list[str]) -> None:
     """Raises SchemaError for an empty or repeated column name (ignoring case, as SQL
-    does) or one that incremental reads add."""
+    does), one that incremental reads add, or one of lamina's own (``__lamina``...)."""
     from lamina.changes import CHANGE, COMMIT_ID, COMMIT_SEQ
 
     seen: dict[str, str] = {}
@@ -387,6 +387,11 @@ def _check_names(names: list[str]) -> None:
                 "(DuckDB, Spark) does not tell apart: rename one"
             )
         seen[name.lower()] = name
+        if name.lower().startswith("__lamina"):
+            raise SchemaError(
+                f"column {name!r}: names starting with __lamina are lamina's own (its Spark "
+                "writes and reads add such columns): rename it"
+            )
         if name in (CHANGE, COMMIT_ID, COMMIT_SEQ):
             raise SchemaError(
                 f"column {name!r} has the name of a column t.read_changes adds "

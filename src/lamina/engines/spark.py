@@ -160,7 +160,7 @@ def _conform(df: DataFrame, schema: pa.Schema) -> DataFrame:
         raise SchemaError(f"column types do not match the table schema: {', '.join(bad)}")
     cols = []
     for f in target.fields:
-        c = F.col(f"`{f.name}`")
+        c = F.col(ref(f.name))
         ok = _fits(c, src.field(f.name).type, schema.field(f.name).type, f.dataType)
         if ok is None and df.schema[f.name].dataType == f.dataType:
             cols.append(c)
@@ -177,6 +177,11 @@ def _conform(df: DataFrame, schema: pa.Schema) -> DataFrame:
 
 
 _LOSSY = "[lamina: lossy cast] "
+
+
+def ref(name: str) -> str:
+    """A column name as Spark SQL and ``F.col`` read it: in backticks, its own doubled."""
+    return "`" + name.replace("`", "``") + "`"
 
 
 def _fits(c: Any, src: pa.DataType, dst: pa.DataType, spark_dst: Any) -> Any:
@@ -252,14 +257,14 @@ def _chunk_expr(column: str, field_type: pa.DataType, granularity: Granularity) 
     from pyspark.sql import functions as F
 
     day_us, hour_us = 86_400_000_000, 3_600_000_000
-    c = F.col(f"`{column}`")
+    c = F.col(ref(column))
     if pa.types.is_date(field_type):
         date, hour = c, F.lit(0)
     elif field_type.tz is None:
         date, hour = F.to_date(c), F.hour(c)  # wall-clock fields of a TIMESTAMP_NTZ
     else:
         # in whole numbers: a double loses the last µs of a day far from 1970
-        us = f"unix_micros(`{column.replace('`', '``')}`)"
+        us = f"unix_micros({ref(column)})"
         days = F.expr(f"div({us} - pmod({us}, {day_us}L), {day_us}L)")
         date = F.date_from_unix_date(days.cast("int"))
         hour = F.expr(f"div(pmod({us}, {day_us}L), {hour_us}L)")

@@ -123,12 +123,12 @@ def _cast_to(df: DataFrame, schema: pa.Schema) -> DataFrame:
     """Cast the (string) columns of ``df`` that the table has to the table's types."""
     from pyspark.sql import functions as F
 
-    from lamina.engines.spark import arrow_to_spark_schema
+    from lamina.engines.spark import arrow_to_spark_schema, ref
 
     target = {f.name: f.dataType for f in arrow_to_spark_schema(schema).fields}
     cols = []
     for c in df.columns:
-        col = F.col("`" + c.replace("`", "``") + "`")
+        col = F.col(ref(c))
         cols.append(col.cast(target[c]).alias(c) if c in target else col)
     return df.select(*cols)
 

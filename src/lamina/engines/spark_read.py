@@ -15,7 +15,7 @@ import pyarrow as pa
 from lamina.core.interval import Interval, format_us
 from lamina.core.model import TableRecord
 from lamina.core.scan import ScanPlan
-from lamina.engines.spark import arrow_to_spark_schema
+from lamina.engines.spark import arrow_to_spark_schema, ref
 from lamina.io.warehouse import Warehouse
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def _positioned(spark: SparkSession, rec: TableRecord, wh: Warehouse, paths: lis
 
     df = spark.read.schema(arrow_to_spark_schema(rec.schema)).parquet(*[wh.uri(p) for p in paths])
     return df.select(
-        *[f"`{n}`" for n in rec.schema.names],
+        *[ref(n) for n in rec.schema.names],
         F.regexp_replace(F.expr(_FILE_PATH), _LOCAL, "/").alias("__lamina_f"),
         F.col("_metadata.row_index").alias("__lamina_r"),
     )
@@ -72,10 +72,10 @@ def _union(
         groups.setdefault(keep, []).append(path)
     for keep, paths in groups.items():
         assert rec.time_column is not None
-        c = F.col(f"`{rec.time_column}`")
+        c = F.col(ref(rec.time_column))
         lo, hi = _spark_literal(rec.schema.field(rec.time_column).type, keep)
         frames.append(read(paths).where((c >= lo) & (c < hi)))
-    quoted = [f"`{n}`" for n in names]
+    quoted = [ref(n) for n in names]
     if not frames:
         extra = [pa.field(n, pa.int64()) for n in names if n not in rec.schema.names]
         return spark.createDataFrame([], arrow_to_spark_schema(pa.schema([*rec.schema, *extra])))
@@ -141,10 +141,10 @@ def read_spark_versions(
         }
     )
     first = F.broadcast(
-        spark.createDataFrame(starts.to_pandas(), f"__lamina_f string, `{valid_from}` long")
+        spark.createDataFrame(starts.to_pandas(), f"__lamina_f string, {ref(valid_from)} long")
     )
     until = spark.createDataFrame(
-        ends.to_pandas(), f"__lamina_f string, __lamina_r long, `{valid_until}` long"
+        ends.to_pandas(), f"__lamina_f string, __lamina_r long, {ref(valid_until)} long"
     )
 
     def read(paths: list[str]) -> DataFrame:
@@ -174,7 +174,7 @@ def read_rows(
     df = df.join(at, ["__lamina_f", "__lamina_r"]).drop("__lamina_f", "__lamina_r")
     if keep is not None:
         assert rec.time_column is not None
-        c = F.col(f"`{rec.time_column}`")
+        c = F.col(ref(rec.time_column))
         lo, hi = _spark_literal(rec.schema.field(rec.time_column).type, keep)
         df = df.where((c >= lo) & (c < hi))
     return df
