@@ -386,6 +386,14 @@ def test_a_write_through_another_warehouse_is_refused(tmp_path: Path) -> None:
         assert cat.load_table("events").count() == 4
 
 
+def test_a_time_column_name_too_long_for_the_catalog(cat: lamina.Catalog) -> None:
+    """PostgreSQL failed with an untyped DataError; SQLite took it."""
+    long = "t" * 257
+    with pytest.raises(errors.TimeColumnError, match="at most 256"):
+        cat.create_table("t", pa.schema([(long, pa.timestamp("us"))]), time_column=long)
+    assert cat.list_tables() == []
+
+
 def test_a_second_catalog_on_a_warehouse_is_refused(catalog_url: str, tmp_path: Path) -> None:
     """Two catalogs on one warehouse both number commit folders from 1: a cancelled
     write of one removed the other's committed files, and each one's retention deleted
@@ -425,3 +433,15 @@ def test_bad_writer_timings_are_refused(
         lamina.connect(warehouse=str(wh), **kwargs)
     assert not wh.exists()  # refused before anything was made
     lamina.connect(warehouse=str(wh), writer_wait_s=0, heartbeat_s=0.1, stale_after_s=0.5).close()
+
+
+@pytest.mark.parametrize("name", ["q?x", "p%41", "h#1"])
+def test_the_default_catalog_lies_in_any_warehouse_path(tmp_path: Path, name: str) -> None:
+    """The default catalog's URL was the path unescaped: a '%' gave a misleading
+    CatalogUnavailableError, a '?' put the catalog outside the warehouse (a hunt)."""
+    wh = tmp_path / name
+    with lamina.connect(warehouse=str(wh)) as cat:
+        cat.create_table("t", pa.schema([("a", pa.int64())]))
+    assert (wh / "lamina.db").exists() and sorted(os.listdir(tmp_path)) == [name]
+    with lamina.connect(warehouse=str(wh)) as cat:
+        assert cat.list_tables() == ["t"]

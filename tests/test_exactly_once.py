@@ -73,8 +73,11 @@ def test_a_retried_twin_is_skipped_not_doubled(t: lamina.Table) -> None:
 
 
 @pytest.mark.parametrize(
-    "bad", [("", 1), ("app", -1), ("app", "1"), ("app",), "app", ("app", True)]
-)
+    "bad",
+    # too long for the catalog: PostgreSQL failed with an untyped DataError (a hunt)
+    [("", 1), ("app", -1), ("app", "1"), ("app",), "app", ("app", True), ("a" * 257, 1),
+     ("app", 2**63)],
+)  # fmt: skip
 def test_malformed_txn_is_a_typed_error(t: lamina.Table, bad: object) -> None:
     with pytest.raises(TransactionError, match="app_id, version"):
         t.append(events(days=1, per_day=1), txn=bad)  # type: ignore[arg-type]

@@ -88,7 +88,10 @@ def connect(
             raise WarehouseError(
                 "a remote warehouse needs an explicit catalog URL (catalog=postgresql://...)"
             )
-        url = f"sqlite:///{wh.root}/lamina.db"
+        from sqlalchemy.engine import URL
+
+        # escaped: a '?', '%' or '#' in the warehouse path is part of the file's name
+        url = URL.create("sqlite", database=f"{wh.root}/lamina.db").render_as_string()
     return Catalog(
         url, wh, writer_wait_s=writer_wait_s, heartbeat_s=heartbeat_s, stale_after_s=stale_after_s
     )

@@ -318,10 +318,17 @@ def txn_of(txn: Any) -> tuple[str, int]:
         and isinstance(txn[1], int)
         and not isinstance(txn[1], bool)
         and txn[1] >= 0
+        and txn[1] < 2**63
+        and len(txn[0]) <= MAX_APP_ID
     )
     if not ok:
         raise TransactionError(
-            f"txn={txn!r}: pass (app_id, version) — a non-empty string and a version >= 0, "
+            f"txn={txn!r}: pass (app_id, version) — a non-empty string of at most "
+            f"{MAX_APP_ID} characters and a version >= 0 (below 2**63), "
             "e.g. txn=('nightly-load', 42)"
         )
     return txn[0], txn[1]
+
+
+#: the longest exactly-once application id (the catalog's column)
+MAX_APP_ID = 256

@@ -64,6 +64,11 @@ def check_time_column(schema: pa.Schema, time_column: str | None) -> None:
     """The time column must exist and be a timestamp or a date."""
     if time_column is None:
         return
+    if len(time_column) > 256:  # the catalog's column
+        raise TimeColumnError(
+            f"time column name {time_column[:40]!r}... is {len(time_column)} characters "
+            "long; the time column's name may have at most 256: rename it"
+        )
     if time_column not in schema.names:
         raise TimeColumnError(
             f"time column {time_column!r} is not in the schema (columns: "
