@@ -115,3 +115,40 @@ def test_tz_mismatch_is_refused(local_cat: lamina.Catalog) -> None:
     with pytest.raises(lamina.errors.SchemaError, match="timestamp"):
         t.append(pa.table({"ts": pa.array([dt.datetime(2024, 1, 1)], pa.timestamp("us"))}))
     assert t.count() == 0
+
+
+@pytest.mark.parametrize(
+    "t, why",
+    [
+        (pa.timestamp("ns"), "nanosecond timestamps"),
+        (pa.time64("us"), "times of day"),
+        (pa.decimal256(40, 2), "decimals of more than 38 digits"),
+        (pa.list_(pa.time32("ms")), "times of day"),
+    ],
+)
+def test_spark_reads_of_types_spark_cannot_hold_are_typed_errors(
+    cat: lamina.Catalog, t: pa.DataType, why: str
+) -> None:
+    """They failed only once the DataFrame was evaluated, with a Java error (a Spark
+    hunt); refused up front, before any Spark work (no session needed)."""
+    table = cat.create_table("t", pa.schema([("ts", pa.timestamp("us")), ("c", t)]), "ts")
+    for read in (lambda: table.to_spark(None), lambda: table.read_changes_spark(None, 0)):
+        with pytest.raises(lamina.errors.UnsupportedTypeError, match=f"'c': {why}"):
+            read()
+
+
+def test_auto_compaction_of_types_spark_would_change_stays_local(
+    cat: lamina.Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """engine='auto' hands runs bigger than LAMINA_LOCAL_MAX_BYTES to Spark, which
+    cannot write uint or fixed-size binary columns back as they are: such a table could
+    never be compacted once big (a Spark hunt). It stays local; engine='spark' says why."""
+    monkeypatch.setenv("LAMINA_LOCAL_MAX_BYTES", "1")  # every run "too big" for here
+    schema = pa.schema([("ts", pa.timestamp("us")), ("u", pa.uint32()), ("b", pa.binary(2))])
+    t = cat.create_table("t", schema, "ts")
+    for i in range(2):
+        t.append(pa.table({"ts": [i], "u": [i], "b": [b"ab"]}, schema=schema))
+    with pytest.raises(lamina.errors.UnsupportedTypeError, match="engine='local'"):
+        t.compact(engine="spark")
+    assert t.compact() is not None  # no JVM started: local
+    assert len(t.segments()) == 1 and t.to_arrow().column("u").to_pylist() == [0, 1]

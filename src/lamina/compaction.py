@@ -245,8 +245,22 @@ DEFAULT_LOCAL_MAX = "2GB"
 ENGINES = ("auto", "local", "spark")
 
 
-def engine_of(run: MinorRun, engine: str) -> str:
-    """``local`` or ``spark`` for a run (``engine`` checked by :func:`compact`)."""
+def engine_of(run: MinorRun, engine: str, schema: pa.Schema | None = None) -> str:
+    """``local`` or ``spark`` for a run (``engine`` checked by :func:`compact`): with
+    ``auto``, Spark for a run too big for this process, unless the table has a column
+    Spark cannot write back as it is (``schema``). Raises UnsupportedTypeError for
+    ``spark`` then."""
+    from lamina.engines.spark import spark_problem
+
+    why = None if schema is None or engine == "local" else spark_problem(schema, exact=True)
+    if why is not None:
+        if engine == "spark":
+            from lamina.errors import UnsupportedTypeError
+
+            raise UnsupportedTypeError(
+                f"Spark cannot compact this table: {why}; use engine='local'"
+            )
+        return "local"
     if engine != "auto":
         return engine
     from lamina.engines.files import parse_size
@@ -266,7 +280,7 @@ def _write_run(
     """Rewrite one run: with Spark, or here in a thread ``nice`` below normal priority
     (always here for an upsert table: ``drop``, see :func:`_rewrite`)."""
     maps: tuple[RowMap, ...] = ()
-    if drop is None and engine_of(run, engine) == "spark":
+    if drop is None and engine_of(run, engine, table.schema) == "spark":
         from lamina.engines.spark import get_spark, spark_rewrite
 
         rel = f"{commit_rel}/run-{run.root_range[0]}-{run.chunk.start}"

@@ -125,7 +125,9 @@ class TableReads:
     ) -> Any:
         """A Spark DataFrame over exactly the snapshot's visible rows; ``all_versions``
         (upsert tables): every stored record with its validity seqs, as :meth:`to_arrow`.
-        Raises SnapshotNotFoundError, UpsertError (``all_versions`` of another table)."""
+        Raises SnapshotNotFoundError, UpsertError (``all_versions`` of another table),
+        UnsupportedTypeError (a column Spark cannot read)."""
+        self._spark_readable()
         if all_versions:
             from lamina.upsert_read import all_versions_spark
 
@@ -133,6 +135,19 @@ class TableReads:
         from lamina.engines.spark_read import read_spark
 
         return read_spark(spark, self.scan(as_of, interval), self._ctx.warehouse)
+
+    def _spark_readable(self) -> None:
+        """Raises UnsupportedTypeError for a column Spark cannot read (it would fail
+        only once the DataFrame is evaluated, with a Java error)."""
+        from lamina.engines.spark import spark_problem
+        from lamina.errors import UnsupportedTypeError
+
+        why = spark_problem(self.schema)
+        if why is not None:
+            raise UnsupportedTypeError(
+                f"Spark cannot read table {self.name!r}: {why}; read it with t.to_arrow(), "
+                "t.scan() or cat.sql()"
+            )
 
     def segments(self, all: bool = False, as_of: AsOf = None) -> list[Segment]:
         """Visible data segments of the snapshot; ``all=True``: every published one."""
@@ -171,7 +186,9 @@ class TableReads:
         columns: list[str] | None = None,
     ) -> Any:
         """:meth:`read_changes` as a Spark DataFrame (read by Spark's Parquet reader;
-        rows in no guaranteed order — sort by ``_commit_seq`` for a feed)."""
+        rows in no guaranteed order — sort by ``_commit_seq`` for a feed). Raises what
+        :meth:`read_changes` and :meth:`to_spark` raise."""
+        self._spark_readable()
         after_seq = seq_of(after_seq, "after_seq")
         until_seq = None if until_seq is None else seq_of(until_seq, "until_seq")
         if "upsert.primary_key" in self._record.properties:  # by records, not segments

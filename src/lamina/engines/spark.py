@@ -78,6 +78,39 @@ def _spark_arrow_type(t: pa.DataType) -> pa.DataType:
     return t
 
 
+def _spark_problem(t: pa.DataType, exact: bool) -> str | None:
+    """Why Spark cannot read a stored column of type ``t`` (``exact``: or write it back
+    as the same type, as a compaction must); None when it can."""
+    if pa.types.is_timestamp(t) and t.unit == "ns":
+        return "nanosecond timestamps (Spark reads micro- and milliseconds)"
+    if pa.types.is_time(t):
+        return "times of day"
+    if pa.types.is_decimal(t) and t.precision > 38:
+        return "decimals of more than 38 digits"
+    if exact and (
+        pa.types.is_unsigned_integer(t)
+        or pa.types.is_fixed_size_binary(t)
+        or pa.types.is_duration(t)
+    ):
+        return f"{t} (Spark writes it back as another type)"
+    if pa.types.is_nested(t):
+        for i in range(t.num_fields):
+            why = _spark_problem(t.field(i).type, exact)
+            if why is not None:
+                return why
+    return None
+
+
+def spark_problem(schema: pa.Schema, exact: bool = False) -> str | None:
+    """The first column of a table ``schema`` Spark cannot read (``exact``: nor write
+    back unchanged, as compactions do), and why; None when there is none. Pure."""
+    for f in storage_schema(schema):
+        why = _spark_problem(f.type, exact)
+        if why is not None:
+            return f"column {f.name!r}: {why}"
+    return None
+
+
 def arrow_to_spark_schema(schema: pa.Schema) -> Any:
     """The Spark struct for a table schema, taken in its stored form (views -> large
     types -> Spark string/binary/array, dictionaries -> values; see ``storage_schema``).
