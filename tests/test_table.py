@@ -344,3 +344,30 @@ def test_a_publish_whose_answer_was_lost_returns_its_commit(
     with pytest.raises(CatalogUnavailableError, match="dropped"):
         t.append(events(days=1, per_day=4, seed=1))
     assert t.count() == 4 and [x.state for x in t.history()] == ["COMPLETED", "ABORTED"]
+
+
+def test_a_dropped_catalog_connection_is_replaced(cat: lamina.Catalog) -> None:
+    """A pooled connection the server dropped (a failover, a pooler restart) failed the
+    next read or write with CatalogUnavailableError, though a second try worked (a
+    PostgreSQL hunt). A transaction that never reached its COMMIT runs again on a
+    fresh connection."""
+    from sqlalchemy import text
+
+    if cat.context.db.sqlite:
+        pytest.skip("SQLite has no server to drop connections")
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    t.append(events(days=1, per_day=4))
+    for step in (t.count, lambda: t.append(events(days=1, per_day=4, seed=1))):
+        with cat.engine.connect() as conn:  # the pool's idle connections
+            pids = [conn.execute(text("SELECT pg_backend_pid()")).scalar()]
+        with cat.engine.connect() as a, cat.engine.connect() as b:
+            pids += [c.execute(text("SELECT pg_backend_pid()")).scalar() for c in (a, b)]
+        killer = lamina.connect(
+            catalog=str(cat.engine.url.render_as_string(False)), warehouse=cat.warehouse.location
+        )
+        with killer.engine.connect() as k:
+            for pid in set(pids):
+                k.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+        killer.close()
+        step()
+    assert t.count() == 8

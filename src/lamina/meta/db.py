@@ -170,7 +170,9 @@ def run(
     purge check, one statement earlier, still let it read.
     """
     delay = 0.005
+    lost = 0  # connections found dropped (a failover, a pooler restart)
     for attempt in range(attempts):
+        ran = False  # fn returned: an error now came from the COMMIT (its outcome unknown)
         try:
             with engine.connect() as conn:
                 if single and not is_sqlite(engine):
@@ -180,12 +182,27 @@ def run(
                 elif not is_sqlite(engine):
                     conn = conn.execution_options(isolation_level="REPEATABLE READ")
                 with conn.begin():
-                    return fn(conn)
+                    out = fn(conn)
+                    ran = True
+                return out
         except DBAPIError as exc:
-            if _retryable(exc) and attempt < attempts - 1:
+            # a connection that dropped before the COMMIT was sent rolled back: run again
+            # on a fresh one (the pool replaces it), a few times. (A single autocommitted
+            # statement whose answer alone was lost runs twice: lamina's open a commit,
+            # mark it INFLIGHT or beat, where that costs at most a failed write.)
+            dropped = exc.connection_invalidated and not ran and lost < 3
+            if (_retryable(exc) or dropped) and attempt < attempts - 1:
+                lost += dropped
                 time.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 0.5)
                 continue
+            code = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
+            if code == "57014":  # query_canceled
+                raise CatalogUnavailableError(
+                    f"a catalog statement was cancelled: {exc.orig}; the server's "
+                    "statement_timeout (or an operator) stopped it — raise the timeout for "
+                    "lamina's catalog user"
+                ) from exc
             if isinstance(exc, OperationalError):
                 raise CatalogUnavailableError(
                     f"catalog database error: {exc.orig}; check the catalog URL and that "
