@@ -74,7 +74,10 @@ _TABLE_AND_COMMIT = (
     .select_from(_joined)
     .where(tables.c.id == bindparam("tid"))
 )
-_LOCK_WITH_COMMIT = {True: _TABLE_AND_COMMIT, False: _TABLE_AND_COMMIT.with_for_update(of=tables)}
+_LOCK_WITH_COMMIT = {  # NO KEY UPDATE: see meta.tables._LOCK
+    True: _TABLE_AND_COMMIT,
+    False: _TABLE_AND_COMMIT.with_for_update(of=tables, key_share=True),
+}
 
 
 def _lock_with_commit(db: Db, conn: Connection, table_id: int, commit_id: int) -> Any:

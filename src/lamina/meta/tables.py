@@ -161,7 +161,9 @@ def drop_table(
 _BY_ID = select(tables).where(tables.c.id == bindparam("table"))
 _BY_NAME = select(tables).where(tables.c.name == bindparam("table"))
 _LOCK = {
-    (by_id, sqlite): stmt if sqlite else stmt.with_for_update()
+    # NO KEY UPDATE: writers of this row wait for each other, while opening a commit
+    # (a row whose foreign key names it: KEY SHARE) does not wait for a publish
+    (by_id, sqlite): stmt if sqlite else stmt.with_for_update(key_share=True)
     for by_id, stmt in ((True, _BY_ID), (False, _BY_NAME))
     for sqlite in (True, False)
 }
