@@ -971,12 +971,14 @@ def test_a_locked_replace_never_brings_back_rows_removed_meanwhile(
     locked = t.transaction(lock="REPLACE", interval=("2024-01-01", "2024-01-02"))
     locked.overwrite(events(days=1, per_day=2, value=2.0))
     a = t.append(events(days=1, per_day=4, value=4.0))
-    if remove == "delete":
-        t.delete_segments(list(a.added))
-    else:  # an optimistic writer (no lock) replaces the day, the four rows with it
-        t.overwrite(events(days=1, per_day=1, value=7.0))
-    locked.commit()  # it holds the lock: it wins over the overwrite
-    assert _vals(t) == [2.0, 2.0]  # got: the four removed rows back
+    # a lock-free removal there is refused now (the holder would undo it unchecked)
+    with pytest.raises(lamina.CommitConflictError, match="holds a REPLACE lock"):
+        if remove == "delete":
+            t.delete_segments(list(a.added))
+        else:  # an optimistic writer (no lock) replaces the day, the four rows with it
+            t.overwrite(events(days=1, per_day=1, value=7.0))
+    locked.commit()  # the lock-free append is carried
+    assert _vals(t) == [2.0, 2.0] + [4.0] * 4  # was: the four removed rows back
 
 
 def test_deleting_an_overwrites_segment_keeps_rows_appended_since(
@@ -1180,10 +1182,10 @@ def test_a_locked_replace_keeps_rows_an_overwrite_carried_meanwhile(
     o = t.transaction()  # optimistic, no lock
     o.overwrite(events(days=1, per_day=1, value=3.0))
     t.append(events(days=1, per_day=4, value=4.0))  # after both began: both carry it
-    o.commit()
-    assert _vals(t) == [3.0] + [4.0] * 4
-    locked.commit()  # it holds the lock: it wins over the optimistic overwrite
-    assert _vals(t) == [2.0] * 2 + [4.0] * 4  # got [2.0, 2.0]
+    with pytest.raises(lamina.CommitConflictError, match="holds a REPLACE lock"):
+        o.commit()  # the lock holder would undo it unchecked: refused
+    locked.commit()
+    assert _vals(t) == [2.0] * 2 + [4.0] * 4  # was [2.0, 2.0]
 
 
 def _delete_and_append(t: lamina.Table, ids: list[str]) -> None:
@@ -1320,6 +1322,12 @@ def test_a_replace_carries_a_push_shown_after_its_base_whose_entry_went(
     _batch(t, entry, events(days=1, per_day=5, value=5.0))
     tx = t.transaction(**({"lock": lock, "interval": DAY1} if lock else {}))
     tx.overwrite(events(days=1, per_day=1, value=9.0))
+    if lock:  # the holder would hide the swap unchecked: the end waits for the lock
+        with pytest.raises(lamina.LineageError, match="holds a EXCLUSIVE lock"):
+            t.end_replace(entry)
+        tx.commit()
+        assert _vals(t) == [3.0, 3.0, 9.0]
+        return
     t.end_replace(entry)  # shows the five rows after the overwrite's base
     five = [s.id for s in t.segments() if s.row_count == 5]
     t.start_replace(five, [], force_cleanup=True)  # the next link: the first one goes

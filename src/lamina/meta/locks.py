@@ -237,12 +237,16 @@ def of_commit(conn: Connection, commit_id: int) -> list[Any]:
     return list(conn.execute(_OF_COMMIT, {"cid": commit_id}).all())
 
 
-def replacing(conn: Connection, table_id: int, commit_id: int, span: Interval) -> list[Lock]:
+def replacing(
+    conn: Connection, table_id: int, commit_id: int, span: Interval, unchecked: bool = False
+) -> list[Lock]:
     """Granted REPLACE and EXCLUSIVE locks of other open commits overlapping ``span``
-    (those of ended commits are dropped only at the next lock request)."""
+    (those of ended commits are dropped only at the next lock request). ``unchecked``:
+    only those of holders that publish without conflict checks (not a major
+    compaction, which any concurrent change refuses)."""
     kinds = (LockType.REPLACE.value, LockType.EXCLUSIVE.value)
     rows = conn.execute(
-        select(locks)
+        select(locks, commits.c.metadata.label("holder_metadata"))
         .join(commits, commits.c.id == locks.c.commit_id)
         .where(
             commits.c.state.in_(OPEN_STATES),
@@ -254,6 +258,10 @@ def replacing(conn: Connection, table_id: int, commit_id: int, span: Interval) -
             locks.c.end_us > span.start,
         )
     ).all()
+    if unchecked:
+        rows = [
+            r for r in rows if json.loads(r.holder_metadata or "{}").get("compaction") != "major"
+        ]
     return [_lock_of(r) for r in rows]
 
 
