@@ -40,6 +40,7 @@ from lamina.meta import publish_checks as checks
 from lamina.meta.commits import record_commit
 from lamina.meta.conflicts import encode
 from lamina.meta.db import Db
+from lamina.meta.partition_ids import next_overwrite_pids
 from lamina.meta.rows import segment_of, segment_values
 from lamina.meta.schema import MAX_SPAN_US, commits, tables
 from lamina.meta.segments import (
@@ -50,7 +51,6 @@ from lamina.meta.segments import (
     live_rows,
     live_segments,
     mark_removed,
-    next_overwrite_pids,
     rows_by_id,
 )
 from lamina.meta.tables import lock_table
