@@ -406,7 +406,7 @@ def test_a_second_catalog_on_a_warehouse_is_refused(catalog_url: str, tmp_path: 
         lamina.connect(catalog=other, warehouse=wh)
     with lamina.connect(catalog=catalog_url, warehouse=wh) as cat:  # its own: fine
         assert cat.load_table("events").count() == 300
-    os.remove(os.path.join(wh, "_lamina_catalog"))  # "if that catalog is gone for good"
+    os.remove(os.path.join(wh, "_lamina_catalog.json"))  # "if that catalog is gone for good"
     lamina.connect(catalog=other, warehouse=wh).close()
 
 

@@ -352,3 +352,17 @@ def test_a_transaction_that_also_deleted_is_checked_as_a_delete_too(kind: Kind) 
     elsewhere = Footprint(3, kind, added=(seg("x", 2),), removed=(seg("gone", 6),))
     assert check(mine, [elsewhere]).conflict is None
     assert check(footprint(Kind.DELETE, 5, name="gone"), [tx]).conflict is not None
+
+
+def test_a_delete_of_compacted_rows_the_replace_read_still_conflicts() -> None:
+    """Only segments holding nothing but rows appended since the base are fresh: a
+    compaction of a base segment into Z, then a delete of Z, removes rows the replace
+    read (a review: that came back through the replace)."""
+    mine = footprint(Kind.REPLACE, 5, cid=9)
+    merged = Footprint(3, Kind.COMPACT, added=(seg("z", 5),), removed=(seg("base", 5),))
+    gone = Footprint(4, Kind.DELETE, removed=(seg("z", 5),))
+    assert check(mine, [merged, gone]).conflict is not None
+    appended = Footprint(2, Kind.APPEND, added=(seg("a", 5),))
+    carried = Footprint(3, Kind.REPLACE, replaced=(day(7),), moved=(("a@5", seg("a2", 5)),))
+    gone_copy = Footprint(4, Kind.DELETE, removed=(seg("a2", 5),))
+    assert check(mine, [appended, carried, gone_copy]).conflict is None  # a fresh copy

@@ -469,11 +469,15 @@ def test_bad_property_values(
 def test_own_metadata_properties_are_kept(t: lamina.Table, cat: lamina.Catalog) -> None:
     """Names lamina does not read are the user's, kept as given (Delta and Iceberg keep
     such properties); only near spellings of lamina's own are refused."""
-    t.set_properties(owner="ops", **{"app.team": "flights", "push": "nightly"})
-    assert (
-        cat.load_table("ev").properties.items()
-        >= {"owner": "ops", "app.team": "flights", "push": "nightly"}.items()
-    )
+    mine = {
+        "owner": "ops",
+        "app.team": "flights",
+        "push": "nightly",
+        "ingestion_time": "02:00",  # two letters from ingestion_type: not a typo of it
+        "consistent_pull": "true",
+    }
+    t.set_properties(**mine)
+    assert cat.load_table("ev").properties.items() >= mine.items()
 
 
 def test_concurrent_property_changes_are_merged(t: lamina.Table, cat: lamina.Catalog) -> None:

@@ -237,3 +237,20 @@ def test_a_lock_id_acts_only_for_its_own_commit(t: lamina.Table, cat: lamina.Cat
         assert [(x.id, x.state) for x in t.locks()] == [(held.id, "GRANTED")]
     assert values(t) == {1.0: 30, 2.0: 1}
     assert t.locks() == []
+
+
+def test_a_consistent_refresh_hiding_a_locked_day_is_refused(cat: lamina.Catalog) -> None:
+    """A refresh of a consistent_push table hides every live segment through its entry,
+    not only the chunks of its data: one with data of day 1 only went through while
+    day 2 was locked (a review)."""
+    t = cat.create_table(
+        "p", SCHEMA, time_column="ts", segment_granularity="DAY", consistent_push=True
+    )
+    t.append(events(days=2, per_day=4, value=1.0))
+    with t.transaction(lock="REPLACE", interval=("2024-01-02", "2024-01-03")) as held:
+        held.append(day(2, 1, 3.0))
+        with pytest.raises(CommitConflictError, match="holds a REPLACE lock"):
+            t.refresh(day(1, 2, 5.0))
+    assert values(t) == {1.0: 8, 3.0: 1}
+    t.refresh(day(1, 2, 5.0))
+    assert values(t) == {5.0: 2}

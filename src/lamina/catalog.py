@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import re
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from lamina.autocompaction import AutoResult
+    from lamina.core.model import TableRecord
     from lamina.engines.duckdb import SqlEngine
     from lamina.maintenance.retention import RetentionReport
     from lamina.table import Table
@@ -242,13 +244,37 @@ class Catalog:
         return table_rows.list_tables(self.context.db)
 
     def drop_table(self, name: str) -> None:
-        """Remove a table from the catalog and its files (in the catalog transaction:
-        a table created again under the name meanwhile keeps its own files).
-        Raises TableNotFoundError, WarehouseError."""
+        """Remove a table from the catalog, then its files. In a local warehouse its
+        folder is moved aside inside the catalog transaction (back if that fails), so a
+        table created again under the name meanwhile keeps its own files, and the
+        catalog waits for no deletion. Raises TableNotFoundError, WarehouseError."""
+        import uuid
+
         wh = self.warehouse
-        record = table_rows.drop_table(
-            self.context.db, name, lambda rec: wh.delete_dir(wh.path(rec.name))
-        )
+        moved: list[tuple[str, str]] = []  # (folder, where it went)
+
+        def move_aside(rec: TableRecord) -> None:
+            src = wh.path(rec.name)
+            dst = wh.path(f".dropped-{rec.name}-{uuid.uuid4().hex[:12]}")
+            try:
+                os.rename(src, dst)
+            except FileNotFoundError:  # no files yet, or moved by an earlier try
+                return
+            except OSError as exc:
+                raise WarehouseError(f"cannot move {src} aside to drop it: {exc}") from None
+            moved.append((src, dst))
+
+        try:
+            record = table_rows.drop_table(self.context.db, name, move_aside if wh.local else None)
+        except BaseException:
+            for src, dst in moved:  # the rows stay: so do their files
+                with contextlib.suppress(OSError):
+                    os.rename(dst, src)
+            raise
+        for _, dst in moved:
+            wh.delete_dir(dst)
+        if not wh.local:  # no atomic move: removed after the commit
+            wh.delete_dir(wh.path(record.name))
         keys = sys.modules.get("lamina.meta.keys")  # loaded: this process upserted
         if keys is not None:
             keys.forget(str(self.context.db.engine.url), record.id)

@@ -283,6 +283,16 @@ def appended(footprint: Footprint) -> list[SegmentRef]:
     return []
 
 
+def _follow_fresh(fresh: set[str], other: Footprint) -> None:
+    """Add to ``fresh`` the segments of ``other`` holding only rows appended since the
+    base: what it appended or showed, copies of fresh ones, and a compaction's outputs
+    when every input was fresh (else they hold rows the base had)."""
+    fresh.update(s.id for s in (*appended(other), *other.shown))
+    fresh.update(new.id for old, new in other.moved if old in fresh)
+    if other.kind is Kind.COMPACT and other.removed and all(s.id in fresh for s in other.removed):
+        fresh.update(s.id for s in other.added)
+
+
 def check(
     mine: Footprint,
     others: Sequence[Footprint],
@@ -296,7 +306,7 @@ def check(
     every other locked writer out: only exactly-once app ids can conflict; what
     others appended is still carried, unless a later commit removed it."""
     carry: list[SegmentRef] = []
-    fresh: set[str] = set()  # segments added since the base: a replace never read them
+    fresh: set[str] = set()  # rows appended since the base, whose segments it never read
     for other in others:
         if mine.app_id is not None and mine.app_id == other.app_id:
             reason = f"it wrote for the same app id {mine.app_id!r}"
@@ -306,10 +316,8 @@ def check(
             # deleting what was appended meanwhile (a blind append) is no conflict for
             # it: Delta checks deletes against the files the transaction read
             kept = tuple(s for s in other.removed if s.id not in fresh)
-            fresh.update(s.id for s in other.added)
             other = dataclasses.replace(other, removed=kept)
-        else:
-            fresh.update(s.id for s in other.added)
+        _follow_fresh(fresh, other)
         why = None if locked else RULES[(mine.kind, other.kind)](mine, other, isolation)
         if why is None and not locked and other.removed and other.kind in _ALSO_DELETES:
             why = RULES[(mine.kind, Kind.DELETE)](mine, other, isolation)  # a transaction's

@@ -44,8 +44,6 @@ def check_names(keys: list[str]) -> None:
     """Refuse a property that looks like one of lamina's but is not: another case or a
     near spelling of a known name, or a catalog setting. Other names are the user's own
     metadata, stored as given (as Delta and Iceberg store them). Raises PropertyError."""
-    import difflib
-
     for key in keys:
         if key in KNOWN or key.startswith(("compaction.", "upsert.")):
             continue
@@ -55,13 +53,31 @@ def check_names(keys: list[str]) -> None:
                 f"lamina.connect({key.lower()}=...)"
             )
         folded = key.lower().replace("-", "_")
-        near = difflib.get_close_matches(folded, KNOWN, n=1, cutoff=0.85)
-        if folded in KNOWN or near:
+        near = [k for k in KNOWN if _one_edit(folded, k)]
+        if near:
             raise PropertyError(
-                f"unknown table property {key!r}: did you mean {(near or [folded])[0]!r}? "
+                f"unknown table property {key!r}: did you mean {near[0]!r}? "
                 f"lamina's properties are {', '.join(KNOWN)} and compaction.*; give your "
                 "own metadata a name of its own"
             )
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """Whether ``a`` is ``b``, or ``b`` with one character added, dropped, changed, or
+    two neighbours swapped (a typo; ``ingestion_time`` is not ``ingestion_type``)."""
+    if a == b:
+        return True
+    if abs(len(a) - len(b)) > 1:
+        return False
+    i = 0
+    while i < min(len(a), len(b)) and a[i] == b[i]:
+        i += 1
+    return (
+        a[i + 1 :] == b[i + 1 :]  # changed
+        or a[i + 1 :] == b[i:]  # added
+        or a[i:] == b[i + 1 :]  # dropped
+        or (a[i : i + 2] == b[i : i + 2][::-1] and a[i + 2 :] == b[i + 2 :])  # swapped
+    )
 
 
 def check_properties(props: dict[str, str]) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from typing import TYPE_CHECKING
@@ -63,8 +64,8 @@ class Warehouse:
                 "LAMINA_WAREHOUSE / warehouse= at a directory you can write"
             ) from None
 
-    #: the file recording which catalog writes the warehouse
-    MARKER = "_lamina_catalog"
+    #: the file recording which catalog writes the warehouse (no table takes its name)
+    MARKER = "_lamina_catalog.json"
 
     def claim(self, catalog_id: str, label: str) -> None:
         """Record that the catalog ``catalog_id`` (``label``: its URL, for messages)
@@ -87,10 +88,16 @@ class Warehouse:
             try:
                 with self.fs.open_output_stream(tmp) as out:
                     out.write(json.dumps({"catalog": catalog_id, "url": label}).encode())
-                self.fs.move(tmp, marker)
-            except OSError as exc:
+                if self.local:  # made once: a catalog connecting at the same time loses
+                    with contextlib.suppress(FileExistsError):
+                        os.link(tmp, marker)
+                    os.remove(tmp)
+                else:
+                    self.fs.move(tmp, marker)
+                with self.fs.open_input_stream(marker) as f:
+                    found = json.loads(f.read().decode())
+            except (OSError, ValueError) as exc:
                 raise WarehouseError(f"cannot write {marker}: {exc}") from None
-            return
         if found.get("catalog") != catalog_id:
             raise WarehouseError(
                 f"warehouse {self.location!r} holds the tables of another catalog "

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, select
 
-from lamina.core.interval import Interval, from_us
+from lamina.core.interval import ETERNITY, Interval, from_us
 from lamina.core.lineage import LineageState, hidden_by, may_show, protected
 from lamina.core.model import Commit, CommitAction, CommitState, PublishPlan, TableRecord
 from lamina.core.planner import (
@@ -143,9 +143,9 @@ def _publish(
     covered = checks.held_locks(conn, commit_id) if plan.locked else []
     if plan.rewrite:  # rows read at the base: any concurrent change refuses it
         covered = []
-    checks.outside_locks(conn, table.id, commit_id, plan, covered)
     if plan.txn is not None:  # first: a twin that published this version wins, not conflicts
         app_txns.check(conn, table.id, *plan.txn)
+    checks.outside_locks(conn, table.id, commit_id, plan, covered)
     carry = checks.check_conflicts(conn, table.id, commit_id, trow, action, plan, covered)
     entry = None
     if plan.lineage_entry is not None:
@@ -397,8 +397,10 @@ def delete_segments(db: Db, name: str, ids: list[str]) -> Commit:
                 f"segments {held[:5]} are held by a lineage entry (IN_PROGRESS, or replaced "
                 "by a COMPLETED one that can still be rolled back); end or revert it first"
             )
-        gone = [Interval.of(r.start_us, r.end_us) for r in rows_by_id(conn, table_id, ids)]
-        checks.refuse_in_locks(conn, table_id, 0, gone, "this delete")
+        locked = lock_rows.replacing(conn, table_id, 0, ETERNITY, unchecked=True)
+        if locked:
+            gone = [Interval.of(r.start_us, r.end_us) for r in rows_by_id(conn, table_id, ids)]
+            checks.refuse_in_locks(locked, gone, "this delete")
         done = record_commit(conn, trow, CommitAction.DELETE, {"segments": ids})
         mark_removed(conn, table_id, ids, done.seq, done.id)
         decore(conn, table_id, ids)  # the rest of a chunk stays visible

@@ -11,9 +11,9 @@ from typing import Any
 from sqlalchemy import Connection
 
 from lamina.core.conflicts import Footprint, Isolation, Kind, SegmentRef, check
-from lamina.core.interval import Interval
+from lamina.core.interval import ETERNITY, Interval
 from lamina.core.lineage import LineageState
-from lamina.core.locks import LockState, LockType
+from lamina.core.locks import Lock, LockState, LockType
 from lamina.core.model import PublishPlan
 from lamina.core.segment import Segment
 from lamina.errors import (
@@ -25,6 +25,7 @@ from lamina.errors import (
 )
 from lamina.meta import locks as lock_rows
 from lamina.meta.conflicts import completed_since, since
+from lamina.meta.lineage_lists import lists
 from lamina.meta.segments import existing, rows_by_id
 
 
@@ -94,34 +95,38 @@ def held_locks(conn: Connection, commit_id: int) -> list[Interval]:
 def outside_locks(
     conn: Connection, table_id: int, commit_id: int, plan: PublishPlan, covered: list[Interval]
 ) -> None:
-    """:func:`refuse_in_locks` for what a publish replaces or removes; its own locks
-    (``covered``) aside. A lock-free append is let through: the holder's overwrite
-    carries it. Raises CommitConflictError (retryable)."""
+    """:func:`refuse_in_locks` for what a publish replaces or removes — and, for the
+    batch that ends a push, what its entry hides; its own locks (``covered``) aside. A
+    lock-free append is let through: the holder's overwrite carries it. Raises
+    CommitConflictError (retryable)."""
+    held = lock_rows.replacing(conn, table_id, commit_id, ETERNITY, unchecked=True)
+    if not held:  # the common case: one query
+        return
     spans = [iv for iv in plan.footprint if not any(c.contains(iv) for c in covered)]
-    if plan.remove_ids:
-        rows = rows_by_id(conn, table_id, list(plan.remove_ids))
-        spans += [Interval.of(r.start_us, r.end_us) for r in rows]
-    refuse_in_locks(conn, table_id, commit_id, spans, f"commit {commit_id}")
+    ids = list(plan.remove_ids)
+    if plan.lineage_entry is not None and plan.complete_entry:
+        ids += lists(conn, [plan.lineage_entry], ("from",)).get((plan.lineage_entry, "from"), [])
+    if ids:
+        spans += [Interval.of(r.start_us, r.end_us) for r in rows_by_id(conn, table_id, ids)]
+    refuse_in_locks(held, spans, f"commit {commit_id}")
 
 
-def refuse_in_locks(
-    conn: Connection, table_id: int, commit_id: int, spans: Iterable[Interval], who: str
-) -> None:
+def refuse_in_locks(held: list[Lock], spans: Iterable[Interval], who: str) -> None:
     """A write that replaces or removes segments where another commit holds a REPLACE
-    or EXCLUSIVE lock is refused: the holder publishes without optimistic conflict
-    checks (its lock was to keep such writes out), so it would silently undo this one
-    (Druid: every write into a locked interval needs a lock of its own). Raises
+    or EXCLUSIVE lock (``held``: :func:`lamina.meta.locks.replacing` with
+    ``unchecked``) is refused: the holder publishes without optimistic conflict checks
+    (its lock was to keep such writes out), so it would silently undo this one (Druid:
+    every write into a locked interval needs a lock of its own). Raises
     CommitConflictError (retryable)."""
     for iv in spans:
-        other = lock_rows.replacing(conn, table_id, commit_id, iv, unchecked=True)
-        if other:
+        other = next((lk for lk in held if lk.interval.overlaps(iv)), None)
+        if other is not None:
             raise CommitConflictError(
                 f"{who} replaces or removes segments in {iv}, where commit "
-                f"{other[0].holder} holds a {other[0].type.value} lock on "
-                f"{other[0].interval}; nothing was published — retry once that commit "
-                "completes, or take a lock yourself (t.transaction(lock=...)), which waits "
-                "for it",
-                other=int(other[0].holder),
+                f"{other.holder} holds a {other.type.value} lock on {other.interval}; "
+                "nothing was published — retry once that commit completes, or take a "
+                "lock yourself (t.transaction(lock=...)), which waits for it",
+                other=int(other.holder),
                 retryable=True,
             )
 

@@ -86,6 +86,10 @@ def create_table(
             raise TableExistsError(f"table {name!r} already exists; pick another name") from None
         pk = result.inserted_primary_key
         assert pk is not None
+        if not db.sqlite:  # a drop of the name that committed while the insert waited
+            later = int(conn.execute(seq).scalar() or 0)
+            if later > start:
+                conn.execute(update(tables).where(tables.c.id == pk[0]).values(last_seq=later))
         return int(pk[0])
 
     table_id = db.write(txn)
