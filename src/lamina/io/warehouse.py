@@ -77,34 +77,45 @@ class Warehouse:
 
         marker = self.path(self.MARKER)
         try:
-            with self.fs.open_input_stream(marker) as f:
-                found = json.loads(f.read().decode())
-        except FileNotFoundError:
-            found = None
-        except (OSError, ValueError) as exc:
-            raise WarehouseError(f"cannot read {marker}: {exc}") from None
-        if found is None:
-            tmp = f"{marker}.{uuid.uuid4().hex}"
-            try:
-                with self.fs.open_output_stream(tmp) as out:
-                    out.write(json.dumps({"catalog": catalog_id, "url": label}).encode())
-                if self.local:  # made once: a catalog connecting at the same time loses
-                    with contextlib.suppress(FileExistsError):
-                        os.link(tmp, marker)
+            found = self._read_marker(marker)
+            if found is None:
+                tmp = f"{marker}.{uuid.uuid4().hex}"
+                mine = json.dumps({"catalog": catalog_id, "url": label}).encode()
+                if self._fs is None:  # local: plain files (no pyarrow at a CLI's start)
+                    with open(tmp, "wb") as f:
+                        f.write(mine)
+                    with contextlib.suppress(FileExistsError):  # made once: a catalog
+                        os.link(tmp, marker)  # connecting at the same time loses
                     os.remove(tmp)
                 else:
+                    with self.fs.open_output_stream(tmp) as out:
+                        out.write(mine)
                     self.fs.move(tmp, marker)
-                with self.fs.open_input_stream(marker) as f:
-                    found = json.loads(f.read().decode())
-            except (OSError, ValueError) as exc:
-                raise WarehouseError(f"cannot write {marker}: {exc}") from None
-        if found.get("catalog") != catalog_id:
+                found = self._read_marker(marker)
+        except (OSError, ValueError) as exc:
+            raise WarehouseError(f"cannot read or write {marker}: {exc}") from None
+        if found is None or found.get("catalog") != catalog_id:
             raise WarehouseError(
                 f"warehouse {self.location!r} holds the tables of another catalog "
-                f"({found.get('url')}); give this catalog a warehouse of its own (two "
-                f"catalogs on one warehouse delete each other's files), or remove {marker} "
-                "if that catalog is gone for good"
+                f"({(found or {}).get('url')}); give this catalog a warehouse of its own "
+                f"(two catalogs on one warehouse delete each other's files), or remove "
+                f"{marker} if that catalog is gone for good"
             )
+
+    def _read_marker(self, marker: str) -> dict[str, str] | None:
+        import json
+
+        try:
+            if self._fs is None:
+                with open(marker, "rb") as f:
+                    raw = f.read()
+            else:
+                with self.fs.open_input_stream(marker) as s:
+                    raw = s.read()
+        except FileNotFoundError:
+            return None
+        found = json.loads(raw.decode())
+        return found if isinstance(found, dict) else {}
 
     def path(self, rel: str) -> str:
         return f"{self.root}/{rel}"
