@@ -99,12 +99,16 @@ def outside_locks(
     batch that ends a push, what its entry hides; its own locks (``covered``) aside. A
     lock-free append is let through: the holder's overwrite carries it. Raises
     CommitConflictError (retryable)."""
+    spans = [iv for iv in plan.footprint if not any(c.contains(iv) for c in covered)]
+    ends = plan.lineage_entry is not None and plan.complete_entry
+    if not spans and not plan.remove_ids and not ends:
+        return  # an append: no query at all
     held = lock_rows.replacing(conn, table_id, commit_id, ETERNITY, unchecked=True)
     if not held:  # the common case: one query
         return
-    spans = [iv for iv in plan.footprint if not any(c.contains(iv) for c in covered)]
     ids = list(plan.remove_ids)
-    if plan.lineage_entry is not None and plan.complete_entry:
+    if ends:
+        assert plan.lineage_entry is not None
         ids += lists(conn, [plan.lineage_entry], ("from",)).get((plan.lineage_entry, "from"), [])
     if ids:
         spans += [Interval.of(r.start_us, r.end_us) for r in rows_by_id(conn, table_id, ids)]
