@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lamina.core.interval import Interval
-from lamina.core.locks import Lock, LockState, LockType, coexist, decide
+from lamina.core.locks import Lock, LockState, LockType, coexist, decide, first_locked
 from lamina.errors import LockError
 
 D = 86_400_000_000
@@ -117,6 +117,13 @@ def test_waiting_requests_are_served_in_arrival_order() -> None:
     # waiters that can coexist with a request never hold it back
     reader = lock(SH, 0, 1, state=WAITING, id=5)
     assert decide(lock(SH, 0, 1, id=6), [reader]).granted
+
+
+def test_first_locked_names_the_first_span_inside_a_held_lock() -> None:
+    held = [lock(RE, 2, 4), lock(EX, 6, 7)]
+    assert first_locked(held, [days(0, 1), days(1, 2)]) is None  # touching is not overlapping
+    assert first_locked(held, [days(0, 1), days(6, 8), days(3, 4)]) == (days(6, 8), held[1])
+    assert first_locked([], [days(0, 9)]) is None
 
 
 def test_lock_types_parse_with_a_helpful_error() -> None:

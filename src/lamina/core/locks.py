@@ -142,3 +142,14 @@ def decide(requested: Lock, locks: Iterable[Lock]) -> Decision:
         False,
         blockers=tuple(lk.id for lk in incompatible if lk.priority >= requested.priority),
     )
+
+
+def first_locked(held: Iterable[Lock], spans: Iterable[Interval]) -> tuple[Interval, Lock] | None:
+    """The first of ``spans`` that overlaps one of the ``held`` locks, with that lock —
+    a replace or removal there must wait for the holder — or None."""
+    locks = list(held)
+    for iv in spans:
+        lk = next((lk for lk in locks if lk.interval.overlaps(iv)), None)
+        if lk is not None:
+            return iv, lk
+    return None

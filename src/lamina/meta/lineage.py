@@ -35,6 +35,7 @@ from lamina.core.lineage import (
     hidden_by,
     may_show,
 )
+from lamina.core.locks import first_locked
 from lamina.core.model import CommitAction
 from lamina.core.planner import hidden_by_newer
 from lamina.errors import LineageEntryNotFoundError, LineageError
@@ -317,15 +318,17 @@ def _outside_locks(conn: Connection, table_id: int, entry_id: str, what: str) ->
         return
     named = lists(conn, [entry_id], ("from", "to"))
     ids = sorted({i for ids in named.values() for i in ids})
-    for r in rows_by_id(conn, table_id, ids):
-        iv = Interval.of(r.start_us, r.end_us)
-        lk = next((lk for lk in held if lk.interval.overlaps(iv)), None)
-        if lk is not None:
-            raise LineageError(
-                f"cannot {what} lineage entry {entry_id}: its segment {r.segment_id} lies in "
-                f"{iv}, where commit {lk.holder} holds a {lk.type.value} lock on "
-                f"{lk.interval}; nothing changed — {what} it once that commit completes"
-            )
+    rows = {
+        Interval.of(r.start_us, r.end_us): r.segment_id for r in rows_by_id(conn, table_id, ids)
+    }
+    found = first_locked(held, rows)
+    if found is not None:
+        iv, lk = found
+        raise LineageError(
+            f"cannot {what} lineage entry {entry_id}: its segment {rows[iv]} lies in "
+            f"{iv}, where commit {lk.holder} holds a {lk.type.value} lock on "
+            f"{lk.interval}; nothing changed — {what} it once that commit completes"
+        )
 
 
 def end_replace(db: Db, name: str, entry_id: str, segments_to: list[str] | None = None) -> None:

@@ -13,7 +13,7 @@ from sqlalchemy import Connection
 from lamina.core.conflicts import Footprint, Isolation, Kind, SegmentRef, check
 from lamina.core.interval import ETERNITY, Interval
 from lamina.core.lineage import LineageState
-from lamina.core.locks import Lock, LockState, LockType
+from lamina.core.locks import Lock, LockState, LockType, first_locked
 from lamina.core.model import PublishPlan
 from lamina.core.segment import Segment
 from lamina.errors import (
@@ -122,17 +122,17 @@ def refuse_in_locks(held: list[Lock], spans: Iterable[Interval], who: str) -> No
     (its lock was to keep such writes out), so it would silently undo this one (Druid:
     every write into a locked interval needs a lock of its own). Raises
     CommitConflictError (retryable)."""
-    for iv in spans:
-        other = next((lk for lk in held if lk.interval.overlaps(iv)), None)
-        if other is not None:
-            raise CommitConflictError(
-                f"{who} replaces or removes segments in {iv}, where commit "
-                f"{other.holder} holds a {other.type.value} lock on {other.interval}; "
-                "nothing was published — retry once that commit completes, or take a "
-                "lock yourself (t.transaction(lock=...)), which waits for it",
-                other=int(other.holder),
-                retryable=True,
-            )
+    found = first_locked(held, spans)
+    if found is not None:
+        iv, other = found
+        raise CommitConflictError(
+            f"{who} replaces or removes segments in {iv}, where commit "
+            f"{other.holder} holds a {other.type.value} lock on {other.interval}; "
+            "nothing was published — retry once that commit completes, or take a "
+            "lock yourself (t.transaction(lock=...)), which waits for it",
+            other=int(other.holder),
+            retryable=True,
+        )
 
 
 def check_conflicts(
