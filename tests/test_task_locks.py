@@ -80,6 +80,42 @@ def test_an_append_inside_a_replace_coexists_and_is_carried(t: lamina.Table) -> 
     assert values(t) == {1.0: 20, 2.0: 3, 4.0: 4}
 
 
+@pytest.mark.parametrize("how", ["lock-free", "APPEND lock"])
+def test_an_append_into_a_coarser_chunk_is_carried_by_the_chunk_of_its_rows(
+    t: lamina.Table, how: str
+) -> None:
+    """After a major compaction to MONTH an append of day 2 joins the MONTH chunk (as
+    Druid allocates into a committed MONTH chunk); a REPLACE holder overwriting the
+    month in DAY chunks carries it into its day 2 chunk instead of failing."""
+    t.compact(mode="major", segment_granularity="MONTH", interval=JAN)
+    replace = t.transaction(lock="REPLACE", interval=JAN, priority=25)
+    replace.overwrite(day(2, 3, 2.0), interval=JAN)  # the whole month: days 1, 3 emptied
+    if how == "lock-free":
+        t.append(day(2, 4, 4.0))
+    else:
+        with t.transaction(lock="APPEND", interval=("2024-01-02", "2024-01-03"), wait_s=0) as a:
+            a.append(day(2, 4, 4.0))
+    assert [str(s.interval)[:10] for s in t.segments()] == ["2024-01-01", "2024-01-01"]
+    replace.commit()
+    assert values(t) == {2.0: 3, 4.0: 4}
+    assert {str(s.interval)[:21] for s in t.segments()} == {"2024-01-02T00:00:00Z/"}
+
+
+def test_an_overwrite_leaves_a_coarse_appended_segment_whose_rows_it_does_not_hide(
+    t: lamina.Table,
+) -> None:
+    t.compact(mode="major", segment_granularity="MONTH", interval=JAN)
+    replace = t.transaction(lock="REPLACE", interval=JAN, priority=25)
+    replace.overwrite(day(3, 2, 3.0))  # day 3 only
+    appended = t.append(day(2, 4, 4.0))  # into the MONTH chunk, rows of day 2
+    done = replace.commit()
+    assert values(t) == {1.0: 20, 3.0: 2, 4.0: 4}
+    at = t.to_arrow(columns=["v"], as_of=done.id)
+    assert Counter(at.column("v").to_pylist()) == values(t)
+    before = t.to_arrow(columns=["v"], as_of=appended.id)  # it completed first
+    assert Counter(before.column("v").to_pylist()) == {1.0: 30, 4.0: 4}
+
+
 def test_a_lock_free_overwrite_inside_a_held_lock_is_refused(t: lamina.Table) -> None:
     """The holder publishes without optimistic checks, so a lock-free overwrite that
     published first would be undone silently (hunts: both the overwrite and a

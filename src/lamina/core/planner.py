@@ -188,6 +188,13 @@ def hidden_by_newer(visible: Iterable[Segment], mine: Iterable[Segment]) -> Segm
     return None
 
 
+def _row_span(seg: Segment) -> Interval | None:
+    """The span of ``seg``'s time values (None: unknown)."""
+    if seg.min_time is None or seg.max_time is None:
+        return None
+    return Interval.of(seg.min_time, seg.max_time + 1)
+
+
 def carried_segments(
     table: str, carried: Sequence[Segment], new: Sequence[Segment], suffix: str = ""
 ) -> list[tuple[Segment, Segment]]:
@@ -198,9 +205,12 @@ def carried_segments(
     an appended partition would (no core count of its own). Returns (original, copy)
     pairs.
 
-    Raises CommitConflictError (retryable) when a carried segment lies in no single
-    new chunk (appended into a coarser chunk than the overwrite's): the overwrite must
-    be retried.
+    A segment appended into a chunk coarser than the overwrite's (after a major
+    compaction to a larger granularity) joins the new chunk holding its rows — an
+    append writes one file per chunk of the table's granularity — and is left as it is
+    when the overwrite hides none of them. Raises CommitConflictError (retryable) when
+    its rows lie in several new chunks (an overwrite finer than the table's chunks):
+    the overwrite must be retried.
     """
     chunks: dict[Interval, list[Segment]] = {}
     for seg in new:
@@ -209,6 +219,11 @@ def carried_segments(
     out = []
     for seg in sorted(carried, key=lambda s: (s.interval, s.version, s.partition_id)):
         home = next((c for c in chunks if c.contains(seg.interval)), None)
+        rows = _row_span(seg)
+        if home is None and rows is not None:  # appended into a coarser chunk: its rows
+            home = next((c for c in chunks if c.contains(rows)), None)  # are of one
+            if home is None and not any(c.overlaps(rows) for c in chunks):  # table chunk
+                continue  # rows the overwrite does not hide: they stay visible as they are
         if home is None:
             raise CommitConflictError(
                 f"segment {seg.id}, appended while this overwrite ran, spans more than one "

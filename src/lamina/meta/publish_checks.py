@@ -19,7 +19,6 @@ from lamina.core.segment import Segment
 from lamina.errors import (
     CommitConflictError,
     LineageError,
-    LockError,
     LockRevokedError,
     UpsertError,
 )
@@ -27,31 +26,6 @@ from lamina.meta import locks as lock_rows
 from lamina.meta.conflicts import completed_since, since
 from lamina.meta.lineage_lists import lists
 from lamina.meta.segments import existing, rows_by_id
-
-
-def lands_inside(
-    conn: Connection,
-    table_id: int,
-    commit_id: int,
-    targets: Iterable[tuple[Interval, int]],
-    locked: list[Interval],
-) -> None:
-    """Appended rows land in a visible chunk, which may be wider than the locks of a
-    locked write (coarser than the table's chunks after a major compaction). That is
-    refused where another commit holds a REPLACE or EXCLUSIVE lock in the chunk: its
-    overwrite could not carry the wider segment (Druid: an append needs a lock on the
-    whole interval of the segment it allocates). Raises LockError."""
-    for chunk, _ in targets:
-        if any(iv.contains(chunk) for iv in locked):
-            continue
-        other = lock_rows.replacing(conn, table_id, commit_id, chunk)
-        if other:
-            raise LockError(
-                f"appended rows land in chunk {chunk} (coarser than the table's chunks "
-                f"after a major compaction), where commit {other[0].holder} holds a "
-                f"{other[0].type.value} lock on {other[0].interval}; take the lock on the "
-                "whole chunk (it waits for that one); nothing was published"
-            )
 
 
 def refuse_partial(
