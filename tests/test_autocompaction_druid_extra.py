@@ -303,3 +303,30 @@ def test_a_locked_interval_is_skipped_and_the_others_compacted(cat: lamina.Catal
         assert len([s for s in t.segments() if str(s.interval)[:10] == "2017-10-02"]) == 3
     cat.compact_auto(["wiki"])  # the lock ended: its day is compacted now
     assert len([s for s in t.segments() if str(s.interval)[:10] == "2017-10-02"]) == 1
+
+
+@pytest.mark.parametrize("major", [False, True])
+def test_a_streaming_append_lock_does_not_stall_compaction_of_its_chunk(
+    cat: lamina.Catalog, major: bool
+) -> None:
+    """Druid's concurrent locks: an APPEND lock coexists with a minor compaction's
+    SEGMENT locks and with a major one's REPLACE lock around it, so a long-running
+    appender (priority 75) does not keep its day uncompacted (#6136); what it appends
+    meanwhile is kept."""
+    t = cat.create_table("wiki", SCHEMA, time_column="ts", segment_granularity="DAY")
+    for i in range(3):
+        t.append(hourly("2017-10-01T00:00", 48, per_hour=1, seed=i))
+    if major:
+        policy(t, segment_granularity="MONTH")
+    day2 = "2017-10-02/2017-10-03"
+    with t.transaction(lock="APPEND", interval=day2, priority=75, wait_s=0) as tx:
+        tx.append(hourly("2017-10-02T05:00", 1, per_hour=1, seed=9))
+        assert {r.status.status for r in dry(cat, "wiki")} == {"PENDING"}
+        done = cat.compact_auto(["wiki"])
+        assert done and all(r.commit is not None for r in done), done
+    assert t.count() == 3 * 48 + 1
+    if major:
+        assert {str(s.interval)[:10] for s in t.segments()} == {"2017-10-01"}  # the month
+        assert t.to_arrow(interval=day2).num_rows == 3 * 24 + 1
+    else:
+        assert len([s for s in t.segments() if str(s.interval)[:10] == "2017-10-02"]) == 2

@@ -3,7 +3,9 @@ REPLACE lock — re-partitioned, sorted, rolled up — with appends kept meanwhi
 
 from __future__ import annotations
 
+import os
 import threading
+from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -188,6 +190,29 @@ def test_deleting_a_day_overwrite_shows_that_day_of_a_coarser_segment_again(
     u.overwrite(new, interval=day2)
     u.delete_segments([s.id for s in u.segments() if str(s.interval).startswith("2024-01-02")])
     assert u.to_arrow(interval=day2).num_rows == 0 and u.count() == 20
+
+
+def test_a_coarser_segment_hidden_in_pieces_by_several_overwrites_is_retired(
+    cat: lamina.Catalog,
+) -> None:
+    """Druid marks every segment the timeline overshadows unused, whichever segments
+    hide it: a MONTH segment hidden by two half-month overwrites is retired by the
+    second one, and retention deletes its file."""
+    t = cat.create_table("h", schema=SCHEMA, time_column="ts", segment_granularity="DAY")
+    t.append(events(days=3, per_day=10, seed=1))
+    t.compact(mode="major", interval=("2024-01-01", "2024-02-01"), segment_granularity="MONTH")
+    (month,) = t.segments()
+    first = events(days=1, per_day=2, seed=3, start="2024-01-01")
+    t.overwrite(first, interval=("2024-01-01", "2024-01-16"))
+    assert month.id in {s.id for s in t.segments(all=True)}  # still shows from the 16th
+    t.overwrite(
+        events(days=1, per_day=2, seed=4, start="2024-01-20"), interval=("2024-01-16", "2024-02-01")
+    )
+    assert t.count() == 4
+    cat.run_retention(now=datetime.now(timezone.utc) + timedelta(days=30))
+    assert month.id not in {s.id for s in t.segments(all=True)}
+    assert month.location is not None
+    assert not os.path.exists(os.path.join(cat.warehouse.root, month.location))
 
 
 def test_a_major_compaction_of_sparse_hours_rewrites_only_the_hours_with_data(

@@ -21,6 +21,7 @@ from lamina.core.autocompact import (
     ChunkStatus,
     Policy,
     check_policy,
+    in_the_way,
     policy_of,
     skip_locked,
     statuses,
@@ -62,7 +63,7 @@ class _Survey:
     held: set[Interval]
     purge: frozenset[str]
     kept: dict[str, int]  # rows a segment keeps, when fewer than it holds (upserts)
-    locked: list[tuple[Interval, int]]  # granted task locks: interval, priority
+    locked: list[tuple[Interval, int, bool]]  # granted task locks: interval, priority, APPEND
 
 
 def _survey(table: Table) -> _Survey:
@@ -82,7 +83,11 @@ def _survey(table: Table) -> _Survey:
     seen = {st.chunk for st in found}
     why = "a lineage entry names its segments (a push in progress or still revertible)"
     found += [ChunkStatus(c, "SKIPPED", "none", why) for c in held - seen]
-    granted = [(lk.interval, lk.priority) for lk in table.locks() if lk.state == "GRANTED"]
+    granted = [
+        (lk.interval, lk.priority, lk.type == "APPEND")
+        for lk in table.locks()
+        if lk.state == "GRANTED"
+    ]
     found = skip_locked(found, granted, PRIORITY_COMPACTION)
     found.sort(key=lambda st: (st.chunk.end, st.chunk.start), reverse=True)
     return _Survey(pol, found, segs, held, stale, kept, granted)
@@ -133,7 +138,7 @@ def compact_auto(table: Table, dry_run: bool = False) -> list[AutoResult]:
             if table.time_column is None
             else Interval.of(gran.floor(st.chunk.start), gran.chunk(st.chunk.end - 1).end)
         )
-        busy = [p for c, p in survey.locked if p >= PRIORITY_COMPACTION and c.overlaps(iv)]
+        busy = [lk[1] for lk in survey.locked if in_the_way(lk, iv, "major", PRIORITY_COMPACTION)]
         if busy:  # the interval reaches past the chunk, into a locked one
             why = f"skipped: a task lock of priority {max(busy)} holds part of {iv}"
             out.append(AutoResult(table.name, st, None, why))

@@ -267,16 +267,31 @@ def statuses(
     return out
 
 
+def in_the_way(
+    lock: tuple[Interval, int, bool], interval: Interval, action: str, priority: int
+) -> bool:
+    """Whether a granted lock (interval, priority, is it an APPEND lock) keeps a
+    compaction of ``priority`` out of ``interval``: one of equal or higher priority
+    overlapping it — not an APPEND lock, which coexists with a minor compaction's
+    SEGMENT locks, and with a major one's REPLACE lock when it lies inside (Druid's
+    concurrent locks: the appended segments are carried onto the new version)."""
+    iv, p, append = lock
+    if p < priority or not iv.overlaps(interval):
+        return False
+    return not (append and (action == "minor" or interval.contains(iv)))
+
+
 def skip_locked(
-    found: Sequence[ChunkStatus], locked: Sequence[tuple[Interval, int]], priority: int
+    found: Sequence[ChunkStatus], locked: Sequence[tuple[Interval, int, bool]], priority: int
 ) -> list[ChunkStatus]:
     """``found`` with each PENDING chunk that a granted lock of ``priority`` or more
-    overlaps (``locked``: interval, priority) SKIPPED instead, as Druid's coordinator
-    skips the intervals tasks of equal or higher priority lock: a held lock stalls
-    compaction of its chunks only, never of the others."""
+    keeps out (``locked``: interval, priority, is it an APPEND lock; see
+    :func:`in_the_way`) SKIPPED instead, as Druid's coordinator skips the intervals
+    tasks of equal or higher priority lock: a held lock stalls compaction of its
+    chunks only, never of the others."""
     out = []
     for st in found:
-        by = [p for iv, p in locked if p >= priority and iv.overlaps(st.chunk)]
+        by = [lk[1] for lk in locked if in_the_way(lk, st.chunk, st.action, priority)]
         if st.status == "PENDING" and by:
             why = f"a task lock of priority {max(by)} holds it (compacted once it ends)"
             st = ChunkStatus(st.chunk, "SKIPPED", "none", why, st.segments, st.small)

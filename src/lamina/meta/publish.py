@@ -181,6 +181,9 @@ def _publish(
         if plan.overwrite and entry is None:  # under an entry, the entry hides
             span = _span(list(plan.overwrite))
             live = live_segments(conn, table.id, table.name, span, hidden)
+            while (wide := _span([span, *(s.interval for s in live)])) != span:
+                span = wide  # a coarser segment sticks out: what hides the rest of it
+                live = live_segments(conn, table.id, table.name, span, hidden)  # counts
             gone = overshadowed(live, new)
             if plan.upsert is not None and not plan.rewrite:
                 checks.refuse_partial(live, gone, plan.remove_ids, plan.overwrite)
