@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -209,7 +209,7 @@ def test_a_coarser_segment_hidden_in_pieces_by_several_overwrites_is_retired(
         events(days=1, per_day=2, seed=4, start="2024-01-20"), interval=("2024-01-16", "2024-02-01")
     )
     assert t.count() == 4
-    cat.run_retention(now=datetime.now(timezone.utc) + timedelta(days=30))
+    cat.run_retention(now=datetime.now(UTC) + timedelta(days=30))
     assert month.id not in {s.id for s in t.segments(all=True)}
     assert month.location is not None
     assert not os.path.exists(os.path.join(cat.warehouse.root, month.location))

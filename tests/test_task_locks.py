@@ -71,6 +71,21 @@ def test_a_higher_priority_request_revokes_and_the_holder_fails_at_publish(
     assert values(t) == {1.0: 20, 5.0: 2}
 
 
+def test_a_revoked_idle_transaction_fails_at_its_next_write_at_once(t: lamina.Table) -> None:
+    """Druid's holder learns of the revocation at its next action: no heartbeat need
+    pass first, and the refused write leaves no file behind."""
+    low = t.transaction(lock="REPLACE", interval=JAN, priority=25)
+    low.overwrite(day(2, 3, 2.0))
+    high = t.transaction(lock="EXCLUSIVE", interval=("2024-01-02", "2024-01-03"), priority=50)
+    assert high.base_seq >= 0  # granted now: the REPLACE is revoked
+    with pytest.raises(LockRevokedError, match="revoked"):
+        low.overwrite(day(3, 3, 3.0))
+    high.abort()
+    with pytest.raises(LockRevokedError):
+        low.commit()
+    assert values(t) == {1.0: 30}
+
+
 def test_an_append_inside_a_replace_coexists_and_is_carried(t: lamina.Table) -> None:
     replace = t.transaction(lock="REPLACE", interval=JAN, priority=25)
     replace.overwrite(day(2, 3, 2.0))

@@ -143,11 +143,14 @@ class Transaction:
                 raise
 
     def _check_open(self) -> None:
+        fresh = self._state == "new"
         self._begin()
         if self._state != "open":
             raise TransactionError(
                 f"this transaction is {self._state}; open a new one with t.transaction()"
             )
+        if self._lock is not None and not fresh:  # revoked while idle: fail now
+            self._write.check(ask=True)
 
     # -- operations -----------------------------------------------------------------
 

@@ -200,11 +200,14 @@ class WriteTransaction:
                 raise
         return self
 
-    def check(self) -> None:
+    def check(self, ask: bool = False) -> None:
         """Raise if a heartbeat found this commit aborted or its task lock revoked:
         the write stops within one heartbeat instead of finishing for nothing.
-        Raises LockRevokedError (revoked), CommitError (aborted)."""
-        if not _HEARTBEATS.lost(self.owner):
+        ``ask``: ask the catalog about revocation now, not only once a beat found it
+        (a locked transaction's next operation). Raises LockRevokedError (revoked),
+        CommitError (aborted)."""
+        lost = _HEARTBEATS.lost(self.owner)
+        if not lost and not ask:
             return
         revoked = locks.revoked(self.ctx.db, self.id)
         if revoked is not None:
@@ -214,6 +217,8 @@ class WriteTransaction:
                 "revoked by a higher-priority request; the write stopped and nothing was "
                 "published — retry, or raise this transaction's priority"
             )
+        if not lost:
+            return
         raise CommitError(
             f"commit {self.id} of {self.table.name!r} was aborted meanwhile (its heartbeat "
             "found it no longer open, e.g. another writer's cleanup took it for dead after a "
