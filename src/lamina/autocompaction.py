@@ -124,7 +124,17 @@ def compact_auto(table: Table, dry_run: bool = False) -> list[AutoResult]:
         runs = plan_minor(segs, pol.target_rows, pol.small, survey.purge, survey.kept)
         state = Policy(pol.target_rows).state
         commit, error = _attempt(lambda: compact_minor(table, runs, state=state, nice=pol.nice))
-        out += [AutoResult(table.name, st, commit, error) for st in minor]
+        if error is None or len(chunks) == 1:
+            out += [AutoResult(table.name, st, commit, error) for st in minor]
+        else:  # one chunk changed meanwhile: the others go on, a commit each (Druid's
+            for st in minor:  # task per interval), rather than wait for the next run
+                mine = [r for r in runs if r.chunk == st.chunk]
+                done_, err = _attempt(
+                    lambda mine=mine: compact_minor(  # type: ignore[misc]
+                        table, mine, state=state, nice=pol.nice
+                    )
+                )
+                out.append(AutoResult(table.name, st, done_, err))
     gran = pol.segment_granularity or table.granularity
     done: set[Interval] = set()
     upserts = "upsert.primary_key" in table._record.properties
