@@ -260,6 +260,9 @@ def test_a_push_is_refused_on_upsert_tables(t: lamina.Table) -> None:
     t.upsert(rows(("a", 1, 1)))
     with pytest.raises(UpsertError, match="not supported on upsert table"):
         t.push()
+    for call in (lambda: t.end_replace("nope"), lambda: t.revert_replace("nope", force=True)):
+        with pytest.raises(UpsertError, match="not supported on upsert table"):
+            call()
     assert latest(t) == {"a": 1}
 
 

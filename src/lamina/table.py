@@ -418,16 +418,20 @@ class Table(TableReads):
         for (Pinot's end with a subset): the end gives up the others, and what was
         written under the entry shows.
         Raises LineageError (names never written, not in the entry),
-        LineageEntryNotFoundError."""
+        LineageEntryNotFoundError, UpsertError (an upsert table has no lineage)."""
         from lamina.meta import lineage
 
+        self._refuse_upsert("a segment replacement (lineage)")
         lineage.end_replace(self._ctx.db, self.name, entry_id, segments_to)
 
     def revert_replace(self, entry_id: str, force: bool = False) -> None:
         """Undo an entry: readers see its segments_from again. IN_PROGRESS needs force;
-        a COMPLETED one (a rollback) must be the newest link of its chain."""
+        a COMPLETED one (a rollback) must be the newest link of its chain.
+        Raises LineageError, LineageEntryNotFoundError, UpsertError (an upsert table
+        has no lineage)."""
         from lamina.meta import lineage
 
+        self._refuse_upsert("a segment replacement (lineage)")
         lineage.revert_replace(self._ctx.db, self.name, entry_id, force)
 
     def delete_segments(self, segment_ids: list[str]) -> Commit:
