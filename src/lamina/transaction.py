@@ -142,14 +142,16 @@ class Transaction:
                 self.abort()
                 raise
 
-    def _check_open(self) -> None:
+    def _check_open(self, ask: bool = True) -> None:
+        """Raise TransactionError unless open; ``ask``: and LockRevokedError when a
+        lock of an idle transaction was revoked (publish checks that itself)."""
         fresh = self._state == "new"
         self._begin()
         if self._state != "open":
             raise TransactionError(
                 f"this transaction is {self._state}; open a new one with t.transaction()"
             )
-        if self._lock is not None and not fresh:  # revoked while idle: fail now
+        if ask and self._lock is not None and not fresh:  # revoked while idle: fail now
             self._write.check(ask=True)
 
     # -- operations -----------------------------------------------------------------
@@ -232,7 +234,7 @@ class Transaction:
         CommitConflictError (nothing published, files removed), TransactionError."""
         from lamina.upsert import PARTIAL_ATTEMPTS, pause
 
-        self._check_open()
+        self._check_open(ask=False)  # a revoked lock fails the publish, which cleans up
         attempts = PARTIAL_ATTEMPTS if self._held else 1
         for attempt in range(attempts):
             where = f"{self._write.dir}/merged{attempt}"
