@@ -90,11 +90,11 @@ def test_a_revoked_idle_transaction_fails_at_its_next_write_at_once(t: lamina.Ta
 def test_a_with_block_whose_lock_was_revoked_aborts_its_commit(t: lamina.Table) -> None:
     """The publish at the end of the block fails, and the commit is aborted with its
     files removed — not left open for as long as the process lives."""
-    with pytest.raises(LockRevokedError):
-        with t.transaction(lock="REPLACE", interval=JAN, priority=10) as low:
-            low.overwrite(day(2, 3, 2.0))
-            with t.transaction(lock="REPLACE", interval=JAN, priority=90, wait_s=0) as high:
-                high.overwrite(day(3, 1, 3.0))
+    low = t.transaction(lock="REPLACE", interval=JAN, priority=10)
+    with pytest.raises(LockRevokedError), low:
+        low.overwrite(day(2, 3, 2.0))
+        with t.transaction(lock="REPLACE", interval=JAN, priority=90, wait_s=0) as high:
+            high.overwrite(day(3, 1, 3.0))
     states = {c.id: c.state for c in t.history()}
     assert sorted(states.values()) == ["ABORTED", "COMPLETED", "COMPLETED"]
     assert values(t) == {1.0: 20, 3.0: 1}
