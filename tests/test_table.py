@@ -400,3 +400,16 @@ def test_a_drop_that_fails_keeps_the_table_whole(
     cat.drop_table("events")
     assert cat.list_tables() == []
     assert os.listdir(cat.warehouse.root) == ["_lamina_catalog.json"]  # nothing set aside
+
+
+def test_the_commit_a_write_returns_is_the_one_history_records(cat: lamina.Catalog) -> None:
+    t = cat.create_table("h", SCHEMA, time_column="ts", segment_granularity="DAY")
+    got = [t.append(events(days=2, per_day=5)), t.append(events(days=2, per_day=5, seed=2))]
+    got.append(t.compact())
+    got.append(t.overwrite(events(days=1, per_day=3, seed=3)))
+    got.append(t.delete_segments([t.segments()[-1].id]))
+    recorded = {c.id: c for c in t.history()}
+    for c in got:
+        assert c is not None
+        h = recorded[c.id]
+        assert (c, c.metadata, c.inflight_at) == (h, h.metadata, h.inflight_at), c.action

@@ -382,7 +382,7 @@ def history(
             if rcid is not None:
                 removed.setdefault(rcid, []).append(sid)
         return [
-            commit_of(r, name, tuple(added.get(r.id, ())), tuple(removed.get(r.id, ())))
+            commit_of(r, name, tuple(added.get(r.id, ())), tuple(sorted(removed.get(r.id, ()))))
             for r in rows
         ]
 

@@ -70,6 +70,7 @@ _TABLE_AND_COMMIT = (
         commits.c.metadata.label("commit_metadata"),
         commits.c.started_at,
         commits.c.base_seq,
+        commits.c.inflight_at,
     )
     .select_from(_joined)
     .where(tables.c.id == bindparam("tid"))
@@ -322,6 +323,8 @@ def _publish(
         removed=tuple(sorted(removed)),
         metadata=meta,
         seq=done.seq,
+        base_seq=trow.base_seq,
+        inflight_at=Commit.time(trow.inflight_at),
     )
 
 
@@ -413,8 +416,10 @@ def delete_segments(db: Db, name: str, ids: list[str]) -> Commit:
             when,
             when,
             name,
-            removed=tuple(ids),
+            removed=tuple(sorted(ids)),
+            metadata={"segments": ids},
             seq=done.seq,
+            inflight_at=when,
         )
 
     return db.write(txn)
