@@ -346,6 +346,32 @@ def test_a_publish_whose_answer_was_lost_returns_its_commit(
     assert t.count() == 4 and [x.state for x in t.history()] == ["COMPLETED", "ABORTED"]
 
 
+def test_a_begin_whose_answer_was_lost_leaves_no_open_commit(
+    cat: lamina.Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL opens a commit in one autocommitted statement, run again when its
+    answer is lost: the first try's commit was left open for the life of the process
+    (a live local writer is never judged dead). The second try aborts it."""
+    from lamina.meta.db import Db
+
+    if cat.context.db.sqlite:
+        pytest.skip("SQLite opens a commit in a transaction: a lost answer rolls it back")
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    real = Db.write
+
+    def twice(self: Db, fn: Any, *, single: bool = False) -> Any:
+        if single:
+            real(self, fn, single=True)  # reached the catalog; its answer never came
+        return real(self, fn, single=single)
+
+    monkeypatch.setattr(Db, "write", twice)
+    c = t.append(events(days=1, per_day=4))
+    monkeypatch.undo()
+    states = {x.id: x.state for x in t.history()}
+    assert states[c.id] == "COMPLETED" and t.count() == 4
+    assert sorted(states.values()) == ["ABORTED", "COMPLETED"]
+
+
 def test_a_dropped_catalog_connection_is_replaced(cat: lamina.Catalog) -> None:
     """A pooled connection the server dropped (a failover, a pooler restart) failed the
     next read or write with CatalogUnavailableError, though a second try worked (a

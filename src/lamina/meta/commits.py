@@ -300,6 +300,11 @@ def begin_commit(
         abort(db, new_id, owner)
         raise TableNotFoundError(f"table id {table_id} was dropped meanwhile")
     others = [r for r in got if r.id is not None]
+    if owner != process_token():  # a write's own token: another open commit of it is
+        for r in others:  # a first try whose answer was lost (run again): abort it
+            if r.owner == owner and r.state != CommitState.ABORTED.value:
+                abort(db, int(r.id), owner)
+        others = [r for r in others if r.owner != owner]
     stale = sorted(int(r.id) for r in others if r.state == CommitState.ABORTED.value)
     if any(dead(r, stale_after_s, now) for r in others if r.state != CommitState.ABORTED.value):
         stale = db.write(
