@@ -801,6 +801,19 @@ def test_ingest_a_json_array_says_json_lines_are_read(wh: str, tmp_path: Path) -
     assert "JSON lines: one object per line, not a JSON array" in out
 
 
+def test_a_failed_ingest_create_leaves_no_table(
+    wh: str, tmp_path: Path, cat: lamina.Catalog
+) -> None:
+    good, bad = tmp_path / "a1.csv", tmp_path / "a2.csv"
+    good.write_text("ts,k\n2024-01-01T10:00:00,1\n")
+    bad.write_text("ts,k\n2024-01-01T11:00:00,xyz\n")
+    for mode in ("append", "overwrite"):
+        out = fails(wh, "ingest", "cr", str(good), str(bad), "--create", "-t", "ts", "-m", mode)
+        assert "a2.csv" in out and "xyz" in out
+        assert cat.list_tables() == []
+    assert "1 row" in ok(wh, "ingest", "cr", str(good), "--create", "-t", "ts")
+
+
 def test_ingest_local_folder_of_files(wh: str, tmp_path: Path, cat: lamina.Catalog) -> None:
     folder = tmp_path / "export"
     folder.mkdir()
@@ -972,13 +985,20 @@ def test_compact_minor_major_and_auto(wh: str, events: lamina.Table) -> None:
     assert "nothing to compact" in ok(wh, "compact", "events")
     out = ok(wh, "compact", "events", "--mode", "major", "--sort-by", "v")
     assert "compacted events (major)" in out and events.count() == n
+    commits = len(events.history())
+    for extra in (["--mode", "bogus"], ["--interval", "x"], ["--target-rows", "5"]):
+        out = fails(wh, "compact", "events", "--auto", *extra)
+        assert f"{extra[0]} cannot go with --auto" in out
+    assert "`lamina tables`" in fails(wh, "compact", "nosuch", "--auto", "--dry-run")
+    assert len(events.history()) == commits  # nothing ran
+    events.append(_rows([0], 2, k0=500))
     auto = ok(wh, "compact", "--auto", "--format", "csv")
-    assert "PENDING" not in auto
+    assert "PENDING" not in auto and ",COMPACTED,minor," in auto
     assert "mode='odd'" in fails(wh, "compact", "events", "--mode", "odd")
     assert "--dry-run goes with --auto" in fails(wh, "compact", "events", "--dry-run")
     assert "name a table" in fails(wh, "compact")
     assert "round 1:" in ok(wh, "services", "--rounds", "1", "--every", "0.1")
-    assert events.count() == n
+    assert events.count() == n + 2
 
 
 def test_upsert_tables_from_the_command_line(wh: str, tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ def compact(
         str | None,
         typer.Option("--interval", help="START/END (ISO-8601); default: the whole table."),
     ] = None,
-    mode: Annotated[str, typer.Option("--mode", help="minor or major.")] = "minor",
+    mode: Annotated[str | None, typer.Option("--mode", help="minor (default) or major.")] = None,
     granularity: Annotated[
         str | None, typer.Option("--granularity", help="Major: new segment granularity.")
     ] = None,
@@ -56,13 +56,30 @@ def compact(
 ) -> None:
     """Merge small segments (minor), rewrite chunks (major), or run auto-compaction."""
     if auto:
+        given = {
+            "--interval": interval,
+            "--mode": mode,
+            "--granularity": granularity,
+            "--sort-by": sort_by,
+            "--target-rows": target_rows,
+        }
+        extra = [opt for opt, value in given.items() if value]
+        if extra:
+            raise CompactionError(
+                f"{', '.join(extra)} cannot go with --auto, which follows each table's "
+                "compaction policy (its compaction.* properties); drop them, or compact "
+                "one table without --auto"
+            )
         with connect(ctx, catalog, warehouse) as cat:
+            if name is not None:
+                load(cat, name)  # an unknown name: the CLI's message
             results = cat.compact_auto([name] if name else None, dry_run=dry_run)
         rows = [
             {
                 "table": r.table,
                 "chunk": str(r.status.chunk),
-                "status": r.status.status,
+                # what the run did; the chunk's status before it is what --dry-run shows
+                "status": "COMPACTED" if r.commit is not None else r.status.status,
                 "action": r.status.action,
                 "segments": r.status.segments,
                 "small": r.status.small,
@@ -81,6 +98,7 @@ def compact(
     with connect(ctx, catalog, warehouse) as cat:
         t = load(cat, name)
         before = len(t.segments())
+        mode = mode or "minor"
         c = t.compact(
             interval=interval,
             mode=mode,

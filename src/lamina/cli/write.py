@@ -265,9 +265,20 @@ def ingest(
                 commits.append(table.overwrite(data, interval=interval, metadata=meta))
 
         meta = _input_meta(ctx.meta.get("via", "lamina ingest"), fmt, paths, use)
-        tasks = _write(
-            use, verbose, fmt, paths, None if table is None else table.schema, "writing", write
-        )
+        try:
+            tasks = _write(
+                use, verbose, fmt, paths, None if table is None else table.schema, "writing", write
+            )
+        except BaseException:
+            if (
+                created
+                and table is not None
+                and not any(  # nothing published: no table
+                    c.state == "COMPLETED" for c in table.history()
+                )
+            ):
+                cat.drop_table(name)
+            raise
         assert table is not None
         _print_commit(table, commits[0], created, time.monotonic() - started, use, tasks)
 
