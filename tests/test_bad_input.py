@@ -113,6 +113,23 @@ def test_time_column_not_in_schema(cat: lamina.Catalog) -> None:
     assert cat.list_tables() == []
 
 
+@pytest.mark.parametrize(
+    "t",
+    [pa.timestamp("us", tz="Mars/Olympus"), pa.list_(pa.timestamp("ms", tz="Nope/Nowhere"))],
+)
+def test_a_time_zone_arrow_cannot_find_is_refused_at_create(
+    cat: lamina.Catalog, t: pa.DataType
+) -> None:
+    """It was stored, then every read converting the rows failed (pandas, to_pylist)."""
+    with pytest.raises(errors.SchemaError, match="not in the time zone database"):
+        cat.create_table("z", pa.schema([("ts", pa.timestamp("us")), ("c", t)]), "ts")
+    assert cat.list_tables() == []
+    good = pa.schema(
+        [("ts", pa.timestamp("us", tz="Europe/Paris")), ("c", pa.timestamp("s", tz="+01:00"))]
+    )
+    assert cat.create_table("z", good, "ts").schema == good
+
+
 def test_invalid_granularity_and_name(cat: lamina.Catalog) -> None:
     with pytest.raises(errors.InvalidGranularityError, match="use one of HOUR, DAY"):
         cat.create_table("t", schema=SCHEMA, time_column="ts", segment_granularity="FORTNIGHT")

@@ -151,7 +151,8 @@ class Catalog:
         Column types are stored in their Parquet-compatible form (views as large
         types, dictionaries as their values...; see Column types in docs/concepts.md).
         Raises UnsupportedTypeError for a column type lamina cannot store, SchemaError
-        for another schema object or a repeated or reserved column name (``_change``,
+        for another schema object, a time zone not in the time zone database, or a
+        repeated or reserved column name (``_change``,
         ``_commit_id``, ``_commit_seq``: incremental reads add them), TimeColumnError,
         InvalidGranularityError, PropertyError and CompactionError for bad properties.
 

@@ -182,7 +182,26 @@ def table_schema(schema: pa.Schema) -> pa.Schema:
             pq.write_table(pa.schema([f]).empty_table(), io.BytesIO())
         except (pa.ArrowException, OSError):  # a decimal of negative scale: an OSError
             raise _unsupported(f.name, f.type, None) from None
+        _check_zones(f.name, f.type)
     return stored
+
+
+def _check_zones(column: str, t: pa.DataType) -> None:
+    """Raise SchemaError for a timestamp (at any depth) whose time zone Arrow cannot
+    find: the table would take rows and fail every read that converts them."""
+    import pyarrow.compute as pc
+
+    if pa.types.is_timestamp(t) and t.tz is not None:
+        try:
+            pc.hour(pa.array([0], t))
+        except pa.ArrowInvalid:
+            raise SchemaError(
+                f"column {column!r} has time zone {t.tz!r}, which is not in the time zone "
+                "database: use a name such as 'UTC' or 'Europe/Paris', or an offset such "
+                "as '+01:00'"
+            ) from None
+    for i in range(t.num_fields):  # list values, struct fields, map keys and items
+        _check_zones(column, t.field(i).type)
 
 
 _FAMILIES = [
