@@ -421,6 +421,7 @@ def test_a_second_catalog_on_a_warehouse_is_refused(catalog_url: str, tmp_path: 
     other = f"sqlite:///{tmp_path}/other.db"
     with pytest.raises(errors.WarehouseError, match="holds the tables of another catalog"):
         lamina.connect(catalog=other, warehouse=wh)
+    assert not os.path.exists(tmp_path / "other.db")  # refused before anything was made
     with lamina.connect(catalog=catalog_url, warehouse=wh) as cat:  # its own: fine
         assert cat.load_table("events").count() == 300
     os.remove(os.path.join(wh, "_lamina_catalog.json"))  # "if that catalog is gone for good"

@@ -24,7 +24,7 @@ from lamina.errors import (
 from lamina.io.warehouse import Warehouse
 from lamina.meta import tables as table_rows
 from lamina.meta.db import Db, create_catalog_engine
-from lamina.meta.schema import catalog_id, migrate
+from lamina.meta.schema import catalog_id, existing_catalog_id, migrate
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -118,6 +118,10 @@ class Catalog:
         self.heartbeat_s = heartbeat_s
         self.stale_after_s = stale_after_s
         self.engine = create_catalog_engine(url)
+        found = warehouse.owner()
+        if found is not None and existing_catalog_id(self.engine) != found.get("catalog"):
+            self.engine.dispose()
+            warehouse.refuse(found)  # before anything is made in this catalog
         migrate(self.engine)
         warehouse.claim(catalog_id(self.engine), self.engine.url.render_as_string())
         self.context = CatalogContext(

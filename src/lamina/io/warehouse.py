@@ -95,12 +95,28 @@ class Warehouse:
         except (OSError, ValueError) as exc:
             raise WarehouseError(f"cannot read or write {marker}: {exc}") from None
         if found is None or found.get("catalog") != catalog_id:
-            raise WarehouseError(
-                f"warehouse {self.location!r} holds the tables of another catalog "
-                f"({(found or {}).get('url')}); give this catalog a warehouse of its own "
-                f"(two catalogs on one warehouse delete each other's files), or remove "
-                f"{marker} if that catalog is gone for good"
-            )
+            raise self._taken(found)
+
+    def owner(self) -> dict[str, str] | None:
+        """The marker of the catalog that writes this warehouse (None: none yet).
+        Raises WarehouseError (unreadable)."""
+        marker = self.path(self.MARKER)
+        try:
+            return self._read_marker(marker)
+        except (OSError, ValueError) as exc:
+            raise WarehouseError(f"cannot read {marker}: {exc}") from None
+
+    def refuse(self, found: dict[str, str] | None) -> None:
+        """Raise the WarehouseError of a catalog that is not ``found``'s."""
+        raise self._taken(found)
+
+    def _taken(self, found: dict[str, str] | None) -> WarehouseError:
+        return WarehouseError(
+            f"warehouse {self.location!r} holds the tables of another catalog "
+            f"({(found or {}).get('url')}); give this catalog a warehouse of its own "
+            f"(two catalogs on one warehouse delete each other's files), or remove "
+            f"{self.path(self.MARKER)} if that catalog is gone for good"
+        )
 
     def _read_marker(self, marker: str) -> dict[str, str] | None:
         import json

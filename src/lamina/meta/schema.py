@@ -426,6 +426,25 @@ def migrate(engine: Engine) -> int:
     return run(engine, apply, write=True)
 
 
+def existing_catalog_id(engine: Engine) -> str | None:
+    """The catalog's identity if it has one, without creating anything (a SQLite
+    file that does not exist is not made)."""
+    import os
+
+    if is_sqlite(engine):
+        path = engine.url.database
+        if path and path != ":memory:" and not os.path.exists(path):
+            return None
+
+    def read(conn: Connection) -> str | None:
+        if not inspect(conn).has_table(identity.name):
+            return None
+        found = conn.execute(select(identity.c.uuid).where(identity.c.id == 1)).scalar()
+        return None if found is None else str(found)
+
+    return run(engine, read, write=False)
+
+
 def catalog_id(engine: Engine) -> str:
     """The catalog's identity (made by the first caller)."""
     import uuid
