@@ -472,6 +472,10 @@ def test_compaction_status_and_trigger(cat: lamina.Catalog, client: TestClient) 
         "/tables/small/compact", json={"mode": "major", "sortBy": ["zz"]}, headers=AUTH
     )
     assert bad.status_code == 400 and "zz" in bad.json()["detail"]
+    assert "sort_by" not in bad.json()["detail"]  # the request's words
+    weekly = {"mode": "major", "segmentGranularity": "WEEKLY"}
+    bad = client.post("/tables/small/compact", json=weekly, headers=AUTH)
+    assert bad.status_code == 400 and bad.json()["detail"].startswith("segmentGranularity:")
     assert (
         client.post("/tables/small/compact", json={"mode": "odd"}, headers=AUTH).status_code == 400
     )

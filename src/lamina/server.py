@@ -443,7 +443,9 @@ _REST_WORDS = (
     ("t.segments()", "GET /tables/{table}/segments"),
     ("t.lineage()", "GET /tables/{table}/lineage"),
     ("use mode='major'", 'use "mode": "major"'),
-    ("segment_granularity, sort_by", "segmentGranularity, sortBy"),
+    ("segment_granularity", "segmentGranularity"),
+    ("target_rows_per_segment", "targetRowsPerSegment"),
+    ("sort_by", "sortBy"),
     ("segments_from", "segmentsFrom"),
     ("segments_to", "segmentsTo"),
 )
