@@ -130,6 +130,14 @@ def test_a_time_zone_arrow_cannot_find_is_refused_at_create(
     assert cat.create_table("z", good, "ts").schema == good
 
 
+def test_hour_chunks_on_a_date_column_are_refused(cat: lamina.Catalog) -> None:
+    schema = pa.schema([("d", pa.date32()), ("v", pa.int64())])
+    with pytest.raises(errors.InvalidGranularityError, match="holds dates"):
+        cat.create_table("d", schema, time_column="d", segment_granularity="HOUR")
+    assert cat.list_tables() == []
+    assert cat.create_table("d", schema, time_column="d").granularity.value == "DAY"
+
+
 def test_invalid_granularity_and_name(cat: lamina.Catalog) -> None:
     with pytest.raises(errors.InvalidGranularityError, match="use one of HOUR, DAY"):
         cat.create_table("t", schema=SCHEMA, time_column="ts", segment_granularity="FORTNIGHT")

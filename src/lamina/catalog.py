@@ -190,6 +190,14 @@ class Catalog:
                     "ALL granularity is for tables without a time column; pick HOUR, DAY, "
                     "WEEK, MONTH, QUARTER or YEAR"
                 )
+            import pyarrow as pa
+
+            is_date = pa.types.is_date(arrow_schema.field(time_column).type)
+            if is_date and granularity is Granularity.HOUR:
+                raise InvalidGranularityError(
+                    f"time column {time_column!r} holds dates: every row would fall in the "
+                    "first hour of its day; pick DAY or coarser"
+                )
         props = {
             "ingestion_type": ingestion_type,
             "consistent_push": str(bool(consistent_push)).lower(),
