@@ -239,6 +239,11 @@ def test_parse_errors_and_failures_are_sql_errors(cat10: lamina.Catalog) -> None
         cat10.sql("selec * from events")
     with pytest.raises(SqlError, match="query failed"):
         cat10.sql("select nope from events")
+    before = n(cat10.sql("SELECT count(*) AS n FROM events"))
+    for write in ("INSERT INTO events SELECT * FROM events", "DELETE FROM events"):
+        with pytest.raises(SqlError, match="cannot change them: write with t.append"):
+            cat10.sql(write)
+    assert n(cat10.sql("SELECT count(*) AS n FROM events")) == before
 
 
 def test_joins_using_columns(cat10: lamina.Catalog) -> None:

@@ -225,12 +225,31 @@ def _parsed(
         what = (
             "cannot parse the query" if isinstance(exc, duckdb.ParserException) else "query failed"
         )
-        raise SqlError(f"{what}: {exc}") from None
+        raise SqlError(f"{what}: {exc}{_writes_hint(parser, query)}") from None
     except BaseException:
         cur.close()
         raise
     finally:
         parser.close()
+
+
+_WRITES = {duckdb.StatementType.INSERT, duckdb.StatementType.UPDATE, duckdb.StatementType.DELETE}
+
+
+def _writes_hint(parser: duckdb.DuckDBPyConnection, query: str) -> str:
+    """Advice for a query that fails binding while it changes a table: lamina's tables
+    are views to DuckDB ("Table with name x does not exist", "Can only delete from base
+    table")."""
+    try:
+        kinds = {s.type for s in parser.extract_statements(query)}
+    except duckdb.Error:
+        return ""
+    if not kinds & _WRITES:
+        return ""
+    return (
+        " — cat.sql reads lamina tables as views and cannot change them: write with "
+        "t.append, t.overwrite, t.upsert or t.delete_segments"
+    )
 
 
 def _table_names(parser: duckdb.DuckDBPyConnection, query: str) -> set[str]:
