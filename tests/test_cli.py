@@ -426,6 +426,17 @@ def test_retention_and_orphans(wh: str, pushed: lamina.Table) -> None:
     assert "no table named 'nope'" in fails(wh, "orphans", "--table", "nope")
 
 
+def test_serve_on_a_taken_port_says_so(wh: str) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = fails(wh, "serve", "--port", str(port))
+    assert f"cannot listen on 127.0.0.1:{port}" in out and "another --port" in out
+
+
 def test_serve_warns_without_token_off_loopback(wh: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from lamina import server
 

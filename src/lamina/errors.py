@@ -169,3 +169,8 @@ class UpsertError(LaminaError, ValueError):
 class KeyIndexFileError(LaminaError):
     """A key index file is missing, truncated, damaged or of another version: rebuild
     the index from the table's segments (or restore the file)."""
+
+
+class ServeError(LaminaError):
+    """The REST server cannot listen where it was asked (the port is taken, the address
+    is not this machine's): pick another --port or --host."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hmac
 import os
 import re
+import socket
 from collections.abc import Callable, Coroutine
 from datetime import datetime
 from typing import Annotated, Any
@@ -39,6 +40,7 @@ from lamina.errors import (
     LineageError,
     LockRevokedError,
     LockTimeoutError,
+    ServeError,
     TableNotFoundError,
 )
 
@@ -482,11 +484,37 @@ def serve(
     token: str | None = None,
     log_level: str = "info",
 ) -> None:
-    """Connect to the catalog and serve the REST API with uvicorn until interrupted."""
+    """Connect to the catalog and serve the REST API with uvicorn until interrupted.
+    Raises ServeError when it cannot listen at ``host``:``port``."""
     import uvicorn
 
-    cat = lamina.connect(catalog=catalog, warehouse=warehouse)
+    sock = _listen(host, port)
     try:
-        uvicorn.run(create_app(cat, token), host=host, port=port, log_level=log_level)
+        cat = lamina.connect(catalog=catalog, warehouse=warehouse)
+        try:
+            config = uvicorn.Config(create_app(cat, token), log_level=log_level)
+            uvicorn.Server(config).run(sockets=[sock])
+        finally:
+            cat.close()
     finally:
-        cat.close()
+        sock.close()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host``:``port`` (uvicorn's own failure to bind is a log line
+    and exit status 3). Raises ServeError."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ServeError(f"cannot listen on {host}:{port}: {exc}; check --host") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise ServeError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another --port "
+            "(or --host), or stop what listens there"
+        ) from None
+    return sock
