@@ -270,14 +270,9 @@ def ingest(
                 use, verbose, fmt, paths, None if table is None else table.schema, "writing", write
             )
         except BaseException:
-            if (
-                created
-                and table is not None
-                and not any(  # nothing published: no table
-                    c.state == "COMPLETED" for c in table.history()
-                )
-            ):
-                cat.drop_table(name)
+            done = table is not None and any(c.state == "COMPLETED" for c in table.history())
+            if created and not done:
+                cat.drop_table(name)  # nothing published: no table made either
             raise
         assert table is not None
         _print_commit(table, commits[0], created, time.monotonic() - started, use, tasks)
