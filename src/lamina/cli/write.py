@@ -270,8 +270,8 @@ def ingest(
                 use, verbose, fmt, paths, None if table is None else table.schema, "writing", write
             )
         except BaseException:
-            done = table is not None and any(c.state == "COMPLETED" for c in table.history())
-            if created and not done:
+            published = table is not None and any(c.state == "COMPLETED" for c in table.history())
+            if created and not published:
                 cat.drop_table(name)  # nothing published: no table made either
             raise
         assert table is not None
