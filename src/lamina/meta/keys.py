@@ -297,8 +297,9 @@ def resolve(
                 if changed:
                     raise CommitConflictError(
                         f"{len(changed)} key(s) of this partial upsert got a newer record "
-                        "since it read their values (another upsert published meanwhile); "
-                        "nothing was published — it is safe to retry",
+                        "or had theirs moved since it read their values (another upsert, an "
+                        "overwrite or a compaction published meanwhile); nothing was "
+                        "published — it is safe to retry",
                         retryable=True,
                     )
                 spec = replace(spec, partial=None)  # its records are merged already
