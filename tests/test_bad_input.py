@@ -380,6 +380,31 @@ def test_floats_out_of_a_float32_columns_range_are_refused(cat: lamina.Catalog) 
     assert t.history() == history and t.count() == 5
 
 
+def test_floats_narrowed_inside_lists_maps_and_structs_are_checked(cat: lamina.Catalog) -> None:
+    """[[1e39]] into list<float32> was stored as [[inf]] (a Spark hunt's side find)."""
+    schema = pa.schema(
+        [
+            ("l", pa.list_(pa.float32())),
+            ("m", pa.map_(pa.string(), pa.float32())),
+            ("s", pa.struct([("a", pa.float32())])),
+        ]
+    )
+    t = cat.create_table("nested", schema)
+    wide = pa.schema(
+        [
+            ("l", pa.list_(pa.float64())),
+            ("m", pa.map_(pa.string(), pa.float64())),
+            ("s", pa.struct([("a", pa.float64())])),
+        ]
+    )
+    ok = {"l": [1.5, None], "m": [("x", 2.5)], "s": {"a": 0.25}}
+    t.append(pa.Table.from_pylist([ok, {"l": None, "m": None, "s": None}], wide))
+    for col, value in (("l", [1e39]), ("m", [("x", -1e39)]), ("s", {"a": 1e-60})):
+        with pytest.raises(errors.SchemaError, match=f"column '{col}'.*is out of"):
+            t.append(pa.Table.from_pylist([{**ok, col: value}], wide))
+    assert t.count() == 2 and t.to_arrow().column("l").to_pylist()[0] == [1.5, None]
+
+
 def test_to_pandas_of_values_pandas_cannot_hold_is_a_typed_error(cat: lamina.Catalog) -> None:
     schema = pa.schema([("ts", pa.timestamp("us")), ("at", pa.time64("ns"))])
     t = cat.create_table("tn", schema, time_column="ts")

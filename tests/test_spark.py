@@ -537,6 +537,51 @@ def test_spark_refuses_floats_out_of_range_and_sub_unit_times(
     assert [c.state for c in t.history()].count("COMPLETED") == 1
 
 
+def test_spark_checks_members_of_lists_maps_and_structs_as_pyarrow_does(
+    spark: Any, cat: lamina.Catalog
+) -> None:
+    """Spark rounded a decimal inside a list or struct, and a sub-millisecond time in a
+    list<timestamp[ms]> published a table no pyarrow read could open (a Spark hunt):
+    members are checked as top-level values are; values that fit still go in."""
+    import datetime as dt
+    import decimal
+
+    import pyarrow as pa
+
+    schema = pa.schema(
+        [
+            ("l", pa.list_(pa.decimal128(10, 2))),
+            ("s", pa.struct([("a", pa.decimal128(10, 2))])),
+            ("m", pa.map_(pa.string(), pa.int32())),
+            ("t", pa.list_(pa.timestamp("ms"))),
+        ]
+    )
+    t = cat.create_table("t", schema)
+    ddl = (
+        "l array<decimal(10,4)>, s struct<a: decimal(10,4)>, m map<string,bigint>, "
+        "t array<timestamp_ntz>"
+    )
+    at = dt.datetime(2024, 1, 1, 12)
+    d = decimal.Decimal
+    ok = ([d("1.2300"), None], {"a": d("2.5000")}, {"x": 7}, [at, None])
+    t.append(spark.createDataFrame([ok, (None, None, None, None)], ddl))
+    stored = t.to_arrow()
+    assert stored.column("l").to_pylist()[0] == [d("1.23"), None]
+    assert stored.column("t").to_pylist()[0] == [at, None]
+    bad = {
+        "l": [d("1.2350")],
+        "s": {"a": d("1.2350")},
+        "m": {"x": 2**40},
+        "t": [at + dt.timedelta(microseconds=1)],
+    }
+    for col, value in bad.items():
+        row = tuple(value if n == col else v for n, v in zip(schema.names, ok, strict=True))
+        with pytest.raises(errors.SchemaError, match=f"column '{col}': .* without loss"):
+            t.append(spark.createDataFrame([row], ddl))
+    assert t.to_arrow().equals(stored)
+    assert [c.state for c in t.history()].count("COMPLETED") == 1
+
+
 def test_spark_reads_apply_deletion_vectors_under_any_warehouse_path(
     spark: Any, tmp_path: Path
 ) -> None:

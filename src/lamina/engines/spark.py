@@ -220,7 +220,45 @@ def ref(name: str) -> str:
 def _fits(c: Any, src: pa.DataType, dst: pa.DataType, spark_dst: Any) -> Any:
     """Spark condition: the value casts to ``dst`` unchanged, as pyarrow's safe cast
     requires (Spark rounds decimals, and loses int64 digits in a float64, silently;
-    None: every value does)."""
+    None: every value does) — members of lists, maps and structs included."""
+    from pyspark.sql import functions as F
+
+    if pa.types.is_map(src) and pa.types.is_map(dst):
+        keys = _every(F.map_keys(c), src.key_type, dst.key_type, spark_dst.keyType)
+        items = _every(F.map_values(c), src.item_type, dst.item_type, spark_dst.valueType)
+        return _both(keys, items)
+    if _listed(src) and _listed(dst):
+        return _every(c, src.value_type, dst.value_type, spark_dst.elementType)
+    if pa.types.is_struct(src) and pa.types.is_struct(dst):
+        out = None
+        for f in dst:
+            x = c.getField(f.name)
+            ok = _fits(x, src.field(f.name).type, f.type, spark_dst[f.name].dataType)
+            out = _both(out, None if ok is None else x.isNull() | ok)
+        return out
+    return _fits_value(c, src, dst, spark_dst)
+
+
+def _listed(t: pa.DataType) -> bool:
+    return bool(pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t))
+
+
+def _every(array: Any, src: pa.DataType, dst: pa.DataType, spark_dst: Any) -> Any:
+    """Spark condition: every element of ``array`` fits (None: every one does)."""
+    from pyspark.sql import functions as F
+
+    probe = _fits(F.lit(None), src, dst, spark_dst)  # does the member need a check?
+    if probe is None:
+        return None
+    return F.forall(array, lambda x: x.isNull() | _fits(x, src, dst, spark_dst))
+
+
+def _both(a: Any, b: Any) -> Any:
+    return b if a is None else a if b is None else a & b
+
+
+def _fits_value(c: Any, src: pa.DataType, dst: pa.DataType, spark_dst: Any) -> Any:
+    """:func:`_fits` for a scalar."""
     if pa.types.is_integer(src) and pa.types.is_integer(dst):
         return c.try_cast(spark_dst) == c if dst.bit_width < src.bit_width else None
     if pa.types.is_integer(src) and pa.types.is_floating(dst):

@@ -319,9 +319,25 @@ def _cast_chunk(arr: pa.Array, t: pa.DataType) -> pa.Array:
     if arr.type == t:
         return arr
     out = arr.cast(t, safe=True)
-    if pa.types.is_floating(arr.type) and pa.types.is_floating(t):
-        _check_narrowed(arr, out)
+    _check_floats(arr, out)
     return out
+
+
+def _check_floats(wide: pa.Array, narrow: pa.Array) -> None:
+    """:func:`_check_narrowed` on every float (top level, or a member of lists, maps
+    and structs) that a cast narrowed."""
+    a, b = wide.type, narrow.type
+    if pa.types.is_floating(a) and pa.types.is_floating(b):
+        if b.bit_width < a.bit_width:
+            _check_narrowed(wide, narrow)
+    elif pa.types.is_map(a) and pa.types.is_map(b):
+        _check_floats(wide.keys, narrow.keys)
+        _check_floats(wide.items, narrow.items)
+    elif _is_list_like(a) and _is_list_like(b):
+        _check_floats(wide.flatten(), narrow.flatten())
+    elif pa.types.is_struct(a) and pa.types.is_struct(b):
+        for x, y in zip(wide.flatten(), narrow.flatten(), strict=True):
+            _check_floats(x, y)
 
 
 def _check_narrowed(wide: pa.Array, narrow: pa.Array) -> None:
