@@ -210,6 +210,7 @@ def _conform(df: DataFrame, schema: pa.Schema) -> DataFrame:
 
 
 _LOSSY = "[lamina: lossy cast] "
+_ORDER_COLUMN = "__lamina_order"
 
 
 def ref(name: str) -> str:
@@ -373,6 +374,14 @@ def spark_producer(
         if refine:
             expr = _refined_expr(expr, _chunk_expr(rec.time_column, t, Granularity.HOUR), refine)
         data = data.withColumn(CHUNK_COLUMN, expr)
+        if "upsert.primary_key" in rec.properties:  # a tie goes to the later row: keep
+            from pyspark.sql import functions as F  # the partition's order in each chunk
+
+            data = (  # (the sort partitionBy needs is not stable once it spills)
+                data.withColumn(_ORDER_COLUMN, F.monotonically_increasing_id())
+                .sortWithinPartitions(CHUNK_COLUMN, _ORDER_COLUMN)
+                .drop(_ORDER_COLUMN)
+            )
 
     def produce(commit_rel: str) -> list[NewSegment]:
         writer = data.write.mode("errorifexists").option("maxRecordsPerFile", target_rows)
