@@ -124,6 +124,8 @@ def test_tz_mismatch_is_refused(local_cat: lamina.Catalog) -> None:
         (pa.time64("us"), "times of day"),
         (pa.decimal256(40, 2), "decimals of more than 38 digits"),
         (pa.list_(pa.time32("ms")), "times of day"),
+        (pa.uint8(), "unsigned integers"),
+        (pa.struct([("u", pa.uint64())]), "unsigned integers"),
     ],
 )
 def test_spark_reads_of_types_spark_cannot_hold_are_typed_errors(

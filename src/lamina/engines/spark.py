@@ -87,9 +87,10 @@ def _spark_problem(t: pa.DataType, exact: bool) -> str | None:
         return "times of day"
     if pa.types.is_decimal(t) and t.precision > 38:
         return "decimals of more than 38 digits"
+    if pa.types.is_unsigned_integer(t):
+        return f"unsigned integers ({t}: Spark has none)"
     if exact and (
-        pa.types.is_unsigned_integer(t)
-        or pa.types.is_fixed_size_binary(t)
+        pa.types.is_fixed_size_binary(t)
         or pa.types.is_duration(t)
     ):
         return f"{t} (Spark writes it back as another type)"
