@@ -32,17 +32,11 @@ import lamina
 from lamina.core.lineage import LineageEntry, LineageState
 from lamina.core.segment import Segment
 from lamina.errors import (
-    CatalogUnavailableError,
-    CommitConflictError,
-    ConcurrentWriteError,
     LaminaError,
-    LineageEntryNotFoundError,
-    LineageError,
-    LockRevokedError,
-    LockTimeoutError,
     ServeError,
     TableNotFoundError,
 )
+from lamina.rest_errors import message, status_of
 
 TOKEN_ENV = "LAMINA_API_TOKEN"
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -410,52 +404,9 @@ def compact(t: TableDep, body: CompactRequest) -> CompactResult:
 # -- app ------------------------------------------------------------------------------------
 
 
-def _status_of(exc: LaminaError) -> int:
-    if isinstance(exc, TableNotFoundError | LineageEntryNotFoundError):
-        return status.HTTP_404_NOT_FOUND
-    busy = CommitConflictError | LockTimeoutError | LockRevokedError
-    if isinstance(exc, LineageError | ConcurrentWriteError | busy):
-        return status.HTTP_409_CONFLICT
-    if isinstance(exc, CatalogUnavailableError):
-        return status.HTTP_503_SERVICE_UNAVAILABLE
-    return status.HTTP_400_BAD_REQUEST
-
-
-def _message(request: Request, exc: LaminaError) -> str:
-    """The error's message, pointing at the API rather than the Python calls."""
-    table = request.path_params.get("table", "")
-    if isinstance(exc, TableNotFoundError):
-        return f"no table named {table!r}; GET /tables lists them"
-    if isinstance(exc, LineageEntryNotFoundError):
-        entry = request.query_params.get("segmentLineageEntryId", "")
-        return (
-            f"no lineage entry {entry!r} in table {table}; GET /tables/{table}/lineage lists them"
-        )
-    text = " ".join(str(exc).split())
-    for python, rest in _REST_WORDS:
-        text = text.replace(python, rest.format(table=table))
-    return text
-
-
-#: How the Python API's advice reads over REST (longest phrases first).
-_REST_WORDS = (
-    ("pass force_cleanup=True", "call with ?forceCleanup=true"),
-    ("pass force=True", "call with ?forceRevert=true"),
-    ("t.segments(all=True)", "GET /tables/{table}/segments?all=true"),
-    ("t.segments()", "GET /tables/{table}/segments"),
-    ("t.lineage()", "GET /tables/{table}/lineage"),
-    ("use mode='major'", 'use "mode": "major"'),
-    ("segment_granularity", "segmentGranularity"),
-    ("target_rows_per_segment", "targetRowsPerSegment"),
-    ("sort_by", "sortBy"),
-    ("segments_from", "segmentsFrom"),
-    ("segments_to", "segmentsTo"),
-)
-
-
 async def _lamina_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, LaminaError)
-    return JSONResponse({"detail": _message(request, exc)}, status_code=_status_of(exc))
+    return JSONResponse({"detail": message(request, exc)}, status_code=status_of(exc))
 
 
 def create_app(catalog: lamina.Catalog, token: str | None = None) -> FastAPI:

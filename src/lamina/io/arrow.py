@@ -16,6 +16,7 @@ from lamina.errors import (
     UnsupportedInputError,
     UnsupportedTypeError,
 )
+from lamina.io.arrow_checks import check_floats, check_zones, is_list_like
 
 if TYPE_CHECKING:  # pyarrow.compute is imported where it is used: the CLI starts faster
     import pyarrow.compute as pc
@@ -107,16 +108,6 @@ def _with_value_field(t: pa.DataType, value: pa.Field) -> pa.DataType:
     return pa.list_(value)
 
 
-def _is_list_like(t: pa.DataType) -> bool:
-    return (
-        pa.types.is_list(t)
-        or pa.types.is_large_list(t)
-        or pa.types.is_fixed_size_list(t)
-        or pa.types.is_list_view(t)
-        or pa.types.is_large_list_view(t)
-    )
-
-
 def _storage_field(f: pa.Field, column: str) -> pa.Field:
     t = storage_type(f.type, column)
     return pa.field(f.name, t, f.nullable, f.metadata if t == f.type else None)
@@ -142,7 +133,7 @@ def storage_type(t: pa.DataType, column: str) -> pa.DataType:
         return pa.date32()
     if pa.types.is_decimal32(t) or pa.types.is_decimal64(t):  # Parquet reads decimal128
         return pa.decimal128(t.precision, t.scale)
-    if _is_list_like(t):
+    if is_list_like(t):
         value = _storage_field(t.value_field, column)
         if pa.types.is_list_view(t):
             return pa.list_(value)
@@ -182,26 +173,8 @@ def table_schema(schema: pa.Schema) -> pa.Schema:
             pq.write_table(pa.schema([f]).empty_table(), io.BytesIO())
         except (pa.ArrowException, OSError):  # a decimal of negative scale: an OSError
             raise _unsupported(f.name, f.type, None) from None
-        _check_zones(f.name, f.type)
+        check_zones(f.name, f.type)
     return stored
-
-
-def _check_zones(column: str, t: pa.DataType) -> None:
-    """Raise SchemaError for a timestamp (at any depth) whose time zone Arrow cannot
-    find: the table would take rows and fail every read that converts them."""
-    import pyarrow.compute as pc
-
-    if pa.types.is_timestamp(t) and t.tz is not None:
-        try:
-            pc.hour(pa.array([0], t))
-        except pa.ArrowInvalid:
-            raise SchemaError(
-                f"column {column!r} has time zone {t.tz!r}, which is not in the time zone "
-                "database: use a name such as 'UTC' or 'Europe/Paris', or an offset such "
-                "as '+01:00'"
-            ) from None
-    for i in range(t.num_fields):  # list values, struct fields, map keys and items
-        _check_zones(column, t.field(i).type)
 
 
 _FAMILIES = [
@@ -217,7 +190,7 @@ _FAMILIES = [
     ("duration", pa.types.is_duration),
     ("decimal", pa.types.is_decimal),
     ("bool", pa.types.is_boolean),
-    ("list", _is_list_like),
+    ("list", is_list_like),
     ("struct", pa.types.is_struct),
     ("map", pa.types.is_map),
 ]
@@ -319,38 +292,8 @@ def _cast_chunk(arr: pa.Array, t: pa.DataType) -> pa.Array:
     if arr.type == t:
         return arr
     out = arr.cast(t, safe=True)
-    _check_floats(arr, out)
+    check_floats(arr, out)
     return out
-
-
-def _check_floats(wide: pa.Array, narrow: pa.Array) -> None:
-    """:func:`_check_narrowed` on every float (top level, or a member of lists, maps
-    and structs) that a cast narrowed."""
-    a, b = wide.type, narrow.type
-    if pa.types.is_floating(a) and pa.types.is_floating(b):
-        if b.bit_width < a.bit_width:
-            _check_narrowed(wide, narrow)
-    elif pa.types.is_map(a) and pa.types.is_map(b):
-        _check_floats(wide.keys, narrow.keys)
-        _check_floats(wide.items, narrow.items)
-    elif _is_list_like(a) and _is_list_like(b):
-        _check_floats(wide.flatten(), narrow.flatten())
-    elif pa.types.is_struct(a) and pa.types.is_struct(b):
-        for x, y in zip(wide.flatten(), narrow.flatten(), strict=True):
-            _check_floats(x, y)
-
-
-def _check_narrowed(wide: pa.Array, narrow: pa.Array) -> None:
-    """A float cast keeps every value in range: rounding is a float's nature, but a
-    finite value that becomes infinite, or a non-zero one that becomes zero, is lost
-    (pyarrow's safe cast checks neither). Raises ArrowInvalid naming the first."""
-    a = wide.to_numpy(zero_copy_only=False)  # nulls read as NaN: never flagged
-    b = narrow.to_numpy(zero_copy_only=False)
-    with np.errstate(invalid="ignore"):
-        lost = (np.isfinite(a) & ~np.isfinite(b)) | ((a != 0) & (b == 0))
-    if lost.any():
-        value = float(a[int(np.argmax(lost))])
-        raise pa.ArrowInvalid(f"value {value!r} is out of {narrow.type}'s range")
 
 
 def _cast_column(column: pa.ChunkedArray, field: pa.Field) -> pa.ChunkedArray:
