@@ -329,6 +329,20 @@ def test_the_skip_offset_counts_from_a_held_newest_segment(cat: lamina.Catalog) 
     assert pending(found) == hours_newest_first("2017-11-16T00", "2017-11-16T10")
 
 
+def test_the_skip_offset_counts_from_a_newest_tombstone(cat: lamina.Catalog) -> None:
+    """DataSourceCompactibleSegmentIterator.findInitialSearchInterval counts the offset
+    from timeline.last(), and a tombstone is an entry of the timeline: the newest hour
+    overwritten with nothing still ends the timeline, so one hour of offset skips only
+    that hour (a Druid audit: lamina counted from the newest data, and skipped one
+    hour of data more)."""
+    t = table(cat, "wiki", "HOUR", [("2017-11-16T00:00", 5)])
+    empty = hourly("2017-11-16T04:00", 1).slice(0, 0)
+    t.overwrite(empty, interval=("2017-11-16T04", "2017-11-16T05"))
+    policy(t, skip_offset_from_latest="1h")
+    found = dry(cat, "wiki")
+    assert pending(found) == hours_newest_first("2017-11-16T00", "2017-11-16T04")
+
+
 def test_the_oldest_chunk_comes_last_beside_big_compacted_chunks(cat: lamina.Catalog) -> None:
     """testHugeShard and testManySegmentsPerShard: a stretch of big, already compacted
     chunks between runs of hours with many small segments: the candidates are the

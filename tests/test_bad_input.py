@@ -496,3 +496,49 @@ def test_the_default_catalog_lies_in_any_warehouse_path(tmp_path: Path, name: st
     assert (wh / "lamina.db").exists() and sorted(os.listdir(tmp_path)) == [name]
     with lamina.connect(warehouse=str(wh)) as cat:
         assert cat.list_tables() == ["t"]
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "says"),
+    [
+        (lambda t: t.compact(priority="25"), errors.CompactionError, "priority must be a whole"),
+        (lambda t: t.compact(mode="major", priority=2.5), errors.CompactionError, "not 2.5"),
+        (lambda t: t.compact(wait_s="x"), errors.CompactionError, "number of seconds"),
+        (lambda t: t.compact(wait_s=-1), errors.CompactionError, "number of seconds >= 0"),
+        (lambda t: t.compact(mode="major", wait_s="x"), errors.CompactionError, "seconds"),
+        (lambda t: t.compact(mode="major", sort_by="k"), errors.CompactionError, r"\['k'\]"),
+        (lambda t: t.compact(segments="abc"), errors.CompactionError, r"pass \['abc'\]"),
+        (lambda t: t.transaction(lock="APPEND", wait_s="x"), errors.LockError, "seconds"),
+        (lambda t: t.transaction(lock="APPEND", wait_s=float("nan")), errors.LockError, "finite"),
+        (lambda t: t.transaction(lock="APPEND", priority=2.5), errors.LockError, "whole number"),
+        (
+            lambda t: t.delete_segments(t.segments()[0].id),
+            errors.SegmentNotFoundError,
+            "list of segment ids",
+        ),
+    ],
+)
+def test_arguments_of_the_wrong_type_are_refused(
+    table: lamina.Table, call: object, error: type[Exception], says: str
+) -> None:
+    """A Druid audit: a string priority or wait escaped as a builtin TypeError or
+    ValueError, a float priority was truncated, a negative or non-number wait of a
+    minor compaction was taken (and the compaction published), and a lone string
+    where a list goes was read as its characters."""
+    before = _state(table)
+    with pytest.raises(error, match=says):
+        call(table)  # type: ignore[operator]
+    assert _state(table) == before
+
+
+def test_a_lone_table_name_is_refused_where_a_list_goes(
+    table: lamina.Table, cat: lamina.Catalog
+) -> None:
+    """``tables="e"`` read as ['e'] (a one-letter table's name) and ``"events"`` as
+    'no table named e'."""
+    cat.create_table("e", schema=SCHEMA, time_column="ts")
+    before = _state(table)
+    for call in (cat.compact_auto, cat.run_retention, cat.find_orphans):
+        with pytest.raises(errors.InvalidTableNameError, match=r"pass \['events'\]"):
+            call(tables="events")  # type: ignore[operator]
+    assert _state(table) == before

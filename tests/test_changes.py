@@ -260,3 +260,13 @@ def test_a_table_created_again_continues_its_seqs(cat: lamina.Catalog) -> None:
     got = t.read_changes(checkpoint).column("v").to_pylist()
     assert sorted(got) == [10.0, 11.0, 12.0, 13.0, 14.0]
     assert t.to_arrow(as_of=t.history()[0].id).num_rows == 1
+
+
+def test_a_commit_without_a_seq_is_refused_without_a_wrong_hint(t: lamina.Table) -> None:
+    """An aborted commit has no seq: the error said "pass its .seq" (None)."""
+    with pytest.raises(KeyError), t.transaction() as tx:
+        tx.append(events(days=1, per_day=1))
+        raise KeyError("fail the transaction")
+    (aborted,) = [c for c in t.history() if c.state == "ABORTED"]
+    with pytest.raises(SnapshotNotFoundError, match="no seq: not completed"):
+        t.read_changes(aborted)  # type: ignore[arg-type]

@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
         "lamina.transaction",
         "lamina.push",
         "lamina.compaction",
+        "lamina.compaction_scope",
         "lamina.compaction_span",
         "lamina.autocompaction",
         "lamina.upsert",

@@ -428,6 +428,86 @@ def test_a_drop_that_fails_keeps_the_table_whole(
     assert os.listdir(cat.warehouse.root) == ["_lamina_catalog.json"]  # nothing set aside
 
 
+_DIE_IN_DROP = """
+import os, sys
+import lamina
+from lamina.io.warehouse import Warehouse
+from lamina.meta import tables as table_rows
+
+real = table_rows.drop_table
+where = sys.argv[3]
+
+
+def dying(db, name, remove_files=None):  # killed right after the folder moved aside
+    def then_die(rec):
+        remove_files(rec)
+        os._exit(9)
+
+    return real(db, name, then_die)
+
+
+if where == "before commit":
+    table_rows.drop_table = dying
+else:  # after the commit, before the folder set aside is deleted
+    Warehouse.delete_dir = lambda self, path: os._exit(9)
+lamina.connect(catalog=sys.argv[1], warehouse=sys.argv[2]).drop_table("events")
+"""
+
+
+def _die_in_drop(cat: lamina.Catalog, catalog_url: str, where: str) -> None:
+    """Drop ``events`` in a process that dies ``where`` (before or after the commit)."""
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-c", _DIE_IN_DROP, catalog_url, cat.warehouse.location, where]
+    assert subprocess.run(args, timeout=120).returncode == 9
+
+
+def _set_aside(cat: lamina.Catalog) -> list[str]:
+    return [n for n in os.listdir(cat.warehouse.root) if n.startswith(".dropped-")]
+
+
+def test_retention_moves_back_the_files_of_a_drop_that_died_before_its_commit(
+    cat: lamina.Catalog, catalog_url: str
+) -> None:
+    """A process killed between moving a table's folder aside and committing the drop
+    left the table listed without its files; retention moves them back once the folder
+    is older than orphan_grace_period, beside the files written since."""
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts", segment_granularity="DAY")
+    t.append(events(days=2, per_day=3))
+    _die_in_drop(cat, catalog_url, "before commit")
+    assert cat.list_tables() == ["events"] and len(_set_aside(cat)) == 1
+    t.append(events(days=1, per_day=4, seed=2))  # into a new folder of the same name
+    report = cat.run_retention()
+    assert (report.drop_folders_restored, report.drop_folders_deleted) == (0, 0)  # grace
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)
+    report = cat.run_retention(now=later)
+    assert (report.drop_folders_restored, report.drop_folders_deleted) == (1, 0)
+    assert _set_aside(cat) == [] and t.to_arrow().num_rows == 10
+    assert cat.find_orphans(now=later) == []
+
+
+def test_retention_deletes_the_folder_of_a_drop_that_died_after_its_commit(
+    cat: lamina.Catalog, catalog_url: str
+) -> None:
+    """A process killed after the drop committed, before it deleted the folder it had
+    set aside, left that folder; retention deletes it, and leaves alone the table
+    created again under the name (and a folder while within the grace period)."""
+    cat.create_table("events", schema=SCHEMA, time_column="ts").append(events(days=1))
+    _die_in_drop(cat, catalog_url, "after commit")
+    assert cat.list_tables() == [] and len(_set_aside(cat)) == 1
+    again = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    again.append(events(days=1, per_day=2, seed=3))
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)
+    cat.create_table("other", schema=SCHEMA)
+    report = cat.run_retention(now=later, tables=["other"])  # not its folder
+    assert report.drop_folders_deleted == 0 and len(_set_aside(cat)) == 1
+    assert cat.run_retention().drop_folders_deleted == 0  # within the grace period
+    report = cat.run_retention(now=later, tables=["events"])
+    assert (report.drop_folders_restored, report.drop_folders_deleted) == (0, 1)
+    assert _set_aside(cat) == [] and again.to_arrow().num_rows == 2
+
+
 def test_the_commit_a_write_returns_is_the_one_history_records(cat: lamina.Catalog) -> None:
     t = cat.create_table("h", SCHEMA, time_column="ts", segment_granularity="DAY")
     got = [t.append(events(days=2, per_day=5)), t.append(events(days=2, per_day=5, seed=2))]

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
@@ -410,6 +411,76 @@ def test_retention_keeps_the_latest_records_and_upserts_resolving(
     t.upsert(rows(("e", DAY + 1, -8), ("x", DAY + 9, 2)))  # e: older; x: newer
     assert by_key(truth(t)) == {**expected, "x": 2}
     check_sql(cat, t)
+
+
+def _retention_after(
+    monkeypatch: pytest.MonkeyPatch, module: Any, name: str, work: Callable[[], None]
+) -> None:
+    """Run ``work`` (another process's, as far as the read can tell) once, right after
+    ``module.name`` (a step that plans a read) returns, before the read's files are read."""
+    real, done = getattr(module, name), []
+
+    def then_work(*args: Any, **kwargs: Any) -> Any:
+        got = real(*args, **kwargs)
+        if not done:
+            done.append(work())
+        return got
+
+    monkeypatch.setattr(module, name, then_work)
+
+
+def test_reads_of_every_version_and_the_change_feed_racing_retention(
+    cat: lamina.Catalog, t: lamina.Table, catalog_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Hudi audit: a file retention deleted between planning and reading raised a
+    plain FileNotFoundError from ``all_versions`` and from the change feed of an upsert
+    table. A latest ``all_versions`` read now plans again, as a latest read does; the
+    change feed raises SnapshotNotFoundError (Hudi's
+    testFailEarlyForIncrViewQueryForNonExistingFiles), as it does on other tables."""
+    from lamina import upsert_read
+
+    build(t)
+    t.set_properties(replaced_segments_retention="0s")
+    other = lamina.connect(catalog=catalog_url, warehouse=cat.warehouse.location)
+
+    def compact_and_clean() -> None:
+        other.load_table("u").compact(mode="major")
+        other.run_retention(now=FUTURE)
+
+    want = t.to_arrow(all_versions=True).num_rows
+    _retention_after(monkeypatch, upsert_read, "validity", compact_and_clean)
+    got = t.to_arrow(all_versions=True)
+    assert got.num_rows == len(WANT) + 1 < want  # the compaction's: d's tombstone too
+    shown = got.filter(pc.is_null(got["$valid_until"]))
+    assert by_key(shown.to_pylist()) == by_key(truth(t)) == WANT
+    monkeypatch.undo()
+    t.upsert(rows(("a", 3 * DAY, 4)))
+    _retention_after(monkeypatch, upsert_read, "changed_rows", compact_and_clean)
+    with pytest.raises(lamina.SnapshotNotFoundError, match="read the changes again"):
+        t.read_changes(t.history()[-2].seq)
+    other.close()
+
+
+def test_the_change_feed_after_retention_says_how_to_resume_without_losing_rows(
+    cat: lamina.Catalog, t: lamina.Table
+) -> None:
+    """A Hudi audit: the error said 'read changes after seq N or later'; a consumer that
+    did lost the rows of the commits it skipped. It now names the oldest snapshot to
+    read whole first; doing so, then reading on from it, gives the table."""
+    import re
+
+    build(t)
+    t.set_properties(replaced_segments_retention="0s")
+    t.compact(mode="major")
+    cat.run_retention(now=FUTURE)
+    with pytest.raises(lamina.SnapshotNotFoundError) as err:
+        t.read_changes(1)
+    found = re.search(r"as_of=(\d+).*read changes after seq (\d+)", str(err.value))
+    assert found is not None, str(err.value)
+    whole = t.to_arrow(as_of=int(found[1]))
+    t.upsert(rows(("g", 3 * DAY, 7)))
+    changes = t.read_changes(int(found[2]))
+    assert changes["key"].to_pylist() == ["g"] and whole.num_rows + 1 == t.to_arrow().num_rows
 
 
 def _saving_key_indexes(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,14 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lamina.compaction import (
-    compact_major,
-    compact_minor,
-    named_chunks,
-    named_ids,
-    purge,
-    visible_data,
-)
+from lamina.compaction import compact_major, compact_minor, purge
+from lamina.compaction_scope import named_chunks, named_ids, visible_data
 from lamina.core.autocompact import (
     ChunkStatus,
     Policy,
@@ -74,10 +68,10 @@ def _survey(table: Table) -> _Survey:
         if c.state == "COMPLETED" and c.metadata.get("compaction")
     }
     named = named_ids(table)
-    _, segs, partial = visible_data(table, None, named)
+    _, segs, partial, last = visible_data(table, None, named)  # tombstones count too
     held = named_chunks(table, named)
     stale, kept = purge(table, segs)
-    ends = [s.interval.end for s in (*segs, *partial)] + [c.end for c in held]  # held too
+    ends = [c.end for c in held] + ([] if last is None else [last])  # held too
     newest = max(ends) if ends else None
     found = statuses(segs, compacted, pol, stale, newest, partial, kept)
     seen = {st.chunk for st in found}

@@ -341,12 +341,15 @@ class Catalog:
         commits) once older than ``replaced_segments_retention``; segments written
         under REVERTED entries, and under IN_PROGRESS ones older than
         ``lineage_cleanup_retention``; files no catalog row names, older than
-        ``orphan_grace_period``. ``now`` lets a caller catch up or test.
+        ``orphan_grace_period``; the folder of a drop whose process died before it
+        finished, older than ``orphan_grace_period``: deleted, or moved back into its
+        table's folder if the drop never committed. ``now`` lets a caller catch up or
+        test. Raises TableNotFoundError, WarehouseError.
         """
         from lamina.maintenance import retention
 
-        names = tables if tables is not None else self.list_tables()
-        return retention.run_retention(self.context, names, now, lineage_only)
+        names = self._tables(tables)
+        return retention.run_retention(self.context, names, now, lineage_only, tables is None)
 
     def find_orphans(
         self,
@@ -359,7 +362,7 @@ class Catalog:
         ``orphan_grace_period`` — a writer that is still writing is never robbed."""
         from lamina.maintenance import retention
 
-        names = tables if tables is not None else self.list_tables()
+        names = self._tables(tables)
         return retention.find_orphans(self.context, names, now, with_grace)
 
     def compact_auto(
@@ -374,9 +377,18 @@ class Catalog:
         from lamina.autocompaction import compact_auto
 
         out: list[AutoResult] = []
-        for name in tables if tables is not None else self.list_tables():
+        for name in self._tables(tables):
             out += compact_auto(self.load_table(name), dry_run)
         return out
+
+    def _tables(self, tables: Sequence[str] | None) -> list[str]:
+        """The tables a maintenance call names (None: all). Raises
+        InvalidTableNameError (a lone string: it would be read as its characters)."""
+        from lamina.core.args import names
+
+        if tables is None:
+            return self.list_tables()
+        return names(tables, "tables", InvalidTableNameError)
 
     def clean_failed_writes(self) -> int:
         """Abort writes whose writer died, and delete every aborted write's files."""

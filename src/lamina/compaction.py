@@ -23,7 +23,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lamina import table_write as tw
+from lamina.compaction_scope import candidates
 from lamina.compaction_span import major_interval
+from lamina.core.args import names, seconds, whole_number
 from lamina.core.autocompact import (
     DEFAULT_NICE,
     Policy,
@@ -35,7 +37,6 @@ from lamina.core.autocompact import (
 )
 from lamina.core.compaction import MinorRun, minor_run, plan_minor
 from lamina.core.interval import Granularity, Interval
-from lamina.core.lineage import LineageState
 from lamina.core.locks import PRIORITY_COMPACTION, LockType
 from lamina.core.model import (
     Commit,
@@ -47,7 +48,6 @@ from lamina.core.model import (
 )
 from lamina.core.rollup import Rollup, check_query_granularity
 from lamina.core.segment import Segment
-from lamina.core.timeline import Timeline
 from lamina.errors import (
     CommitConflictError,
     CompactionError,
@@ -85,15 +85,23 @@ def compact(
         raise CompactionError(f"engine={engine!r}: use 'auto', 'local' or 'spark'")
     if mode not in ("minor", "major"):
         raise CompactionError(f"mode={mode!r}: use 'minor' or 'major'")
+    if segments is not None:
+        segments = names(segments, "segments", CompactionError, "segment ids")
     if segments is not None and (mode != "minor" or not segments):
         raise CompactionError("segments= names the inputs of a minor compaction (>= 1 id)")
+    if sort_by is not None:
+        sort_by = names(sort_by, "sort_by", CompactionError, "columns")
     if mode == "minor" and (segment_granularity or sort_by or rollup):
         raise CompactionError(
             "segment_granularity, sort_by and rollup rewrite whole chunks: use mode='major'"
         )
-    if priority is not None and (isinstance(priority, bool) or priority < 0):
-        raise CompactionError(f"priority must be a whole number >= 0, not {priority!r}")
-    prio = PRIORITY_COMPACTION if priority is None else int(priority)
+    prio = (
+        PRIORITY_COMPACTION
+        if priority is None
+        else whole_number(priority, "priority", CompactionError)
+    )
+    if wait_s is not None:
+        wait_s = seconds(wait_s, "wait_s", CompactionError)
     target = target_rows(table, target_rows_per_segment)
     if mode == "major":
         iv = None if interval is None else Interval.coerce(interval)
@@ -101,7 +109,7 @@ def compact(
     if segments is not None:
         if interval is not None:
             raise CompactionError("pass segments= or interval=, not both")
-        runs = chosen_runs(table, list(segments), target)
+        runs = chosen_runs(table, segments, target)
     else:  # planning only reads (no catalog lock held): it yields to ingestion too
         iv = tw.aligned(table, interval)
         runs = run_niced(lambda: plan(table, iv, target), nice_of(table.properties))
@@ -118,52 +126,6 @@ def target_rows(table: Table, given: int | None) -> int:
     if isinstance(given, bool) or not isinstance(given, int) or given < 1:
         raise CompactionError(f"target_rows_per_segment={given!r}: pass a whole number >= 1")
     return given
-
-
-def named_ids(table: Table) -> set[str]:
-    """Segments a lineage entry in progress, or one that may still be rolled back,
-    names: compactions leave them alone."""
-    return {
-        i
-        for e in table.lineage()
-        if e.state in (LineageState.IN_PROGRESS, LineageState.COMPLETED)
-        for i in e.ids
-    }
-
-
-def candidates(
-    table: Table, interval: Interval | None, named: set[str] | None = None
-) -> tuple[int, list[Segment]]:
-    """(base seq, segments a minor compaction may take): the visible whole data
-    segments of the latest snapshot, in chunks inside ``interval``, that no lineage
-    entry still names (``named``, read unless given)."""
-    seq, whole, _ = visible_data(table, interval, named)
-    return seq, whole
-
-
-def visible_data(
-    table: Table, interval: Interval | None, named: set[str] | None = None
-) -> tuple[int, list[Segment], list[Segment]]:
-    """(base seq, whole, partial): the visible data segments of the latest snapshot
-    in chunks inside ``interval`` that no lineage entry still names (``named``, read
-    unless given), those of chunks a newer version hides in part apart."""
-    snap = table.snapshot(interval=interval)
-    named = named_ids(table) if named is None else named
-    whole: list[Segment] = []
-    partial: list[Segment] = []
-    for entry in Timeline.build(snap.segments).entries():
-        if interval is not None and not interval.contains(entry.interval):
-            continue
-        got = [s for s in entry.segments if s.location is not None and s.id not in named]
-        (partial if entry.is_partial else whole).extend(got)
-    return snap.seq, whole, partial
-
-
-def named_chunks(table: Table, named: set[str]) -> set[Interval]:
-    """Chunks holding live segments among ``named``: a major compaction leaves them."""
-    if not named:
-        return set()
-    return {s.interval for s in table.snapshot(all_published=True).segments if s.id in named}
 
 
 def plan(

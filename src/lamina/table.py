@@ -435,10 +435,14 @@ class Table(TableReads):
         lineage.revert_replace(self._ctx.db, self.name, entry_id, force)
 
     def delete_segments(self, segment_ids: list[str]) -> Commit:
-        """Remove live segments in one commit; refuses segments a lineage entry holds."""
+        """Remove live segments in one commit; refuses segments a lineage entry holds.
+        Raises SegmentNotFoundError (also for a lone id: pass a list), LineageError."""
+        from lamina.core.args import names
+        from lamina.errors import SegmentNotFoundError
         from lamina.meta import publish
 
-        return publish.delete_segments(self._ctx.db, self.name, list(segment_ids))
+        ids = names(segment_ids, "delete_segments", SegmentNotFoundError, "segment ids")
+        return publish.delete_segments(self._ctx.db, self.name, ids)
 
     def __repr__(self) -> str:
         return f"Table({self.name!r}, time_column={self.time_column!r}, {self.granularity.value})"

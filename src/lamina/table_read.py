@@ -86,13 +86,12 @@ class TableReads:
         """
         from lamina.io.reader import read_arrow
 
-        if all_versions:
-            from lamina.upsert_read import all_versions as every
-
-            return every(self, as_of, columns, interval)
-
         for attempt in range(READ_ATTEMPTS):
             try:
+                if all_versions:
+                    from lamina.upsert_read import all_versions as every
+
+                    return every(self, as_of, columns, interval)
                 return read_arrow(self.scan(as_of, interval), self._ctx.warehouse, columns)
             except SnapshotNotFoundError:
                 if as_of is not None or attempt == READ_ATTEMPTS - 1:

@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from lamina import table_write as tw
+from lamina.core.args import seconds, whole_number
 from lamina.core.conflicts import Isolation
 from lamina.core.interval import ETERNITY, Granularity, Interval
 from lamina.core.locks import PRIORITY_BATCH, PRIORITY_STREAMING, LockType
@@ -50,12 +51,12 @@ def _lock_request(
     if iv != ETERNITY:
         table.granularity.check_aligned(iv)
     upserts = "upsert.primary_key" in table._record.properties  # ingestion: streaming
-    prio = (PRIORITY_STREAMING if upserts else PRIORITY_BATCH) if priority is None else priority
-    if isinstance(prio, bool) or not isinstance(prio, int) or prio < 0:
-        raise LockError(f"priority must be a whole number >= 0, not {priority!r}")
-    wait = table._ctx.writer_wait_s if wait_s is None else float(wait_s)
-    if wait < 0:
-        raise LockError(f"wait_s must be >= 0, not {wait_s!r}")
+    prio = (
+        (PRIORITY_STREAMING if upserts else PRIORITY_BATCH)
+        if priority is None
+        else whole_number(priority, "priority", LockError)
+    )
+    wait = table._ctx.writer_wait_s if wait_s is None else seconds(wait_s, "wait_s", LockError)
     return kind, iv, prio, wait
 
 

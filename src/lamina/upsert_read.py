@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 import pyarrow as pa
 
+from lamina.io.reader import snapshot_files
 from lamina.upsert import require
 
 if TYPE_CHECKING:
@@ -40,7 +41,8 @@ def latest_records(table: TableReads, as_of: AsOf, interval: Interval | None) ->
     parts = []
     for task in plan.tasks:
         path = str(task.segment.location)
-        data = pq.read_table(path, filesystem=wh.fs, schema=rec.schema)
+        with snapshot_files(plan.seq, rec.name):
+            data = pq.read_table(path, filesystem=wh.fs, schema=rec.schema)
         v = vectors.get(rel[path])
         if v is not None and v.superseded:
             keep = np.ones(data.num_rows, bool)
@@ -119,7 +121,8 @@ def all_versions(
         cols = columns
         if task.keep is not None and cols is not None and tc not in cols:
             cols = [*cols, str(tc)]
-        data = pq.read_table(path, columns=cols, filesystem=wh.fs, schema=rec.schema)
+        with snapshot_files(plan.seq, rec.name):
+            data = pq.read_table(path, columns=cols, filesystem=wh.fs, schema=rec.schema)
         start, until = marks[path]
         data = data.append_column(VALID_FROM, pa.array(np.full(data.num_rows, start)))
         data = data.append_column(VALID_UNTIL, pa.array(until, mask=until < 0))
@@ -251,8 +254,10 @@ def read_changes(
     rec, fs = table._record, table._ctx.warehouse.fs
     out_schema, cols = _feed_columns(table, columns)
     parts: list[pa.Table] = []
+    again = "read the changes again (retention ran meanwhile: its error says where to resume)"
     for piece in changed_rows(table, after_seq, until_seq):
-        data = pq.read_table(piece.path, columns=cols, filesystem=fs, schema=rec.schema)
+        with snapshot_files(piece.seq, rec.name, again):
+            data = pq.read_table(piece.path, columns=cols, filesystem=fs, schema=rec.schema)
         data = data.take(pa.array(piece.positions))
         if piece.keep is not None:
             assert rec.time_column is not None

@@ -94,8 +94,17 @@ def retention(
     done(
         f"retention on {n_of(len(names), 'table') if names else 'all tables'}: deleted "
         f"{n_of(report.segment_files, 'segment file')} and "
-        f"{n_of(report.orphan_files, 'orphan file')}",
+        f"{n_of(report.orphan_files, 'orphan file')}"
+        + _drops(report.drop_folders_deleted, report.drop_folders_restored),
     )
+
+
+def _drops(deleted: int, restored: int) -> str:
+    """The report's words for folders of unfinished drops (none when there were none)."""
+    parts = [f"deleted {n_of(deleted, 'folder')} of finished drops"] if deleted else []
+    if restored:
+        parts.append(f"moved {n_of(restored, 'folder')} of unfinished drops back")
+    return "; " + " and ".join(parts) if parts else ""
 
 
 _ORPHANS = [Column("path", "")]

@@ -312,7 +312,7 @@ def _decide(
     """(status, action, reason) of one chunk."""
     n = len(segs)
     if policy.skip_offset_us and chunk.end > horizon:
-        return "SKIPPED", "none", "within skip_offset_from_latest of the newest data"
+        return "SKIPPED", "none", "within skip_offset_from_latest of the newest segment"
     stale = sum(1 for s in segs if s.id in purge)
     if stale and not policy.rewrites:
         why = f">= {policy.max_superseded_pct}% of their records superseded by newer ones"
@@ -358,7 +358,7 @@ def _decide_partial(
     or when it holds superseded records to purge; else left as it is (its visible
     rows are not a whole segment to merge)."""
     if policy.skip_offset_us and chunk.end > horizon:
-        return "SKIPPED", "none", "within skip_offset_from_latest of the newest data"
+        return "SKIPPED", "none", "within skip_offset_from_latest of the newest segment"
     n = len(segs)
     states = [None if s.suffix else compacted.get(s.commit_id or -1) for s in segs]
     late = sum(1 for st in states if st is None)

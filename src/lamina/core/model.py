@@ -300,7 +300,11 @@ def seq_of(value: Any, what: str) -> int:
             raise TypeError
         return operator.index(value)
     except TypeError:
-        hint = " (pass its .seq)" if isinstance(value, Commit) else ""
+        hint = ""
+        if isinstance(value, Commit):
+            hint = (
+                " (pass its .seq)" if value.seq is not None else " (it has no seq: not completed)"
+            )
         raise SnapshotNotFoundError(
             f"{what} takes a snapshot seq (int), not {type(value).__name__} {value!r}{hint}: "
             "see Commit.seq in t.history()"

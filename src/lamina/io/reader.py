@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +33,19 @@ def check_columns(schema: pa.Schema, columns: list[str] | None) -> None:
         raise SchemaError(f"columns {twice} are named twice; name each column once")
 
 
+@contextlib.contextmanager
+def snapshot_files(seq: int, table: str, advice: str = "read a newer snapshot") -> Iterator[None]:
+    """Raise SnapshotNotFoundError for a file of snapshot ``seq`` of ``table`` that is
+    gone under the reads inside (retention or a push cleaned it up meanwhile)."""
+    try:
+        yield
+    except FileNotFoundError as exc:
+        raise SnapshotNotFoundError(
+            f"a file of snapshot seq {seq} of {table!r} no longer exists ({exc}); "
+            f"it was cleaned up — {advice}"
+        ) from None
+
+
 def read_arrow(plan: ScanPlan, wh: Warehouse, columns: list[str] | None = None) -> pa.Table:
     """Read the plan's files into one Arrow table (segments in time order)."""
     import pyarrow.dataset as ds  # imports pandas: only when reading
@@ -49,7 +64,7 @@ def read_arrow(plan: ScanPlan, wh: Warehouse, columns: list[str] | None = None) 
         assert plan.table.time_column is not None
         return time_filter(schema.field(plan.table.time_column), keep)
 
-    try:
+    with snapshot_files(plan.seq, plan.table.name):
         for keep, files in groups.items():
             dataset = ds.dataset(files, schema=schema, format="parquet", filesystem=wh.fs)
             parts.append(dataset.to_table(columns=columns, filter=time_flt(keep)))
@@ -74,11 +89,6 @@ def read_arrow(plan: ScanPlan, wh: Warehouse, columns: list[str] | None = None) 
             if keep is not None:
                 got = ds.dataset(got).to_table(columns=columns, filter=time_flt(keep))
             parts.append(got)
-    except FileNotFoundError as exc:
-        raise SnapshotNotFoundError(
-            f"a file of snapshot seq {plan.seq} of {plan.table.name!r} no longer exists ({exc}); "
-            "it was cleaned up — read a newer snapshot"
-        ) from None
     if not parts:
         empty = schema.empty_table()
         return empty.select(columns) if columns is not None else empty

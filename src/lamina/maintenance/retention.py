@@ -21,6 +21,10 @@ class RetentionReport:
 
     segment_files: int = 0
     orphan_files: int = 0
+    #: folders of drops that a dying process left: deleted (the drop had committed) or
+    #: moved back into their table's folder (it had not)
+    drop_folders_deleted: int = 0
+    drop_folders_restored: int = 0
 
 
 def run_retention(
@@ -28,12 +32,21 @@ def run_retention(
     names: Sequence[str],
     now: dt.datetime | None = None,
     lineage_only: bool = False,
+    every_name: bool = False,
 ) -> RetentionReport:
     """Delete what lineage, overwrites and deletes left behind, and orphan files, in
-    the tables ``names`` (see ``Catalog.run_retention``). Raises TableNotFoundError."""
+    the tables ``names`` (see ``Catalog.run_retention``), and settle the folders of
+    their unfinished drops (``every_name``: of any name, a table's or not). Raises
+    TableNotFoundError, WarehouseError."""
+    from lamina.maintenance.drops import settle_drops
+
     at = now_us() if now is None else to_us(now)
     never = 2**62
     report = RetentionReport()
+    if not lineage_only:
+        drops = settle_drops(ctx, None if every_name else names, at)
+        report.drop_folders_deleted = drops.deleted
+        report.drop_folders_restored = drops.restored
     for name in names:
         props = tables.get_table(ctx.db, name).properties
         garbage = rows.retention(

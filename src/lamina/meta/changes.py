@@ -66,9 +66,16 @@ def change_points(db: Db, name: str, after_seq: int, until_seq: int | None) -> C
                 "(see Commit.seq in t.history()); after_seq must not exceed until_seq"
             )
         if after_seq < int(purged):
+            at = conn.execute(
+                select(commits.c.id).where(
+                    commits.c.table_id == rec.id, commits.c.seq == int(purged)
+                )
+            ).scalar()
             raise SnapshotNotFoundError(
                 f"the changes after seq {after_seq} of {name!r} are gone: retention deleted "
-                f"segments that snapshot used; read changes after seq {purged} or later"
+                f"segments that snapshot used. Seq {purged} is the oldest snapshot left: "
+                f"read it whole (t.to_arrow(as_of={at})) in place of the changes up to it, "
+                f"then read changes after seq {purged} (reading only those would miss rows)"
             )
         done = conn.execute(
             select(commits.c.id, commits.c.seq, commits.c.action, commits.c.metadata)

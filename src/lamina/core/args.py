@@ -1,0 +1,41 @@
+"""Checks of the arguments public methods take, each raising the caller's error type with
+a message that says what to pass. Pure."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable
+from typing import Any
+
+from lamina.errors import LaminaError
+
+
+def whole_number(value: Any, name: str, error: type[LaminaError]) -> int:
+    """``value`` as an int >= 0 (not a bool, a float or a string). Raises ``error``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise error(f"{name} must be a whole number >= 0, not {value!r}")
+    return int(value)
+
+
+def seconds(value: Any, name: str, error: type[LaminaError]) -> float:
+    """``value`` as a finite number of seconds >= 0. Raises ``error``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise error(f"{name} must be a number of seconds >= 0, not {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise error(f"{name} must be a finite number of seconds >= 0, not {value!r}")
+    return float(value)
+
+
+def names(value: Any, name: str, error: type[LaminaError], noun: str = "names") -> list[str]:
+    """``value``, a list (or other iterable) of strings, as a list; a lone string is
+    refused (it would be read as its characters). Raises ``error``."""
+    if isinstance(value, str | bytes):
+        raise error(f"{name} takes a list of {noun}: pass [{value!r}], not {value!r}")
+    if not isinstance(value, Iterable):
+        raise error(f"{name} takes a list of {noun}, not {value!r}")
+    got = list(value)
+    wrong = [v for v in got if not isinstance(v, str)]
+    if wrong:
+        raise error(f"{name} takes a list of {noun} (strings), not {wrong[0]!r}")
+    return got
