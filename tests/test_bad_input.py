@@ -542,3 +542,156 @@ def test_a_lone_table_name_is_refused_where_a_list_goes(
         with pytest.raises(errors.InvalidTableNameError, match=r"pass \['events'\]"):
             call(tables="events")  # type: ignore[operator]
     assert _state(table) == before
+
+
+def _segment(t: lamina.Table) -> str:
+    return t.segments()[0].id
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "says"),
+    [
+        # a caller's function is refused, not run as lamina's own file writer (it wiped
+        # a day, or published an empty commit)
+        (lambda t: t.append(lambda d: []), errors.UnsupportedInputError, "call it"),
+        (
+            lambda t: t.overwrite(lambda d: [], interval="2024-01-01/2024-01-02"),
+            errors.UnsupportedInputError,
+            "a function",
+        ),
+        (lambda t: t.append(t.to_arrow().to_pandas), errors.UnsupportedInputError, "call it"),
+        # a rollup that names nothing nulled every column but the time
+        (lambda t: t.compact(mode="major", rollup={}), errors.CompactionError, "no dimensions"),
+        (
+            lambda t: t.compact(mode="major", rollup={"dimensions": None, "metrics": None}),
+            errors.CompactionError,
+            "no dimensions",
+        ),
+        (
+            lambda t: t.compact(mode="major", rollup={"dimensions": "sk"}),
+            errors.CompactionError,
+            r"pass \['sk'\]",
+        ),
+        (
+            lambda t: t.compact(mode="major", rollup={"metrics": ["v"]}),
+            errors.CompactionError,
+            "dict of column",
+        ),
+        (lambda t: t.compact(mode="major", engine="spark"), errors.CompactionError, "minor"),
+        (lambda t: t.compact(mode="major", priority=2**63), errors.CompactionError, "at most"),
+        (lambda t: t.append(events(days=1), retries=True), errors.InvalidArgumentError, "True"),
+        (lambda t: t.append(events(days=1), retries=-1), errors.InvalidArgumentError, ">= 0"),
+        (lambda t: t.append(events(days=1), metadata=_deep(2000)), errors.MetadataError, "deep"),
+        (lambda t: t.to_arrow(interval=(0, 10**30)), errors.InvalidIntervalError, "inf"),
+        (lambda t: t.to_arrow(columns=("k",)), errors.SchemaError, "list of column names"),
+        (lambda t: t.to_arrow(columns={"k"}), errors.SchemaError, "list of column names"),
+        (lambda t: t.delete_segments([]), errors.SegmentNotFoundError, "at least one"),
+        (lambda t: t.revert_replace(["x"]), errors.LineageEntryNotFoundError, "string"),
+        (lambda t: t.start_replace([], "abc"), errors.LineageError, r"pass \['abc'\]"),
+        (lambda t: t.start_replace(_segment(t), []), errors.LineageError, "list of segment"),
+        (lambda t: t.start_replace([], [1]), errors.LineageError, "strings"),
+        (
+            lambda t: t.start_replace([], [], force_cleanup="no"),
+            errors.InvalidArgumentError,
+            "force",
+        ),
+        (lambda t: t.set_properties(owner=None), errors.PropertyError, "string, a number"),
+        (
+            lambda t: t.set_properties(**{"compaction.segment_granularity": "ALL"}),
+            errors.CompactionError,
+            "without a time column",
+        ),
+        (lambda t: t.foreach_batch(123), errors.TransactionError, "app_id"),  # type: ignore[arg-type]
+        (lambda t: t.foreach_batch("app")(events(days=1), 1.7), errors.TransactionError, "1.7"),
+        (lambda t: t.foreach_batch("app")(events(days=1), True), errors.TransactionError, "True"),
+    ],
+)
+def test_more_arguments_of_the_wrong_type_are_refused(
+    table: lamina.Table, call: object, error: type[Exception], says: str
+) -> None:
+    """An argument sweep: calls that ran a caller's function as a file writer, nulled
+    columns, read a string as its characters or as True, truncated a number, or let a
+    plain TypeError, OverflowError or RecursionError escape. Each is refused with a
+    typed error, and the table is as before."""
+    before = _state(table)
+    with pytest.raises(error, match=says):
+        call(table)  # type: ignore[operator]
+    assert _state(table) == before
+
+
+def _deep(levels: int) -> dict[str, object]:
+    out: dict[str, object] = {}
+    inner = out
+    for _ in range(levels):
+        inner["a"] = {}
+        inner = inner["a"]  # type: ignore[assignment]
+    return out
+
+
+def test_a_lineage_entry_forced_by_a_string_is_refused(table: lamina.Table) -> None:
+    """``revert_replace(entry, force="false")`` reverted an IN_PROGRESS entry (a
+    non-empty string is true)."""
+    entry = table.start_replace([], [])
+    with pytest.raises(errors.InvalidArgumentError, match="force must be True or False"):
+        table.revert_replace(entry, force="false")  # type: ignore[arg-type]
+    assert [e.state for e in table.lineage()] == ["IN_PROGRESS"]
+    table.revert_replace(entry, force=True)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "says"),
+    [
+        (lambda c: lamina.connect(warehouse=123), errors.WarehouseError, "path or a URI"),
+        (lambda c: lamina.connect(catalog=""), errors.CatalogUnavailableError, "database URL"),
+        (lambda c: c.load_table(["events"]), errors.InvalidTableNameError, "is a string"),
+        (lambda c: c.drop_table(["events"]), errors.InvalidTableNameError, "is a string"),
+        (lambda c: c.sql(None), errors.SqlError, "as a string"),
+        (lambda c: c.compact_auto(dry_run="no"), errors.InvalidArgumentError, "dry_run"),
+        (lambda c: c.run_retention(lineage_only="no"), errors.InvalidArgumentError, "lineage"),
+        (
+            lambda c: c.create_table("x", SCHEMA, time_column="ts", consistent_push="no"),
+            errors.PropertyError,
+            "true or false",
+        ),
+        (
+            lambda c: c.create_table("x", SCHEMA, time_column="ts", segment_granularity=""),
+            errors.InvalidGranularityError,
+            "unknown segment granularity",
+        ),
+        (lambda c: c.create_table("x", SCHEMA, time_column=True), errors.TimeColumnError, "name"),
+        (
+            lambda c: c.create_table("x", SCHEMA, properties=[("owner", "x")]),
+            errors.PropertyError,
+            "dict",
+        ),
+        (lambda c: c.create_table("x", SCHEMA, properties={"": "x"}), errors.PropertyError, "name"),
+        (lambda c: c.create_table("x", SCHEMA, ingestion_type=None), errors.PropertyError, "None"),
+    ],
+)
+def test_catalog_arguments_of_the_wrong_type_are_refused(
+    table: lamina.Table, cat: lamina.Catalog, call: object, error: type[Exception], says: str
+) -> None:
+    before = (_state(table), cat.list_tables())
+    with pytest.raises(error, match=says):
+        call(cat)  # type: ignore[operator]
+    assert (_state(table), cat.list_tables()) == before
+
+
+def test_create_table_reads_consistent_push_false_as_false(cat: lamina.Catalog) -> None:
+    """``consistent_push="false"`` made a consistent-push table (``bool("false")``)."""
+    t = cat.create_table("x", SCHEMA, time_column="ts", consistent_push="false")  # type: ignore[arg-type]
+    assert t.consistent_push is False
+
+
+def test_a_transaction_deleting_an_unknown_segment_says_so(table: lamina.Table) -> None:
+    """It said the segment was 'removed meanwhile'."""
+    with (
+        pytest.raises(errors.SegmentNotFoundError, match="has no segments"),
+        table.transaction() as tx,
+    ):
+        tx.delete_segments(["nope"])
+    with (
+        pytest.raises(errors.SegmentNotFoundError, match="list of segment ids"),
+        table.transaction() as tx,
+    ):
+        tx.delete_segments("abc")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from lamina.context import CatalogContext
 from lamina.core.interval import Granularity
 from lamina.errors import (
+    CatalogUnavailableError,
     InvalidGranularityError,
     InvalidTableNameError,
     PropertyError,
@@ -80,8 +81,16 @@ def connect(
     Raises WarehouseError, CatalogUnavailableError.
     """
     check_timing(writer_wait_s, heartbeat_s, stale_after_s)
+    if warehouse is not None and not isinstance(warehouse, str | os.PathLike):
+        raise WarehouseError(f"warehouse must be a path or a URI (a string), not {warehouse!r}")
+    warehouse = None if warehouse is None else str(os.fspath(warehouse))
     if warehouse is not None and not str(warehouse).strip():
         raise WarehouseError("the warehouse path is empty: give a directory or a URI")
+    if catalog is not None and (not isinstance(catalog, str) or not catalog.strip()):
+        raise CatalogUnavailableError(
+            f"catalog must be a database URL (e.g. postgresql://host/db) or None for the "
+            f"SQLite file in the warehouse, not {catalog!r}"
+        )
     wh = Warehouse(warehouse or os.environ.get("LAMINA_WAREHOUSE") or DEFAULT_WAREHOUSE)
     wh.ensure_writable()
     url = catalog or os.environ.get("LAMINA_CATALOG")
@@ -168,7 +177,7 @@ class Catalog:
         ``delete_column`` marks a delete). See docs/upserts.md. Raises UpsertError for a
         bad definition (unknown or nullable key column, delete column not boolean...).
         """
-        from lamina.core.properties import check_properties
+        from lamina.core.properties import as_text, check_properties
         from lamina.io.arrow import check_time_column, table_schema
         from lamina.table import Table
 
@@ -184,7 +193,9 @@ class Catalog:
                     "or name a time_column"
                 )
         else:
-            granularity = Granularity.parse(segment_granularity or Granularity.DAY)
+            granularity = Granularity.parse(
+                Granularity.DAY if segment_granularity is None else segment_granularity
+            )
             if granularity is Granularity.ALL:
                 raise InvalidGranularityError(
                     "ALL granularity is for tables without a time column; pick HOUR, DAY, "
@@ -198,14 +209,13 @@ class Catalog:
                     f"time column {time_column!r} holds dates: every row would fall in the "
                     "first hour of its day; pick DAY or coarser"
                 )
-        props = {
-            "ingestion_type": ingestion_type,
-            "consistent_push": str(bool(consistent_push)).lower(),
-            **{
-                k: str(v).lower() if isinstance(v, bool) else str(v)
-                for k, v in (properties or {}).items()
-            },
-        }
+        props = as_text(
+            {
+                "ingestion_type": ingestion_type,
+                "consistent_push": consistent_push,
+                **as_text(properties or {}),
+            }
+        )
         fixed = sorted(k for k in props if k.startswith("upsert."))
         if fixed:
             raise PropertyError(
@@ -249,9 +259,10 @@ class Catalog:
         return Table(self.context, record)
 
     def load_table(self, name: str) -> Table:
+        """The table named ``name``. Raises TableNotFoundError, InvalidTableNameError."""
         from lamina.table import Table
 
-        return Table(self.context, table_rows.get_table(self.context.db, name))
+        return Table(self.context, table_rows.get_table(self.context.db, _a_name(name)))
 
     def list_tables(self) -> list[str]:
         return table_rows.list_tables(self.context.db)
@@ -263,6 +274,7 @@ class Catalog:
         catalog waits for no deletion. Raises TableNotFoundError, WarehouseError."""
         import uuid
 
+        name = _a_name(name)
         wh = self.warehouse
         moved: list[tuple[str, str]] = []  # (folder, where it went)
 
@@ -299,6 +311,8 @@ class Catalog:
 
         Raises SqlError when the query cannot be parsed or fails.
         """
+        if not isinstance(query, str):
+            raise SqlError(f"cat.sql takes the query as a string, not {query!r}")
         return self.sql_engine().sql(query)
 
     def sql_engine(self) -> SqlEngine:
@@ -346,9 +360,11 @@ class Catalog:
         table's folder if the drop never committed. ``now`` lets a caller catch up or
         test. Raises TableNotFoundError, WarehouseError.
         """
+        from lamina.core.args import flag
         from lamina.maintenance import retention
 
         names = self._tables(tables)
+        lineage_only = flag(lineage_only, "lineage_only")
         return retention.run_retention(self.context, names, now, lineage_only, tables is None)
 
     def find_orphans(
@@ -360,10 +376,11 @@ class Catalog:
         """Files under the tables' data and key index directories that no catalog
         row names (relative paths). ``with_grace``: only those older than
         ``orphan_grace_period`` — a writer that is still writing is never robbed."""
+        from lamina.core.args import flag
         from lamina.maintenance import retention
 
         names = self._tables(tables)
-        return retention.find_orphans(self.context, names, now, with_grace)
+        return retention.find_orphans(self.context, names, now, flag(with_grace, "with_grace"))
 
     def compact_auto(
         self, tables: Sequence[str] | None = None, dry_run: bool = False
@@ -375,8 +392,10 @@ class Catalog:
         the error and is retried next run. Raises PropertyError, CompactionError (a
         bad policy), TableNotFoundError."""
         from lamina.autocompaction import compact_auto
+        from lamina.core.args import flag
 
         out: list[AutoResult] = []
+        dry_run = flag(dry_run, "dry_run")
         for name in self._tables(tables):
             out += compact_auto(self.load_table(name), dry_run)
         return out
@@ -467,3 +486,10 @@ def _arrow_schema(schema: Any) -> pa.Schema:
     raise SchemaError(
         f"schema must be a pyarrow.Schema or a Spark StructType, not {type(schema).__name__}"
     )
+
+
+def _a_name(name: Any) -> str:
+    """``name``, a table's name (a string). Raises InvalidTableNameError."""
+    if not isinstance(name, str):
+        raise InvalidTableNameError(f"a table's name is a string, not {name!r}")
+    return name

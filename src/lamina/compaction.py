@@ -83,6 +83,11 @@ def compact(
     InvalidIntervalError."""
     if engine not in ENGINES:
         raise CompactionError(f"engine={engine!r}: use 'auto', 'local' or 'spark'")
+    if mode == "major" and engine == "spark":
+        raise CompactionError(
+            "engine='spark' is for minor compactions; a major one rewrites its chunks with "
+            "pyarrow (leave engine as 'auto' or 'local')"
+        )
     if mode not in ("minor", "major"):
         raise CompactionError(f"mode={mode!r}: use 'minor' or 'major'")
     if segments is not None:

@@ -79,6 +79,11 @@ class SnapshotNotFoundError(LaminaError):
     """The requested snapshot (as_of commit) does not exist or cannot be read any more."""
 
 
+class InvalidArgumentError(LaminaError, ValueError):
+    """An argument of a call has a type or value the call cannot take (a flag that is
+    not a bool, a count that is not a whole number)."""
+
+
 class UnsupportedInputError(LaminaError, TypeError):
     """The object given as data is not something lamina can read."""
 

@@ -61,6 +61,12 @@ class _Model(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="forbid")
 
 
+class _Request(_Model):
+    """A request body: values of the declared JSON types only (``true`` is no count)."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="forbid", strict=True)
+
+
 class TableInfo(_Model):
     name: str
     time_column: str | None = Field(alias="timeColumn")
@@ -87,7 +93,7 @@ class LineageEntryInfo(_Model):
     timestamp: datetime
 
 
-class StartReplaceRequest(_Model):
+class StartReplaceRequest(_Request):
     segments_from: list[SegmentId] = Field(
         default_factory=list,
         alias="segmentsFrom",
@@ -102,7 +108,7 @@ class StartReplaceRequest(_Model):
     )
 
 
-class EndReplaceRequest(_Model):
+class EndReplaceRequest(_Request):
     segments_to: list[SegmentId] | None = Field(
         None,
         alias="segmentsTo",
@@ -129,7 +135,7 @@ class ChunkCompactionInfo(_Model):
     reason: str
 
 
-class CompactRequest(_Model):
+class CompactRequest(_Request):
     mode: str = Field("minor", description="minor (merge small segments) or major (rewrite).")
     interval: str | None = Field(None, description="START/END; default: the whole table.")
     segment_granularity: str | None = Field(None, alias="segmentGranularity")

@@ -35,9 +35,9 @@ class Table(TableReads):
 
     def set_properties(self, **props: Any) -> None:
         """Change table properties in place (e.g. ``consistent_push=False``)."""
-        from lamina.core.properties import check_properties
+        from lamina.core.properties import as_text, check_properties
 
-        values = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in props.items()}
+        values = as_text(props)
         fixed = sorted(k for k in values if k.startswith("upsert."))
         if fixed:
             from lamina.errors import PropertyError
@@ -120,7 +120,7 @@ class Table(TableReads):
             commit = tw.write(
                 self,
                 CommitAction.APPEND,
-                produce,
+                tw.Produced(produce),
                 None,
                 metadata,
                 entry,
@@ -301,6 +301,8 @@ class Table(TableReads):
         an upsert table) or "overwrite" (each batch replaces the chunks it touches).
         ``df.writeStream.foreachBatch(t.foreach_batch("orders-stream")).start()``
         Raises TransactionError for an unknown mode or an empty ``app_id``."""
+        from lamina.core.args import whole_number
+        from lamina.core.model import txn_of
         from lamina.errors import TransactionError
 
         if mode not in ("append", "overwrite") or not app_id:
@@ -308,10 +310,12 @@ class Table(TableReads):
                 f"foreach_batch(app_id={app_id!r}, mode={mode!r}): give a non-empty app id "
                 "and mode 'append' or 'overwrite'"
             )
+        txn_of((app_id, 0))  # a bad app id now, not at the first batch
         write = self.append if mode == "append" else self.overwrite
 
         def batch(df: Any, batch_id: int) -> None:
-            write(df, txn=(app_id, int(batch_id)), retries=3)
+            version = whole_number(batch_id, "batch_id", TransactionError, most=2**63 - 1)
+            write(df, txn=(app_id, version), retries=3)
 
         return batch
 
@@ -398,15 +402,17 @@ class Table(TableReads):
         this interval, read in the same transaction. Raises LineageError.
         """
         self._refuse_upsert("a segment replacement (lineage)")
+        from lamina.core.args import flag, names
+        from lamina.errors import LineageError
         from lamina.meta import lineage
 
         entry, garbage = lineage.start_replace(
             self._ctx.db,
             self.name,
-            list(segments_from),
-            list(segments_to),
-            force_cleanup,
-            replace_live,
+            names(segments_from, "segments_from", LineageError, "segment ids"),
+            names(segments_to, "segments_to", LineageError, "segment ids"),
+            flag(force_cleanup, "force_cleanup"),
+            None if replace_live is None else Interval.coerce(replace_live),
         )
         self._ctx.delete_files(garbage)
         return entry
@@ -422,17 +428,23 @@ class Table(TableReads):
         from lamina.meta import lineage
 
         self._refuse_upsert("a segment replacement (lineage)")
-        lineage.end_replace(self._ctx.db, self.name, entry_id, segments_to)
+        if segments_to is not None:
+            from lamina.core.args import names
+            from lamina.errors import LineageError
+
+            segments_to = names(segments_to, "segments_to", LineageError, "segment ids")
+        lineage.end_replace(self._ctx.db, self.name, _entry_id(entry_id), segments_to)
 
     def revert_replace(self, entry_id: str, force: bool = False) -> None:
         """Undo an entry: readers see its segments_from again. IN_PROGRESS needs force;
         a COMPLETED one (a rollback) must be the newest link of its chain.
         Raises LineageError, LineageEntryNotFoundError, UpsertError (an upsert table
         has no lineage)."""
+        from lamina.core.args import flag
         from lamina.meta import lineage
 
         self._refuse_upsert("a segment replacement (lineage)")
-        lineage.revert_replace(self._ctx.db, self.name, entry_id, force)
+        lineage.revert_replace(self._ctx.db, self.name, _entry_id(entry_id), flag(force, "force"))
 
     def delete_segments(self, segment_ids: list[str]) -> Commit:
         """Remove live segments in one commit; refuses segments a lineage entry holds.
@@ -442,7 +454,22 @@ class Table(TableReads):
         from lamina.meta import publish
 
         ids = names(segment_ids, "delete_segments", SegmentNotFoundError, "segment ids")
+        if not ids:
+            raise SegmentNotFoundError("delete_segments needs at least one segment id")
         return publish.delete_segments(self._ctx.db, self.name, ids)
 
     def __repr__(self) -> str:
         return f"Table({self.name!r}, time_column={self.time_column!r}, {self.granularity.value})"
+
+
+def _entry_id(value: Any) -> str:
+    """A lineage entry's id, as ``start_replace`` returned it. Raises
+    LineageEntryNotFoundError."""
+    if not isinstance(value, str):
+        from lamina.errors import LineageEntryNotFoundError
+
+        raise LineageEntryNotFoundError(
+            f"a lineage entry id is the string start_replace returned (see t.lineage()), "
+            f"not {value!r}"
+        )
+    return value

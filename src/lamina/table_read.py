@@ -57,9 +57,11 @@ class TableReads:
         all_published: bool = False,
         interval: Interval | None = None,
     ) -> Snapshot:
-        """The segments of one snapshot (only those overlapping ``interval`` if given)."""
+        """The segments of one snapshot (only those overlapping ``interval`` if given).
+        Raises SnapshotNotFoundError, InvalidIntervalError."""
+        iv = None if interval is None else Interval.coerce(interval)
         return snapshots.snapshot(
-            self._ctx.db, self.name, as_of, all_published=all_published, interval=interval
+            self._ctx.db, self.name, as_of, all_published=all_published, interval=iv
         )
 
     def scan(self, as_of: AsOf = None, interval: Any = None) -> ScanPlan:

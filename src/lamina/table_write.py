@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from lamina.core.interval import ETERNITY, Granularity, Interval
@@ -23,12 +24,22 @@ if TYPE_CHECKING:
 STREAM_FLUSH_BYTES = 256 * 1024 * 1024
 
 
+@dataclass(frozen=True)
+class Produced:
+    """Files lamina's own code writes into a commit's directory, given to :func:`write`
+    in place of a caller's data (a caller's function is refused, not run)."""
+
+    files: Callable[[str], list[NewSegment]]
+
+
 def retrying(retries: int, write: Callable[[], Commit], data: Any = None) -> Commit:
     """``write()``, again up to ``retries`` times after a conflict that is safe to
     retry (``CommitConflictError.retryable``) — not when ``data`` is a stream, which
     the first try consumed. Raises the last CommitConflictError."""
-    from lamina.errors import CommitConflictError
+    from lamina.core.args import whole_number
+    from lamina.errors import CommitConflictError, InvalidArgumentError
 
+    retries = whole_number(retries, "retries", InvalidArgumentError)
     for attempt in range(retries + 1):
         try:
             return write()
@@ -131,7 +142,7 @@ def write(
     remove: tuple[str, ...] = (),
     remake: Callable[..., Callable[[str], list[NewSegment]]] | None = None,
 ) -> Commit:
-    """One commit writing ``data`` (or a producer from :func:`producer`);
+    """One commit writing ``data`` (or the files of a :class:`Produced`);
     ``upsert``: the records of the files written, to resolve by key at publish;
     ``remove``: live segments it removes too (a refresh's). A ``txn`` applied already
     writes nothing and returns the commit that applied it.
@@ -151,9 +162,10 @@ def write(
         done = applied(table, txn)
         if done is not None:  # applied already: write nothing
             return done
-    if remake is None and upsert is None and not callable(data) and refinable(data):
+    own = isinstance(data, Produced)
+    if remake is None and upsert is None and not own and refinable(data):
         remake = functools.partial(producer, table, data, action, interval)
-    produce = data if callable(data) else producer(table, data, action, interval)
+    produce = data.files if own else producer(table, data, action, interval)
     chunks: list[Interval] = []
     try:
         meta = dict(metadata or {})
@@ -180,7 +192,7 @@ def write(
         if not refine:
             raise
         assert remake is not None
-        again = remake(refine=refine)
+        again = Produced(remake(refine=refine))
         return write(
             table,
             action,

@@ -226,9 +226,14 @@ class Transaction:
         self._replaced += [iv] if iv is not None and only is None else list(chunks)
 
     def delete_segments(self, segment_ids: list[str]) -> None:
-        """Remove these live segments when the transaction commits."""
+        """Remove these live segments when the transaction commits. Raises
+        SegmentNotFoundError (a lone id: pass a list; at commit, ids the table lacks)."""
+        from lamina.core.args import names
+        from lamina.errors import SegmentNotFoundError
+
+        ids = names(segment_ids, "delete_segments", SegmentNotFoundError, "segment ids")
         self._check_open()
-        self._removes += [i for i in segment_ids if i not in self._removes]
+        self._removes += [i for i in ids if i not in self._removes]
 
     def commit(self) -> Commit:
         """Publish every operation in one catalog transaction. Raises

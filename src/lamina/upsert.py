@@ -112,7 +112,7 @@ def upsert(
         done = tw.write(
             table,
             CommitAction.UPSERT,
-            spark_producer(rec, wh, target, data),
+            tw.Produced(spark_producer(rec, wh, target, data)),
             None,
             metadata,
             txn=txn,
@@ -196,7 +196,7 @@ def _write(
             return tw.write(
                 table,
                 action,
-                lambda commit_dir, parts=parts: write_parts(wh, commit_dir, parts),
+                tw.Produced(functools.partial(write_parts, wh, parts=parts)),
                 interval,
                 metadata,
                 txn=txn,

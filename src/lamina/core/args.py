@@ -8,14 +8,25 @@ import numbers
 from collections.abc import Iterable
 from typing import Any
 
-from lamina.errors import LaminaError
+from lamina.errors import InvalidArgumentError, LaminaError
 
 
-def whole_number(value: Any, name: str, error: type[LaminaError]) -> int:
-    """``value`` as an int >= 0 (not a bool, a float or a string). Raises ``error``."""
+def whole_number(value: Any, name: str, error: type[LaminaError], most: int = 2**31 - 1) -> int:
+    """``value`` as an int from 0 to ``most`` (not a bool, a float or a string).
+    Raises ``error``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
         raise error(f"{name} must be a whole number >= 0, not {value!r}")
+    if int(value) > most:
+        raise error(f"{name} must be at most {most}, not {value!r}")
     return int(value)
+
+
+def flag(value: Any, name: str) -> bool:
+    """``value``, which must be a bool (a string such as ``"false"`` is true to Python).
+    Raises InvalidArgumentError."""
+    if not isinstance(value, bool):
+        raise InvalidArgumentError(f"{name} must be True or False, not {value!r}")
+    return value
 
 
 def seconds(value: Any, name: str, error: type[LaminaError]) -> float:

@@ -427,6 +427,11 @@ def check_policy(
     column without an order, or asks for a segment granularity the table's chunks
     (``granularity``; a table without ``time_column`` has one chunk) do not nest with."""
     target = policy.segment_granularity
+    if target is Granularity.ALL and time_column is not None:
+        raise CompactionError(
+            f"{PREFIX}segment_granularity = ALL is for tables without a time column; pick "
+            "HOUR, DAY, WEEK, MONTH, QUARTER or YEAR"
+        )
     if target is not None and granularity is not None and target is not granularity:
         if time_column is None and target is not Granularity.ALL:
             raise CompactionError(

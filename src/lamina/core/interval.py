@@ -37,6 +37,11 @@ def to_us(value: Instant) -> int:
     if isinstance(value, bool):
         raise InvalidIntervalError(f"not a point in time: {value!r}")
     if isinstance(value, int):
+        if not MIN_US <= value <= MAX_US:
+            raise InvalidIntervalError(
+                f"{value} µs is past lamina's times (-2**62..2**62 µs, about 146,000 years "
+                "either side of 1970); use '-inf' or 'inf' for an open end"
+            )
         return value
     if isinstance(value, str):
         return _parse_instant(value)

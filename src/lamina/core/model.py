@@ -283,6 +283,8 @@ def user_metadata(metadata: Any) -> dict[str, Any]:
         )
     try:
         json.dumps(dict(metadata), allow_nan=False)
+    except RecursionError:
+        raise MetadataError("metadata is nested too deeply to store as JSON: flatten it") from None
     except (TypeError, ValueError) as exc:
         raise MetadataError(
             f"metadata must hold JSON values (str, numbers, bools, None, lists, dicts): {exc}"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from lamina.errors import PropertyError
 
@@ -38,6 +40,29 @@ _LONGEST_US = 36_500 * 86_400 * 1_000_000
 KNOWN = (*DEFAULTS, "ingestion_type", "consistent_push", "target_rows_per_segment")
 #: settings of a catalog (``lamina.connect``), which a table property cannot change
 CATALOG_SETTINGS = ("writer_wait_s", "heartbeat_s", "stale_after_s")
+
+
+def as_text(props: Any) -> dict[str, str]:
+    """Property values as the catalog stores them: text, a bool as ``true``/``false``.
+    Raises PropertyError for what is not a mapping of non-empty names to a string, a
+    number or a bool (None, a list: stored as ``'None'``, ``'[1]'`` they would read back
+    as something else)."""
+    if not isinstance(props, Mapping):
+        raise PropertyError(f"properties must be a dict of name -> value, not {props!r}")
+    out = {}
+    for key, value in props.items():
+        if not isinstance(key, str) or not key.strip():
+            raise PropertyError(f"a property name must be a non-empty string, not {key!r}")
+        if isinstance(value, bool):
+            out[key] = str(value).lower()
+        elif isinstance(value, str | int | float):
+            out[key] = str(value)
+        else:
+            raise PropertyError(
+                f"property {key!r} = {value!r}: give a string, a number or a bool "
+                "(unset a property by leaving it out)"
+            )
+    return out
 
 
 def check_names(keys: list[str]) -> None:

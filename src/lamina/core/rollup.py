@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from lamina.core.args import names as name_list
 from lamina.core.interval import Granularity
 from lamina.errors import CompactionError, InvalidGranularityError
 
@@ -45,8 +46,19 @@ class Rollup:
                 f"rollup has unknown key {unknown_keys[0]!r}; use dimensions, metrics, "
                 "query_granularity"
             )
-        dims = tuple(spec.get("dimensions") or ())
-        metrics = dict(spec.get("metrics") or {})
+        dims = tuple(name_list(spec.get("dimensions") or (), "rollup dimensions", CompactionError))
+        raw = spec.get("metrics") or {}
+        if not isinstance(raw, Mapping) or not all(isinstance(c, str) for c in raw):
+            raise CompactionError(
+                f"rollup metrics must be a dict of column -> aggregate, e.g. {{'v': 'sum'}}, "
+                f"not {raw!r}"
+            )
+        metrics = dict(raw)
+        if not dims and not metrics:
+            raise CompactionError(
+                "rollup names no dimensions and no metrics: it would keep only the time "
+                "column; name the columns to group by (dimensions) and to aggregate (metrics)"
+            )
         names = set(schema.names)
         for col in (*dims, *metrics):
             if col not in names and metrics.get(col) == "count":

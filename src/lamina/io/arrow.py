@@ -55,9 +55,10 @@ def to_arrow_table(data: Any) -> pa.Table:
                 "a type Arrow does not define (e.g. Polars Int128): cast it, e.g. to a decimal"
             ) from None
         return reader.read_all()
+    hint = " (a function: call it and pass what it returns)" if callable(data) else ""
     raise UnsupportedInputError(
-        f"cannot write a {type(data).__name__}; pass a pyarrow Table or RecordBatchReader, "
-        "a pandas or Spark DataFrame, or an object with __arrow_c_stream__"
+        f"cannot write a {type(data).__name__}{hint}; pass a pyarrow Table or "
+        "RecordBatchReader, a pandas or Spark DataFrame, or an object with __arrow_c_stream__"
     )
 
 
@@ -65,6 +66,10 @@ def check_time_column(schema: pa.Schema, time_column: str | None) -> None:
     """The time column must exist and be a timestamp or a date."""
     if time_column is None:
         return
+    if not isinstance(time_column, str):
+        raise TimeColumnError(
+            f"time_column must be a column's name (a string) or None, not {time_column!r}"
+        )
     if len(time_column) > 256:  # the catalog's column
         raise TimeColumnError(
             f"time column name {time_column[:40]!r}... is {len(time_column)} characters "

@@ -21,7 +21,7 @@ def check_columns(schema: pa.Schema, columns: list[str] | None) -> None:
     ``schema``."""
     if columns is None:
         return
-    if isinstance(columns, str | bytes) or not all(isinstance(c, str) for c in columns):
+    if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
         raise SchemaError(
             f"columns={columns!r}: pass a list of column names, e.g. ['{schema.names[0]}']"
         )
