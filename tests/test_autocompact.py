@@ -310,3 +310,26 @@ def test_a_chunk_hidden_in_part_is_rewritten_only_when_the_policy_asks() -> None
     hourly = Policy(target_rows=100, chunk_granularity=Granularity.HOUR)
     (st,) = statuses([], {}, hourly, partial=day)
     assert (st.status, st.action) == ("PENDING", "major") and "re-partitions" in st.reason
+
+
+def test_a_policy_refused_now_but_stored_before_fails_only_its_own_chunks(
+    cat: lamina.Catalog,
+) -> None:
+    """compaction.segment_granularity=ALL on a table with a time column is refused when
+    set; one an earlier version stored fails that table's chunks, and auto-compaction
+    goes on with the other tables (a review: it raised out of compact_auto)."""
+    from lamina.meta import tables as table_rows
+
+    old = cat.create_table("old", SCHEMA, time_column="ts", segment_granularity="DAY")
+    with pytest.raises(lamina.CompactionError, match="without a time column"):
+        old.set_properties(**{"compaction.segment_granularity": "ALL"})
+    table_rows.set_properties(
+        cat.context.db, "old", {"compaction.segment_granularity": "ALL"}
+    )  # as stored before the check
+    other = cat.create_table("other", SCHEMA, time_column="ts", segment_granularity="DAY")
+    for t in (old, other):
+        for seed in range(3):
+            t.append(events(days=1, per_day=2, seed=seed))
+    results = cat.compact_auto()
+    assert any(r.commit is not None for r in results if r.table == "other")
+    assert all(r.commit is None for r in results if r.table == "old")

@@ -583,7 +583,7 @@ def _segment(t: lamina.Table) -> str:
         (lambda t: t.append(events(days=1), retries=-1), errors.InvalidArgumentError, ">= 0"),
         (lambda t: t.append(events(days=1), metadata=_deep(2000)), errors.MetadataError, "deep"),
         (lambda t: t.to_arrow(interval=(0, 10**30)), errors.InvalidIntervalError, "inf"),
-        (lambda t: t.to_arrow(columns=("k",)), errors.SchemaError, "list of column names"),
+        (lambda t: t.to_arrow(columns=iter(["k"])), errors.SchemaError, "list of column names"),
         (lambda t: t.to_arrow(columns={"k"}), errors.SchemaError, "list of column names"),
         (lambda t: t.delete_segments([]), errors.SegmentNotFoundError, "at least one"),
         (lambda t: t.revert_replace(["x"]), errors.LineageEntryNotFoundError, "string"),
@@ -695,3 +695,24 @@ def test_a_transaction_deleting_an_unknown_segment_says_so(table: lamina.Table) 
         table.transaction() as tx,
     ):
         tx.delete_segments("abc")
+
+
+def test_numpy_values_tuples_and_decimals_are_taken_where_they_mean_the_same(
+    table: lamina.Table, cat: lamina.Catalog
+) -> None:
+    """The argument checks take what Python code hands over as numbers, bools and
+    lists: numpy ints and bools, decimals, tuples of columns (a review of the checks)."""
+    from decimal import Decimal
+
+    import numpy as np
+
+    table.set_properties(target_rows_per_segment=np.int64(5000), owner=Decimal("1.5"))
+    assert table.properties["target_rows_per_segment"] == "5000"
+    assert table.properties["owner"] == "1.5"
+    table.set_properties(consistent_push=np.False_)
+    assert table.consistent_push is False
+    assert cat.compact_auto(dry_run=np.True_) is not None
+    assert cat.find_orphans(with_grace=np.True_) == []
+    table.compact(wait_s=Decimal("1"))  # nothing to merge here: taken, not refused
+    assert table.to_arrow(columns=("k",)).column_names == ["k"]
+    assert table.read_changes(0, columns=("k", "v")).num_rows == table.count()

@@ -468,19 +468,25 @@ def _set_aside(cat: lamina.Catalog) -> list[str]:
 
 
 def test_retention_moves_back_the_files_of_a_drop_that_died_before_its_commit(
-    cat: lamina.Catalog, catalog_url: str
+    cat: lamina.Catalog, catalog_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A process killed between moving a table's folder aside and committing the drop
     left the table listed without its files; retention moves them back once the folder
-    is older than orphan_grace_period, beside the files written since."""
+    is older than orphan_grace_period (and ten minutes by the clock), beside the files
+    written since."""
+    from lamina.maintenance import drops
+
     t = cat.create_table("events", schema=SCHEMA, time_column="ts", segment_granularity="DAY")
     t.append(events(days=2, per_day=3))
     _die_in_drop(cat, catalog_url, "before commit")
     assert cat.list_tables() == ["events"] and len(_set_aside(cat)) == 1
     t.append(events(days=1, per_day=4, seed=2))  # into a new folder of the same name
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)
+    report = cat.run_retention(now=later)  # the folder is seconds old: a drop may commit
+    assert (report.drop_folders_restored, report.drop_folders_deleted) == (0, 0)
+    monkeypatch.setattr(drops, "MIN_AGE_S", 0)
     report = cat.run_retention()
     assert (report.drop_folders_restored, report.drop_folders_deleted) == (0, 0)  # grace
-    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)
     report = cat.run_retention(now=later)
     assert (report.drop_folders_restored, report.drop_folders_deleted) == (1, 0)
     assert _set_aside(cat) == [] and t.to_arrow().num_rows == 10
@@ -488,24 +494,35 @@ def test_retention_moves_back_the_files_of_a_drop_that_died_before_its_commit(
 
 
 def test_retention_deletes_the_folder_of_a_drop_that_died_after_its_commit(
-    cat: lamina.Catalog, catalog_url: str
+    cat: lamina.Catalog, catalog_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A process killed after the drop committed, before it deleted the folder it had
-    set aside, left that folder; retention deletes it, and leaves alone the table
-    created again under the name (and a folder while within the grace period)."""
-    cat.create_table("events", schema=SCHEMA, time_column="ts").append(events(days=1))
-    _die_in_drop(cat, catalog_url, "after commit")
-    assert cat.list_tables() == [] and len(_set_aside(cat)) == 1
-    again = cat.create_table("events", schema=SCHEMA, time_column="ts")
-    again.append(events(days=1, per_day=2, seed=3))
-    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)
-    cat.create_table("other", schema=SCHEMA)
-    report = cat.run_retention(now=later, tables=["other"])  # not its folder
-    assert report.drop_folders_deleted == 0 and len(_set_aside(cat)) == 1
-    assert cat.run_retention().drop_folders_deleted == 0  # within the grace period
-    report = cat.run_retention(now=later, tables=["events"])
-    assert (report.drop_folders_restored, report.drop_folders_deleted) == (0, 1)
-    assert _set_aside(cat) == [] and again.to_arrow().num_rows == 2
+    set aside, left that folder; retention deletes it (not while within the grace
+    period, nor for other tables). Once a table took the name again, the folder's files
+    are moved into its folder as orphans, which the same run deletes."""
+    from lamina.maintenance import drops
+
+    monkeypatch.setattr(drops, "MIN_AGE_S", 0)
+    for again in (False, True):
+        cat.create_table("events", schema=SCHEMA, time_column="ts").append(events(days=1))
+        _die_in_drop(cat, catalog_url, "after commit")
+        assert "events" not in cat.list_tables() and len(_set_aside(cat)) == 1
+        if again:
+            made = cat.create_table("events", schema=SCHEMA, time_column="ts")
+            made.append(events(days=1, per_day=2, seed=3))
+        later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)
+        cat.create_table("other", schema=SCHEMA)
+        report = cat.run_retention(now=later, tables=["other"])  # not its folder
+        assert report.drop_folders_deleted == 0 and len(_set_aside(cat)) == 1
+        assert cat.run_retention().drop_folders_deleted == 0  # within the grace period
+        report = cat.run_retention(now=later)
+        assert (report.drop_folders_restored, report.drop_folders_deleted) == (again, not again)
+        assert _set_aside(cat) == [] and cat.find_orphans() == []
+        if again:
+            assert report.orphan_files > 0 and made.to_arrow().num_rows == 2
+            cat.drop_table("events")
+        cat.drop_table("other")
+    assert os.listdir(cat.warehouse.root) == ["_lamina_catalog.json"]  # nothing left
 
 
 def test_the_commit_a_write_returns_is_the_one_history_records(cat: lamina.Catalog) -> None:

@@ -229,7 +229,8 @@ class Catalog:
             from lamina.table import DEFAULT_TARGET_ROWS
 
             target = int(props.get("target_rows_per_segment", DEFAULT_TARGET_ROWS))
-            check_policy(policy_of(props, target), arrow_schema, time_column, granularity)
+            policy = policy_of(props, target)
+            check_policy(policy, arrow_schema, time_column, granularity, setting=True)
         if primary_key is not None:
             from lamina.core.comparison import cmp_dtype
             from lamina.core.upsert import UpsertSpec

@@ -39,7 +39,7 @@ def read_changes(
     Raises TableNotFoundError, SnapshotNotFoundError, SchemaError."""
     changes = change_points(ctx.db, name, after_seq, until_seq)
     schema = changes.table.schema
-    check_columns(schema, columns)
+    columns = check_columns(schema, columns)
     out_schema = change_schema(
         schema if columns is None else pa.schema([schema.field(c) for c in columns])
     )
@@ -67,8 +67,7 @@ def read_changes_spark(
 
     changes = change_points(ctx.db, name, after_seq, until_seq)
     schema = changes.table.schema
-    keep = schema.names if columns is None else columns
-    check_columns(schema, keep)
+    keep = check_columns(schema, schema.names if columns is None else columns) or []
     frames = []
     for tag, commit_id, seq, tasks in _pieces(ctx, name, changes):
         df = read_spark(spark, _plan_of(changes, seq, tasks), ctx.warehouse)

@@ -56,7 +56,7 @@ class Table(TableReads):
 
             props = {**self._record.properties, **checked}
             pol = policy_of(props, self.target_rows_per_segment)
-            check_policy(pol, self.schema, self.time_column, self.granularity)
+            check_policy(pol, self.schema, self.time_column, self.granularity, setting=True)
         self._record = tables.set_properties(self._ctx.db, self.name, checked)
 
     # -- writing ------------------------------------------------------------------

@@ -227,12 +227,20 @@ class Transaction:
 
     def delete_segments(self, segment_ids: list[str]) -> None:
         """Remove these live segments when the transaction commits. Raises
-        SegmentNotFoundError (a lone id: pass a list; at commit, ids the table lacks)."""
+        SegmentNotFoundError (ids the table has no segment of; a lone id: pass a list);
+        the commit raises CommitConflictError if one was removed meanwhile."""
         from lamina.core.args import names
         from lamina.errors import SegmentNotFoundError
+        from lamina.meta.segments import unknown_ids
 
         ids = names(segment_ids, "delete_segments", SegmentNotFoundError, "segment ids")
         self._check_open()
+        unknown = unknown_ids(self._table._ctx.db, self._table._record.id, ids)
+        if unknown:
+            raise SegmentNotFoundError(
+                f"the table has no segments {unknown[:5]}; see t.segments() for the ids of "
+                "its live segments"
+            )
         self._removes += [i for i in ids if i not in self._removes]
 
     def commit(self) -> Commit:

@@ -111,7 +111,7 @@ def all_versions(
 
     require(table)
     rec, wh = table._record, table._ctx.warehouse
-    check_columns(rec.schema, columns)
+    columns = check_columns(rec.schema, columns)
     plan = table.scan(as_of, interval)
     marks = validity(table, plan)
     tc = rec.time_column
@@ -227,7 +227,7 @@ def _feed_columns(
     from lamina.io.reader import check_columns
 
     schema, tc = table._record.schema, table._record.time_column
-    check_columns(schema, columns)
+    columns = check_columns(schema, columns)
     out = change_schema(
         schema if columns is None else pa.schema([schema.field(c) for c in columns])
     )

@@ -3,6 +3,7 @@ a message that says what to pass. Pure."""
 
 from __future__ import annotations
 
+import decimal
 import math
 import numbers
 from collections.abc import Iterable
@@ -24,14 +25,23 @@ def whole_number(value: Any, name: str, error: type[LaminaError], most: int = 2*
 def flag(value: Any, name: str) -> bool:
     """``value``, which must be a bool (a string such as ``"false"`` is true to Python).
     Raises InvalidArgumentError."""
-    if not isinstance(value, bool):
+    if not is_bool(value):
         raise InvalidArgumentError(f"{name} must be True or False, not {value!r}")
-    return value
+    return bool(value)
+
+
+def is_bool(value: Any) -> bool:
+    """Whether ``value`` is a bool, Python's or numpy's (without importing numpy)."""
+    kind = type(value)
+    return isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in BOOLS)
+
+
+BOOLS = ("bool", "bool_")  # numpy's bool type, by its names in numpy 2 and 1
 
 
 def seconds(value: Any, name: str, error: type[LaminaError]) -> float:
     """``value`` as a finite number of seconds >= 0. Raises ``error``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real | decimal.Decimal):
         raise error(f"{name} must be a number of seconds >= 0, not {value!r}")
     if not math.isfinite(value) or value < 0:
         raise error(f"{name} must be a finite number of seconds >= 0, not {value!r}")

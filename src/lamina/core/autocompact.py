@@ -422,12 +422,15 @@ def check_policy(
     schema: pa.Schema,
     time_column: str | None = None,
     granularity: Granularity | None = None,
+    setting: bool = False,
 ) -> None:
     """Raises CompactionError when the policy names unknown columns or sorts by a
     column without an order, or asks for a segment granularity the table's chunks
-    (``granularity``; a table without ``time_column`` has one chunk) do not nest with."""
+    (``granularity``; a table without ``time_column`` has one chunk) do not nest with.
+    ``setting``: the policy is being set, and ALL chunks on a time column are refused
+    too (a policy stored by an earlier version fails its chunks, not the whole run)."""
     target = policy.segment_granularity
-    if target is Granularity.ALL and time_column is not None:
+    if setting and target is Granularity.ALL and time_column is not None:
         raise CompactionError(
             f"{PREFIX}segment_granularity = ALL is for tables without a time column; pick "
             "HOUR, DAY, WEEK, MONTH, QUARTER or YEAR"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import decimal
+import numbers
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -49,19 +51,20 @@ def as_text(props: Any) -> dict[str, str]:
     as something else)."""
     if not isinstance(props, Mapping):
         raise PropertyError(f"properties must be a dict of name -> value, not {props!r}")
+    from lamina.core.args import is_bool
+
     out = {}
     for key, value in props.items():
         if not isinstance(key, str) or not key.strip():
             raise PropertyError(f"a property name must be a non-empty string, not {key!r}")
-        if isinstance(value, bool):
-            out[key] = str(value).lower()
-        elif isinstance(value, str | int | float):
+        if is_bool(value):
+            out[key] = str(bool(value)).lower()
+        elif isinstance(value, numbers.Integral):
+            out[key] = str(int(value))
+        elif isinstance(value, str | numbers.Real | decimal.Decimal):
             out[key] = str(value)
         else:
-            raise PropertyError(
-                f"property {key!r} = {value!r}: give a string, a number or a bool "
-                "(unset a property by leaving it out)"
-            )
+            raise PropertyError(f"property {key!r} = {value!r}: give a string, a number or a bool")
     return out
 
 

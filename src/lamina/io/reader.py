@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -16,12 +16,12 @@ from lamina.io.arrow import time_filter
 from lamina.io.warehouse import Warehouse
 
 
-def check_columns(schema: pa.Schema, columns: list[str] | None) -> None:
-    """Raises SchemaError when ``columns`` is not a list of distinct column names of
-    ``schema``."""
+def check_columns(schema: pa.Schema, columns: Sequence[str] | None) -> list[str] | None:
+    """``columns`` as a list; raises SchemaError unless they are a list (or tuple) of
+    distinct column names of ``schema``."""
     if columns is None:
-        return
-    if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
+        return None
+    if not isinstance(columns, list | tuple) or not all(isinstance(c, str) for c in columns):
         raise SchemaError(
             f"columns={columns!r}: pass a list of column names, e.g. ['{schema.names[0]}']"
         )
@@ -31,6 +31,7 @@ def check_columns(schema: pa.Schema, columns: list[str] | None) -> None:
     twice = sorted({c for c in columns if columns.count(c) > 1})
     if twice:
         raise SchemaError(f"columns {twice} are named twice; name each column once")
+    return list(columns)
 
 
 @contextlib.contextmanager
@@ -51,7 +52,7 @@ def read_arrow(plan: ScanPlan, wh: Warehouse, columns: list[str] | None = None) 
     import pyarrow.dataset as ds  # imports pandas: only when reading
 
     schema = plan.table.schema
-    check_columns(schema, columns)
+    columns = check_columns(schema, columns)
     groups: dict[Interval | None, list[str]] = defaultdict(list)
     hiding: dict[Interval | None, list[str]] = defaultdict(list)  # with deletion vectors
     for path, keep in plan.reads():

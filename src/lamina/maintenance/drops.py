@@ -4,8 +4,10 @@ A local drop renames the table's folder to ``.dropped-<name>-<tag>`` inside its 
 transaction and deletes it after the commit. A process that dies in between leaves the
 folder behind: after a commit, a folder of files no table owns (deleted here); before
 it, the files of a table the catalog still lists (moved back here, beside any files the
-table wrote since). Either way a folder is settled only once it is older than the
-grace period of orphan files, so a drop still running is never touched.
+table wrote since; a folder of an older drop whose name a new table took goes there
+too, where its files are orphans of that table, which retention deletes). A folder is
+settled only once it is older than the grace period of orphan files, and in any case
+ten minutes old by the clock, so a drop still committing is never touched.
 """
 
 from __future__ import annotations
@@ -13,14 +15,17 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lamina.context import CatalogContext
 from lamina.core.properties import setting
 from lamina.errors import TableNotFoundError, WarehouseError
-from lamina.meta import retention as rows
 from lamina.meta import tables
+
+#: a folder younger than this (wall clock) may belong to a drop still committing
+MIN_AGE_S = 600
 
 DROPPED = re.compile(r"^\.dropped-(?P<name>.+)-[0-9a-f]{12}$")
 
@@ -56,24 +61,18 @@ def settle_drops(ctx: CatalogContext, names: Sequence[str] | None, at_us: int) -
         except TableNotFoundError:
             rec = None
         props = rec.properties if rec is not None else {}
-        if at_us - os.stat(path).st_ctime_ns // 1000 < setting(props, "orphan_grace_period"):
+        made_ns = os.stat(path).st_ctime_ns
+        if time.time_ns() - made_ns < MIN_AGE_S * 10**9:
             continue  # a drop may still be committing
-        if rec is not None and _holds_files_of(ctx, rec.name, path):
+        if at_us - made_ns // 1000 < setting(props, "orphan_grace_period"):
+            continue
+        if rec is not None:
             _move_back(path, wh.path(rec.name))
             restored += 1
         else:
             wh.delete_dir(path)
             deleted += 1
     return SettledDrops(deleted, restored)
-
-
-def _holds_files_of(ctx: CatalogContext, name: str, folder: str) -> bool:
-    """Whether ``folder`` holds a file the catalog lists for the table ``name``."""
-    return any(
-        os.path.exists(folder + rel[len(name) :])
-        for rel in rows.referenced_files(ctx.db, name)
-        if rel.startswith(name + "/")
-    )
 
 
 def _move_back(src: str, dst: str) -> None:

@@ -43,12 +43,13 @@ def run_retention(
     at = now_us() if now is None else to_us(now)
     never = 2**62
     report = RetentionReport()
-    if not lineage_only:
+    props_of = {name: tables.get_table(ctx.db, name).properties for name in names}
+    if not lineage_only:  # first: files moved back are seen by the checks below
         drops = settle_drops(ctx, None if every_name else names, at)
         report.drop_folders_deleted = drops.deleted
         report.drop_folders_restored = drops.restored
     for name in names:
-        props = tables.get_table(ctx.db, name).properties
+        props = props_of[name]
         garbage = rows.retention(
             ctx.db,
             name,

@@ -23,6 +23,7 @@ from sqlalchemy import (
 from lamina.core.interval import MIN_US, Interval
 from lamina.core.planner import Target
 from lamina.core.segment import OVERWRITE_PARTITION_START, Segment
+from lamina.meta.db import Db
 from lamina.meta.manifests import drop_all as drop_manifests
 from lamina.meta.partition_ids import retire
 from lamina.meta.rows import segment_of
@@ -98,6 +99,13 @@ def live_segments(
         for r in live_rows(conn, table_id, span)
         if r.segment_id not in hidden
     ]
+
+
+def unknown_ids(db: Db, table_id: int, ids: list[str]) -> list[str]:
+    """Those of ``ids`` the table has no segment row of (never had, or retention
+    deleted it)."""
+    known = {r.segment_id for r in db.read(lambda conn: rows_by_id(conn, table_id, ids))}
+    return [i for i in ids if i not in known]
 
 
 def rows_by_id(conn: Connection, table_id: int, ids: list[str]) -> list[Any]:
