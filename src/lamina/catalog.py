@@ -83,7 +83,7 @@ def connect(
     check_timing(writer_wait_s, heartbeat_s, stale_after_s)
     if warehouse is not None and not isinstance(warehouse, str | os.PathLike):
         raise WarehouseError(f"warehouse must be a path or a URI (a string), not {warehouse!r}")
-    warehouse = None if warehouse is None else str(os.fspath(warehouse))
+    warehouse = None if warehouse is None else os.fsdecode(warehouse)
     if warehouse is not None and not str(warehouse).strip():
         raise WarehouseError("the warehouse path is empty: give a directory or a URI")
     if catalog is not None and (not isinstance(catalog, str) or not catalog.strip()):
