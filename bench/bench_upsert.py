@@ -10,10 +10,15 @@ scale.
    ``t.upsert``; ``t.upsert(batch)`` is timed in a *warm* process (the one that loaded
    the table and made one more 1-record upsert, so its key index is current), in a
    *fresh* process (which loads the index snapshot lamina saved and catches up), and in
-   a fresh process that *rebuilds* the index from the data files (what lamina does on a
-   remote warehouse or without a snapshot: the bench hides the snapshot). The time the
-   publish waits for the index is reported apart (a saved snapshot is read in a
-   background thread from the upsert's start, while the batch is resolved and written).
+   a fresh process that *rebuilds* the index from the data files (what lamina does when
+   no snapshot was saved yet, or it is lost or damaged: the bench hides the snapshot).
+   The time the publish waits for the index is reported apart (a local batch's publish
+   reads the saved snapshot; a Spark upsert's starts reading it while Spark writes).
+   A fresh process's first large allocations can stall: with transparent huge pages
+   on ``madvise`` (this machine's setting), the pages pyarrow's mimalloc and numpy
+   ask to be huge may wait for the kernel to compact memory. Measured here (2026-11-28):
+   the first ``dictionary_encode`` of the 100k keys took 5-8 ms or 48-59 ms, about
+   half the runs each (13-19 ms every time with ``MIMALLOC_ALLOW_THP=0``).
    deltalake: the same rows written by ``write_deltalake``, then
    ``DeltaTable(path).merge(...).when_matched_update_all().when_not_matched_insert_all()``.
    DuckLake: the same rows in a DuckLake catalog (DuckDB's ``ducklake`` extension), then
@@ -265,8 +270,8 @@ def spread(xs: list[float], unit: str = "s") -> str:
 
 def _fresh_upsert(wh: str, table: str, batch_path: str, out: str, rebuild: bool) -> None:
     """Child: connect, load the table and the batch, then time ``t.upsert(batch)``.
-    ``rebuild``: ignore saved index snapshots (as lamina does on a remote warehouse, or
-    when the snapshot is lost), so the index is built from the data files."""
+    ``rebuild``: ignore saved index snapshots (as when none was saved yet, or it is
+    lost), so the index is built from the data files."""
     # The modules the upsert runs, imported before the clock starts as the others'
     # children import deltalake or load the DuckLake extension first (``import lamina``
     # alone imports the write path lazily, on first use).
