@@ -1112,3 +1112,22 @@ def test_an_end_with_a_subset_gives_up_names_never_written(t: lamina.Table) -> N
     assert entry(t, e).state == COMPLETED
     assert "ev_s5" not in entry(t, e).segments_to
     sees(t, {1.0: 30, 9.0: 4})
+
+
+def test_segments_to_names_of_lamina_s_own_form_are_refused(cat: lamina.Catalog) -> None:
+    """A REST audit: an entry naming, in segments_to, the id lamina would give the next
+    append (TABLE_START_END_vV_pP) hid that unrelated append's rows, its end took them
+    as the replacement and a forced revert deleted its file. Such names are refused."""
+    t = cat.create_table("ev", schema=SCHEMA, time_column="ts")
+    t.append(old())
+    day0 = sorted(live_ids(t))[0]
+    assert day0.endswith("_p0")
+    nxt = day0[: -len("p0")] + "p1"
+    for name in (nxt, nxt + "_c7", f"{t.name}_-inf_+inf_v0_p3"):
+        with unchanged(t), pytest.raises(LineageError, match="form of the ids lamina gives"):
+            t.start_replace([], [name])
+    e = t.start_replace([], [f"{t.name}_s5", "v1_p1"])  # names of another form: taken
+    t.end_replace(e, segments_to=[])
+    t.append(events(days=1, per_day=4, value=3.0))
+    assert nxt in live_ids(t)  # the append took the very name refused above
+    sees(t, {1.0: 30, 3.0: 4})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -17,6 +18,7 @@ import httpx
 import pytest
 
 import lamina
+from lamina import errors
 from lamina.server import create_app
 from tests.helpers import SCHEMA, events
 
@@ -485,3 +487,114 @@ def test_compaction_status_and_trigger(cat: lamina.Catalog, client: TestClient) 
     assert minor.json()["detail"].endswith('use "mode": "major"')
     assert state(t) == before
     assert t.count() == 30
+
+
+def test_a_request_wrong_whatever_the_state_is_400(table: lamina.Table, client: TestClient) -> None:
+    """The module's contract: a lineage state conflict is 409, other refused input 400
+    (a REST audit found every lineage refusal answered 409). A segmentsTo name of the
+    form lamina gives its own segments is refused: a later append could take it."""
+    live = sorted(s.id for s in table.segments())
+    own = "ev_20240101T000000Z_20240102T000000Z_v1_p7"
+    for body, why in (
+        ({"segmentsFrom": [live[0], live[0]], "segmentsTo": []}, "twice"),
+        ({"segmentsFrom": [live[0]], "segmentsTo": [live[0]]}, "in both"),
+        ({"segmentsFrom": [], "segmentsTo": [own]}, "form of the ids lamina gives"),
+    ):
+        r = start(client, "ev", body)
+        assert r.status_code == 400 and why in r.json()["detail"], r.json()
+    r = start(client, "ev", {"segmentsFrom": [], "segmentsTo": ["ev_s5"]})
+    entry = r.json()["segmentLineageEntryId"]
+    r = client.post(
+        "/tables/ev/endReplaceSegments",
+        params={"segmentLineageEntryId": entry},
+        json={"segmentsTo": ["ev_s7"]},
+        headers=AUTH,
+    )
+    assert r.status_code == 400 and "subset" in r.json()["detail"], r.json()
+
+
+def test_bodies_that_cannot_echo_get_422_not_500(table: lamina.Table, client: TestClient) -> None:
+    """A REST audit: FastAPI's 422 echoes the input, and a NaN, an out-of-range float
+    or a lone surrogate in it failed to render (500). Nothing changes."""
+    before = table.lineage()
+    raw = {
+        "startReplaceSegments": [
+            b"1e999",
+            b'{"segmentsFrom": NaN}',
+            b'{"segmentsFrom": ["x\\ud800"], "segmentsTo": 1e999}',
+        ],
+        "compact": [b'{"targetRowsPerSegment": 1e999}', b'{"mode": Infinity}'],
+    }
+    for route, bodies in raw.items():
+        for body in bodies:
+            r = client.post(
+                f"/tables/ev/{route}",
+                content=body,
+                headers={**AUTH, "content-type": "application/json"},
+            )
+            assert r.status_code == 422, (body, r.status_code, r.text)
+            assert r.json()["detail"][0]["loc"], r.json()
+    r = client.post(
+        "/tables/ev/startReplaceSegments",
+        content=b'{"segmentsTo": ["x\\ud800"]}',
+        headers={**AUTH, "content-type": "application/json"},
+    )
+    assert r.status_code == 422 and r.json()["detail"][0]["type"] == "string_unicode"
+    assert table.lineage() == before
+
+
+def test_text_no_response_could_carry_is_refused(table: lamina.Table, client: TestClient) -> None:
+    """A lone surrogate stored through the Python API (a property, a segments_to name)
+    made GET /tables or GET .../lineage answer 500 for everyone (REST audit): it is
+    refused where it comes in, and the server's JSON escapes what an older version
+    stored."""
+    before = (table.lineage(), table.properties)
+    with pytest.raises(errors.PropertyError, match="not valid Unicode"):
+        table.set_properties(owner="ops\udc80")
+    with pytest.raises(errors.PropertyError, match="not valid Unicode"):
+        table.set_properties(**{"own\udc80er": "ops"})
+    with pytest.raises(errors.LineageRequestError, match="not valid Unicode"):
+        table.start_replace([], ["seg\udc80"])
+    assert (table.lineage(), table.properties) == before
+    from lamina.server import _Json
+
+    assert json.loads(_Json({"detail": "seg\udc80"}).body) == {"detail": "seg\udc80"}
+    assert client.get("/tables").status_code == 200
+
+
+def test_pinot_clients_custom_map_and_null_lists(table: lamina.Table, client: TestClient) -> None:
+    """Pinot's request classes serialize ``customMap`` (null unless set) and take null
+    lists as empty: such bodies are taken; a custom map with entries is refused (lamina
+    keeps none), not dropped silently."""
+    live = sorted(s.id for s in table.segments())
+    r = start(client, "ev", {"segmentsFrom": [live[0]], "segmentsTo": None, "customMap": None})
+    assert r.status_code == 200, r.text
+    entry = r.json()["segmentLineageEntryId"]
+    assert table.lineage()[-1].segments_from == (live[0],)
+    r = client.post(
+        "/tables/ev/endReplaceSegments",
+        params={"segmentLineageEntryId": entry},
+        json={"segmentsTo": None, "customMap": {}},
+        headers=AUTH,
+    )
+    assert r.status_code == 200 and r.json()["state"] == "COMPLETED", r.text
+    before = table.lineage()
+    r = start(client, "ev", {"segmentsFrom": [live[1]], "customMap": {"k": "v"}})
+    assert r.status_code == 400 and "customMap" in r.json()["detail"], r.text
+    assert table.lineage() == before
+
+
+def test_a_configured_token_is_taken_without_surrounding_whitespace(
+    cat: lamina.Catalog, table: lamina.Table
+) -> None:
+    """A token read from a secrets file keeps its newline: every call got 403 (REST
+    audit). It is stripped; a token of whitespace only is refused."""
+    with TestClient(create_app(cat, token=TOKEN + "\n")) as c:
+        r = c.post(
+            "/tables/ev/revertReplaceSegments",
+            params={"segmentLineageEntryId": "nope"},
+            headers=AUTH,
+        )
+        assert r.status_code == 404, r.text  # past the token check
+    with pytest.raises(errors.ServeError, match="blank"):
+        create_app(cat, token="  \n")

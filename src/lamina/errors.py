@@ -107,6 +107,11 @@ class LineageEntryNotFoundError(LineageError):
     """No lineage entry with that id in this table."""
 
 
+class LineageRequestError(LineageError):
+    """A lineage request wrong whatever the table's state (a segment listed twice, a
+    segments_to name of lamina's own form, ...): REST answers 400, not 409."""
+
+
 class SqlError(LaminaError):
     """DuckDB rejected the query."""
 

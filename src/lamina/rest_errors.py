@@ -12,6 +12,7 @@ from lamina.errors import (
     LaminaError,
     LineageEntryNotFoundError,
     LineageError,
+    LineageRequestError,
     LockRevokedError,
     LockTimeoutError,
     TableNotFoundError,
@@ -22,6 +23,8 @@ def status_of(exc: LaminaError) -> int:
     """The HTTP status of a lamina error."""
     if isinstance(exc, TableNotFoundError | LineageEntryNotFoundError):
         return status.HTTP_404_NOT_FOUND
+    if isinstance(exc, LineageRequestError):  # wrong whatever the table's state
+        return status.HTTP_400_BAD_REQUEST
     busy = CommitConflictError | LockTimeoutError | LockRevokedError
     if isinstance(exc, LineageError | ConcurrentWriteError | busy):
         return status.HTTP_409_CONFLICT

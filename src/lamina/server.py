@@ -15,34 +15,46 @@ thread pool; they share the catalog (its SQLAlchemy engine is thread-safe).
 from __future__ import annotations
 
 import hmac
+import json
 import os
 import re
 import socket
 from collections.abc import Callable, Coroutine
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Security, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 import lamina
-from lamina.core.lineage import LineageEntry, LineageState
-from lamina.core.segment import Segment
+from lamina.core.lineage import LineageState
 from lamina.errors import (
     LaminaError,
     ServeError,
     TableNotFoundError,
 )
 from lamina.rest_errors import message, status_of
+from lamina.rest_models import (
+    ChunkCompactionInfo,
+    CompactRequest,
+    CompactResult,
+    EndReplaceRequest,
+    ErrorResponse,
+    LineageEntryInfo,
+    ReplaceResult,
+    SegmentInfo,
+    StartReplaceRequest,
+    StartReplaceResponse,
+    TableInfo,
+    entry_info,
+    segment_info,
+)
 
 TOKEN_ENV = "LAMINA_API_TOKEN"
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-_MAX_SEGMENTS = 100_000  # per list in a request body
 
-SegmentId = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 EntryId = Annotated[
     str,
     Query(
@@ -52,128 +64,6 @@ EntryId = Annotated[
         description="Id returned by startReplaceSegments.",
     ),
 ]
-
-
-# -- models ------------------------------------------------------------------------------
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, extra="forbid")
-
-
-class _Request(_Model):
-    """A request body: values of the declared JSON types only (``true`` is no count)."""
-
-    model_config = ConfigDict(populate_by_name=True, extra="forbid", strict=True)
-
-
-class TableInfo(_Model):
-    name: str
-    time_column: str | None = Field(alias="timeColumn")
-    granularity: str
-    properties: dict[str, str]
-
-
-class SegmentInfo(_Model):
-    id: str
-    interval: str = Field(description="START/END, ISO-8601 UTC, half-open.")
-    version: int
-    partition: int
-    rows: int
-    bytes: int
-    tombstone: bool = Field(description="Holds no rows; hides what lies below it.")
-    commit_id: int | None = Field(alias="commitId")
-
-
-class LineageEntryInfo(_Model):
-    id: str
-    segments_from: list[str] = Field(alias="segmentsFrom")
-    segments_to: list[str] = Field(alias="segmentsTo")
-    state: str = Field(description="IN_PROGRESS, COMPLETED or REVERTED.")
-    timestamp: datetime
-
-
-class StartReplaceRequest(_Request):
-    segments_from: list[SegmentId] = Field(
-        default_factory=list,
-        alias="segmentsFrom",
-        max_length=_MAX_SEGMENTS,
-        description="Live segments the replacement hides once it ends.",
-    )
-    segments_to: list[SegmentId] = Field(
-        default_factory=list,
-        alias="segmentsTo",
-        max_length=_MAX_SEGMENTS,
-        description="New segment names; segments written under the entry join them.",
-    )
-
-
-class EndReplaceRequest(_Request):
-    segments_to: list[SegmentId] | None = Field(
-        None,
-        alias="segmentsTo",
-        max_length=_MAX_SEGMENTS,
-        description="Of the segmentsTo given at start, those still awaited.",
-    )
-
-
-class StartReplaceResponse(_Model):
-    segment_lineage_entry_id: str = Field(alias="segmentLineageEntryId")
-
-
-class ReplaceResult(_Model):
-    segment_lineage_entry_id: str = Field(alias="segmentLineageEntryId")
-    state: str = Field(description="The entry's state after the call.")
-
-
-class ChunkCompactionInfo(_Model):
-    interval: str = Field(description="The chunk, START/END.")
-    status: str = Field(description="PENDING, COMPLETE or SKIPPED under the table's policy.")
-    action: str = Field(description="What auto-compaction does: minor, major or none.")
-    segments: int
-    small: int = Field(description="Segments below the policy's small-segment size.")
-    reason: str
-
-
-class CompactRequest(_Request):
-    mode: str = Field("minor", description="minor (merge small segments) or major (rewrite).")
-    interval: str | None = Field(None, description="START/END; default: the whole table.")
-    segment_granularity: str | None = Field(None, alias="segmentGranularity")
-    sort_by: list[str] | None = Field(None, alias="sortBy")
-    target_rows_per_segment: int | None = Field(None, alias="targetRowsPerSegment", ge=1)
-
-
-class CompactResult(_Model):
-    commit_id: int | None = Field(alias="commitId", description="None: nothing to compact.")
-    segments_before: int = Field(alias="segmentsBefore")
-    segments_after: int = Field(alias="segmentsAfter")
-
-
-class ErrorResponse(BaseModel):
-    detail: str
-
-
-def _segment(s: Segment) -> SegmentInfo:
-    return SegmentInfo(
-        id=s.id,
-        interval=str(s.interval),
-        version=s.version,
-        partition=s.partition_id,
-        rows=s.row_count,
-        bytes=s.size_bytes,
-        tombstone=s.location is None,
-        commitId=s.commit_id,
-    )
-
-
-def _entry(e: LineageEntry) -> LineageEntryInfo:
-    return LineageEntryInfo(
-        id=e.id,
-        segmentsFrom=list(e.segments_from),
-        segmentsTo=list(e.segments_to),
-        state=str(e.state),
-        timestamp=e.timestamp,
-    )
 
 
 # -- authentication --------------------------------------------------------------------------
@@ -302,7 +192,7 @@ def list_segments(
 ) -> list[SegmentInfo]:
     """The visible data segments of the latest snapshot (``all=true``: every published
     one, tombstones and overshadowed versions included)."""
-    return [_segment(s) for s in t.segments(all=all_)]
+    return [segment_info(s) for s in t.segments(all=all_)]
 
 
 @reads.get(
@@ -312,7 +202,7 @@ def list_segments(
 )
 def list_lineage(t: TableDep) -> list[LineageEntryInfo]:
     """The table's segment lineage entries, oldest first."""
-    return [_entry(e) for e in t.lineage()]
+    return [entry_info(e) for e in t.lineage()]
 
 
 @writes.post("/tables/{table}/startReplaceSegments", response_model=StartReplaceResponse)
@@ -329,7 +219,10 @@ def start_replace_segments(
     ] = False,
 ) -> StartReplaceResponse:
     """Open an IN_PROGRESS entry: ``segmentsTo`` will replace ``segmentsFrom``."""
-    entry_id = t.start_replace(body.segments_from, body.segments_to, force_cleanup=force_cleanup)
+    body.refuse_custom_map()
+    entry_id = t.start_replace(
+        body.segments_from or [], body.segments_to or [], force_cleanup=force_cleanup
+    )
     return StartReplaceResponse(segmentLineageEntryId=entry_id)
 
 
@@ -346,6 +239,8 @@ def end_replace_segments(
     """Complete an entry: readers switch to its segmentsTo at once (idempotent). A body
     ``{"segmentsTo": [...]}`` names the segments of those given at start still awaited
     (Pinot's end with a subset)."""
+    if body is not None:
+        body.refuse_custom_map()
     t.end_replace(entry_id, None if body is None else body.segments_to)
     return _result(t, entry_id, LineageState.COMPLETED)
 
@@ -410,9 +305,28 @@ def compact(t: TableDep, body: CompactRequest) -> CompactResult:
 # -- app ------------------------------------------------------------------------------------
 
 
+class _Json(JSONResponse):
+    """JSON with non-ASCII text escaped: a string that is not valid Unicode (a lone
+    surrogate a Python caller stored in a property or a segment name) still renders."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
 async def _lamina_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, LaminaError)
-    return JSONResponse({"detail": message(request, exc)}, status_code=status_of(exc))
+    return _Json({"detail": message(request, exc)}, status_code=status_of(exc))
+
+
+async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
+    """422 naming each fault's place and kind, without echoing the input (a NaN, an
+    out-of-range float or a lone surrogate in it would not render as JSON)."""
+    assert isinstance(exc, RequestValidationError)
+    faults = [
+        {"type": e.get("type"), "loc": [str(p) for p in e.get("loc", ())], "msg": e.get("msg")}
+        for e in exc.errors()
+    ]
+    return _Json({"detail": faults}, status_code=422)
 
 
 def create_app(catalog: lamina.Catalog, token: str | None = None) -> FastAPI:
@@ -420,14 +334,22 @@ def create_app(catalog: lamina.Catalog, token: str | None = None) -> FastAPI:
     none) guards the POST calls."""
     if token is None:
         token = os.environ.get(TOKEN_ENV)
+    if token is not None and token.strip() != token:  # a secrets file's newline, say
+        token = token.strip()
+        if not token:
+            raise ServeError(
+                "the API token is blank (only whitespace); set a token, or leave it empty for none"
+            )
     app = FastAPI(
         title="lamina",
         version=lamina.__version__,
         description="Tables, segments and segment lineage of a lamina catalog.",
+        default_response_class=_Json,
     )
     app.state.catalog = catalog
     app.state.token = token or None
     app.add_exception_handler(LaminaError, _lamina_error)
+    app.add_exception_handler(RequestValidationError, _invalid_request)
     app.include_router(reads)
     app.include_router(writes)
     return app

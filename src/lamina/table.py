@@ -403,14 +403,14 @@ class Table(TableReads):
         """
         self._refuse_upsert("a segment replacement (lineage)")
         from lamina.core.args import flag, names
-        from lamina.errors import LineageError
+        from lamina.errors import LineageRequestError
         from lamina.meta import lineage
 
         entry, garbage = lineage.start_replace(
             self._ctx.db,
             self.name,
-            names(segments_from, "segments_from", LineageError, "segment ids"),
-            names(segments_to, "segments_to", LineageError, "segment ids"),
+            names(segments_from, "segments_from", LineageRequestError, "segment ids"),
+            names(segments_to, "segments_to", LineageRequestError, "segment ids"),
             flag(force_cleanup, "force_cleanup"),
             None if replace_live is None else Interval.coerce(replace_live),
         )
@@ -430,9 +430,9 @@ class Table(TableReads):
         self._refuse_upsert("a segment replacement (lineage)")
         if segments_to is not None:
             from lamina.core.args import names
-            from lamina.errors import LineageError
+            from lamina.errors import LineageRequestError
 
-            segments_to = names(segments_to, "segments_to", LineageError, "segment ids")
+            segments_to = names(segments_to, "segments_to", LineageRequestError, "segment ids")
         lineage.end_replace(self._ctx.db, self.name, _entry_id(entry_id), segments_to)
 
     def revert_replace(self, entry_id: str, force: bool = False) -> None:

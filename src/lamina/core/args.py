@@ -59,4 +59,17 @@ def names(value: Any, name: str, error: type[LaminaError], noun: str = "names") 
     wrong = [v for v in got if not isinstance(v, str)]
     if wrong:
         raise error(f"{name} takes a list of {noun} (strings), not {wrong[0]!r}")
+    bad = [v for v in got if not is_unicode(v)]
+    if bad:
+        raise error(f"{name}: {bad[0]!r} is not valid Unicode (a lone surrogate); fix the text")
     return got
+
+
+def is_unicode(text: str) -> bool:
+    """False for a string holding a lone surrogate (a byte string decoded with
+    ``surrogateescape``, say): no catalog, JSON or Parquet file can store it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -17,7 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from lamina.errors import LineageEntryNotFoundError, LineageError
+from lamina.core.segment import in_own_naming
+from lamina.errors import LineageEntryNotFoundError, LineageError, LineageRequestError
 
 
 class LineageState(enum.StrEnum):
@@ -71,17 +72,21 @@ class LineageView:
 
 
 def check_start(
-    view: LineageView, segments_from: Sequence[str], segments_to: Sequence[str]
+    view: LineageView, table: str, segments_from: Sequence[str], segments_to: Sequence[str]
 ) -> list[LineageEntry]:
-    """Validate a new entry; return the IN_PROGRESS entries it overlaps (the caller
-    rejects, or with force_cleanup reverts them). Both lists may be empty: segments
-    written under the entry later join its segments_to."""
+    """Validate a new entry of ``table``; return the IN_PROGRESS entries it overlaps (the
+    caller rejects, or with force_cleanup reverts them). Both lists may be empty:
+    segments written under the entry later join its segments_to. A segments_to name in
+    lamina's own form of segment ids is refused: an unrelated write could be given that
+    id, and the entry would hide (and a revert delete) what it wrote."""
     for name, ids in (("segments_from", segments_from), ("segments_to", segments_to)):
         if len(set(ids)) != len(ids):
-            raise LineageError(f"{name} lists a segment twice; list each segment id once")
+            raise LineageRequestError(f"{name} lists a segment twice; list each segment id once")
     both = set(segments_from) & set(segments_to)
     if both:
-        raise LineageError(f"segments {sorted(both)} are in both segments_from and segments_to")
+        raise LineageRequestError(
+            f"segments {sorted(both)} are in both segments_from and segments_to"
+        )
     live = view.live
     missing = [s for s in segments_from if s not in live]
     if missing:
@@ -93,6 +98,13 @@ def check_start(
     taken = [s for s in segments_to if s in view.existing]
     if taken:
         raise LineageError(f"segments_to must be new segment names; already taken: {taken[:5]}")
+    own = [s for s in segments_to if in_own_naming(table, s)]
+    if own:
+        raise LineageRequestError(
+            f"segments_to names {own[:5]} have the form of the ids lamina gives this "
+            "table's segments (TABLE_START_END_vVERSION_pPARTITION), so a later write could "
+            "take them; pass segments_to=[] and write under the entry, or choose other names"
+        )
     wanted = {*segments_from, *segments_to}
     return [e for e in view.entries if e.state == LineageState.IN_PROGRESS and e.ids & wanted]
 

@@ -51,12 +51,18 @@ def as_text(props: Any) -> dict[str, str]:
     as something else)."""
     if not isinstance(props, Mapping):
         raise PropertyError(f"properties must be a dict of name -> value, not {props!r}")
-    from lamina.core.args import is_bool
+    from lamina.core.args import is_bool, is_unicode
 
     out = {}
     for key, value in props.items():
         if not isinstance(key, str) or not key.strip():
             raise PropertyError(f"a property name must be a non-empty string, not {key!r}")
+        for text in (key, value):
+            if isinstance(text, str) and not is_unicode(text):
+                raise PropertyError(
+                    f"property {key!r}: {text!r} is not valid Unicode (a lone surrogate); "
+                    "fix the text"
+                )
         if is_bool(value):
             out[key] = str(bool(value)).lower()
         elif isinstance(value, numbers.Integral):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -12,6 +13,13 @@ from lamina.core.interval import Interval, format_us
 #: here up, so first-generation ids (appends) stay consecutive below it (Druid's
 #: split of the id space at 32768).
 OVERWRITE_PARTITION_START = 32_768
+
+
+def in_own_naming(table: str, name: str) -> bool:
+    """True when ``name`` has the form of the ids lamina gives the table's segments
+    (:attr:`Segment.id`): a segment written later could take it."""
+    own = rf"{re.escape(table)}_[^_]+_[^_]+_v\d+_p\d+(?:_.+)?"
+    return re.fullmatch(own, name, re.DOTALL) is not None
 
 
 @lru_cache(maxsize=1 << 16)  # chunk bounds repeat across a table's segments

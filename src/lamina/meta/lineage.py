@@ -38,7 +38,7 @@ from lamina.core.lineage import (
 from lamina.core.locks import first_locked
 from lamina.core.model import CommitAction
 from lamina.core.planner import hidden_by_newer
-from lamina.errors import LineageEntryNotFoundError, LineageError
+from lamina.errors import LineageEntryNotFoundError, LineageError, LineageRequestError
 from lamina.meta import locks as lock_rows
 from lamina.meta.db import Db
 from lamina.meta.lineage_lists import entries, lists, put_list
@@ -207,7 +207,7 @@ def start_replace(
                 for r in live_rows(conn, table_id, replace_live)
                 if r.segment_id not in hidden
             ]
-        conflicts = check_start(view, from_ids, segments_to)
+        conflicts = check_start(view, name, from_ids, segments_to)
         if conflicts and not force_cleanup:
             raise LineageError(
                 f"segments overlap IN_PROGRESS entries {[e.id for e in conflicts]}; end or "
@@ -366,7 +366,7 @@ def _keep_named(conn: Connection, entry_id: str, named: list[str], keep: list[st
     to = lists(conn, [entry_id], ("to",)).get((entry_id, "to"), [])
     unknown = sorted(set(keep) - set(to))
     if unknown:
-        raise LineageError(
+        raise LineageRequestError(
             f"segments_to must be a subset of the entry's segments_to; not in it: "
             f"{unknown[:5]} — see t.lineage()"
         )
