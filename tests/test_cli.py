@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bz2
 import csv as csv_module
 import datetime as dt
 import io
@@ -1070,3 +1071,60 @@ def test_query_prints_intervals_as_duckdb_writes_them(wh: str) -> None:
     assert out[1].split(",") == want
     assert '"c0": "1 year 2 months"' in ok(wh, "query", sql, "--format", "json")
     assert "1 year 2 months" in ok(wh, "query", "SELECT interval 14 month AS y")
+
+
+def _csv_pair(folder: Path) -> None:
+    """Two CSV files naming their columns in other orders (a CLI audit)."""
+    folder.mkdir(exist_ok=True)
+    (folder / "o1.csv").write_text("ts,a,b\n2024-01-01T00:00:00,A1,B1\n")
+    (folder / "o2.csv").write_text("ts,b,a\n2024-01-02T00:00:00,B2,A2\n")
+
+
+def _pairs(cat: lamina.Catalog, name: str) -> set[tuple[str, str]]:
+    got = cat.load_table(name).to_arrow()
+    return set(zip(got.column("a").to_pylist(), got.column("b").to_pylist(), strict=True))
+
+
+def test_a_folder_gives_its_data_files_only_and_tsv_however_compressed(
+    wh: str, tmp_path: Path, cat: lamina.Catalog
+) -> None:
+    """A CLI audit: a folder's a.csv.bak or notes were read as data (rows twice, or a
+    schema of 'some notes'), and TSV files in a folder or compressed with bz2/zstd were
+    read as comma-separated (one column named 'ts\\tuser\\tamount')."""
+    folder = tmp_path / "fold"
+    _csv_pair(folder)
+    (folder / "o1.csv.bak").write_text((folder / "o1.csv").read_text())
+    (folder / "README").write_text("some notes\n")
+    out = ok(wh, "ingest", "e", str(folder), "--create", "-t", "ts", "-e", "local")
+    assert "2 rows" in out
+    assert _pairs(cat, "e") == {("A1", "B1"), ("A2", "B2")}
+
+    tsv = tmp_path / "tsv"
+    tsv.mkdir()
+    (tsv / "a.tsv").write_text("ts\tuser\tamount\n2024-01-01T00:00:00\tu1\t1.5\n")
+    (tsv / "b.tsv.bz2").write_bytes(bz2.compress(b"ts\tuser\tamount\n2024-01-02T00:00:00\tu2\t2\n"))
+    assert "2 rows" in ok(wh, "ingest", "t", str(tsv), "--create", "-t", "ts", "-e", "local")
+    assert cat.load_table("t").schema.names == ["ts", "user", "amount"]
+
+
+@pytest.mark.spark
+def test_spark_reads_csv_columns_by_name_in_every_file(
+    wh: str, tmp_path: Path, cat: lamina.Catalog, spark: Any
+) -> None:
+    """A CLI audit: Spark named the columns of every CSV file by the first file's header
+    (o2's a and b were swapped), and read a folder's backup file as data."""
+    folder = tmp_path / "in"
+    _csv_pair(folder)
+    (folder / "o1.csv.bak").write_text((folder / "o1.csv").read_text())
+    ok(wh, "ingest", "s", str(folder / "o1.csv"), "--create", "-t", "ts", "-e", "local")
+    ok(wh, "ingest", "s", str(folder / "o2.csv"), str(folder / "o1.csv"), "-e", "spark")
+    ok(wh, "ingest", "s", str(folder), "-e", "spark")
+    got = cat.load_table("s").to_arrow()
+    assert got.num_rows == 5
+    assert _pairs(cat, "s") == {("A1", "B1"), ("A2", "B2")}
+    other = tmp_path / "o3.csv"
+    other.write_text("ts,a,c\n2024-01-03T00:00:00,A3,C3\n")
+    before = len(cat.load_table("s").history())
+    out = fails(wh, "ingest", "s", str(folder / "o1.csv"), str(other), "-e", "spark")
+    assert "o3.csv has columns ['ts', 'a', 'c']" in out and "one layout" in out
+    assert len(cat.load_table("s").history()) == before

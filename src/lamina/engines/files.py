@@ -30,13 +30,41 @@ _EXTENSIONS = {
 _COMPRESSION = (".gz", ".bz2", ".zst", ".lz4", ".snappy", ".deflate", ".xz")
 
 
-def _format_of_name(name: str) -> FileFormat | None:
+def _uncompressed(name: str) -> str:
+    """``name`` lower-cased, without a compression extension."""
     lower = name.lower()
     for ext in _COMPRESSION:
         if lower.endswith(ext):
-            lower = lower[: -len(ext)]
-            break
-    return _EXTENSIONS.get(os.path.splitext(lower)[1])
+            return lower[: -len(ext)]
+    return lower
+
+
+def _format_of_name(name: str) -> FileFormat | None:
+    return _EXTENSIONS.get(os.path.splitext(_uncompressed(name))[1])
+
+
+def is_tsv(path: str) -> bool:
+    """True for a tab-separated file (``.tsv``, compressed or not)."""
+    return _uncompressed(path).endswith(".tsv")
+
+
+def data_files(paths: Sequence[str]) -> list[str]:
+    """The data files of the inputs: files and URIs as they are; local folders listed
+    recursively, hidden and ``_`` files (``_SUCCESS``) skipped, and — when a folder
+    holds files named as data (``*.csv``, ``*.parquet``...) — only those (not a
+    ``notes.txt`` or an ``a.csv.bak`` beside them)."""
+    files: list[str] = []
+    for p in paths:
+        if "://" in p or not os.path.isdir(p):
+            files.append(p)
+            continue
+        found: list[str] = []
+        for root, dirs, names in os.walk(p):
+            dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+            found += [os.path.join(root, n) for n in sorted(names) if not n.startswith((".", "_"))]
+        named = [f for f in found if _format_of_name(f) is not None]
+        files += named or found
+    return files
 
 
 def format_of(paths: Sequence[str]) -> FileFormat:

@@ -10,12 +10,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from lamina.engines.files import FileFormat, format_of
+from lamina.engines.files import FileFormat, data_files, format_of, is_tsv
 from lamina.errors import InputFileError
-
-
-def _tsv(paths: Sequence[str]) -> bool:
-    return all(p.lower().endswith((".tsv", ".tsv.gz")) for p in paths)
 
 
 def _normalize_inferred(schema: pa.Schema, tz: str | None = None) -> pa.Schema:
@@ -45,7 +41,7 @@ def infer_schema(path: str, fmt: FileFormat | None = None) -> pa.Schema:
                 return pads.dataset(path, format="parquet").schema
             return pq.read_schema(path)
         if fmt is FileFormat.csv:
-            parse = pacsv.ParseOptions(delimiter="\t" if _tsv([path]) else ",")
+            parse = pacsv.ParseOptions(delimiter="\t" if is_tsv(path) else ",")
             with pacsv.open_csv(path, parse_options=parse) as reader:
                 return _normalize_inferred(reader.schema)
         if hasattr(pajson, "open_json"):  # pyarrow >= 19: only the first block
@@ -76,20 +72,6 @@ def _reason(fmt: FileFormat, exc: BaseException) -> str:
     if fmt is FileFormat.json and "JSON parse error" in why:
         why += " (lamina reads JSON lines: one object per line, not a JSON array)"
     return why
-
-
-def data_files(paths: Sequence[str]) -> list[str]:
-    """The data files of the inputs: local folders listed recursively (hidden and ``_``
-    files, like ``_SUCCESS``, skipped); URIs and files as they are."""
-    files: list[str] = []
-    for p in paths:
-        if "://" in p or not os.path.isdir(p):
-            files.append(p)
-            continue
-        for root, dirs, names in os.walk(p):
-            dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
-            files += [os.path.join(root, n) for n in sorted(names) if not n.startswith((".", "_"))]
-    return files
 
 
 def _open(path: str, seekable: bool) -> Any:
@@ -247,9 +229,8 @@ def read_batches(
     files = data_files(paths)
     if not files:
         raise InputFileError(f"no data files in {', '.join(paths)}")
-    tsv = all(p.lower().endswith((".tsv", ".tsv.gz")) for p in paths)
     try:
-        target, out_schema = _first_schema(fmt, files[0], tsv, schema)
+        target, out_schema = _first_schema(fmt, files[0], is_tsv(files[0]), schema)
     except (pa.ArrowException, OSError) as exc:
         raise InputFileError(
             f"cannot read {files[0]} as {fmt.value}: {_reason(fmt, exc)}"
@@ -260,7 +241,7 @@ def read_batches(
         for path in files:
             try:
                 with _open(path, fmt is FileFormat.parquet) as file:
-                    for batch in _reader(fmt, file, tsv, target, batch_rows)[1]:
+                    for batch in _reader(fmt, file, is_tsv(path), target, batch_rows)[1]:
                         batch = _like(_typed(batch, target), out_schema, path, files[0])
                         rows += batch.num_rows
                         if on_progress is not None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TextIO
 
 import pyarrow as pa
 
-from lamina.engines.files import FileFormat
+from lamina.engines.files import FileFormat, is_tsv
 from lamina.errors import InputFileError, LaminaError
 
 if TYPE_CHECKING:
@@ -94,7 +94,14 @@ def spark_error_message(exc: BaseException) -> str | None:
     from pyspark.errors import PySparkException
 
     if isinstance(exc, Py4JJavaError):
-        return str(exc.java_exception.toString()).splitlines()[0]
+        top = java = exc.java_exception
+        while java.getCause() is not None:  # a job failure wraps the task's error
+            java = java.getCause()
+        first = str(top.toString()).splitlines()[0]
+        if java is top:
+            return first
+        cause = " ".join(line.strip() for line in str(java.toString()).splitlines()[:6])
+        return f"{first} — {cause}"
     if not isinstance(exc, PySparkException):
         return None
     root: BaseException = exc
@@ -138,14 +145,66 @@ def read_spark_files(
 ) -> DataFrame:
     """Read the inputs. With a table ``schema``, CSV/JSON values are read as text and
     cast by column name to the table's types; without one, Spark infers the types."""
+    import functools
+
+    from lamina.engines.files import data_files
+
     reader = spark.read
+    paths = data_files(paths)  # local folders: their data files only
     if fmt is FileFormat.parquet:
         return reader.parquet(*paths)
     if fmt is FileFormat.csv:
-        sep = "\t" if all(p.lower().endswith((".tsv", ".tsv.gz")) for p in paths) else ","
-        df = reader.options(header=True, inferSchema=schema is None, sep=sep).csv(list(paths))
+        # Spark names a CSV's columns by the first file's header and reads the others'
+        # by position: one read per header (and separator), joined by name
+        # (enforceSchema=False refuses a header that differs within one read: a URI)
+        groups: dict[tuple[str, tuple[str, ...] | None], list[str]] = {}
+        for path, head in zip(paths, csv_headers(paths), strict=True):
+            groups.setdefault(("\t" if is_tsv(path) else ",", head), []).append(path)
+        _same_columns(groups)
+        parts = [
+            reader.options(
+                header=True, enforceSchema=False, inferSchema=schema is None, sep=sep
+            ).csv(group)
+            for (sep, _), group in groups.items()
+        ]
+        df = functools.reduce(lambda a, b: a.unionByName(b), parts)
     elif schema is None:
         df = reader.options(inferTimestamp=True).json(list(paths))
     else:
         df = reader.options(primitivesAsString=True).json(list(paths))
     return df if schema is None else _cast_to(df, schema)
+
+
+def csv_headers(paths: Sequence[str]) -> list[tuple[str, ...] | None]:
+    """Each local CSV file's header (decompressed as its extension says); None for a
+    URI (Spark checks those: ``enforceSchema=False``)."""
+    import csv
+
+    out: list[tuple[str, ...] | None] = []
+    for path in paths:
+        if "://" in path or not os.path.isfile(path):
+            out.append(None)
+            continue
+        try:
+            head = b""
+            with pa.input_stream(path, compression="detect") as f:
+                while b"\n" not in head and (block := f.read(1 << 16)):
+                    head += block
+            line = head.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8-sig")
+        except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+            raise InputFileError(f"cannot read the header of {path}: {exc}") from None
+        row = next(csv.reader([line], delimiter="\t" if is_tsv(path) else ","), [])
+        out.append(tuple(row))
+    return out
+
+
+def _same_columns(groups: dict[tuple[str, tuple[str, ...] | None], list[str]]) -> None:
+    """Refuse CSV files whose headers name different columns (not only another order)."""
+    known = [(head, paths[0]) for (_, head), paths in groups.items() if head is not None]
+    for head, path in known[1:]:
+        first, where = known[0]
+        if sorted(head) != sorted(first):
+            raise InputFileError(
+                f"{path} has columns {list(head)}, {where} has {list(first)}; give files "
+                "of one layout"
+            )
