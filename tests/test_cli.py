@@ -185,10 +185,12 @@ def test_create_table_like_file(kind: str, wh: str, tmp_path: Path, cat: lamina.
         expected = pa.timestamp("us", tz="UTC")
     elif kind == "csv":
         path.write_text("ts,k,v,name\n2024-01-01 00:00:00,1,1.5,a\n2024-01-01 01:00:00,2,2.5,b\n")
-        expected = pa.timestamp("us")  # pyarrow infers timestamp[s]: widened to lamina's µs
+        # pyarrow infers timestamp[s]: widened to lamina's µs, naive times read as UTC, as
+        # `ingest --create` and Spark read them (a CLI audit found --like kept them naive)
+        expected = pa.timestamp("us", tz="UTC")
     else:
         path.write_text('{"ts": "2024-01-01T00:00:00Z", "k": 1, "v": 1.5}\n')
-        expected = pa.timestamp("us")  # pyarrow's JSON reader drops the zone (naive = UTC)
+        expected = pa.timestamp("us", tz="UTC")  # pyarrow's JSON reader drops the zone
     ok(wh, "create-table", "t", "--time-column", "ts", "--like", str(path))
     schema = cat.load_table("t").schema
     assert schema.field("ts").type == expected
@@ -1128,3 +1130,61 @@ def test_spark_reads_csv_columns_by_name_in_every_file(
     out = fails(wh, "ingest", "s", str(folder / "o1.csv"), str(other), "-e", "spark")
     assert "o3.csv has columns ['ts', 'a', 'c']" in out and "one layout" in out
     assert len(cat.load_table("s").history()) == before
+
+
+def test_listings_count_the_rows_readers_see(wh: str, cat: lamina.Catalog) -> None:
+    """A CLI audit: after a MONTH compaction and a day's overwrite the MONTH segment
+    shows in part, and `lamina tables` and the segments summary counted all its rows
+    (6 where queries saw 2); the summary also counted rows deletion vectors hide."""
+    t = cat.create_table("m", parse_schema(SCHEMA), "ts", "DAY")
+    t.append(_rows([0, 1], 2))
+    t.compact(mode="major", segment_granularity="MONTH")
+    t.overwrite(_rows([1], 1, k0=50))
+    assert t.count() == 3  # day 0's 2 from the MONTH segment, day 1's new one
+    rows, data = _listing(wh, "tables")
+    assert [(r["table"], r["rows"]) for r in data] == [("m", 3)]
+    assert "2 visible segments, 3 rows (5 stored)" in " ".join(ok(wh, "segments", "m").split())
+
+    keyed = parse_schema(SCHEMA)
+    keyed = keyed.set(1, keyed.field("k").with_nullable(False))
+    u = cat.create_table("u", keyed, "ts", "DAY", primary_key=["k"])
+    u.upsert(_rows([0], 3))
+    u.upsert(_rows([0], 1))  # k=0 again: one record superseded
+    assert [r["rows"] for r in _listing(wh, "tables")[1] if r["table"] == "u"] == [3]
+    assert "3 rows (4 stored)" in " ".join(ok(wh, "segments", "u").split())
+
+
+def test_a_failed_auto_compaction_exits_non_zero(wh: str, events: lamina.Table) -> None:
+    """A CLI audit: `compact --auto` listed a chunk's error and exited 0."""
+    first = events.segments()[0].interval
+    day0 = [s for s in events.segments() if s.interval == first]
+    assert len(day0) == 2  # two small segments: auto-compaction merges them
+    os.remove(day0[0].location)  # the merge cannot read it
+    out = fails(wh, "compact", "--auto")
+    assert "1 chunk compaction(s) failed" in out and "2024-01-01" in out
+    assert [s for s in events.segments() if s.interval == first] == day0  # kept
+
+
+def test_inferred_schemas_need_named_columns_and_type_empty_ones_as_text(
+    wh: str, tmp_path: Path, cat: lamina.Catalog
+) -> None:
+    """A CLI audit: a header naming a column twice (or blank) gave a KeyError traceback
+    with --create; a column a sample leaves empty was typed null (no value could ever
+    go in); `create-table --like` typed naive times without a zone where `ingest
+    --create` gave them UTC's."""
+    for header in ("ts,a,a", "ts,,"):
+        f = tmp_path / "h.csv"
+        f.write_text(f"{header}\n2024-01-01T00:00:00,1,2\n")
+        out = fails(wh, "ingest", "d", str(f), "--create", "-t", "ts", "-e", "local")
+        assert ("more than once" in out) if "a,a" in header else ("blank name" in out)
+    assert cat.list_tables() == []
+    empty = tmp_path / "empty_col.csv"
+    empty.write_text("ts,a,b\n2024-01-01T00:00:00,1,\n2024-01-02T00:00:00,2,\n")
+    ok(wh, "ingest", "y", str(empty), "--create", "-t", "ts", "-e", "local")
+    assert cat.load_table("y").schema.field("b").type == pa.string()
+    later = tmp_path / "later.csv"
+    later.write_text("ts,a,b\n2024-01-03T00:00:00,3,x\n")
+    ok(wh, "ingest", "y", str(later), "-e", "local")
+    assert cat.load_table("y").to_arrow().column("b").to_pylist() == [None, None, "x"]
+    ok(wh, "create-table", "z", "--like", str(later), "-t", "ts")
+    assert cat.load_table("z").schema == cat.load_table("y").schema

@@ -90,6 +90,8 @@ def segments(
     with connect(ctx, catalog, warehouse) as cat:
         t = load(cat, name)
         snap = snapshot(t, as_of, all_published=all_)
+        # rows a reader sees: less those of segments shown in part, and deletion vectors'
+        shown = t.count(as_of=snap.commit_id) if snap.commit_id else 0
     tl = Timeline.build(snap.segments)
     status: dict[tuple[Interval, int], ChunkStatus] = {}
     if all_:
@@ -135,9 +137,11 @@ def segments(
     if fmt is not OutputFormat.table:
         return
     live = [s for s in tl.visible() if s.location is not None]
+    stored = sum(s.row_count for s in live)
     text = (
-        f"{n_of(len(live), 'visible segment')}, {n_of(sum(s.row_count for s in live), 'row')}, "
-        f"{size(sum(s.size_bytes for s in live))}"
+        f"{n_of(len(live), 'visible segment')}, {n_of(shown, 'row')}"
+        + (f" ({count(stored)} stored)" if stored != shown else "")
+        + f", {size(sum(s.size_bytes for s in live))}"
     )
     if all_:
         text = f"{n_of(len(segs), 'published segment')}; {text}"

@@ -90,6 +90,13 @@ def compact(
             for r in results
         ]
         emit(_AUTO, rows, fmt, empty="no chunks to consider")
+        failed = [r for r in results if r.error]
+        if failed:  # listed above; the exit status says so too
+            raise CompactionError(
+                f"{len(failed)} chunk compaction(s) failed (their chunks keep their "
+                f"segments), first {failed[0].table} {failed[0].status.chunk}: "
+                f"{failed[0].error}"
+            )
         return
     if dry_run:
         raise CompactionError("--dry-run goes with --auto")

@@ -181,10 +181,9 @@ def tables(
                     "time_column": t.time_column,
                     "granularity": t.granularity.value,
                     "segments": len(segs),
-                    # an upsert table: less the superseded rows (the catalog answers)
-                    "rows": t.count()
-                    if "upsert.primary_key" in t.properties
-                    else sum(s.row_count for s in segs),
+                    # what readers see: less the rows of segments shown in part and
+                    # those deletion vectors hide
+                    "rows": t.count(),
                     "size_bytes": sum(s.size_bytes for s in segs),
                 }
             )

@@ -14,14 +14,17 @@ from lamina.engines.files import FileFormat, data_files, format_of, is_tsv
 from lamina.errors import InputFileError
 
 
-def _normalize_inferred(schema: pa.Schema, tz: str | None = None) -> pa.Schema:
+def _normalize_inferred(schema: pa.Schema, tz: str | None = "UTC") -> pa.Schema:
     """Guessed types from CSV/JSON samples: timestamps at lamina's µs resolution (naive
-    ones given the zone ``tz``, when one is asked for)."""
-    fields = [
-        f.with_type(pa.timestamp("us", tz=f.type.tz or tz)) if pa.types.is_timestamp(f.type) else f
-        for f in schema
-    ]
-    return pa.schema(fields)
+    ones given the zone ``tz``: UTC, as Spark reads them), and text for a column the
+    sample leaves empty (a null type could never hold a value; Spark guesses text)."""
+
+    def guessed(t: pa.DataType) -> pa.DataType:
+        if pa.types.is_timestamp(t):
+            return pa.timestamp("us", tz=t.tz or tz)
+        return pa.string() if pa.types.is_null(t) else t
+
+    return pa.schema([f.with_type(guessed(f.type)) for f in schema])
 
 
 def infer_schema(path: str, fmt: FileFormat | None = None) -> pa.Schema:
@@ -200,10 +203,21 @@ def _first_schema(
     target = schema
     if target is None and fmt is not FileFormat.parquet:
         with _open(path, False) as file:
-            target = _normalize_inferred(_reader(fmt, file, tsv, None, 1)[0], tz="UTC")
+            target = _normalize_inferred(_reader(fmt, file, tsv, None, 1)[0])
+        _named_once(target, path)
     with _open(path, fmt is FileFormat.parquet) as file:
         read = _reader(fmt, file, tsv, target, 1)[0]
     return target, _typed_schema(read, target)
+
+
+def _named_once(schema: pa.Schema, path: str) -> None:
+    """Refuse a header naming a column twice or leaving a name blank."""
+    names = schema.names
+    if any(not n.strip() for n in names):
+        raise InputFileError(f"{path} has a column with a blank name: name every column")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise InputFileError(f"{path} names column {twice[0]!r} more than once: keep one")
 
 
 ProgressFn = Callable[[int, int], None]
