@@ -1188,3 +1188,23 @@ def test_inferred_schemas_need_named_columns_and_type_empty_ones_as_text(
     assert cat.load_table("y").to_arrow().column("b").to_pylist() == [None, None, "x"]
     ok(wh, "create-table", "z", "--like", str(later), "-t", "ts")
     assert cat.load_table("z").schema == cat.load_table("y").schema
+
+
+def test_query_shows_infinite_times_as_they_are(wh: str, cat: lamina.Catalog) -> None:
+    """A CLI audit: an infinite timestamp next to a list column raised OverflowError
+    (a traceback) in every format, and alone printed as 9999-12-31 (-infinity as year
+    1)."""
+    sql = (
+        "select 'infinity'::timestamp t, '-infinity'::timestamp n, 'infinity'::date d, "
+        "'-infinity'::timestamptz z, '2024-01-02 10:00'::timestamp x"
+    )
+    for extra in ("", ", [1] l"):
+        (row,) = json.loads(ok(wh, "query", sql + extra, "-f", "json"))
+        assert (row["t"], row["n"], row["d"], row["z"]) == (
+            "infinity",
+            "-infinity",
+            "infinity",
+            "-infinity",
+        )
+        assert row["x"] == "2024-01-02T10:00:00"
+        assert "infinity" in ok(wh, "query", sql + extra) and "9999" not in ok(wh, "query", sql)

@@ -233,13 +233,45 @@ def emit_arrow(result: pa.Table, fmt: OutputFormat, limit: int) -> None:
     names = result.column_names
     keys = unique_names(names)
     result = result.rename_columns(keys)
-    rows = result.slice(0, limit).to_pylist() if limit else result.to_pylist()
+    shown = result.slice(0, limit) if limit else result
+    values = [_pylist(col) for col in shown.columns]
+    rows = [dict(zip(keys, row, strict=True)) for row in zip(*values, strict=True)]
     numeric = (pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal)
     columns = [
         Column(k, header=name, right=any(t(f.type) for t in numeric))
         for k, name, f in zip(keys, names, result.schema, strict=True)
     ]
     _emit_result(columns, rows, result.num_rows, fmt)
+
+
+def _pylist(col: pa.ChunkedArray) -> list[Any]:
+    """The column's values as Python objects; times past Python's range as text:
+    DuckDB's ``infinity`` and ``-infinity``, else ``<out of range: N>`` (Python would
+    raise OverflowError, or show -infinity as year 1)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = col.type
+    if not (pa.types.is_timestamp(t) or pa.types.is_date32(t)):
+        return col.to_pylist()
+    top = 2**63 - 1 if pa.types.is_timestamp(t) else 2**31 - 1
+    raw = col.cast(pa.int64() if pa.types.is_timestamp(t) else pa.int32())
+    low, high = pc.min_max(raw).values()
+    if not low.is_valid or (low.as_py() > -top and high.as_py() < top):
+        try:
+            return col.to_pylist()
+        except (OverflowError, ValueError):
+            pass
+    out: list[Any] = []
+    for r in raw.to_pylist():
+        if r is None or abs(r) == top:
+            out.append(None if r is None else "infinity" if r > 0 else "-infinity")
+            continue
+        try:
+            out.append(pa.scalar(r, pa.int64()).cast(t).as_py())
+        except (OverflowError, ValueError, pa.ArrowException):
+            out.append(f"<out of range: {r}>")
+    return out
 
 
 def unique_names(names: Sequence[str]) -> list[str]:
@@ -267,9 +299,10 @@ class Rows:
 
 # DuckDB types whose Python values (``fetchall``) equal those of the Arrow result
 # (``to_pylist``); a result with another type (lists, intervals, UUIDs, HUGEINT...)
-# is read as Arrow.
+# is read as Arrow. Dates and timestamps too: ``fetchall`` gives their infinity as
+# 9999-12-31 and -infinity as year 1, which :func:`_pylist` shows as they are.
 _NUMERIC = re.compile(r"U?(TINYINT|SMALLINT|INTEGER|BIGINT)|FLOAT|DOUBLE|DECIMAL\(\d+,\d+\)")
-_PLAIN = re.compile(r"VARCHAR|BOOLEAN|BLOB|DATE|TIME|TIMESTAMP|TIMESTAMP WITH TIME ZONE")
+_PLAIN = re.compile(r"VARCHAR|BOOLEAN|BLOB|TIME")
 
 
 def fetch_result(rel: duckdb.DuckDBPyRelation | None) -> Rows | pa.Table:
