@@ -1208,3 +1208,24 @@ def test_query_shows_infinite_times_as_they_are(wh: str, cat: lamina.Catalog) ->
         )
         assert row["x"] == "2024-01-02T10:00:00"
         assert "infinity" in ok(wh, "query", sql + extra) and "9999" not in ok(wh, "query", sql)
+
+
+def test_csv_times_mixing_zoned_naive_and_dates(
+    wh: str, tmp_path: Path, events: lamina.Table
+) -> None:
+    """A CLI audit: a date alone beside zoned times was read as zoned ('-02' of
+    2024-01-02 taken for an offset) and refused with pyarrow's advice to call
+    assume_timezone. Naive values and dates are UTC, zoned ones keep their offset."""
+    mixed = tmp_path / "mixed.csv"
+    mixed.write_text(
+        "ts,k,v\n2024-01-05T10:00:00Z,901,1.0\n2024-01-06,902,2.0\n"
+        "2024-01-06 12:00:00+02:00,903,3.0\n2024-01-07T08:30:00,904,4.0\n"
+    )
+    assert "4 rows" in ok(wh, "ingest", "events", str(mixed), "-e", "local")
+    got = [r for r in events.to_arrow().sort_by("k").to_pylist() if r["k"] > 900]
+    assert [r["ts"].isoformat() for r in got] == [
+        "2024-01-05T10:00:00+00:00",
+        "2024-01-06T00:00:00+00:00",
+        "2024-01-06T10:00:00+00:00",
+        "2024-01-07T08:30:00+00:00",
+    ]

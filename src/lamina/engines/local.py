@@ -133,7 +133,8 @@ def _reader(
     return reader.schema, iter(reader)
 
 
-_ZONED = r"([Zz]|[+-]\d\d(:?\d\d)?)$"
+#: a time of day with a zone (a date alone ends in digits a zone's offset would match)
+_ZONED = r"[Tt ]\d\d(:?\d\d){0,2}([.,]\d+)? ?([Zz]|[+-]\d\d(:?\d\d)?)$"
 
 
 def _parse_times(column: pa.Array, target: pa.DataType) -> pa.Array:
