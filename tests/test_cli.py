@@ -1229,3 +1229,24 @@ def test_csv_times_mixing_zoned_naive_and_dates(
         "2024-01-06T10:00:00+00:00",
         "2024-01-07T08:30:00+00:00",
     ]
+
+
+def test_messages_name_their_cause(
+    wh: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CLI audit: every JSON parse error said lamina reads JSON lines, not arrays (a
+    JSON-lines file whose value changes type is not an array); a bad
+    $LAMINA_LOCAL_MAX_BYTES was not named."""
+    lines = tmp_path / "changes.jsonl"
+    lines.write_text(
+        '{"ts": "2024-01-01T00:00:00Z", "v": 1}\n{"ts": "2024-01-02T00:00:00Z", "v": "x"}\n'
+    )
+    out = fails(wh, "ingest", "j", str(lines), "--create", "-t", "ts", "-e", "local")
+    assert "changed from number to string" in out and "JSON array" not in out
+    events = tmp_path / "e.csv"
+    events.write_text("ts,v\n2024-01-01T00:00:00,1\n")
+    monkeypatch.setenv("LAMINA_LOCAL_MAX_BYTES", "junk")
+    out = fails(wh, "ingest", "e", str(events), "--create", "-t", "ts")
+    assert "$LAMINA_LOCAL_MAX_BYTES: cannot read 'junk' as a size" in out
+    out = fails(wh, "ingest", "e", str(events), "--create", "-t", "ts", "--local-max-bytes", "x")
+    assert "--local-max-bytes: cannot read 'x'" in out

@@ -232,7 +232,7 @@ def engine_of(run: MinorRun, engine: str, schema: pa.Schema | None = None) -> st
         return engine
     from lamina.engines.files import parse_size
 
-    limit = parse_size(os.environ.get(LOCAL_MAX_ENV) or DEFAULT_LOCAL_MAX)
+    limit = parse_size(os.environ.get(LOCAL_MAX_ENV) or DEFAULT_LOCAL_MAX, f"${LOCAL_MAX_ENV}")
     return "spark" if sum(s.size_bytes for s in run.inputs) > limit else "local"
 
 

@@ -81,7 +81,8 @@ def choose_engine(engine: Engine, paths: Sequence[str], local_max: str | None) -
     """
     if engine is not Engine.auto:
         return engine
-    limit = parse_size(local_max or os.environ.get(LOCAL_MAX_ENV) or DEFAULT_LOCAL_MAX)
+    source = "--local-max-bytes" if local_max else f"${LOCAL_MAX_ENV}"
+    limit = parse_size(local_max or os.environ.get(LOCAL_MAX_ENV) or DEFAULT_LOCAL_MAX, source)
     total = input_bytes(paths)
     return Engine.local if total is not None and total <= limit else Engine.spark
 

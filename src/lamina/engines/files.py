@@ -138,13 +138,17 @@ def input_bytes(paths: Sequence[str]) -> int | None:
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", re.I)
 
 
-def parse_size(text: str) -> int:
-    """``2GB``, ``500M``, ``1.5g``, ``1024`` -> bytes (powers of 1000).
+def parse_size(text: str, source: str = "") -> int:
+    """``2GB``, ``500M``, ``1.5g``, ``1024`` -> bytes (powers of 1000); ``source``: where
+    the text came from (an option, a variable), for the message.
 
     Raises :class:`InputFileError` for anything else.
     """
     m = _SIZE.fullmatch(text)
     if not m:
-        raise InputFileError(f"cannot read {text!r} as a size; write e.g. 2GB, 500MB or 1000000")
+        where = f"{source}: " if source else ""
+        raise InputFileError(
+            f"{where}cannot read {text!r} as a size; write e.g. 2GB, 500MB or 1000000"
+        )
     scale = 1000 ** " kmgt".index((m.group(2) or " ").lower())
     return int(float(m.group(1)) * scale)

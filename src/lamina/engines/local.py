@@ -52,7 +52,7 @@ def infer_schema(path: str, fmt: FileFormat | None = None) -> pa.Schema:
                 return _normalize_inferred(reader.schema)
         return _normalize_inferred(pajson.read_json(path).schema)
     except (pa.ArrowException, OSError) as exc:
-        why = _reason(fmt, exc)
+        why = _reason(fmt, exc, path)
         raise InputFileError(f"cannot read a {fmt.value} schema from {path}: {why}") from None
 
 
@@ -68,13 +68,22 @@ def _first_line(exc: BaseException) -> str:
     return _NOISE.sub("", lines[0]) if lines else type(exc).__name__
 
 
-def _reason(fmt: FileFormat, exc: BaseException) -> str:
-    """Why a file could not be read; for JSON, what lamina reads (a JSON array's
-    error from Arrow names no array)."""
+def _reason(fmt: FileFormat, exc: BaseException, path: str) -> str:
+    """Why ``path`` could not be read; for a JSON array, what lamina reads (Arrow's
+    error names no array)."""
     why = _first_line(exc)
-    if fmt is FileFormat.json and "JSON parse error" in why:
+    if fmt is FileFormat.json and "JSON parse error" in why and _array(path):
         why += " (lamina reads JSON lines: one object per line, not a JSON array)"
     return why
+
+
+def _array(path: str) -> bool:
+    """True when the (local) file's text starts with ``[``, or it cannot be told."""
+    try:
+        with pa.input_stream(path, compression="detect") as f:
+            return f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"[")
+    except (pa.ArrowException, OSError):
+        return True
 
 
 def _open(path: str, seekable: bool) -> Any:
@@ -248,7 +257,7 @@ def read_batches(
         target, out_schema = _first_schema(fmt, files[0], is_tsv(files[0]), schema)
     except (pa.ArrowException, OSError) as exc:
         raise InputFileError(
-            f"cannot read {files[0]} as {fmt.value}: {_reason(fmt, exc)}"
+            f"cannot read {files[0]} as {fmt.value}: {_reason(fmt, exc, files[0])}"
         ) from None
 
     def stream() -> Iterator[pa.RecordBatch]:
@@ -264,7 +273,7 @@ def read_batches(
                         yield batch
             except (pa.ArrowException, OSError) as exc:
                 raise InputFileError(
-                    f"cannot read {path} as {fmt.value}: {_reason(fmt, exc)}"
+                    f"cannot read {path} as {fmt.value}: {_reason(fmt, exc, path)}"
                 ) from None
             done_bytes += _size(path)
             if on_progress is not None:
