@@ -89,7 +89,7 @@ def retention(
     lineage_cleanup_retention, orphan_grace_period)."""
     at = _parse_now(now) if now is not None else None
     with connect(ctx, catalog, warehouse) as cat:
-        names = [load(cat, n).name for n in table] if table else None
+        names = list(dict.fromkeys(load(cat, n).name for n in table)) if table else None
         report = cat.run_retention(now=at, tables=names)
     done(
         f"retention on {n_of(len(names), 'table') if names else 'all tables'}: deleted "
