@@ -1251,3 +1251,13 @@ def test_messages_name_their_cause(
     assert "$LAMINA_LOCAL_MAX_BYTES: cannot read 'junk' as a size" in out
     out = fails(wh, "ingest", "e", str(events), "--create", "-t", "ts", "--local-max-bytes", "x")
     assert "--local-max-bytes: cannot read 'x'" in out
+
+
+def test_errors_give_advice_in_the_command_line_s_words(wh: str, events: lamina.Table) -> None:
+    """A CLI audit: errors named Python arguments (mode='major', segment_granularity,
+    time_column) where the command line has options."""
+    out = fails(wh, "compact", "events", "--granularity", "WEEK")
+    assert "--granularity and --sort-by rewrite whole chunks: use --mode major" in out
+    out = fails(wh, "create-table", "q", "-s", "a:int64", "-g", "DAY")
+    assert "drop --granularity or name a --time-column" in out
+    assert "mode='major'" not in out and "time_column" not in out

@@ -119,7 +119,7 @@ def _handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except LaminaError as exc:
-            error_line(str(exc))
+            error_line(cli_words(str(exc)))
             raise typer.Exit(1) from None
         except BrokenPipeError:  # `lamina query ... | head`
             with contextlib.suppress(OSError):
@@ -127,6 +127,32 @@ def _handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(0) from None
 
     return wrapper
+
+
+#: How the Python API's advice reads on the command line (whole phrases only: a bare
+#: ``segment_granularity`` may be the property ``compaction.segment_granularity``).
+_CLI_WORDS = (
+    (
+        "segment_granularity, sort_by and rollup rewrite whole chunks: use mode='major'",
+        "--granularity and --sort-by rewrite whole chunks: use --mode major",
+    ),
+    ("segment_granularity: ", "--granularity: "),
+    (
+        "drop segment_granularity or name a time_column",
+        "drop --granularity or name a --time-column",
+    ),
+    ("pass force=True", "pass --force"),
+    ("t.segments(all=True)", "`lamina segments TABLE --all`"),
+    ("t.segments()", "`lamina segments TABLE`"),
+    ("t.lineage()", "`lamina lineage TABLE`"),
+)
+
+
+def cli_words(message: str) -> str:
+    """``message`` with the Python API's advice in the command line's words."""
+    for python, cli in _CLI_WORDS:
+        message = message.replace(python, cli)
+    return message
 
 
 def command(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
