@@ -334,6 +334,18 @@ def test_count_with_row_ranges_reads_the_files(local_cat: lamina.Catalog) -> Non
         t.count()
 
 
+def test_count_reads_only_the_files_shown_in_part(local_cat: lamina.Catalog) -> None:
+    """A review: with one segment shown in part, count read the time column of every
+    file of the table (`lamina tables` over a 6M-row table: 0.30 s -> 0.68 s, 47 -> 271
+    MB). The files shown whole are not read: deleting them changes nothing."""
+    t = month_under_days(local_cat)
+    whole = [task.segment.location for task in t.scan().tasks if task.keep is None]
+    assert len(whole) == 3  # the overwritten day and February's two
+    for path in whole:
+        os.remove(path)
+    assert t.count() == 311
+
+
 def test_an_empty_answer_has_the_types_of_the_files(cat: lamina.Catalog) -> None:
     """What a type hunt found: with no file to read (an empty table, a day pruned
     away) the view came from an empty Arrow table, which DuckDB types otherwise than

@@ -208,8 +208,28 @@ class TableReads:
         return commits.history(self._ctx.db, self.name)
 
     def count(self, as_of: AsOf = None) -> int:
-        plan = self.scan(as_of)  # no row range to apply: the catalog's row counts answer
-        if plan.all_whole:  # less the rows deletion vectors hide
-            return plan.row_count - sum(len(hidden) for hidden in plan.deletes.values())
+        """Rows a reader of the snapshot sees: the catalog's row counts, less the rows
+        deletion vectors hide; only the files shown in part (a coarser segment under a
+        newer finer one) are read, their time column. Raises as :meth:`to_arrow`."""
+        for attempt in range(READ_ATTEMPTS):
+            try:
+                return self._count(self.scan(as_of))
+            except SnapshotNotFoundError:
+                if as_of is not None or attempt == READ_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _count(self, plan: ScanPlan) -> int:
+        hidden = sum(len(rows) for rows in plan.deletes.values())
+        if plan.all_whole:
+            return plan.row_count - hidden
+        from lamina.io.reader import read_arrow
+
+        part = [t for t in plan.tasks if t.keep is not None]
+        paths = {t.segment.location for t in part}
+        some = ScanPlan(plan.table, plan.seq, plan.commit_id, part)
+        some.deletes = {p: rows for p, rows in plan.deletes.items() if p in paths}
+        whole = plan.row_count - sum(t.segment.row_count for t in part)
+        hidden -= sum(len(rows) for rows in some.deletes.values())
         tc = plan.table.time_column  # one column: concat_tables drops zero-column rows
-        return self.to_arrow(as_of, columns=[tc] if tc else []).num_rows
+        return whole - hidden + read_arrow(some, self._ctx.warehouse, [tc] if tc else []).num_rows

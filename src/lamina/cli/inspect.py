@@ -90,8 +90,9 @@ def segments(
     with connect(ctx, catalog, warehouse) as cat:
         t = load(cat, name)
         snap = snapshot(t, as_of, all_published=all_)
-        # rows a reader sees: less those of segments shown in part, and deletion vectors'
-        shown = t.count(as_of=snap.commit_id) if snap.commit_id else 0
+        # the summary's rows: less those of segments shown in part, or vectors hide
+        summary = snap.commit_id and fmt is OutputFormat.table
+        shown = t.count(as_of=snap.commit_id) if summary else 0
     tl = Timeline.build(snap.segments)
     status: dict[tuple[Interval, int], ChunkStatus] = {}
     if all_:

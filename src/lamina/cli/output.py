@@ -246,7 +246,7 @@ def emit_arrow(result: pa.Table, fmt: OutputFormat, limit: int) -> None:
 
 def _pylist(col: pa.ChunkedArray) -> list[Any]:
     """The column's values as Python objects; times past Python's range as text:
-    DuckDB's ``infinity`` and ``-infinity``, else ``<out of range: N>`` (Python would
+    DuckDB's ``infinity`` and ``-infinity``, else as Arrow writes them (Python would
     raise OverflowError, or show -infinity as year 1)."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -263,14 +263,16 @@ def _pylist(col: pa.ChunkedArray) -> list[Any]:
         except (OverflowError, ValueError):
             pass
     out: list[Any] = []
-    for r in raw.to_pylist():
+    for value, r in zip(
+        col.cast(pa.string(), safe=False).to_pylist(), raw.to_pylist(), strict=True
+    ):
         if r is None or abs(r) == top:
             out.append(None if r is None else "infinity" if r > 0 else "-infinity")
             continue
         try:
-            out.append(pa.scalar(r, pa.int64()).cast(t).as_py())
-        except (OverflowError, ValueError, pa.ArrowException):
-            out.append(f"<out of range: {r}>")
+            out.append(pa.scalar(r, raw.type).cast(t).as_py())
+        except (OverflowError, ValueError):  # past Python's years 1-9999: Arrow's text
+            out.append(value)
     return out
 
 

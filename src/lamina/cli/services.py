@@ -9,8 +9,11 @@ from typing import Annotated
 import typer
 
 from lamina.cli import CatalogOpt, OutputOpt, WarehouseOpt, command, connect, load
-from lamina.cli.output import Column, OutputFormat, console, done, emit, n_of, note
+from lamina.cli.output import Column, OutputFormat, console, done, emit, n_of, note, warn
 from lamina.errors import CompactionError
+
+#: errors of a chunk's compaction that the next run retries (autocompaction's _attempt)
+_RETRIED = ("CommitConflictError:", "LockTimeoutError:", "LockRevokedError:")
 
 _STATES = {"PENDING": "yellow", "COMPLETE": "green", "SKIPPED": "dim"}
 _AUTO = [
@@ -90,10 +93,19 @@ def compact(
             for r in results
         ]
         emit(_AUTO, rows, fmt, empty="no chunks to consider")
-        failed = [r for r in results if r.error]
-        if failed:  # listed above; the exit status says so too
+        # listed above; a chunk skipped (a lock, a lineage entry) or raced (a conflict,
+        # a busy lock) is tried again next run: a note, not a failed run
+        errors = [r for r in results if r.error and not r.error.startswith("skipped:")]
+        retried = [r for r in errors if (r.error or "").startswith(_RETRIED)]
+        if retried:
+            warn(
+                f"{n_of(len(retried), 'chunk')} not compacted this run, tried again next "
+                f"run: {retried[0].error}"
+            )
+        failed = [r for r in errors if r not in retried]
+        if failed:
             raise CompactionError(
-                f"{len(failed)} chunk compaction(s) failed (their chunks keep their "
+                f"{n_of(len(failed), 'chunk compaction')} failed (their chunks keep their "
                 f"segments), first {failed[0].table} {failed[0].status.chunk}: "
                 f"{failed[0].error}"
             )

@@ -10,9 +10,10 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from lamina.cli import CatalogOpt, OutputOpt, WarehouseOpt, command, connect, load
-from lamina.cli.output import Column, OutputFormat, console, count, emit, size
+from lamina.cli.output import Column, OutputFormat, console, count, emit, size, warn
 from lamina.core.interval import Granularity
 from lamina.engines.files import FileFormat
+from lamina.errors import LaminaError
 
 if TYPE_CHECKING:
     import lamina
@@ -157,7 +158,7 @@ _TABLES = [
     Column("time_column", "time column", show=lambda v: v or "-"),
     Column("granularity"),
     Column("segments", show=count, right=True),
-    Column("rows", show=count, right=True),
+    Column("rows", show=lambda n: "?" if n is None else count(n), right=True),
     Column("size_bytes", "size", show=size, right=True),
 ]
 
@@ -175,6 +176,11 @@ def tables(
         for name in cat.list_tables():
             t = load(cat, name)
             segs = t.segments()
+            try:
+                shown: int | None = t.count()
+            except LaminaError as exc:  # a lost file, say: the other tables still list
+                shown = None
+                warn(f"{name}: rows not counted: {exc}")
             rows.append(
                 {
                     "table": name,
@@ -183,7 +189,7 @@ def tables(
                     "segments": len(segs),
                     # what readers see: less the rows of segments shown in part and
                     # those deletion vectors hide
-                    "rows": t.count(),
+                    "rows": shown,
                     "size_bytes": sum(s.size_bytes for s in segs),
                 }
             )
