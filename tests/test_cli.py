@@ -1132,6 +1132,23 @@ def test_spark_reads_csv_columns_by_name_in_every_file(
     out = fails(wh, "ingest", "s", str(folder / "o1.csv"), str(other), "-e", "spark")
     assert "o3.csv has columns ['ts', 'a', 'c']" in out and "one layout" in out
     assert len(cat.load_table("s").history()) == before
+    # a review: partition folders still give their columns (the folder is read file by
+    # file now), an empty file and blank lines before a header are skipped as Spark
+    # skips them, and a folder with no data file is refused, not a traceback
+    hive = tmp_path / "hive"
+    (hive / "day=1").mkdir(parents=True)
+    (hive / "day=2").mkdir()
+    (hive / "day=1" / "a.csv").write_text("ts,v\n2024-01-01T00:00:00,1\n")
+    (hive / "day=2" / "b.csv").write_text("\n\nts,v\n2024-01-02T00:00:00,2\n")
+    (hive / "day=2" / "empty.csv").write_text("")
+    ok(wh, "ingest", "h", str(hive), "--create", "-t", "ts", "-e", "spark")
+    got = cat.load_table("h").to_arrow().sort_by("ts")
+    assert got.column("day").to_pylist() == [1, 2] and got.column("v").to_pylist() == [1, 2]
+    nothing = tmp_path / "nothing"
+    nothing.mkdir()
+    (nothing / "_SUCCESS").write_text("")
+    out = fails(wh, "ingest", "h", str(nothing), "--format", "csv", "-e", "spark")
+    assert "no data files" in out
 
 
 def test_listings_count_the_rows_readers_see(wh: str, cat: lamina.Catalog) -> None:
@@ -1297,3 +1314,21 @@ def test_errors_give_advice_in_the_command_line_s_words(wh: str, events: lamina.
     out = fails(wh, "create-table", "q", "-s", "a:int64", "-g", "DAY")
     assert "drop --granularity or name a --time-column" in out
     assert "mode='major'" not in out and "time_column" not in out
+
+
+def test_what_a_folder_holds_is_told_alike_by_format_size_and_files(tmp_path: Path) -> None:
+    """A review: the size that picks the engine counted a folder's 5 MB a.csv.bak that
+    is not read, and the format looked into _temporary/ that is not read either."""
+    from lamina.engines.files import data_files, input_bytes
+
+    folder = tmp_path / "out"
+    (folder / "_temporary" / "0").mkdir(parents=True)
+    (folder / "part-0.csv").write_text("ts,v\n2024-01-01T00:00:00,1\n")
+    (folder / "part-0.csv.bak").write_bytes(b"x" * 5_000_000)
+    (folder / "_temporary" / "0" / "part-1.json").write_text("{}\n")
+    (folder / "raw").mkdir()
+    (folder / "raw" / "part-00000").write_text("ts,v\n2024-01-02T00:00:00,2\n")
+    assert format_of([str(folder)]).value == "csv"
+    files = data_files([str(folder)])
+    assert [os.path.relpath(f, folder) for f in files] == ["part-0.csv", "raw/part-00000"]
+    assert input_bytes([str(folder)]) == sum(os.path.getsize(f) for f in files)

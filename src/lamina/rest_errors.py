@@ -51,6 +51,7 @@ def message(request: Request, exc: LaminaError) -> str:
 
 #: How the Python API's advice reads over REST (longest phrases first).
 _REST_WORDS = (
+    ("pass segments_to=[] and write under the entry, or choose", "choose"),
     ("pass force_cleanup=True", "call with ?forceCleanup=true"),
     ("pass force=True", "call with ?forceRevert=true"),
     ("t.segments(all=True)", "GET /tables/{table}/segments?all=true"),

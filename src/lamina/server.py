@@ -323,7 +323,13 @@ async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
     out-of-range float or a lone surrogate in it would not render as JSON)."""
     assert isinstance(exc, RequestValidationError)
     faults = [
-        {"type": e.get("type"), "loc": [str(p) for p in e.get("loc", ())], "msg": e.get("msg")}
+        {
+            "type": e.get("type"),
+            "loc": [p if isinstance(p, int) else str(p) for p in e.get("loc", ())],
+            "msg": e.get("msg"),
+            # the parser's reason ("Expecting property name ..."), as text
+            **({"ctx": {k: str(v) for k, v in e["ctx"].items()}} if e.get("ctx") else {}),
+        }
         for e in exc.errors()
     ]
     return _Json({"detail": faults}, status_code=422)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from lamina.errors import InputFileError
@@ -58,13 +58,19 @@ def data_files(paths: Sequence[str]) -> list[str]:
         if "://" in p or not os.path.isdir(p):
             files.append(p)
             continue
-        found: list[str] = []
-        for root, dirs, names in os.walk(p):
-            dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
-            found += [os.path.join(root, n) for n in sorted(names) if not n.startswith((".", "_"))]
-        named = [f for f in found if _format_of_name(f) is not None]
-        files += named or found
+        for root, names in _walk(p):
+            found = [os.path.join(root, n) for n in names]
+            named = [f for f in found if _format_of_name(f) is not None]
+            files += named or found
     return files
+
+
+def _walk(folder: str) -> Iterator[tuple[str, list[str]]]:
+    """(folder, its file names), sorted, of ``folder`` and those below it; hidden and
+    ``_`` folders and files (``_temporary/``, ``_SUCCESS``, ``.part.crc``) left out."""
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
+        yield root, sorted(n for n in names if not n.startswith((".", "_")))
 
 
 def format_of(paths: Sequence[str]) -> FileFormat:
@@ -76,12 +82,8 @@ def format_of(paths: Sequence[str]) -> FileFormat:
     for p in paths:
         fmt = _format_of_name(p)
         if fmt is None and "://" not in p and os.path.isdir(p):
-            for _root, _, names in os.walk(p):
-                found.update(
-                    f
-                    for n in names
-                    if not n.startswith((".", "_")) and (f := _format_of_name(n)) is not None
-                )
+            for _root, names in _walk(p):
+                found.update(f for n in names if (f := _format_of_name(n)) is not None)
             continue
         if fmt is None:
             raise InputFileError(
@@ -121,7 +123,7 @@ def input_bytes(paths: Sequence[str]) -> int | None:
     import pyarrow.fs as pafs
 
     total = 0
-    for p in paths:
+    for p in data_files(paths):  # a folder's files that are read, not its notes
         try:
             fs, path = pafs.FileSystem.from_uri(p) if "://" in p else (pafs.LocalFileSystem(), p)
             info = fs.get_file_info(path)

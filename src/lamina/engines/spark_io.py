@@ -150,16 +150,25 @@ def read_spark_files(
     from lamina.engines.files import data_files
 
     reader = spark.read
+    if len(paths) == 1 and "://" not in paths[0] and os.path.isdir(paths[0]):
+        # its files are listed below: partition folders (day=1/) still give columns
+        reader = reader.option("basePath", paths[0])
     paths = data_files(paths)  # local folders: their data files only
+    if not paths:
+        raise InputFileError("no data files in the inputs; pass files or folders holding some")
     if fmt is FileFormat.parquet:
         return reader.parquet(*paths)
     if fmt is FileFormat.csv:
         # Spark names a CSV's columns by the first file's header and reads the others'
         # by position: one read per header (and separator), joined by name
-        # (enforceSchema=False refuses a header that differs within one read: a URI)
+        # (enforceSchema=False refuses a header that differs within one read: a URI);
+        # an empty file holds no rows (Spark skips it)
         groups: dict[tuple[str, tuple[str, ...] | None], list[str]] = {}
         for path, head in zip(paths, csv_headers(paths), strict=True):
-            groups.setdefault(("\t" if is_tsv(path) else ",", head), []).append(path)
+            if head != ():
+                groups.setdefault(("\t" if is_tsv(path) else ",", head), []).append(path)
+        if not groups:
+            raise InputFileError(f"the inputs hold no CSV header: {paths[0]} is empty")
         _same_columns(groups)
         parts = [
             reader.options(
@@ -186,12 +195,8 @@ def csv_headers(paths: Sequence[str]) -> list[tuple[str, ...] | None]:
             out.append(None)
             continue
         try:
-            head = b""
-            with pa.input_stream(path, compression="detect") as f:
-                while b"\n" not in head and (block := f.read(1 << 16)):
-                    head += block
-            line = head.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8-sig")
-        except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+            line = _first_line(path)
+        except (pa.ArrowException, OSError) as exc:
             raise InputFileError(f"cannot read the header of {path}: {exc}") from None
         row = next(csv.reader([line], delimiter="\t" if is_tsv(path) else ","), [])
         out.append(tuple(row))
@@ -208,3 +213,18 @@ def _same_columns(groups: dict[tuple[str, tuple[str, ...] | None], list[str]]) -
                 f"{path} has columns {list(head)}, {where} has {list(first)}; give files "
                 "of one layout"
             )
+
+
+def _first_line(path: str) -> str:
+    """The first line of a file that is not blank (as Spark skips blank lines), as
+    Spark decodes it (UTF-8, a byte-order mark dropped, bad bytes replaced); '' for a
+    file of blank lines only."""
+    text = b""
+    with pa.input_stream(path, compression="detect") as f:
+        while block := f.read(1 << 16):
+            text += block
+            lines = text.split(b"\n")
+            done = [ln for ln in lines[:-1] if ln.strip(b"\r \t\xef\xbb\xbf")]
+            if done:
+                return done[0].rstrip(b"\r").decode("utf-8-sig", errors="replace")
+    return text.rstrip(b"\r").decode("utf-8-sig", errors="replace") if text.strip() else ""
