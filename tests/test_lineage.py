@@ -527,6 +527,26 @@ def test_properties_change_in_place(t: lamina.Table, cat: lamina.Catalog) -> Non
     assert cat.load_table("ev").consistent_push
 
 
+def test_properties_can_be_unset(t: lamina.Table, cat: lamina.Catalog) -> None:
+    """Iceberg's remove_properties and Delta's UNSET TBLPROPERTIES: a property set by
+    mistake can go (set_properties could only overwrite it); lamina's own take their
+    defaults again, a name the table lacks is ignored."""
+    t.set_properties(owner="ops", **{"compaction.skip_offset_from_latest": "1d"})
+    assert t.consistent_push  # the fixture's
+    t.unset_properties("owner", "consistent_push", "never_set")
+    again = cat.load_table("ev")
+    assert "owner" not in again.properties and not again.consistent_push
+    assert again.properties["compaction.skip_offset_from_latest"] == "1d"
+    keyed = pa.schema([pa.field("k", pa.int64(), nullable=False), pa.field("n", pa.int64())])
+    u = cat.create_table("u", keyed, primary_key=["k"], comparison_column="n")
+    before = u.properties
+    with pytest.raises(PropertyError, match="upsert definition"):
+        u.unset_properties("upsert.primary_key")
+    with pytest.raises(PropertyError, match="names"):
+        u.unset_properties(["owner"])  # type: ignore[arg-type]
+    assert cat.load_table("u").properties == before
+
+
 # -- routing: IN_PROGRESS, COMPLETED, REVERTED in every reader --------------------------
 
 

@@ -34,11 +34,24 @@ class Table(TableReads):
         return int(self._record.properties.get("target_rows_per_segment", DEFAULT_TARGET_ROWS))
 
     def set_properties(self, **props: Any) -> None:
-        """Change table properties in place (e.g. ``consistent_push=False``)."""
+        """Change table properties in place (e.g. ``consistent_push=False``).
+        Raises PropertyError (the value is refused; nothing changes)."""
+        self._change_properties(props, ())
+
+    def unset_properties(self, *names: str) -> None:
+        """Remove properties (lamina's own then take their defaults); a name the table
+        does not have is ignored. Raises PropertyError (an ``upsert.*`` name, or a
+        compaction policy the rest would not make sense as; nothing changes)."""
+        from lamina.core.args import names as name_list
+        from lamina.errors import PropertyError
+
+        self._change_properties({}, tuple(name_list(list(names), "names", PropertyError)))
+
+    def _change_properties(self, props: dict[str, Any], remove: tuple[str, ...]) -> None:
         from lamina.core.properties import as_text, check_properties
 
         values = as_text(props)
-        fixed = sorted(k for k in values if k.startswith("upsert."))
+        fixed = sorted(k for k in [*values, *remove] if k.startswith("upsert."))
         if fixed:
             from lamina.errors import PropertyError
 
@@ -51,13 +64,14 @@ class Table(TableReads):
 
             refuse_consistent_push(values)
         checked = check_properties(values)
-        if any(k.startswith("compaction.") for k in checked):  # the policy, on this table
+        if any(k.startswith("compaction.") for k in [*checked, *remove]):  # on this table
             from lamina.core.autocompact import check_policy, policy_of
 
-            props = {**self._record.properties, **checked}
-            pol = policy_of(props, self.target_rows_per_segment)
+            after = {**self._record.properties, **checked}
+            after = {k: v for k, v in after.items() if k not in remove}
+            pol = policy_of(after, self.target_rows_per_segment)
             check_policy(pol, self.schema, self.time_column, self.granularity, setting=True)
-        self._record = tables.set_properties(self._ctx.db, self.name, checked)
+        self._record = tables.set_properties(self._ctx.db, self.name, checked, remove)
 
     # -- writing ------------------------------------------------------------------
 

@@ -115,13 +115,16 @@ def list_tables(db: Db) -> list[str]:
     )
 
 
-def set_properties(db: Db, name: str, updates: dict[str, str]) -> TableRecord:
-    """Merge ``updates`` into the table's properties. Raises TableNotFoundError."""
+def set_properties(
+    db: Db, name: str, updates: dict[str, str], remove: tuple[str, ...] = ()
+) -> TableRecord:
+    """Merge ``updates`` into the table's properties, less those named in ``remove``.
+    Raises TableNotFoundError."""
 
     def txn(conn: Connection) -> TableRecord:
         lock_table(db, conn, name)  # then read: a concurrent change is merged, not lost
         rec = read_table(conn, name)
-        props = {**rec.properties, **updates}
+        props = {k: v for k, v in {**rec.properties, **updates}.items() if k not in remove}
         conn.execute(
             update(tables)
             .where(tables.c.id == rec.id)
