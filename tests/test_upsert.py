@@ -1205,3 +1205,35 @@ def test_second_units_compare_and_hash_as_upserted_after_a_rebuild_and_a_compact
     got = latest()
     assert sorted(got.values()) == [2, 3]
     assert cat.sql("SELECT count(*) AS n FROM secs").to_pylist() == [{"n": 2}]
+
+
+def test_retention_between_a_plan_and_its_vectors_fails_the_read(
+    cat: lamina.Catalog, t: lamina.Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A soak: a read plans its segments in one catalog read and looks up their deletion
+    vectors in another. Retention committing in between (another process's) deleted the
+    snapshot's vectors, and the read showed every superseded record (two per key). It
+    now fails with SnapshotNotFoundError, as a read planned after retention does."""
+    import lamina.read
+
+    t.set_properties(replaced_segments_retention="0s", orphan_grace_period="0s")
+    t.upsert(rows(("a", 0, 1), ("b", 0, 1)))
+    second = t.upsert(rows(("a", 1, 2), ("b", 1, 2)))
+    t.compact()  # replaces both files: retention may delete them and their vectors
+    assert latest(t, second.id) == {"a": 2, "b": 2}
+    attach = lamina.read._attach_deletes
+
+    def retention_meanwhile(ctx: Any, plan: Any) -> None:
+        # another process's retention commits its catalog transaction between the
+        # plan's read and the vectors' read (its files are deleted after it)
+        from lamina.meta.retention import retention
+        from lamina.meta.tables import now_us
+
+        retention(ctx.db, "u", now_us(), 0, 0)
+        attach(ctx, plan)
+
+    monkeypatch.setattr(lamina.read, "_attach_deletes", retention_meanwhile)
+    with pytest.raises(lamina.SnapshotNotFoundError, match="no longer readable"):
+        t.to_arrow(as_of=second.id)
+    monkeypatch.setattr(lamina.read, "_attach_deletes", attach)
+    assert latest(t) == {"a": 2, "b": 2}

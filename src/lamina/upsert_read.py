@@ -36,7 +36,7 @@ def latest_records(table: TableReads, as_of: AsOf, interval: Interval | None) ->
     root = table._ctx.db.root + "/"
     rel = {str(t.segment.location): str(t.segment.location).removeprefix(root) for t in plan.tasks}
     vectors = table._ctx.db.read(
-        lambda conn: deletes.at(conn, rec.id, plan.seq, list(rel.values()))
+        lambda conn: deletes.of_snapshot(conn, rec, plan.seq, list(rel.values()))
     )
     parts = []
     for task in plan.tasks:

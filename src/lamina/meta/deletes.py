@@ -19,7 +19,8 @@ import numpy as np
 from pyroaring import BitMap
 from sqlalchemy import Connection, delete, insert, select
 
-from lamina.core.model import RowMap
+from lamina.core.model import RowMap, TableRecord
+from lamina.errors import SnapshotNotFoundError
 from lamina.meta.schema import deletes, tables
 
 _BATCH = 500
@@ -87,6 +88,25 @@ def at(
         v.hidden |= bm
         v.superseded |= bm - _bitmap(tomb)
     return out
+
+
+def of_snapshot(
+    conn: Connection, table: TableRecord, seq: int, locations: Iterable[str]
+) -> dict[str, Vector]:
+    """:func:`at` for a read that planned snapshot ``seq`` in an earlier catalog read.
+    Raises SnapshotNotFoundError when retention committed in between (it deleted rows
+    of the snapshot, vectors among them: the read would show a mix)."""
+    found = at(conn, table.id, seq, locations)
+    # read after the vectors: retention that committed before or during their read
+    # shows here
+    purged = conn.execute(select(tables.c.purged_seq).where(tables.c.id == table.id))
+    if seq < int(purged.scalar_one()):
+        raise SnapshotNotFoundError(
+            f"the snapshot (seq {seq}) of {table.name!r} is no longer readable: retention "
+            "deleted segments it used while it was being read; read a newer commit (see "
+            "t.history())"
+        )
+    return found
 
 
 def latest(
