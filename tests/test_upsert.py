@@ -1237,3 +1237,35 @@ def test_retention_between_a_plan_and_its_vectors_fails_the_read(
         t.to_arrow(as_of=second.id)
     monkeypatch.setattr(lamina.read, "_attach_deletes", attach)
     assert latest(t) == {"a": 2, "b": 2}
+
+
+def test_retention_before_all_versions_reads_validity_fails_the_read(
+    cat: lamina.Catalog, t: lamina.Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same race in all_versions: the seqs a record shows between are read after
+    the plan; with retention in between, every record showed valid until now."""
+    import lamina.upsert_read
+
+    t.set_properties(replaced_segments_retention="0s", orphan_grace_period="0s")
+    t.upsert(rows(("a", 0, 1), ("b", 0, 1)))
+    second = t.upsert(rows(("a", 1, 2), ("b", 1, 2)))
+    t.compact()
+    got = t.to_arrow(as_of=second.id, all_versions=True).to_pylist()
+    assert sorted((r["key"], r["value"], r["$valid_until"]) for r in got) == [
+        ("a", 1, second.seq),
+        ("a", 2, None),
+        ("b", 1, second.seq),
+        ("b", 2, None),
+    ]
+    validity = lamina.upsert_read.validity
+
+    def retention_meanwhile(table: Any, plan: Any) -> Any:
+        from lamina.meta.retention import retention
+        from lamina.meta.tables import now_us
+
+        retention(cat.context.db, "u", now_us(), 0, 0)
+        return validity(table, plan)
+
+    monkeypatch.setattr(lamina.upsert_read, "validity", retention_meanwhile)
+    with pytest.raises(lamina.SnapshotNotFoundError, match="no longer readable"):
+        t.to_arrow(as_of=second.id, all_versions=True)

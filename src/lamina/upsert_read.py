@@ -15,6 +15,8 @@ from lamina.io.reader import snapshot_files
 from lamina.upsert import require
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
     from lamina.core.interval import Interval
     from lamina.core.model import AsOf
     from lamina.core.scan import ScanPlan
@@ -70,12 +72,14 @@ def validity(table: TableReads, plan: ScanPlan) -> dict[str, tuple[int, np.ndarr
     rec = table._record
     root = table._ctx.db.root + "/"
     rel = {t.segment.location: str(t.segment.location).removeprefix(root) for t in plan.tasks}
-    hist, first = table._ctx.db.read(
-        lambda conn: (
-            deletes.history(conn, rec.id, rel.values()),
-            first_added(conn, rec.id, rel.values()),
-        )
-    )
+
+    def read(conn: Connection) -> tuple[Any, dict[str, int]]:
+        hist = deletes.history(conn, rec.id, rel.values())
+        first = first_added(conn, rec.id, rel.values())
+        deletes.still_readable(conn, rec, plan.seq)  # retention since the plan: no mix
+        return hist, first
+
+    hist, first = table._ctx.db.read(read)
     counts = plan.row_counts()
     out = {}
     for task in plan.tasks:

@@ -97,8 +97,13 @@ def of_snapshot(
     Raises SnapshotNotFoundError when retention committed in between (it deleted rows
     of the snapshot, vectors among them: the read would show a mix)."""
     found = at(conn, table.id, seq, locations)
-    # read after the vectors: retention that committed before or during their read
-    # shows here
+    still_readable(conn, table, seq)
+    return found
+
+
+def still_readable(conn: Connection, table: TableRecord, seq: int) -> None:
+    """Raise SnapshotNotFoundError if retention purged snapshot ``seq`` (called after
+    reading its vectors: retention that committed before or during that read shows)."""
     purged = conn.execute(select(tables.c.purged_seq).where(tables.c.id == table.id))
     if seq < int(purged.scalar_one()):
         raise SnapshotNotFoundError(
@@ -106,7 +111,6 @@ def of_snapshot(
             "deleted segments it used while it was being read; read a newer commit (see "
             "t.history())"
         )
-    return found
 
 
 def latest(
