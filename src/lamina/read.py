@@ -53,7 +53,6 @@ def _attach_deletes(ctx: CatalogContext, plan: ScanPlan) -> None:
     paths = {p: p.removeprefix(root) for p, _ in plan.reads()}
     if not paths:
         return
-
     found = ctx.db.read(
         lambda conn: deletes.of_snapshot(conn, plan.table, plan.seq, list(paths.values()))
     )
