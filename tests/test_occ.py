@@ -214,6 +214,9 @@ def test_an_exception_or_abort_discards_everything(t: lamina.Table, cat: lamina.
     tx2.abort()
     assert values(t) == {1.0: 30} and commit_dirs(cat) == before
     assert [c.state for c in t.history()][-2:] == ["ABORTED", "ABORTED"]
+    # the history shows what each was doing (a soak saw aborted major compactions,
+    # which overwrite, listed as APPEND)
+    assert [str(c.action) for c in t.history()][-2:] == ["APPEND", "OVERWRITE"]
 
 
 def test_bad_transactions_are_typed_errors(t: lamina.Table) -> None:

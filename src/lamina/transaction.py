@@ -279,16 +279,24 @@ class Transaction:
             return commit
         raise AssertionError("unreachable")
 
+    def _action(self) -> CommitAction:
+        """What the operations so far amount to."""
+        if self._chunks:
+            return CommitAction.OVERWRITE
+        if self._appends or not self._removes:  # an upsert table's records: by key
+            by_key = self._spec is not None and not self._removes
+            return CommitAction.UPSERT if by_key else CommitAction.APPEND
+        return CommitAction.DELETE
+
     def _plan(self) -> PublishPlan:
         """What the operations publish."""
-        if self._chunks:
-            action, files, appends = CommitAction.OVERWRITE, self._overwrites, self._appends
-        elif self._appends or not self._removes:
-            action, files, appends = CommitAction.APPEND, self._appends, []
-            if self._spec is not None and not self._removes:  # records resolved by key
-                action = CommitAction.UPSERT
+        action = self._action()
+        if action is CommitAction.OVERWRITE:
+            files, appends = self._overwrites, self._appends
+        elif action is CommitAction.DELETE:
+            files, appends = [], []
         else:
-            action, files, appends = CommitAction.DELETE, [], []
+            files, appends = self._appends, []
         upsert = None
         if self._upsert is not None and files:
             from lamina.upsert import rewritten
@@ -317,12 +325,14 @@ class Transaction:
 
     def _fail(self, exc: BaseException) -> None:
         self._state = "aborted"
+        self._write.action = self._action().value  # the history shows what it was doing
         self._write.__exit__(type(exc), exc, exc.__traceback__)
 
     def abort(self) -> None:
         """Discard every operation: nothing is published, the files are removed."""
         if self._state in ("new", "open"):
             if self._state == "open":
+                self._write.action = self._action().value
                 self._write.__exit__(TransactionError, None, None)
             self._state = "aborted"
 

@@ -326,9 +326,9 @@ class WriteTransaction:
         writer.guard(self.ctx.warehouse.path(self.dir), None)
         if self.commit is None and self.id >= 0:
             try:
-                if writers.abort(
-                    self.ctx.db, self.id, self.owner
-                ):  # never the files of a completed one
+                if writers.abort(  # never the files of a completed one
+                    self.ctx.db, self.id, self.owner, str(self.action)
+                ):
                     self.ctx.clean_commits(self.table.name, [self.id])
             except Exception:  # noqa: BLE001 - the original error matters more
                 pass  # left for lazy cleanup by the next writer

@@ -175,20 +175,23 @@ def heartbeat(db: Db, commit_id: int, owner: str) -> bool:
     return db.write(txn, single=True)
 
 
-def abort(db: Db, commit_id: int, owner: str) -> bool:
-    """Set an open commit of ``owner`` ABORTED; True when it is ABORTED now (False: it
-    completed, e.g. its publish reached the catalog before the connection dropped, or
-    the row is not the owner's)."""
-    return settle(db, commit_id, owner) == CommitState.ABORTED.value
+def abort(db: Db, commit_id: int, owner: str, action: str | None = None) -> bool:
+    """Set an open commit of ``owner`` ABORTED (with the ``action`` it was doing, when
+    that became known after it opened: a transaction's overwrite); True when it is
+    ABORTED now (False: it completed, e.g. its publish reached the catalog before the
+    connection dropped, or the row is not the owner's)."""
+    return settle(db, commit_id, owner, action) == CommitState.ABORTED.value
 
 
-def settle(db: Db, commit_id: int, owner: str) -> str | None:
+def settle(db: Db, commit_id: int, owner: str, action: str | None = None) -> str | None:
     """Abort an open commit of ``owner``; its state then (COMPLETED: its publish went
     through; None: the row is not the owner's)."""
 
     def txn(conn: Connection) -> str | None:
         params = {"cid": commit_id, "writer": owner, "now": now_us()}
-        conn.execute(_ABORT, params)
+        aborted = conn.execute(_ABORT, params).rowcount
+        if aborted and action is not None:
+            conn.execute(update(commits).where(_MINE).values(action=action), params)
         state = conn.execute(_STATE, params).scalar()
         return None if state is None else str(state)
 
