@@ -1202,13 +1202,19 @@ def test_a_failed_auto_compaction_exits_non_zero(
     def refused(*args: Any, **kwargs: Any) -> None:
         raise errors.CompactionError("refused for the test")
 
+    def raced(*args: Any, **kwargs: Any) -> None:
+        raise errors.CommitConflictError("another writer won")
+
     with monkeypatch.context() as m:
         m.setattr(auto, "compact_minor", refused)
         out = fails(wh, "compact", "--auto")
         assert "1 chunk compaction failed" in out and "refused for the test" in out
-    os.remove(day0[0].location)  # the merge finds its input gone: a conflict, retried
-    result = run(wh, "compact", "--auto")
-    assert result.exit_code == 0 and "tried again next run" in result.output
+        m.setattr(auto, "compact_minor", raced)
+        result = run(wh, "compact", "--auto")
+        assert result.exit_code == 0 and "tried again next run" in result.output
+    os.remove(day0[0].location)  # a live segment's file lost: no retry helps
+    out = fails(wh, "compact", "--auto")
+    assert "1 chunk compaction failed" in out and "is missing" in out
     assert [s for s in events.segments() if s.interval == first] == day0  # kept
 
 

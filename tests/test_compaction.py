@@ -214,6 +214,22 @@ def test_a_delete_of_an_input_during_a_compaction_refuses_it(cat: lamina.Catalog
     assert rows(t) == before
 
 
+def test_a_live_input_whose_file_is_lost_is_no_conflict(cat: lamina.Catalog) -> None:
+    """A soak's note: an input file lost under a live segment was reported as removed
+    meanwhile, a conflict that auto-compaction retries every run forever. It is a
+    WarehouseError saying what to do; nothing is published."""
+    t = cat.create_table("events", schema=SCHEMA, time_column="ts")
+    small_appends(t, 4)
+    runs = compaction.plan(t, None, 1000)
+    lost = runs[0].inputs[1]
+    assert lost.location is not None
+    os.remove(lost.location)
+    segs = t.segments()
+    with pytest.raises(lamina.WarehouseError, match=f"live segment {lost.id} is missing"):
+        compaction.compact_minor(t, runs)
+    assert t.segments() == segs
+
+
 def test_an_append_transaction_deleting_an_input_during_a_compaction_refuses_it(
     cat: lamina.Catalog,
 ) -> None:

@@ -30,6 +30,7 @@ from lamina.errors import (
     CompactionError,
     LockRevokedError,
     LockTimeoutError,
+    WarehouseError,
 )
 
 if TYPE_CHECKING:
@@ -171,9 +172,15 @@ def compact_auto(table: Table, dry_run: bool = False) -> list[AutoResult]:
 
 
 def _attempt(run: Callable[[], Commit | None]) -> tuple[Commit | None, str | None]:
-    """Run one compaction; a conflict, a busy lock or a compaction the chunk does not
-    allow is reported, not raised."""
+    """Run one compaction; a conflict, a busy lock, a compaction the chunk does not
+    allow or an input file lost is reported, not raised."""
     try:
         return run(), None
-    except (CommitConflictError, LockTimeoutError, LockRevokedError, CompactionError) as exc:
+    except (
+        CommitConflictError,
+        LockTimeoutError,
+        LockRevokedError,
+        CompactionError,
+        WarehouseError,  # an input's file lost: this chunk fails, the others go on
+    ) as exc:
         return None, f"{type(exc).__name__}: {exc}"

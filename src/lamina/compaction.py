@@ -16,7 +16,7 @@ meanwhile under APPEND locks (or optimistically) are carried onto its version.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 import pyarrow as pa
@@ -196,11 +196,28 @@ def _merged(table: Table, run: MinorRun) -> pa.Table:
             with wh.fs.open_input_file(seg.location) as f:
                 parts.append(pq.ParquetFile(f, pre_buffer=False).read(use_threads=False))
         except FileNotFoundError:
-            raise CommitConflictError(
-                f"input segment {seg.id} was removed meanwhile (its file is gone: a "
-                "lineage cleanup or retention); nothing was published — compact again"
-            ) from None
+            _gone(table, seg.id, seg.location)
     return pa.concat_tables(parts, promote_options="permissive").cast(table.schema)
+
+
+def _gone(table: Table, segment_id: str, location: str) -> NoReturn:
+    """Raise for an input whose file is gone: CommitConflictError when its segment was
+    removed meanwhile (retention may delete its file), WarehouseError when it is still
+    live (the file was lost: no retry helps)."""
+    from lamina.errors import WarehouseError
+    from lamina.meta.segments import rows_by_id
+
+    rows = table._ctx.db.read(lambda conn: rows_by_id(conn, table._record.id, [segment_id]))
+    if rows and rows[0].removed_seq is None:
+        raise WarehouseError(
+            f"the file of live segment {segment_id} is missing ({location}); nothing was "
+            "published — restore the file, or delete the segment (t.delete_segments) "
+            "and load its rows again"
+        )
+    raise CommitConflictError(
+        f"input segment {segment_id} was removed meanwhile (its file is gone: a lineage "
+        "cleanup or retention); nothing was published — compact again"
+    )
 
 
 #: a run of more input bytes than this is compacted with Spark when ``engine="auto"``
