@@ -4,7 +4,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from lamina.context import CatalogContext
 from lamina.core.interval import Granularity, Interval
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
+T = TypeVar("T")
 READ_ATTEMPTS = 5  # a latest read re-plans when files vanished under it
 
 
@@ -88,17 +90,12 @@ class TableReads:
         """
         from lamina.io.reader import read_arrow
 
-        for attempt in range(READ_ATTEMPTS):
-            try:
-                if all_versions:
-                    from lamina.upsert_read import all_versions as every
+        if all_versions:
+            from lamina.upsert_read import all_versions as every
 
-                    return every(self, as_of, columns, interval)
-                return read_arrow(self.scan(as_of, interval), self._ctx.warehouse, columns)
-            except SnapshotNotFoundError:
-                if as_of is not None or attempt == READ_ATTEMPTS - 1:
-                    raise
-        raise AssertionError("unreachable")
+            return _latest_again(as_of, lambda: every(self, as_of, columns, interval))
+        wh = self._ctx.warehouse
+        return _latest_again(as_of, lambda: read_arrow(self.scan(as_of, interval), wh, columns))
 
     def to_pandas(
         self, as_of: AsOf = None, columns: list[str] | None = None, interval: Any = None
@@ -211,13 +208,7 @@ class TableReads:
         """Rows a reader of the snapshot sees: the catalog's row counts, less the rows
         deletion vectors hide; only the files shown in part (a coarser segment under a
         newer finer one) are read, their time column. Raises as :meth:`to_arrow`."""
-        for attempt in range(READ_ATTEMPTS):
-            try:
-                return self._count(self.scan(as_of))
-            except SnapshotNotFoundError:
-                if as_of is not None or attempt == READ_ATTEMPTS - 1:
-                    raise
-        raise AssertionError("unreachable")
+        return _latest_again(as_of, lambda: self._count(self.scan(as_of)))
 
     def _count(self, plan: ScanPlan) -> int:
         hidden = sum(len(rows) for rows in plan.deletes.values())
@@ -233,3 +224,16 @@ class TableReads:
         hidden -= sum(len(rows) for rows in some.deletes.values())
         tc = plan.table.time_column  # one column: concat_tables drops zero-column rows
         return whole - hidden + read_arrow(some, self._ctx.warehouse, [tc] if tc else []).num_rows
+
+
+def _latest_again(as_of: AsOf, read: Callable[[], T]) -> T:
+    """``read()``; a latest read whose files (or vectors) a concurrent push or
+    retention removed is planned again on the newer snapshot, up to READ_ATTEMPTS
+    times (never a mix: each attempt reads one snapshot)."""
+    for attempt in range(READ_ATTEMPTS):
+        try:
+            return read()
+        except SnapshotNotFoundError:
+            if as_of is not None or attempt == READ_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")
