@@ -36,6 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
         "lamina.upsert",
         "lamina.upsert_read",
         "lamina.upsert_tx",
+        "lamina.evolve",
     ),
     ("lamina.catalog",),
     ("lamina.cli", "lamina.server", "lamina.rest", "lamina"),

@@ -178,12 +178,13 @@ class Catalog:
         bad definition (unknown or nullable key column, delete column not boolean...).
         """
         from lamina.core.properties import as_text, check_properties
+        from lamina.evolve import check_names
         from lamina.io.arrow import check_time_column, table_schema
         from lamina.table import Table
 
         check_table_name(name)
         arrow_schema = table_schema(_arrow_schema(schema))
-        _check_names(arrow_schema.names)
+        check_names(arrow_schema.names)
         check_time_column(arrow_schema, time_column)
         if time_column is None:
             granularity = Granularity.ALL
@@ -216,6 +217,12 @@ class Catalog:
                 **as_text(properties or {}),
             }
         )
+        own = sorted(k for k in props if k.startswith("schema."))
+        if own:
+            raise PropertyError(
+                f"{own[0]}: schema.* properties are lamina's record of a table's schema "
+                "changes (t.add_columns); drop it"
+            )
         fixed = sorted(k for k in props if k.startswith("upsert."))
         if fixed:
             raise PropertyError(
@@ -444,35 +451,6 @@ def check_table_name(name: str) -> None:
         )
 
 
-def _check_names(names: list[str]) -> None:
-    """Raises SchemaError for an empty or repeated column name (ignoring case, as SQL
-    does), one that incremental reads add, or one of lamina's own (``__lamina``...)."""
-    from lamina.changes import CHANGE, COMMIT_ID, COMMIT_SEQ
-
-    seen: dict[str, str] = {}
-    for name in names:
-        if not name:
-            raise SchemaError("a column has an empty name: name it")
-        if name in seen.values():
-            raise SchemaError(f"column {name!r} appears twice in the schema: rename one")
-        if name.lower() in seen:
-            raise SchemaError(
-                f"columns {seen[name.lower()]!r} and {name!r} differ only in case, which SQL "
-                "(DuckDB, Spark) does not tell apart: rename one"
-            )
-        seen[name.lower()] = name
-        if name.lower().startswith("__lamina"):
-            raise SchemaError(
-                f"column {name!r}: names starting with __lamina are lamina's own (its Spark "
-                "writes and reads add such columns): rename it"
-            )
-        if name in (CHANGE, COMMIT_ID, COMMIT_SEQ):
-            raise SchemaError(
-                f"column {name!r} has the name of a column t.read_changes adds "
-                f"({CHANGE}, {COMMIT_ID}, {COMMIT_SEQ} are reserved): rename it"
-            )
-
-
 def _arrow_schema(schema: Any) -> pa.Schema:
     import pyarrow as pa
 
@@ -482,7 +460,6 @@ def _arrow_schema(schema: Any) -> pa.Schema:
         from lamina.engines.spark import spark_to_arrow_schema
 
         return spark_to_arrow_schema(schema)
-    from lamina.errors import SchemaError
 
     raise SchemaError(
         f"schema must be a pyarrow.Schema or a Spark StructType, not {type(schema).__name__}"

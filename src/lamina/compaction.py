@@ -53,11 +53,12 @@ from lamina.errors import (
     CompactionError,
     InvalidGranularityError,
 )
-from lamina.io.arrow import time_values_us
+from lamina.io.arrow import padded, time_values_us
 from lamina.io.background import run_niced
 from lamina.io.rollup import roll_up
 from lamina.io.writer import ChunkPart, pieces, write_parts
 from lamina.meta import commits
+from lamina.meta.tables import get_table
 from lamina.write import WriteTransaction
 
 if TYPE_CHECKING:
@@ -108,6 +109,11 @@ def compact(
     if wait_s is not None:
         wait_s = seconds(wait_s, "wait_s", CompactionError)
     target = target_rows(table, target_rows_per_segment)
+    # with the schema the table has now: a handle loaded before t.add_columns would
+    # rewrite files without the columns added since
+    now = get_table(table._ctx.db, table.name)
+    if now.schema != table.schema:
+        table = type(table)(table._ctx, now)
     if mode == "major":
         iv = None if interval is None else Interval.coerce(interval)
         return compact_major(table, iv, segment_granularity, sort_by, rollup, target, prio, wait_s)
@@ -197,7 +203,7 @@ def _merged(table: Table, run: MinorRun) -> pa.Table:
                 parts.append(pq.ParquetFile(f, pre_buffer=False).read(use_threads=False))
         except FileNotFoundError:
             _gone(table, seg.id, seg.location)
-    return pa.concat_tables(parts, promote_options="permissive").cast(table.schema)
+    return padded(pa.concat_tables(parts, promote_options="permissive"), table.schema)
 
 
 def _gone(table: Table, segment_id: str, location: str) -> NoReturn:

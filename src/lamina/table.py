@@ -51,6 +51,14 @@ class Table(TableReads):
         from lamina.core.properties import as_text, check_properties
 
         values = as_text(props)
+        own = sorted(k for k in [*values, *remove] if k.startswith("schema."))
+        if own:
+            from lamina.errors import PropertyError
+
+            raise PropertyError(
+                f"{own[0]} is lamina's record of the table's schema changes "
+                "(t.add_columns): it cannot be set or removed"
+            )
         fixed = sorted(k for k in [*values, *remove] if k.startswith("upsert."))
         if fixed:
             from lamina.errors import PropertyError
@@ -72,6 +80,26 @@ class Table(TableReads):
             pol = policy_of(after, self.target_rows_per_segment)
             check_policy(pol, self.schema, self.time_column, self.granularity, setting=True)
         self._record = tables.set_properties(self._ctx.db, self.name, checked, remove)
+
+    def add_columns(self, *fields: Any) -> Commit:
+        """Add nullable columns at the end of the schema, in one commit (action ALTER)
+        that writes no file. Rows written before read them as nulls; a snapshot before
+        the commit reads with the schema it had (``as_of``). Writers pass the new
+        columns from then on (a ``Table`` loaded before sees the schema it loaded:
+        ``cat.load_table`` again). ``fields``: ``pa.field``s, or a ``pa.Schema`` or
+        list of them.
+
+        Raises SchemaError (not a field, a column that is not nullable, whose name is
+        taken in any case or reserved, or whose type lamina cannot store) or
+        UpsertError (a column an upsert table cannot take); nothing changes then."""
+        from lamina.evolve import added, new_fields
+        from lamina.meta.schemas import change_schema
+
+        wanted = new_fields(fields)
+        self._record, commit = change_schema(
+            self._ctx.db, self.name, lambda rec: added(rec, wanted)
+        )
+        return commit
 
     # -- writing ------------------------------------------------------------------
 

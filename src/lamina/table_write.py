@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from lamina.core.interval import ETERNITY, Granularity, Interval
 from lamina.core.model import Commit, CommitAction, NewSegment, PublishPlan
-from lamina.errors import ChunkLayoutError, DataOutsideIntervalError
+from lamina.errors import ChunkLayoutError, DataOutsideIntervalError, LaminaError, SchemaError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -104,9 +104,14 @@ def producer(
         pieces = iter([to_arrow_table(data)])
 
     def split(piece: pa.Table) -> list[ChunkPart]:
-        parts = split_by_chunk(
-            conform(piece, rec.schema), rec.time_column, granularity, target, refine
-        )
+        try:
+            conformed = conform(piece, rec.schema)
+        except SchemaError as exc:
+            hint = _reload_hint(table)
+            if not hint:
+                raise
+            raise type(exc)(f"{exc}{hint}") from None
+        parts = split_by_chunk(conformed, rec.time_column, granularity, target, refine)
         check_inside(action, [p.chunk for p in parts], interval)
         return parts
 
@@ -127,6 +132,21 @@ def producer(
         return files
 
     return produce
+
+
+def _reload_hint(table: Table) -> str:
+    """Advice for data refused by a handle whose schema is older than the catalog's
+    (columns added by another handle or process since it was loaded)."""
+    from lamina.meta.tables import get_table
+
+    try:
+        now = get_table(table._ctx.db, table.name).schema
+    except LaminaError:
+        return ""
+    added = [n for n in now.names if n not in table._record.schema.names]
+    if not added:
+        return ""
+    return f" (columns {added} were added since this handle was loaded: cat.load_table again)"
 
 
 def write(

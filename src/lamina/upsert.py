@@ -288,6 +288,7 @@ def _merge_and_write(
 
     ctx, rec, spec = table._ctx, table._record, read.spec
     wh, url = ctx.warehouse, str(ctx.db.engine.url)
+    _same_schema(table)
     gone = _replaced_files(table, read, action, interval, remove)
     current, expect = ctx.db.read(
         lambda conn: key_index.read_current(conn, url, rec, wh, read, gone)
@@ -297,6 +298,23 @@ def _merge_and_write(
     return _write(
         table, merged, merged_read, metadata, txn, expect, action, interval=interval, remove=remove
     )
+
+
+def _same_schema(table: Table) -> None:
+    """Raise SchemaError if columns were added to the table since its handle was
+    loaded: a partial upsert merging with that handle's schema would write the merged
+    records without them, and so lose the values the records had there."""
+    from lamina.errors import SchemaError
+    from lamina.meta.tables import get_table
+
+    now = get_table(table._ctx.db, table.name).schema
+    if now != table._record.schema:
+        added = [n for n in now.names if n not in table._record.schema.names]
+        raise SchemaError(
+            f"columns {added} were added to {table.name!r} since this handle was loaded; "
+            "a partial upsert merges whole records: cat.load_table it again and pass the "
+            "new columns (null where a record has no value); nothing was written"
+        )
 
 
 def _replaced_files(

@@ -1,4 +1,4 @@
-"""Commands ``init``, ``create-table`` and ``tables``."""
+"""Commands ``init``, ``create-table``, ``add-columns`` and ``tables``."""
 
 from __future__ import annotations
 
@@ -194,3 +194,29 @@ def tables(
                 }
             )
     emit(_TABLES, rows, fmt, empty="no tables yet; create one with `lamina create-table`")
+
+
+@command("add-columns")
+def add_columns(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Table name.")],
+    schema: Annotated[
+        str,
+        typer.Option("--schema", "-s", help='The new columns, e.g. "c:float64,note:string".'),
+    ],
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Add nullable columns to a table (one commit; rows written before read nulls)."""
+    from lamina.core.schema_text import parse_schema
+
+    fields = parse_schema(schema)
+    with connect(ctx, catalog, warehouse) as cat:
+        table = load(cat, name)
+        commit = table.add_columns(fields)
+        added = ", ".join(f"{f.name} ({f.type})" for f in fields)
+        console().print(
+            Text.assemble(
+                ("added ", "green"), added, " to ", (table.name, "bold"), f" (commit {commit.id})"
+            )
+        )

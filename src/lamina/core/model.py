@@ -47,6 +47,7 @@ class CommitAction(enum.StrEnum):
     REVERT_REPLACE = "REVERT_REPLACE"
     COMPACT = "COMPACT"  # a minor compaction (a major one is an OVERWRITE)
     UPSERT = "UPSERT"  # records of an upsert table, resolved by key at publish
+    ALTER = "ALTER"  # a schema change: columns added (no files)
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,12 @@ class TableRecord:
         """The same table with other properties."""
         return TableRecord(
             self.id, self.name, self._schema, self.time_column, self.granularity, properties
+        )
+
+    def with_schema(self, schema: pa.Schema | bytes) -> TableRecord:
+        """The same table with another schema (an earlier one, for an older snapshot)."""
+        return TableRecord(
+            self.id, self.name, schema, self.time_column, self.granularity, self.properties
         )
 
     def _key(self) -> tuple[Any, ...]:

@@ -40,6 +40,9 @@ _LONGEST_US = 36_500 * 86_400 * 1_000_000
 
 #: properties lamina reads outside the ``compaction.`` and ``upsert.`` namespaces
 KNOWN = (*DEFAULTS, "ingestion_type", "consistent_push", "target_rows_per_segment")
+#: the seq of a table's last schema change (``t.add_columns``; lamina's own, not
+#: settable): files written before it may lack columns, which read as nulls
+SCHEMA_CHANGED_SEQ = "schema.changed_seq"
 #: settings of a catalog (``lamina.connect``), which a table property cannot change
 CATALOG_SETTINGS = ("writer_wait_s", "heartbeat_s", "stale_after_s")
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import duckdb
 
 from lamina.core.interval import MAX_US, MIN_US, Interval, format_us
+from lamina.core.properties import SCHEMA_CHANGED_SEQ
 from lamina.core.scan import ScanPlan, prune_plan
 from lamina.engines.sql_bounds import time_bound
 from lamina.errors import SqlError
@@ -394,11 +395,17 @@ def view_sql(
     constant for all: DuckDB copies a constant into every vector of 2,048 rows, so a
     table-wide bitmap costs time in proportion to the table's size on every vector."""
     branches: list[str] = []
+    # columns added since files were written (t.add_columns): the files are read by
+    # name, after an empty file of the table's schema, which gives every column its
+    # place and type (nulls where a file has none)
+    evolved = SCHEMA_CHANGED_SEQ in plan.table.properties
+    first = [empty_file(plan.table.schema)] if evolved else []
+    by_name = ", union_by_name=true" if evolved else ""
 
     def source(paths: list[str]) -> str:
         """SELECT of the rows of ``paths`` their deletion vectors keep."""
-        scan = f"read_parquet({_files(paths)}, hive_partitioning=false)"
-        masked = [(i, p) for i, p in enumerate(paths) if p in plan.deletes]
+        scan = f"read_parquet({_files([*first, *paths])}, hive_partitioning=false{by_name})"
+        masked = [(i + len(first), p) for i, p in enumerate(paths) if p in plan.deletes]
         if not masked:
             return f"SELECT * FROM {scan}"
         mask = _mask_table(con, name, plan, masked)

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from lamina.core.interval import ETERNITY, US_PER_HOUR, Granularity, Interval, to_us
 from lamina.core.model import NewSegment, TableRecord
+from lamina.core.properties import SCHEMA_CHANGED_SEQ
 from lamina.engines.spark_casts import conform, lossy_cast_error
 from lamina.errors import SchemaError, TimeColumnError
 from lamina.io.arrow import storage_schema
@@ -294,7 +295,10 @@ def spark_rewrite(
     """Read segment files (full paths) and write their rows again as about
     ``outputs`` files under ``commit_rel``: (location, rows, bytes, min and max time)
     of each file written (a compaction's outputs for one chunk)."""
-    df = spark.read.parquet(*(wh.uri(p) for p in paths))
+    read = spark.read
+    if SCHEMA_CHANGED_SEQ in rec.properties:  # files may lack columns added since: nulls
+        read = read.schema(arrow_to_spark_schema(rec.schema))
+    df = read.parquet(*(wh.uri(p) for p in paths))
     data = conform(df, rec.schema).repartition(max(1, outputs))
     path = wh.path(commit_rel)
     with _micros_parquet(spark), _cancelled_when_lost(spark, guard_of(path), commit_rel):

@@ -17,6 +17,7 @@ from lamina.meta import manifests
 from lamina.meta.db import Db
 from lamina.meta.lineage_lists import hidden_at
 from lamina.meta.schema import segments
+from lamina.meta.schemas import schema_at
 from lamina.meta.segments import overlapping
 from lamina.meta.snapshots import COLUMNS, resolve, segments_of
 from lamina.meta.tables import read_table
@@ -64,6 +65,7 @@ def snapshot_or_delta(
     def txn(conn: Connection) -> Snapshot | SnapshotDelta:
         rec = read_table(conn, name)
         seq, commit_id = resolve(conn, rec.id, name, as_of)
+        rec = schema_at(conn, rec, seq)
         hidden_ids = hidden_at(conn, rec.id, seq)
         live = [
             segments.c.table_id == rec.id,

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.dataset as ds
 from pyroaring import BitMap
 from sqlalchemy import Connection, select
 
@@ -216,7 +216,9 @@ def _stored(
     for code in np.unique(seg):
         where = np.flatnonzero(seg == code)
         path = wh.path(st.locations[int(code)])
-        data = pq.read_table(path, columns=names, filesystem=wh.fs).take(pa.array(row[where]))
+        file = ds.dataset(path, format="parquet", filesystem=wh.fs)
+        have = [c for c in names if c in file.schema.names]  # else added since: null
+        data = file.to_table(columns=have).take(pa.array(row[where]))
         pieces.append((where, data))
     arrays = {}
     order = np.concatenate([w for w, _ in pieces]) if pieces else np.zeros(0, np.int64)
@@ -224,7 +226,10 @@ def _stored(
     inverse[order] = np.arange(len(order))  # back to the order of ``found``
     for c in names:
         t = schema.field(c).type
-        parts = [d.column(c).combine_chunks().cast(t) for _, d in pieces]
+        parts = [
+            d.column(c).combine_chunks().cast(t) if c in d.column_names else pa.nulls(len(d), t)
+            for _, d in pieces
+        ]
         merged = pa.concat_arrays(parts) if parts else pa.array([], t)
         arrays[c] = merged.take(pa.array(inverse))
     return arrays

@@ -255,6 +255,17 @@ retired = Table(
     Column("later", BigInteger, nullable=False),
 )
 
+# Earlier schemas of tables whose columns were added to (``t.add_columns``): a snapshot
+# of seq < ``before_seq`` reads with the earliest such schema (the row with the least
+# ``before_seq`` above it), later ones with ``lamina_tables.schema_ipc``.
+schemas = Table(
+    "lamina_schemas",
+    metadata,
+    Column("table_id", BigInteger, ForeignKey("lamina_tables.id"), primary_key=True),
+    Column("before_seq", BigInteger, primary_key=True),
+    Column("schema_ipc", LargeBinary, nullable=False),
+)
+
 # The catalog's identity, which the warehouse it writes records (two catalogs writing
 # one warehouse would take each other's files for their own: commit folders, orphans).
 identity = Table(
@@ -369,6 +380,11 @@ def _v11_dropped(conn: Connection) -> None:
     identity.create(conn, checkfirst=True)
 
 
+def _v12_schemas(conn: Connection) -> None:
+    """Schema evolution: the earlier schemas of tables, for reads of older snapshots."""
+    schemas.create(conn, checkfirst=True)
+
+
 #: Ordered migrations; append only. Version N = the first N applied.
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _v1_initial,
@@ -382,6 +398,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _v9_minor_versions,
     _v10_deletes,
     _v11_dropped,
+    _v12_schemas,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

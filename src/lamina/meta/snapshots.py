@@ -15,6 +15,7 @@ from lamina.errors import SnapshotNotFoundError
 from lamina.meta.db import Db
 from lamina.meta.lineage_lists import hidden_at
 from lamina.meta.schema import commits, segments, tables
+from lamina.meta.schemas import schema_at
 from lamina.meta.segments import overlapping
 from lamina.meta.tables import read_table
 
@@ -107,6 +108,7 @@ def snapshot(
     def txn(conn: Connection) -> Snapshot:
         rec = read_table(conn, name)
         seq, commit_id = resolve(conn, rec.id, name, as_of)
+        rec = schema_at(conn, rec, seq)
         hidden = set() if all_published else hidden_at(conn, rec.id, seq)
         cond = [segments.c.table_id == rec.id, segments.c.added_seq <= seq]
         if not all_published:

@@ -26,6 +26,7 @@ from lamina.meta.schema import (
     locks,
     manifests,
     retired,
+    schemas,
     segments,
     tables,
 )
@@ -152,7 +153,10 @@ def drop_table(
         )
         entries = select(lineage.c.id).where(lineage.c.table_id == rec.id)
         conn.execute(delete(lineage_ids).where(lineage_ids.c.entry_id.in_(entries)))
-        owned = (lineage, segments, retired, manifests, deletes, key_snapshots, app_txns, locks)
+        owned = (
+            *(lineage, segments, retired, manifests, deletes, key_snapshots, app_txns, locks),
+            schemas,
+        )
         for rows in owned:
             conn.execute(delete(rows).where(rows.c.table_id == rec.id))
         conn.execute(delete(commits).where(commits.c.table_id == rec.id))

@@ -1,0 +1,103 @@
+"""Schema evolution: the columns a table can be given after it was created, checked
+against its schema and upsert definition (the catalog change is
+:func:`lamina.meta.schemas.change_schema`'s)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from lamina.errors import SchemaError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from lamina.core.model import TableRecord
+
+
+def check_names(names: list[str]) -> None:
+    """Raises SchemaError for an empty or repeated column name (ignoring case, as SQL
+    does), one that incremental reads add, or one of lamina's own (``__lamina``...)."""
+    from lamina.changes import CHANGE, COMMIT_ID, COMMIT_SEQ
+
+    seen: dict[str, str] = {}
+    for name in names:
+        if not name:
+            raise SchemaError("a column has an empty name: name it")
+        if name in seen.values():
+            raise SchemaError(f"column {name!r} appears twice in the schema: rename one")
+        if name.lower() in seen:
+            raise SchemaError(
+                f"columns {seen[name.lower()]!r} and {name!r} differ only in case, which SQL "
+                "(DuckDB, Spark) does not tell apart: rename one"
+            )
+        seen[name.lower()] = name
+        if name.lower().startswith("__lamina"):
+            raise SchemaError(
+                f"column {name!r}: names starting with __lamina are lamina's own (its Spark "
+                "writes and reads add such columns): rename it"
+            )
+        if name in (CHANGE, COMMIT_ID, COMMIT_SEQ):
+            raise SchemaError(
+                f"column {name!r} has the name of a column t.read_changes adds "
+                f"({CHANGE}, {COMMIT_ID}, {COMMIT_SEQ} are reserved): rename it"
+            )
+
+
+def new_fields(fields: Any) -> list[pa.Field]:
+    """The columns ``t.add_columns`` was given: ``pa.field``s, or one ``pa.Schema`` or
+    list of them. Raises SchemaError for anything else, or for none."""
+    import pyarrow as pa
+
+    out: list[pa.Field] = []
+    for item in fields:
+        if isinstance(item, pa.Field):
+            out.append(item)
+        elif (
+            isinstance(item, pa.Schema)
+            or isinstance(item, list | tuple)
+            and all(isinstance(f, pa.Field) for f in item)
+        ):
+            out += list(item)
+        else:
+            raise SchemaError(
+                f"add_columns takes pa.field(name, type) values (or a pa.schema of them), "
+                f"not {item!r}"
+            )
+    if not out:
+        raise SchemaError("add_columns got no column: pass pa.field(name, type), ...")
+    return out
+
+
+def added(rec: TableRecord, fields: list[pa.Field]) -> tuple[pa.Schema, dict[str, object]]:
+    """The schema of ``rec`` with ``fields`` added at its end (as stored), and the
+    commit's metadata. Raises SchemaError for a column that is not nullable (the rows
+    written before have no value for it), whose name is taken (any case), empty or
+    reserved, or whose type lamina cannot store; UpsertError for one an upsert table
+    cannot take (a ``$`` name, the reader's row position names, a type the default
+    partial-upsert strategy cannot merge)."""
+    import pyarrow as pa
+
+    from lamina.core.upsert_spec import UpsertSpec
+    from lamina.io.arrow import table_schema
+
+    fixed = [f.name for f in fields if not f.nullable]
+    if fixed:
+        raise SchemaError(
+            f"column {fixed[0]!r} is declared not null, but the rows already written have "
+            f"no value for it: add it nullable (pa.field({fixed[0]!r}, type))"
+        )
+    have = {n.lower(): n for n in rec.schema.names}
+    taken = [f.name for f in fields if f.name.lower() in have]
+    if taken:
+        name = have[taken[0].lower()]
+        raise SchemaError(
+            f"table {rec.name!r} already has a column {name!r}"
+            + ("" if name == taken[0] else f" (SQL does not tell it from {taken[0]!r})")
+            + ": pick another name"
+        )
+    stored = table_schema(pa.schema(fields))
+    schema = pa.schema([*rec.schema, *stored])
+    check_names(schema.names)
+    UpsertSpec.from_properties(rec.properties, schema, rec.time_column)  # still fits
+    columns = [{"name": f.name, "type": str(f.type)} for f in stored]
+    return schema, {"add_columns": columns}

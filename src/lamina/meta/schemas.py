@@ -1,0 +1,81 @@
+"""Schema evolution in the catalog: a change of a table's schema is one commit (action
+ALTER, no files) that keeps the schema it replaced for the older snapshots."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Connection, insert, select, update
+
+from lamina.core.interval import from_us
+from lamina.core.model import Commit, CommitAction, CommitState, TableRecord
+from lamina.core.properties import SCHEMA_CHANGED_SEQ
+from lamina.meta.commits import record_commit
+from lamina.meta.db import Db
+from lamina.meta.schema import schemas, tables
+from lamina.meta.tables import lock_table, read_table
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+CHANGED_SEQ = SCHEMA_CHANGED_SEQ
+
+
+def change_schema(
+    db: Db,
+    name: str,
+    change: Callable[[TableRecord], tuple[pa.Schema, dict[str, object]]],
+) -> tuple[TableRecord, Commit]:
+    """Replace the schema of table ``name`` by what ``change`` makes of its locked
+    record (the new schema and the commit's metadata), in one commit. Raises what
+    ``change`` raises (nothing is changed then) and TableNotFoundError."""
+
+    def txn(conn: Connection) -> tuple[TableRecord, Commit]:
+        trow = lock_table(db, conn, name)
+        rec = read_table(conn, name)
+        schema, meta = change(rec)
+        done = record_commit(conn, trow, CommitAction.ALTER, meta)
+        conn.execute(
+            insert(schemas).values(
+                table_id=rec.id, before_seq=done.seq, schema_ipc=bytes(trow.schema_ipc)
+            )
+        )
+        props = {**rec.properties, CHANGED_SEQ: str(done.seq)}
+        conn.execute(
+            update(tables)
+            .where(tables.c.id == rec.id)
+            .values(
+                schema_ipc=schema.serialize().to_pybytes(),
+                properties=json.dumps(props, sort_keys=True),
+            )
+        )
+        when = from_us(done.at_us)
+        commit = Commit(
+            done.id,
+            CommitAction.ALTER,
+            CommitState.COMPLETED,
+            when,
+            when,
+            name,
+            metadata=meta,
+            seq=done.seq,
+            inflight_at=when,
+        )
+        return rec.with_schema(schema).with_properties(props), commit
+
+    return db.write(txn)
+
+
+def schema_at(conn: Connection, rec: TableRecord, seq: int) -> TableRecord:
+    """``rec`` with the schema its snapshot ``seq`` reads with: the one it had then."""
+    if CHANGED_SEQ not in rec.properties or seq >= int(rec.properties[CHANGED_SEQ]):
+        return rec  # no change since: the current schema (no catalog read)
+    row = conn.execute(
+        select(schemas.c.schema_ipc)
+        .where(schemas.c.table_id == rec.id, schemas.c.before_seq > seq)
+        .order_by(schemas.c.before_seq)
+        .limit(1)
+    ).first()
+    return rec if row is None else rec.with_schema(bytes(row[0]))
