@@ -217,6 +217,8 @@ def catch_up(
     run: list[str] = []  # the files of the upserts since st.seq not replayed yet
     shown: set[str] | None = None  # the files visible at st.seq, once known
     for cid, cseq, action in done:
+        if action == CommitAction.ALTER.value:  # a schema change moves no record
+            continue
         if action == CommitAction.UPSERT.value:
             added = files.get(int(cid), [])
             run += added
