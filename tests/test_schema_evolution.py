@@ -18,6 +18,7 @@ from lamina.errors import (
     UpsertError,
 )
 from tests.helpers import SCHEMA, events
+from tests.test_remote_warehouse import remote, s3_endpoint  # noqa: F401 - fixtures
 
 C = pa.field("c", pa.float64())
 
@@ -323,3 +324,18 @@ def test_the_command_line_adds_columns(tmp_path: object) -> None:
     assert "already has a column 'k'" in fails(wh, "add-columns", "e", "--schema", "k:int8")
     assert "no table named 'nope'" in fails(wh, "add-columns", "nope", "--schema", "x:int8")
     fails(wh, "add-columns", "e", "--schema", "x:nosuchtype")
+
+
+def test_an_object_store_warehouse_reads_and_compacts_across_the_change(
+    remote: tuple[str, str],  # noqa: F811 - the fixture imported above
+) -> None:
+    catalog, uri = remote
+    with lamina.connect(catalog=catalog, warehouse=uri) as cat:
+        t = cat.create_table("e", SCHEMA, time_column="ts")
+        first = t.append(events(days=1, per_day=3))
+        t.add_columns(C)
+        t.append(with_c(events(days=1, per_day=2, seed=5), [1.0, 2.0]))
+        assert sorted(t.to_arrow().column("c").to_pylist(), key=str) == [1.0, 2.0, None, None, None]
+        assert t.to_arrow(as_of=first).schema == SCHEMA
+        assert t.compact(mode="minor") is not None
+        assert t.to_arrow().column("c").null_count == 3 and len(t.segments()) == 1

@@ -395,25 +395,36 @@ def view_sql(
     constant for all: DuckDB copies a constant into every vector of 2,048 rows, so a
     table-wide bitmap costs time in proportion to the table's size on every vector."""
     branches: list[str] = []
-    # columns added since files were written (t.add_columns): the files are read by
-    # name, after an empty file of the table's schema, which gives every column its
-    # place and type (nulls where a file has none)
-    evolved = SCHEMA_CHANGED_SEQ in plan.table.properties
-    first = [empty_file(plan.table.schema)] if evolved else []
-    by_name = ", union_by_name=true" if evolved else ""
+    evolved = SCHEMA_CHANGED_SEQ in plan.table.properties  # files may lack columns
 
-    def source(paths: list[str]) -> str:
-        """SELECT of the rows of ``paths`` their deletion vectors keep."""
-        scan = f"read_parquet({_files([*first, *paths])}, hive_partitioning=false{by_name})"
-        masked = [(i + len(first), p) for i, p in enumerate(paths) if p in plan.deletes]
+    def scan(paths: list[str], pad: str) -> str:
+        """SELECT of the rows of ``paths`` (files of one set of columns, ``pad`` the
+        rest as typed nulls) their deletion vectors keep."""
+        files = f"read_parquet({_files(paths)}, hive_partitioning=false)"
+        masked = [(i, p) for i, p in enumerate(paths) if p in plan.deletes]
         if not masked:
-            return f"SELECT * FROM {scan}"
+            return f"SELECT *{pad} FROM {files}"
         mask = _mask_table(con, name, plan, masked)
         if made is not None:
             made.append(mask)
         return (
-            f"SELECT p.* FROM {scan} AS p LEFT JOIN {mask} AS m ON p.file_index = m.file "
+            f"SELECT p.*{pad} FROM {files} AS p LEFT JOIN {mask} AS m ON p.file_index = m.file "
             "WHERE m.keep IS NULL OR get_bit(m.keep, p.file_row_number::INTEGER) = 1"
+        )
+
+    def source(paths: list[str]) -> str:
+        if not evolved:
+            return scan(paths, "")
+        # columns were added (t.add_columns) after some files were written: a file
+        # holds a first part of the columns; one branch per part, nulls for the rest
+        columns = _column_types(con, plan.table.schema)
+        held = _columns_held(con, paths)
+        parts: dict[int, list[str]] = {}
+        for p in paths:
+            parts.setdefault(min(held[p], len(columns)), []).append(p)
+        return " UNION ALL ".join(
+            scan(some, "".join(f", NULL::{t} AS {_quote(c)}" for c, t in columns[n:]))
+            for n, some in sorted(parts.items(), reverse=True)
         )
 
     if plan.whole_files:
@@ -429,6 +440,44 @@ def view_sql(
     if not branches:  # no rows, typed as the files type them
         return f"SELECT * FROM read_parquet({_files([empty_file(plan.table.schema)])})"
     return " UNION ALL ".join(branches)
+
+
+_HELD: dict[str, int] = {}  # a data file -> how many columns it holds (files never change)
+_HELD_KEPT = 1_000_000  # files remembered at most (then forgotten and read again)
+_TYPES: dict[bytes, list[tuple[str, str]]] = {}  # a schema -> its columns' DuckDB types
+
+
+def _columns_held(con: duckdb.DuckDBPyConnection, paths: list[str]) -> dict[str, int]:
+    """How many (top-level) columns each file holds, from its footer (once a file).
+    Raises SqlError if DuckDB names a file otherwise than it was given."""
+    held = {p: _HELD[p] for p in paths if p in _HELD}
+    unknown = [p for p in paths if p not in held]
+    if unknown:
+        rows = con.execute(
+            f"SELECT file_name, num_children FROM parquet_schema({_files(unknown)}) "
+            "WHERE column_id = 0"
+        ).fetchall()
+        got = {str(f): int(n) for f, n in rows}
+        lost = [p for p in unknown if p not in got]
+        if lost:
+            raise SqlError(f"cannot read the columns of {lost[0]}: DuckDB did not list it")
+        held.update(got)
+        with _EMPTY_LOCK:
+            if len(_HELD) + len(got) > _HELD_KEPT:
+                _HELD.clear()
+            _HELD.update(got)
+    return held
+
+
+def _column_types(con: duckdb.DuckDBPyConnection, schema: pa.Schema) -> list[tuple[str, str]]:
+    """The table's columns and the types DuckDB reads them as from its files."""
+    key = schema.serialize().to_pybytes()
+    found = _TYPES.get(key)
+    if found is None:
+        empty = _files([empty_file(schema)])
+        rows = con.execute(f"DESCRIBE SELECT * FROM read_parquet({empty})").fetchall()
+        found = _TYPES[key] = [(str(r[0]), str(r[1])) for r in rows]
+    return found
 
 
 _EMPTY: dict[bytes, str] = {}  # a schema's serialized form -> its empty file
