@@ -463,6 +463,8 @@ def compact_major(
             data = data.sort_by([(c, "ascending") for c in sort_by])
         elif table.time_column is not None:
             data = data.sort_by([(table.time_column, "ascending")])
+        # read at the base: a column added since the table was loaded is a conflict
+        data = padded(data, table.schema)
         tx._overwrite(data, iv, (gran, target_rows), held)
     return tx.commit_result
 

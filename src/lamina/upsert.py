@@ -288,7 +288,7 @@ def _merge_and_write(
 
     ctx, rec, spec = table._ctx, table._record, read.spec
     wh, url = ctx.warehouse, str(ctx.db.engine.url)
-    _same_schema(table)
+    same_schema(table)
     gone = _replaced_files(table, read, action, interval, remove)
     current, expect = ctx.db.read(
         lambda conn: key_index.read_current(conn, url, rec, wh, read, gone)
@@ -300,7 +300,7 @@ def _merge_and_write(
     )
 
 
-def _same_schema(table: Table) -> None:
+def same_schema(table: Table) -> None:
     """Raise SchemaError if columns were added to the table since its handle was
     loaded: a partial upsert merging with that handle's schema would write the merged
     records without them, and so lose the values the records had there."""

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
     from lamina.core.interval import Interval
-    from lamina.core.model import AsOf
+    from lamina.core.model import AsOf, TableRecord
     from lamina.core.scan import ScanPlan
     from lamina.table_read import TableReads
 
@@ -33,8 +33,9 @@ def latest_records(table: TableReads, as_of: AsOf, interval: Interval | None) ->
     from lamina.io.arrow import time_filter
     from lamina.meta import deletes
 
-    rec, wh = table._record, table._ctx.warehouse
+    wh = table._ctx.warehouse
     plan = table.scan(as_of, interval)
+    rec = plan.table  # with the schema of its snapshot
     root = table._ctx.db.root + "/"
     rel = {str(t.segment.location): str(t.segment.location).removeprefix(root) for t in plan.tasks}
     vectors = table._ctx.db.read(
@@ -114,9 +115,10 @@ def all_versions(
     from lamina.io.reader import check_columns
 
     require(table)
-    rec, wh = table._record, table._ctx.warehouse
-    columns = check_columns(rec.schema, columns)
+    wh = table._ctx.warehouse
     plan = table.scan(as_of, interval)
+    rec = plan.table  # with the schema of its snapshot
+    columns = check_columns(rec.schema, columns)
     marks = validity(table, plan)
     tc = rec.time_column
     parts = []
@@ -190,10 +192,12 @@ class ChangedRows:
     keep: Interval | None
 
 
-def changed_rows(table: TableReads, after_seq: int, until_seq: int | None) -> list[ChangedRows]:
+def changed_rows(
+    table: TableReads, after_seq: int, until_seq: int | None
+) -> tuple[TableRecord, list[ChangedRows]]:
     """The change feed of an upsert table as row positions (catalog only, no file
-    read), in feed order: per commit, deletes, then inserts. Raises
-    SnapshotNotFoundError."""
+    read), in feed order: per commit, deletes, then inserts; and the table as the
+    catalog has it now (the feed's schema). Raises SnapshotNotFoundError."""
     from lamina.meta.changes import change_points
     from lamina.read import plan
 
@@ -219,18 +223,18 @@ def changed_rows(table: TableReads, after_seq: int, until_seq: int | None) -> li
                 if len(shown):
                     out.append(ChangedRows(tag, point.commit_id, point.seq, path, shown, keep))
         before = after
-    return out
+    return changes.table, out
 
 
 def _feed_columns(
-    table: TableReads, columns: list[str] | None
+    rec: TableRecord, columns: list[str] | None
 ) -> tuple[pa.Schema, list[str] | None]:
     """The feed's schema, and the columns to read (the time column too when a column
     subset leaves it out: partly shown files filter on it). Raises SchemaError."""
     from lamina.changes import change_schema
     from lamina.io.reader import check_columns
 
-    schema, tc = table._record.schema, table._record.time_column
+    schema, tc = rec.schema, rec.time_column
     columns = check_columns(schema, columns)
     out = change_schema(
         schema if columns is None else pa.schema([schema.field(c) for c in columns])
@@ -255,11 +259,12 @@ def read_changes(
     from lamina.changes import tagged
     from lamina.io.arrow import time_filter
 
-    rec, fs = table._record, table._ctx.warehouse.fs
-    out_schema, cols = _feed_columns(table, columns)
+    fs = table._ctx.warehouse.fs
+    rec, pieces = changed_rows(table, after_seq, until_seq)
+    out_schema, cols = _feed_columns(rec, columns)
     parts: list[pa.Table] = []
     again = "read the changes again (retention ran meanwhile: its error says where to resume)"
-    for piece in changed_rows(table, after_seq, until_seq):
+    for piece in pieces:
         with snapshot_files(piece.seq, rec.name, again):
             data = pq.read_table(piece.path, columns=cols, filesystem=fs, schema=rec.schema)
         data = data.take(pa.array(piece.positions))
@@ -287,9 +292,9 @@ def read_changes_spark(
     from lamina.changes import CHANGE, COMMIT_ID, COMMIT_SEQ, union
     from lamina.engines.spark_read import read_rows
 
-    out_schema, _ = _feed_columns(table, columns)
+    rec, pieces = changed_rows(table, after_seq, until_seq)
+    out_schema, _ = _feed_columns(rec, columns)
     names = out_schema.names
-    pieces = changed_rows(table, after_seq, until_seq)
     by_keep: dict[Interval | None, list[ChangedRows]] = {}
     for piece in pieces:
         by_keep.setdefault(piece.keep, []).append(piece)
@@ -307,6 +312,6 @@ def read_changes_spark(
                 COMMIT_SEQ: pa.array(np.repeat([p.seq for p in group], sizes), pa.int64()),
             }
         )
-        df = read_rows(spark, table._ctx.warehouse, table._record, rows, keep)
+        df = read_rows(spark, table._ctx.warehouse, rec, rows, keep)
         frames.append(df.select(*[f"`{c}`" for c in names]))
     return union(spark, frames, out_schema)

@@ -13,7 +13,14 @@ import pyarrow as pa
 
 from lamina import table_write as tw
 from lamina.core.upsert import UpsertBatch, resolve_batch
-from lamina.upsert import live_files, read_back, records_of, require, resolving_columns
+from lamina.upsert import (
+    live_files,
+    read_back,
+    records_of,
+    require,
+    resolving_columns,
+    same_schema,
+)
 
 if TYPE_CHECKING:
     from lamina.core.interval import Interval
@@ -138,6 +145,7 @@ def merge_held(
 
     ctx, rec, spec = table._ctx, table._record, require(table)
     wh, url = ctx.warehouse, str(ctx.db.engine.url)
+    same_schema(table)  # else the merged records would lose the columns added since
     records = pa.concat_tables([h.records for h in held])
     read = UpsertBatch(
         spec, resolve_batch(records, spec), key_hashes(records, spec.primary_key), ()

@@ -324,7 +324,8 @@ def padded(data: pa.Table, schema: pa.Schema) -> pa.Table:
     if extra:
         raise CommitConflictError(
             f"files hold columns {extra} that the table's schema did not have when this "
-            "began (t.add_columns meanwhile): nothing was published; do it again"
+            "began (t.add_columns meanwhile): nothing was published; do it again",
+            retryable=True,
         )
     if data.column_names != stored.names:
         data = pa.table(

@@ -18,7 +18,7 @@ from sqlalchemy import Connection, bindparam, or_, select, update
 
 from lamina.core.conflicts import Footprint, Kind, SegmentRef
 from lamina.core.interval import Interval
-from lamina.core.model import CommitState
+from lamina.core.model import CommitAction, CommitState
 from lamina.meta.schema import commits, lineage_ids, segments
 from lamina.meta.segments import rows_by_id
 
@@ -28,6 +28,7 @@ _SINCE = (
         commits.c.table_id == bindparam("tid"),
         commits.c.state == CommitState.COMPLETED.value,
         commits.c.seq > bindparam("base"),
+        commits.c.action != CommitAction.ALTER.value,  # a schema change touches no row
     )
     .order_by(commits.c.seq)
 )

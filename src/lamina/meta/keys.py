@@ -227,8 +227,8 @@ def _stored(
     for c in names:
         t = schema.field(c).type
         parts = [
-            d.column(c).combine_chunks().cast(t) if c in d.column_names else pa.nulls(len(d), t)
-            for _, d in pieces
+            d.column(c).combine_chunks().cast(t) if c in d.column_names else pa.nulls(len(w), t)
+            for w, d in pieces
         ]
         merged = pa.concat_arrays(parts) if parts else pa.array([], t)
         arrays[c] = merged.take(pa.array(inverse))
