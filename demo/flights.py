@@ -148,6 +148,29 @@ def main() -> None:
             f"{seg.row_count:>5} rows  {mark}"
         )
 
+    # The feed gains a column: one ALTER commit, no file rewritten; the rows written
+    # before read it as null, and older snapshots keep the schema they had
+    evolve = t.add_columns(pa.field("delay_band", pa.string()))
+    delay = F.col("dep_delay")
+    banded = fixed.withColumn(
+        "delay_band",
+        F.when(delay >= 60, "late").when(delay > 0, "behind").when(delay <= 0, "on time"),
+    )
+    t.overwrite(banded, interval=day_iv, metadata={"reason": "delay bands"})
+    show(
+        f"{lo} by delay_band (commit {evolve.id} added it)",
+        cat.sql(
+            "select delay_band, count(*) flights from flights "
+            f"where sched_dep >= '{lo}' and sched_dep < '{hi}' group by 1 order by 2 desc"
+        ),
+    )
+    unbanded = cat.sql("select count(*) from flights where delay_band is null").column(0)[0]
+    old_names = t.to_arrow(as_of=load.id, interval=day_iv).schema.names
+    console.print(
+        f"{unbanded.as_py():,} rows written before read delay_band as null; as of commit "
+        f"{load.id} the table had {'a' if 'delay_band' in old_names else 'no'} delay_band column"
+    )
+
     console.print("\n[bold]history[/]")
     for c in t.history():
         console.print(
