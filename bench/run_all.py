@@ -50,6 +50,7 @@ BENCHMARKS = {
     "keyindex": "bench_keyindex.py",
     "upsert": "bench_upsert.py",
     "upsert_spark": "bench_upsert_spark.py",
+    "schema": "bench_schema.py",
 }
 
 
