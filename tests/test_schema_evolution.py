@@ -51,6 +51,9 @@ def test_added_columns_read_as_nulls_before_and_values_after(cat: lamina.Catalog
     assert t.to_pandas()["c"].isna().sum() == 11
     sql = cat.sql("SELECT count(c) AS n, sum(c) AS s, count(*) AS rows FROM e")
     assert sql.to_pylist() == [{"n": 2, "s": 4.0, "rows": 13}]
+    whole = cat.sql("SELECT * FROM e ORDER BY ts")  # two scans united: no column of lamina's
+    assert whole.schema.names == t.schema.names and whole.num_rows == 13
+    assert whole.column("c").to_pylist() == got.column("c").to_pylist()
     one_day = cat.sql(
         "SELECT d FROM e WHERE ts >= TIMESTAMP '2024-01-01' AND ts < TIMESTAMP '2024-01-02'"
     )
@@ -339,3 +342,20 @@ def test_an_object_store_warehouse_reads_and_compacts_across_the_change(
         assert t.to_arrow(as_of=first).schema == SCHEMA
         assert t.compact(mode="minor") is not None
         assert t.to_arrow().column("c").null_count == 3 and len(t.segments()) == 1
+
+
+def test_scans_united_show_the_table_s_columns_only(cat: lamina.Catalog) -> None:
+    """A MONTH segment shown in part under a DAY overwrite, files from before and after
+    a column was added: four scans united, each leading with a constant column of
+    lamina's that the view drops."""
+    t = cat.create_table("m", SCHEMA, time_column="ts", segment_granularity="DAY")
+    t.append(events(days=4, per_day=3))
+    assert t.compact(mode="major", segment_granularity="MONTH") is not None
+    t.add_columns(C)
+    t.overwrite(
+        with_c(events(days=1, per_day=2, start="2024-01-02", seed=2)), "2024-01-02/2024-01-03"
+    )
+    got = cat.sql("SELECT * FROM m ORDER BY ts")
+    assert got.schema.names == t.schema.names and got.num_rows == 11
+    assert cat.sql("SELECT count(*) AS n FROM m").to_pylist() == [{"n": 11}]
+    assert got.column("c").to_pylist().count(None) == 9

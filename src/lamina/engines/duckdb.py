@@ -394,54 +394,67 @@ def view_sql(
     used. One bitmap per file, looked up by a join on a handful of rows, not one
     constant for all: DuckDB copies a constant into every vector of 2,048 rows, so a
     table-wide bitmap costs time in proportion to the table's size on every vector."""
-    branches: list[str] = []
     evolved = SCHEMA_CHANGED_SEQ in plan.table.properties  # files may lack columns
+    # one scan per set of files: (files, the columns they lack, the times they keep)
+    scans: list[tuple[list[str], list[tuple[str, str]], Interval | None]] = []
 
-    def scan(paths: list[str], pad: str) -> str:
-        """SELECT of the rows of ``paths`` (files of one set of columns, ``pad`` the
-        rest as typed nulls) their deletion vectors keep."""
-        files = f"read_parquet({_files(paths)}, hive_partitioning=false)"
-        masked = [(i, p) for i, p in enumerate(paths) if p in plan.deletes]
-        if not masked:
-            return f"SELECT *{pad} FROM {files}"
-        mask = _mask_table(con, name, plan, masked)
-        if made is not None:
-            made.append(mask)
-        return (
-            f"SELECT p.*{pad} FROM {files} AS p LEFT JOIN {mask} AS m ON p.file_index = m.file "
-            "WHERE m.keep IS NULL OR get_bit(m.keep, p.file_row_number::INTEGER) = 1"
-        )
-
-    def source(paths: list[str]) -> str:
+    def add(paths: list[str], keep: Interval | None) -> None:
         if not evolved:
-            return scan(paths, "")
+            scans.append((paths, [], keep))
+            return
         # columns were added (t.add_columns) after some files were written: a file
-        # holds a first part of the columns; one branch per part, nulls for the rest
+        # holds a first part of the columns; one scan per part, nulls for the rest
         columns = _column_types(con, plan.table.schema)
         held = _columns_held(con, paths)
         parts: dict[int, list[str]] = {}
         for p in paths:
             parts.setdefault(min(held[p], len(columns)), []).append(p)
-        return " UNION ALL ".join(
-            scan(some, "".join(f", NULL::{t} AS {_quote(c)}" for c, t in columns[n:]))
-            for n, some in sorted(parts.items(), reverse=True)
-        )
+        for n, some in sorted(parts.items(), reverse=True):
+            scans.append((some, columns[n:], keep))
 
     if plan.whole_files:
-        branches.append(source(plan.whole_files))
+        add(plan.whole_files, None)
     groups: dict[Interval, list[str]] = {}
     for path, keep in plan.partial_files:
         groups.setdefault(keep, []).append(path)
-    tc = plan.table.time_column
     for keep, paths in groups.items():
+        add(paths, keep)
+    if not scans:  # no rows, typed as the files type them
+        return f"SELECT * FROM read_parquet({_files([empty_file(plan.table.schema)])})"
+    # Scans united lead with a constant column, dropped above the union: a query that
+    # needs no column (count(*)) then carries rows through the union by it, not by the
+    # table's first column (read from every file for nothing)
+    lead = f"0 AS {_PAD}, " if len(scans) > 1 else ""
+    tc = plan.table.time_column
+
+    def scan(paths: list[str], lacking: list[tuple[str, str]], keep: Interval | None) -> str:
+        """SELECT of the rows of ``paths`` their deletion vectors keep (inside ``keep``),
+        with typed nulls for the columns the files lack."""
+        files = f"read_parquet({_files(paths)}, hive_partitioning=false)"
+        nulls = "".join(f", NULL::{t} AS {_quote(c)}" for c, t in lacking)
+        masked = [(i, p) for i, p in enumerate(paths) if p in plan.deletes]
+        if not masked:
+            sql = f"SELECT {lead}*{nulls} FROM {files}"
+        else:
+            mask = _mask_table(con, name, plan, masked)
+            if made is not None:
+                made.append(mask)
+            sql = (
+                f"SELECT {lead}p.*{nulls} FROM {files} AS p LEFT JOIN {mask} AS m "
+                "ON p.file_index = m.file "
+                "WHERE m.keep IS NULL OR get_bit(m.keep, p.file_row_number::INTEGER) = 1"
+            )
+        if keep is None:
+            return sql
         assert tc is not None
         t = plan.table.schema.field(tc).type
-        branches.append(f"SELECT * FROM ({source(paths)}) WHERE {_keep_sql(_quote(tc), t, keep)}")
-    if not branches:  # no rows, typed as the files type them
-        return f"SELECT * FROM read_parquet({_files([empty_file(plan.table.schema)])})"
-    return " UNION ALL ".join(branches)
+        return f"SELECT * FROM ({sql}) WHERE {_keep_sql(_quote(tc), t, keep)}"
+
+    united = " UNION ALL ".join(scan(*s) for s in scans)
+    return f"SELECT * EXCLUDE ({_PAD}) FROM ({united})" if lead else united
 
 
+_PAD = '"__lamina_pad"'  # a column name of lamina's own: no table has it
 _HELD: dict[str, int] = {}  # a data file -> how many columns it holds (files never change)
 _HELD_KEPT = 1_000_000  # files remembered at most (then forgotten and read again)
 _TYPES: dict[bytes, list[tuple[str, str]]] = {}  # a schema -> its columns' DuckDB types
