@@ -101,3 +101,52 @@ def added(rec: TableRecord, fields: list[pa.Field]) -> tuple[pa.Schema, dict[str
     UpsertSpec.from_properties(rec.properties, schema, rec.time_column)  # still fits
     columns = [{"name": f.name, "type": str(f.type)} for f in stored]
     return schema, {"add_columns": columns}
+
+
+def widened(rec: TableRecord, column: Any, new_type: Any) -> tuple[pa.Schema, dict[str, object]]:
+    """The schema of ``rec`` with ``column`` of ``new_type`` (as stored), and the
+    commit's metadata. Raises SchemaError for an unknown column, a type that is not an
+    Arrow type or is no widening of the column's (:func:`lamina.core.widening.widens`);
+    UpsertError for a primary key column (its values are hashed as typed), a
+    comparison column whose values the key index would hold otherwise, or a type the
+    column's partial-upsert strategy cannot merge."""
+    import pyarrow as pa
+
+    from lamina.core.upsert_spec import UpsertSpec
+    from lamina.core.widening import widenings, widens
+    from lamina.errors import UpsertError
+    from lamina.io.arrow import storage_type
+
+    names = rec.schema.names
+    if not isinstance(column, str) or column not in names:
+        raise SchemaError(f"{column!r} is not a column of {rec.name!r} (columns: {names})")
+    if not isinstance(new_type, pa.DataType):
+        raise SchemaError(
+            f"widen_column takes the new type as a pyarrow type (pa.int64()), not {new_type!r}"
+        )
+    old_field = rec.schema.field(column)
+    old, new = old_field.type, storage_type(new_type, column)
+    if not widens(old, new):
+        allowed = ", ".join(str(t) for t in widenings(old)) or "none"
+        raise SchemaError(
+            f"column {column!r} of type {old} cannot become {new}: values already written "
+            f"would not all survive, or the change is not a widening (widenings of {old}: "
+            f"{allowed})"
+        )
+    spec = UpsertSpec.from_properties(rec.properties, rec.schema, rec.time_column)
+    if spec is not None and column in spec.primary_key:
+        raise UpsertError(
+            f"{column!r} is a primary key column: keys are hashed as typed, so a wider type "
+            "would give stored keys other hashes; create a new table to change it"
+        )
+    if spec is not None and column == spec.comparison_column:
+        from lamina.core.comparison import cmp_dtype
+
+        if cmp_dtype(new) != cmp_dtype(old):
+            raise UpsertError(
+                f"comparison column {column!r} cannot become {new}: the key index holds its "
+                f"values as {cmp_dtype(old)}"
+            )
+    schema = rec.schema.set(names.index(column), old_field.with_type(new))
+    UpsertSpec.from_properties(rec.properties, schema, rec.time_column)  # still fits
+    return schema, {"widen_column": {"name": column, "from": str(old), "to": str(new)}}

@@ -101,6 +101,24 @@ class Table(TableReads):
         )
         return commit
 
+    def widen_column(self, column: str, type: Any) -> Commit:
+        """Widen a column's type (int32 to int64, float32 to float64, a decimal to more
+        digits: :mod:`lamina.core.widening`) in one commit (action ALTER) that writes no
+        file: files written before read as the new type; a snapshot before the commit
+        reads with the type it had.
+
+        Raises SchemaError (an unknown column, a change that is no widening) or
+        UpsertError (a primary key column, a comparison column the key index would
+        hold otherwise, a type its partial-upsert strategy cannot merge); nothing
+        changes then."""
+        from lamina.evolve import widened
+        from lamina.meta.schemas import change_schema
+
+        self._record, commit = change_schema(
+            self._ctx.db, self.name, lambda rec: widened(rec, column, type)
+        )
+        return commit
+
     # -- writing ------------------------------------------------------------------
 
     @property

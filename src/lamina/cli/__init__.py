@@ -40,7 +40,7 @@ R = TypeVar("R")
 
 #: The module (in ``lamina.cli``) defining each command.
 COMMANDS = {
-    **dict.fromkeys(("init", "create-table", "tables", "add-columns"), "tables"),
+    **dict.fromkeys(("init", "create-table", "tables", "add-columns", "widen-column"), "tables"),
     **dict.fromkeys(("segments", "timeline", "history", "lineage", "locks", "keys"), "inspect"),
     **dict.fromkeys(("ingest", "upsert", "revert", "push"), "write"),
     **dict.fromkeys(("query", "retention", "orphans", "serve"), "admin"),

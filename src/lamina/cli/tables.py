@@ -1,4 +1,4 @@
-"""Commands ``init``, ``create-table``, ``add-columns`` and ``tables``."""
+"""Commands ``init``, ``create-table``, ``tables``, ``add-columns`` and ``widen-column``."""
 
 from __future__ import annotations
 
@@ -220,3 +220,29 @@ def add_columns(
                 ("added ", "green"), added, " to ", (table.name, "bold"), f" (commit {commit.id})"
             )
         )
+
+
+@command("widen-column")
+def widen_column(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Table name.")],
+    column: Annotated[str, typer.Argument(help="The column to widen.")],
+    type_: Annotated[str, typer.Argument(metavar="TYPE", help="Its wider type, e.g. int64.")],
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Widen a column's type (int32 to int64, float32 to float64, a decimal to more
+    digits; one commit, no file rewritten)."""
+    from lamina.core.schema_text import parse_type
+
+    new = parse_type(type_)
+    with connect(ctx, catalog, warehouse) as cat:
+        table = load(cat, name)
+        old = table.schema.field(column).type if column in table.schema.names else None
+        commit = table.widen_column(column, new)
+        console().print(
+            Text.assemble(
+                ("widened ", "green"), f"{column} ({old} -> {new}) of ", (table.name, "bold"),
+                f" (commit {commit.id})",
+            )
+        )  # fmt: skip

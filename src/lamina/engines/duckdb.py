@@ -395,22 +395,23 @@ def view_sql(
     constant for all: DuckDB copies a constant into every vector of 2,048 rows, so a
     table-wide bitmap costs time in proportion to the table's size on every vector."""
     evolved = SCHEMA_CHANGED_SEQ in plan.table.properties  # files may lack columns
-    # one scan per set of files: (files, the columns they lack, the times they keep)
-    scans: list[tuple[list[str], list[tuple[str, str]], Interval | None]] = []
+    # one scan per set of files: (files, how many columns they hold, the times they keep);
+    # None: every column (the schema stays undecoded: the command line reads no Arrow)
+    scans: list[tuple[list[str], int | None, Interval | None]] = []
 
     def add(paths: list[str], keep: Interval | None) -> None:
         if not evolved:
-            scans.append((paths, [], keep))
+            scans.append((paths, None, keep))
             return
+        schema = plan.table.schema
         # columns were added (t.add_columns) after some files were written: a file
         # holds a first part of the columns; one scan per part, nulls for the rest
-        columns = _column_types(con, plan.table.schema)
         held = _columns_held(con, paths)
         parts: dict[int, list[str]] = {}
         for p in paths:
-            parts.setdefault(min(held[p], len(columns)), []).append(p)
+            parts.setdefault(min(held[p], len(schema)), []).append(p)
         for n, some in sorted(parts.items(), reverse=True):
-            scans.append((some, columns[n:], keep))
+            scans.append((some, n, keep))
 
     if plan.whole_files:
         add(plan.whole_files, None)
@@ -427,12 +428,20 @@ def view_sql(
     lead = f"0 AS {_PAD}, " if len(scans) > 1 else ""
     tc = plan.table.time_column
 
-    def scan(paths: list[str], lacking: list[tuple[str, str]], keep: Interval | None) -> str:
-        """SELECT of the rows of ``paths`` their deletion vectors keep (inside ``keep``),
-        with typed nulls for the columns the files lack."""
-        files = f"read_parquet({_files(paths)}, hive_partitioning=false)"
+    def scan(paths: list[str], n: int | None, keep: Interval | None) -> str:
+        """SELECT of the rows of ``paths`` (files of the first ``n`` columns) their
+        deletion vectors keep (inside ``keep``), typed nulls for the other columns.
+        After a schema change the files come after an empty file of the first ``n``
+        columns as the table types them now: DuckDB reads every file as the first
+        types its columns, so a column widened since (t.widen_column) reads widened."""
+        first: list[str] = []
+        lacking: list[tuple[str, str]] = []
+        if n is not None:  # after a schema change
+            first = [empty_file(_first_columns(plan.table.schema, n))]
+            lacking = _column_types(con, plan.table.schema)[n:]
+        files = f"read_parquet({_files([*first, *paths])}, hive_partitioning=false)"
         nulls = "".join(f", NULL::{t} AS {_quote(c)}" for c, t in lacking)
-        masked = [(i, p) for i, p in enumerate(paths) if p in plan.deletes]
+        masked = [(i + len(first), p) for i, p in enumerate(paths) if p in plan.deletes]
         if not masked:
             sql = f"SELECT {lead}*{nulls} FROM {files}"
         else:
@@ -455,6 +464,15 @@ def view_sql(
 
 
 _PAD = '"__lamina_pad"'  # a column name of lamina's own: no table has it
+
+
+def _first_columns(schema: pa.Schema, n: int) -> pa.Schema:
+    """The schema of a table's first ``n`` columns."""
+    import pyarrow as pa
+
+    return pa.schema(list(schema)[:n])
+
+
 _HELD: dict[str, int] = {}  # a data file -> how many columns it holds (files never change)
 _HELD_KEPT = 1_000_000  # files remembered at most (then forgotten and read again)
 _TYPES: dict[bytes, list[tuple[str, str]]] = {}  # a schema -> its columns' DuckDB types
