@@ -255,7 +255,7 @@ retired = Table(
     Column("later", BigInteger, nullable=False),
 )
 
-# Earlier schemas of tables whose columns were added to (``t.add_columns``): a snapshot
+# Earlier schemas of tables changed since (``t.add_columns``, ``t.widen_column``): a snapshot
 # of seq < ``before_seq`` reads with the earliest such schema (the row with the least
 # ``before_seq`` above it), later ones with ``lamina_tables.schema_ipc``.
 schemas = Table(

@@ -20,8 +20,6 @@ from lamina.meta.tables import lock_table, read_table
 if TYPE_CHECKING:
     import pyarrow as pa
 
-CHANGED_SEQ = SCHEMA_CHANGED_SEQ
-
 
 def change_schema(
     db: Db,
@@ -42,7 +40,7 @@ def change_schema(
                 table_id=rec.id, before_seq=done.seq, schema_ipc=bytes(trow.schema_ipc)
             )
         )
-        props = {**rec.properties, CHANGED_SEQ: str(done.seq)}
+        props = {**rec.properties, SCHEMA_CHANGED_SEQ: str(done.seq)}
         conn.execute(
             update(tables)
             .where(tables.c.id == rec.id)
@@ -70,7 +68,8 @@ def change_schema(
 
 def schema_at(conn: Connection, rec: TableRecord, seq: int) -> TableRecord:
     """``rec`` with the schema its snapshot ``seq`` reads with: the one it had then."""
-    if CHANGED_SEQ not in rec.properties or seq >= int(rec.properties[CHANGED_SEQ]):
+    changed = rec.properties.get(SCHEMA_CHANGED_SEQ)
+    if changed is None or seq >= int(changed):
         return rec  # no change since: the current schema (no catalog read)
     row = conn.execute(
         select(schemas.c.schema_ipc)
