@@ -43,6 +43,11 @@ def check_names(names: list[str]) -> None:
             )
 
 
+def changed_columns(old: pa.Schema, new: pa.Schema) -> list[str]:
+    """The columns of ``new`` that ``old`` lacks or types otherwise (added, widened)."""
+    return [f.name for f in new if f.name not in old.names or old.field(f.name).type != f.type]
+
+
 def new_fields(fields: Any) -> list[pa.Field]:
     """The columns ``t.add_columns`` was given: ``pa.field``s, or one ``pa.Schema`` or
     list of them. Raises SchemaError for anything else, or for none."""

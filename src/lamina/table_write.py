@@ -143,10 +143,15 @@ def _reload_hint(table: Table) -> str:
         now = get_table(table._ctx.db, table.name).schema
     except LaminaError:
         return ""
-    added = [n for n in now.names if n not in table._record.schema.names]
-    if not added:
+    from lamina.evolve import changed_columns
+
+    changed = changed_columns(table._record.schema, now)
+    if not changed:
         return ""
-    return f" (columns {added} were added since this handle was loaded: cat.load_table again)"
+    return (
+        f" (columns {changed} were added or widened since this handle was loaded: "
+        "cat.load_table again)"
+    )
 
 
 def write(

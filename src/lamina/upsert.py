@@ -305,15 +305,17 @@ def same_schema(table: Table) -> None:
     loaded: a partial upsert merging with that handle's schema would write the merged
     records without them, and so lose the values the records had there."""
     from lamina.errors import SchemaError
+    from lamina.evolve import changed_columns
     from lamina.meta.tables import get_table
 
     now = get_table(table._ctx.db, table.name).schema
     if now != table._record.schema:
-        added = [n for n in now.names if n not in table._record.schema.names]
+        changed = changed_columns(table._record.schema, now)
         raise SchemaError(
-            f"columns {added} were added to {table.name!r} since this handle was loaded; "
-            "a partial upsert merges whole records: cat.load_table it again and pass the "
-            "new columns (null where a record has no value); nothing was written"
+            f"columns {changed} were added to or widened in {table.name!r} since this handle "
+            "was loaded; a partial upsert merges whole records: cat.load_table it again "
+            "and pass the new columns (null where a record has no value); nothing was "
+            "written"
         )
 
 

@@ -269,6 +269,20 @@ def _where(st: KeyState, found: Lookup) -> tuple[tuple[str, int] | None, ...]:
     )
 
 
+def _widened(batch: UpsertBatch, table: TableRecord) -> UpsertBatch:
+    """``batch`` with its comparison column of the table's type: a handle loaded before
+    the column was widened (t.widen_column) wrote the narrower type, which the stored
+    comparison values may no longer fit."""
+    col = batch.spec.comparison_column
+    data = batch.resolved.batch
+    want = table.schema.field(col).type
+    if data.schema.field(col).type == want:
+        return batch
+    i = data.schema.get_field_index(col)
+    data = data.set_column(i, data.schema.field(i).with_type(want), data.column(i).cast(want))
+    return replace(batch, resolved=replace(batch.resolved, batch=data))
+
+
 def resolve(
     conn: Connection,
     url: str,
@@ -288,6 +302,7 @@ def resolve(
     with LOCK:
         spec = batch.spec
         st = state(conn, url, table, spec, wh, seq)
+        batch = _widened(batch, table)
         res = batch.resolved
         data = res.batch
         if batch.rewrite:  # a major compaction: a copy shows while what it copies would

@@ -64,6 +64,7 @@ _TABLE_AND_COMMIT = (
         tables.c.last_seq,
         tables.c.next_version,
         tables.c.max_span_us,
+        tables.c.schema_ipc,
         commits.c.action,
         commits.c.owner,
         commits.c.state.label("commit_state"),
@@ -252,7 +253,7 @@ def _publish(
         outcome = keys.resolve(
             conn,
             str(db.engine.url),
-            table,
+            table.with_schema(bytes(trow.schema_ipc)),  # the writer's handle may be older
             wh,
             plan.upsert,
             locations,
