@@ -1,6 +1,6 @@
-"""Schema evolution: the columns a table can be given after it was created, checked
-against its schema and upsert definition (the catalog change is
-:func:`lamina.meta.schemas.change_schema`'s)."""
+"""Schema evolution: the columns a table can be given after it was created and the
+wider types its columns can take, checked against its schema and upsert definition
+(the catalog change is :func:`lamina.meta.schemas.change_schema`'s)."""
 
 from __future__ import annotations
 
