@@ -43,7 +43,7 @@ from bench_local_append import make_table  # noqa: E402
 
 import lamina  # noqa: E402
 from lamina.core.scan import plan_scan  # noqa: E402
-from lamina.engines.duckdb import register_view  # noqa: E402
+from lamina.engines.duckdb_views import register_view  # noqa: E402
 from lamina.engines.sql_bounds import time_bound  # noqa: E402
 
 AGG = "SELECT name, count(*) AS n, sum(value) AS total, max(qty) AS top FROM events"

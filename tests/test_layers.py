@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     (
         "lamina.table",
         "lamina.table_read",
+        "lamina.table_definition",
         "lamina.table_write",
         "lamina.transaction",
         "lamina.push",

@@ -179,7 +179,7 @@ def test_compaction_pads_old_files_and_keeps_new_values(cat: lamina.Catalog) -> 
 
 
 def test_padding_refuses_columns_the_schema_does_not_have() -> None:
-    from lamina.io.arrow import padded
+    from lamina.io.reader import padded
 
     data = pa.table({"ts": pa.array([0], pa.timestamp("us")), "z": [1]})
     with pytest.raises(CommitConflictError, match=r"\['z'\]"):

@@ -146,15 +146,15 @@ def test_a_major_compaction_racing_add_columns_keeps_the_rows_or_retries(
 
     t = cat.create_table("e", SCHEMA, time_column="ts")
     t.append(events(days=1, per_day=3))
-    real = compaction.get_table
+    real = compaction.since_loaded
 
-    def racing(db: object, name: str) -> object:
-        rec = real(db, name)  # type: ignore[arg-type]
+    def racing(table: object) -> object:
+        got = real(table)  # type: ignore[arg-type]
         cat.load_table("e").add_columns(C)
         cat.load_table("e").append(with_c(events(days=1, per_day=2, seed=3), [1.0, 2.0]))
-        return rec
+        return got
 
-    monkeypatch.setattr(compaction, "get_table", racing)
+    monkeypatch.setattr(compaction, "since_loaded", racing)
     try:
         t.compact(mode="major")
     except CommitConflictError as exc:

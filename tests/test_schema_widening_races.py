@@ -55,16 +55,16 @@ def test_a_compaction_racing_widen_column_keeps_the_rows_or_retries(
     t = cat.create_table("e", SCHEMA, time_column="ts")
     t.append(rows([1, 2], 1, [1, 2]))
     t.append(rows([3], 1, [3]))
-    real = compaction.get_table
+    real = compaction.since_loaded
 
-    def racing(db: object, name: str) -> object:
-        rec = real(db, name)  # type: ignore[arg-type]
-        monkeypatch.setattr(compaction, "get_table", real)
+    def racing(table: object) -> object:
+        got = real(table)  # type: ignore[arg-type]
+        monkeypatch.setattr(compaction, "since_loaded", real)
         cat.load_table("e").widen_column(C, pa.int64())
         cat.load_table("e").append(rows([4], 2, [2**40]))
-        return rec
+        return got
 
-    monkeypatch.setattr(compaction, "get_table", racing)
+    monkeypatch.setattr(compaction, "since_loaded", racing)
     try:
         t.compact(mode=mode)
     except CommitConflictError as exc:

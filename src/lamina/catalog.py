@@ -233,7 +233,7 @@ class Catalog:
         props = check_properties(props)
         if any(k.startswith("compaction.") for k in props):  # the policy, on this table
             from lamina.core.autocompact import check_policy, policy_of
-            from lamina.table import DEFAULT_TARGET_ROWS
+            from lamina.table_definition import DEFAULT_TARGET_ROWS
 
             target = int(props.get("target_rows_per_segment", DEFAULT_TARGET_ROWS))
             policy = policy_of(props, target)

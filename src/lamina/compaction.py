@@ -53,12 +53,13 @@ from lamina.errors import (
     CompactionError,
     InvalidGranularityError,
 )
-from lamina.io.arrow import padded, time_values_us
+from lamina.evolve import since_loaded
+from lamina.io.arrow import time_values_us
 from lamina.io.background import run_niced
+from lamina.io.reader import padded
 from lamina.io.rollup import roll_up
 from lamina.io.writer import ChunkPart, pieces, write_parts
 from lamina.meta import commits
-from lamina.meta.tables import get_table
 from lamina.write import WriteTransaction
 
 if TYPE_CHECKING:
@@ -111,8 +112,8 @@ def compact(
     target = target_rows(table, target_rows_per_segment)
     # with the schema the table has now: a handle loaded before t.add_columns would
     # rewrite files without the columns added since
-    now = get_table(table._ctx.db, table.name)
-    if now.schema != table.schema:
+    now, changed = since_loaded(table)
+    if changed:
         table = type(table)(table._ctx, now)
     if mode == "major":
         iv = None if interval is None else Interval.coerce(interval)

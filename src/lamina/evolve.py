@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from lamina.core.model import TableRecord
+    from lamina.table_read import TableReads
 
 
 def check_names(names: list[str]) -> None:
@@ -46,6 +47,16 @@ def check_names(names: list[str]) -> None:
 def changed_columns(old: pa.Schema, new: pa.Schema) -> list[str]:
     """The columns of ``new`` that ``old`` lacks or types otherwise (added, widened)."""
     return [f.name for f in new if f.name not in old.names or old.field(f.name).type != f.type]
+
+
+def since_loaded(table: TableReads) -> tuple[TableRecord, list[str]]:
+    """The table's catalog row now, and the columns added or widened since the handle
+    ``table`` was loaded (none: its schema is current). Raises TableNotFoundError,
+    CatalogUnavailableError."""
+    from lamina.meta.tables import get_table
+
+    now = get_table(table._ctx.db, table.name)
+    return now, changed_columns(table._record.schema, now.schema)
 
 
 def new_fields(fields: Any) -> list[pa.Field]:

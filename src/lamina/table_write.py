@@ -136,16 +136,13 @@ def producer(
 
 def _reload_hint(table: Table) -> str:
     """Advice for data refused by a handle whose schema is older than the catalog's
-    (columns added by another handle or process since it was loaded)."""
-    from lamina.meta.tables import get_table
+    (columns added or widened by another handle or process since it was loaded)."""
+    from lamina.evolve import since_loaded
 
     try:
-        now = get_table(table._ctx.db, table.name).schema
+        _, changed = since_loaded(table)
     except LaminaError:
         return ""
-    from lamina.evolve import changed_columns
-
-    changed = changed_columns(table._record.schema, now)
     if not changed:
         return ""
     return (

@@ -301,16 +301,14 @@ def _merge_and_write(
 
 
 def same_schema(table: Table) -> None:
-    """Raise SchemaError if columns were added to the table since its handle was
-    loaded: a partial upsert merging with that handle's schema would write the merged
-    records without them, and so lose the values the records had there."""
+    """Raise SchemaError if columns were added to or widened in the table since its
+    handle was loaded: a partial upsert merging with that handle's schema would write
+    the merged records without them, and so lose the values the records had there."""
     from lamina.errors import SchemaError
-    from lamina.evolve import changed_columns
-    from lamina.meta.tables import get_table
+    from lamina.evolve import since_loaded
 
-    now = get_table(table._ctx.db, table.name).schema
-    if now != table._record.schema:
-        changed = changed_columns(table._record.schema, now)
+    _, changed = since_loaded(table)
+    if changed:
         raise SchemaError(
             f"columns {changed} were added to or widened in {table.name!r} since this handle "
             "was loaded; a partial upsert merges whole records: cat.load_table it again "

@@ -312,39 +312,6 @@ def _cast_column(column: pa.ChunkedArray, field: pa.Field) -> pa.ChunkedArray:
     return pa.chunked_array(chunks, type=field.type)
 
 
-def padded(data: pa.Table, schema: pa.Schema) -> pa.Table:
-    """Rows read from a table's files as ``schema`` (its storage form) types them, with
-    nulls for the columns added since a file was written (``t.add_columns``). Raises
-    CommitConflictError for a column ``schema`` does not have, or has of a narrower type:
-    it was added or widened after ``schema`` was read (do it again)."""
-    from lamina.core.widening import widens
-    from lamina.errors import CommitConflictError
-
-    stored = storage_schema(schema)
-    extra = [n for n in data.column_names if n not in stored.names]
-    wider = [
-        f.name
-        for f in data.schema
-        if f.name in stored.names and widens(stored.field(f.name).type, f.type)
-    ]
-    if extra or wider:
-        raise CommitConflictError(
-            f"files hold columns {extra or wider} that the table's schema did not have, or "
-            "had of a narrower type, when this began (t.add_columns or t.widen_column "
-            "meanwhile): nothing was published; do it again",
-            retryable=True,
-        )
-    if data.column_names != stored.names:
-        data = pa.table(
-            [
-                data.column(f.name) if f.name in data.column_names else pa.nulls(len(data), f.type)
-                for f in stored
-            ],
-            names=stored.names,
-        )
-    return data.cast(stored)
-
-
 def conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
     """Reorder and safely cast ``data`` to the storage form of ``schema``
     (:func:`storage_schema`). Raises UnsupportedTypeError for a column type lamina

@@ -1,4 +1,5 @@
-"""The local read path: execute a scan plan with pyarrow."""
+"""The local read path: execute a scan plan with pyarrow; rows read from a table's files as
+its schema types them (:func:`padded`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pyarrow as pa
 from lamina.core.interval import Interval
 from lamina.core.scan import ScanPlan
 from lamina.errors import SchemaError, SnapshotNotFoundError
-from lamina.io.arrow import time_filter
+from lamina.io.arrow import storage_schema, time_filter
 from lamina.io.warehouse import Warehouse
 
 
@@ -94,3 +95,36 @@ def read_arrow(plan: ScanPlan, wh: Warehouse, columns: list[str] | None = None) 
         empty = schema.empty_table()
         return empty.select(columns) if columns is not None else empty
     return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+
+
+def padded(data: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Rows read from a table's files as ``schema`` (its storage form) types them, with
+    nulls for the columns added since a file was written (``t.add_columns``). Raises
+    CommitConflictError for a column ``schema`` does not have, or has of a narrower type:
+    it was added or widened after ``schema`` was read (do it again)."""
+    from lamina.core.widening import widens
+    from lamina.errors import CommitConflictError
+
+    stored = storage_schema(schema)
+    extra = [n for n in data.column_names if n not in stored.names]
+    wider = [
+        f.name
+        for f in data.schema
+        if f.name in stored.names and widens(stored.field(f.name).type, f.type)
+    ]
+    if extra or wider:
+        raise CommitConflictError(
+            f"files hold columns {extra or wider} that the table's schema did not have, or "
+            "had of a narrower type, when this began (t.add_columns or t.widen_column "
+            "meanwhile): nothing was published; do it again",
+            retryable=True,
+        )
+    if data.column_names != stored.names:
+        data = pa.table(
+            [
+                data.column(f.name) if f.name in data.column_names else pa.nulls(len(data), f.type)
+                for f in stored
+            ],
+            names=stored.names,
+        )
+    return data.cast(stored)
