@@ -204,7 +204,7 @@ def instrument() -> None:
     import lamina.meta.key_snapshots as key_snapshots
     import lamina.meta.keys as keys
     import lamina.meta.publish as publish
-    import lamina.upsert as up
+    import lamina.operations.upsert as up
 
     for owner, attr, label in (  # the ones lamina lacks (it changes) are left out
         (up, "upsert", "t.upsert (all of it)"),
@@ -277,7 +277,7 @@ def _fresh_upsert(wh: str, table: str, batch_path: str, out: str, rebuild: bool)
     # alone imports the write path lazily, on first use).
     import lamina.meta.keys as keys
     import lamina.meta.publish
-    import lamina.upsert
+    import lamina.operations.upsert
     import lamina.write  # noqa: F401
 
     if rebuild and hasattr(keys, "_saved"):
@@ -942,7 +942,7 @@ def catch_up(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         t.upsert(batch)  # 5% of each day's records superseded: compactions rewrite them
         t.set_properties(**{"compaction.max_superseded_percent": 1})
         chunks = sorted({s.interval for s in t.segments()})
-        key = (str(t._ctx.db.engine.url), t._record.id)
+        key = (str(t._handle.ctx.db.engine.url), t._handle.record.id)
         for r in range(2):
 
             def delete(r: int = r) -> Any:

@@ -13,9 +13,14 @@ from typing import Any
 
 SNAPSHOT = Path(__file__).parent / "data" / "public_api.json"
 
+#: classes users get from lamina (``t.transaction()``, ``t.push()``) and never
+#: construct: their constructors are not part of the API
+MADE_BY_LAMINA = {"Transaction", "ConsistentPush"}
 
-def _members(cls: type) -> dict[str, str]:
-    """Each public attribute of a class: its signature, or what kind of thing it is."""
+
+def _members(cls: type, constructor: bool = True) -> dict[str, str]:
+    """Each public attribute of a class: its signature, or what kind of thing it is;
+    ``constructor``: ``__init__`` too (not for objects only lamina makes)."""
     import enum
 
     out: dict[str, str] = {}
@@ -23,6 +28,8 @@ def _members(cls: type) -> dict[str, str]:
         out["members"] = ", ".join(f"{m.name}={m.value!r}" for m in cls)  # type: ignore[var-annotated]
     for name in sorted(dir(cls)):
         if name.startswith("_") and name not in ("__enter__", "__exit__", "__init__"):
+            continue
+        if name == "__init__" and not constructor:
             continue
         owner = next((k for k in cls.__mro__ if name in vars(k)), None)
         if owner is None or not owner.__module__.startswith("lamina"):
@@ -93,7 +100,7 @@ def surface() -> dict[str, Any]:
     return {
         "__all__": sorted(lamina.__all__),
         "connect": f"def{inspect.signature(lamina.connect)}",
-        "classes": {k: _members(v) for k, v in sorted(classes.items())},
+        "classes": {k: _members(v, k not in MADE_BY_LAMINA) for k, v in sorted(classes.items())},
         "errors": {
             n: [b.__name__ for b in getattr(errors, n).__mro__[1:] if b is not object]
             for n in error_names
@@ -106,8 +113,8 @@ def surface() -> dict[str, Any]:
 def _table_modules() -> list[str]:
     """Where Transaction and ConsistentPush may live (before and after a move)."""
     return [
-        "lamina.transaction",
-        "lamina.push",
+        "lamina.operations.transaction",
+        "lamina.operations.push",
         "lamina.operations.transaction",
         "lamina.operations.push",
     ]
@@ -127,7 +134,7 @@ def _rest_spec() -> dict[str, Any]:
     try:
         from lamina.rest import create_app
     except ImportError:  # before the REST trio became a package
-        from lamina.server import create_app  # type: ignore[no-redef]
+        from lamina.rest import create_app  # type: ignore[no-redef]
     with tempfile.TemporaryDirectory() as tmp:
         cat = lamina.connect(warehouse=tmp)
         try:

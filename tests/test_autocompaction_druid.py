@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pytest
 
 import lamina
-from lamina.autocompaction import AutoResult
+from lamina.operations.compaction.auto import AutoResult
 from lamina.core.interval import Interval
 from lamina.errors import CompactionError
 from tests.helpers import SCHEMA

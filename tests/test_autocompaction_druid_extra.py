@@ -338,7 +338,7 @@ def test_a_chunk_changed_during_a_run_does_not_void_the_others(
     """Minor compactions of several chunks go in one commit; when an overwrite of one
     of them lands meanwhile, the others are compacted a commit each (Druid runs a task
     per interval), and only the changed one waits for the next run."""
-    from lamina import compaction
+    from lamina.operations import compaction
 
     t = cat.create_table("wiki", SCHEMA, time_column="ts", segment_granularity="DAY")
     for i in range(3):

@@ -248,12 +248,12 @@ def test_a_table_created_again_continues_its_seqs(cat: lamina.Catalog) -> None:
     t = cat.create_table("e", SCHEMA, time_column="ts")
     for i in range(3):
         t.append(events(days=1, per_day=1, value=float(i), seed=i))
-    checkpoint, old_id = t.history()[-1].seq, t._record.id
+    checkpoint, old_id = t.history()[-1].seq, t._handle.record.id
     cat.drop_table("e")
     t = cat.create_table("E2", SCHEMA, time_column="ts")  # another name: its own seqs
     assert t.append(events(days=1, per_day=1)).seq == 1
     t = cat.create_table("E", SCHEMA, time_column="ts")  # the name again, in any case
-    assert t._record.id != old_id  # SQLite gave the greatest id again: caches key on it
+    assert t._handle.record.id != old_id  # SQLite gave the greatest id again: caches key on it
     for i in range(5):
         t.append(events(days=1, per_day=1, value=10.0 + i, seed=i))
     assert checkpoint is not None and t.history()[0].seq == checkpoint + 1

@@ -443,7 +443,7 @@ def test_serve_on_a_taken_port_says_so(wh: str) -> None:
 
 
 def test_serve_warns_without_token_off_loopback(wh: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from lamina import server
+    from lamina import rest as server
 
     calls: list[tuple[Any, ...]] = []
     monkeypatch.setattr(server, "serve", lambda *a, **kw: calls.append((a, kw)))
@@ -1197,7 +1197,7 @@ def test_a_failed_auto_compaction_exits_non_zero(
     events.revert_replace(entry, force=True)
     events.set_properties(**{"compaction.segment_granularity": "DAY"})
 
-    import lamina.autocompaction as auto
+    import lamina.operations.compaction.auto as auto
 
     def refused(*args: Any, **kwargs: Any) -> None:
         raise errors.CompactionError("refused for the test")

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 import lamina
-from lamina import compaction
+from lamina.operations import compaction
 from lamina.core.interval import Interval
 from lamina.core.segment import OVERWRITE_PARTITION_START
 from lamina.io import background
@@ -179,10 +179,10 @@ def test_one_compaction_over_more_chunks_than_an_expression_may_name(
 def test_an_append_during_a_compaction_is_kept_and_never_conflicts(cat: lamina.Catalog) -> None:
     t = cat.create_table("events", schema=SCHEMA, time_column="ts")
     small_appends(t, 5)
-    runs = compaction.plan(t, None, 1000)  # the compaction read its inputs...
+    runs = compaction.plan(t._handle, None, 1000)  # the compaction read its inputs...
     t.append(events(days=1, per_day=7, seed=50))  # ...an append lands in the same chunk
     before = rows(t)
-    c = compaction.compact_minor(t, runs)
+    c = compaction.compact_minor(t._handle, runs)
     assert c is not None
     assert rows(t) == before and t.count() == 25 + 7
     assert len(t.segments()) == 2  # the compacted group and the append
@@ -193,11 +193,11 @@ def test_an_overwrite_during_a_compaction_refuses_it_and_nothing_shows(
 ) -> None:
     t = cat.create_table("events", schema=SCHEMA, time_column="ts")
     small_appends(t, 4)
-    runs = compaction.plan(t, None, 1000)
+    runs = compaction.plan(t._handle, None, 1000)
     t.overwrite(events(days=1, per_day=2, seed=7))
     before, segs, files = rows(t), t.segments(), files_under(tmp_path / "wh")
     with pytest.raises(lamina.CommitConflictError, match="removed meanwhile|replaced"):
-        compaction.compact_minor(t, runs)
+        compaction.compact_minor(t._handle, runs)
     assert rows(t) == before and t.segments() == segs
     assert files_under(tmp_path / "wh") == files  # the refused outputs were removed
     assert t.history()[-1].state == "ABORTED"
@@ -206,11 +206,11 @@ def test_an_overwrite_during_a_compaction_refuses_it_and_nothing_shows(
 def test_a_delete_of_an_input_during_a_compaction_refuses_it(cat: lamina.Catalog) -> None:
     t = cat.create_table("events", schema=SCHEMA, time_column="ts")
     small_appends(t, 4)
-    runs = compaction.plan(t, None, 1000)
+    runs = compaction.plan(t._handle, None, 1000)
     t.delete_segments([runs[0].inputs[1].id])
     before = rows(t)
     with pytest.raises(lamina.CommitConflictError):
-        compaction.compact_minor(t, runs)
+        compaction.compact_minor(t._handle, runs)
     assert rows(t) == before
 
 
@@ -220,13 +220,13 @@ def test_a_live_input_whose_file_is_lost_is_no_conflict(cat: lamina.Catalog) -> 
     WarehouseError saying what to do; nothing is published."""
     t = cat.create_table("events", schema=SCHEMA, time_column="ts")
     small_appends(t, 4)
-    runs = compaction.plan(t, None, 1000)
+    runs = compaction.plan(t._handle, None, 1000)
     lost = runs[0].inputs[1]
     assert lost.location is not None
     os.remove(lost.location)
     segs = t.segments()
     with pytest.raises(lamina.WarehouseError, match=f"live segment {lost.id} is missing"):
-        compaction.compact_minor(t, runs)
+        compaction.compact_minor(t._handle, runs)
     assert t.segments() == segs
 
 
@@ -238,14 +238,14 @@ def test_an_append_transaction_deleting_an_input_during_a_compaction_refuses_it(
     input is gone), and nothing it wrote shows."""
     t = cat.create_table("events", schema=SCHEMA, time_column="ts")
     small_appends(t, 4)
-    runs = compaction.plan(t, None, 1000)
+    runs = compaction.plan(t._handle, None, 1000)
     with t.transaction() as tx:
         tx.append(events(days=1, per_day=3, seed=9))
         tx.delete_segments([runs[0].inputs[1].id])
     assert t.history()[-1].action == "APPEND"
     before, segs = rows(t), t.segments()
     with pytest.raises(lamina.CommitConflictError, match="removed meanwhile"):
-        compaction.compact_minor(t, runs)
+        compaction.compact_minor(t._handle, runs)
     assert rows(t) == before and t.segments() == segs
 
 
@@ -355,9 +355,9 @@ def test_the_target_splits_a_run_into_an_atomic_update_group(cat: lamina.Catalog
     t = cat.create_table("events", schema=SCHEMA, time_column="ts")
     small_appends(t, 6, per=10)
     before = rows(t)
-    runs = compaction.plan(t, None, 100)
+    runs = compaction.plan(t._handle, None, 100)
     assert len(runs) == 1 and runs[0].outputs == 1
-    c = compaction.compact_minor(t, [dataclasses.replace(runs[0], outputs=3)])
+    c = compaction.compact_minor(t._handle, [dataclasses.replace(runs[0], outputs=3)])
     assert c is not None
     group = t.segments()
     assert len(group) == 3 and {s.atomic_update_group_size for s in group} == {3}

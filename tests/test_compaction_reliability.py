@@ -40,7 +40,7 @@ import pyarrow as pa
 import pytest
 
 import lamina
-from lamina import compaction
+from lamina.operations import compaction
 from tests.helpers import SCHEMA, events
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -536,7 +536,7 @@ def test_compaction_killed_at_random_points_leaves_old_or_new_state(
         name = f"ev{i}"
         t = _kill_table(cat, name)
         before, old = _all_rows(t), {s.id for s in t.segments()}
-        runs = compaction.plan(t, None, KILL_TARGET)
+        runs = compaction.plan(t._handle, None, KILL_TARGET)
         assert len(runs) == KILL_DAYS
         flag = tmp_path / f"flag{i}"
         child, info = _run_compactor(
@@ -680,7 +680,7 @@ def test_minor_compaction_racing_an_overwrite_or_a_delete_from_another_process(
             t.append(_rows(0, 15 * RACE_CHUNKS, 1, per_day=15))
             before, segs = _all_rows(t), t.segments()
             old = {s.id for s in segs}
-            runs = compaction.plan(t, None, KILL_TARGET)
+            runs = compaction.plan(t._handle, None, KILL_TARGET)
             assert len(runs) == RACE_CHUNKS and all(len(r.inputs) == 3 for r in runs)
             day1, victim = runs[0].chunk, runs[0].inputs[1]
             rest = {s.id for s in segs if s.interval != day1}
@@ -749,7 +749,7 @@ def test_two_runs_in_one_chunk_compact_in_one_commit(cat: lamina.Catalog) -> Non
     for i, n in enumerate((2, 2, 30, 2, 2)):  # the 30-row segment splits the runs
         t.append(events(days=1, per_day=n, seed=i))
     before = _all_rows(t)
-    runs = compaction.plan(t, None, 20)
+    runs = compaction.plan(t._handle, None, 20)
     assert [r.root_range for r in runs] == [(0, 2), (3, 5)]
     c = t.compact(target_rows_per_segment=20)
     assert c is not None and len(c.removed) == 4

@@ -254,8 +254,8 @@ def test_open_writes_heartbeat_until_they_end(catalog_url: str, tmp_path: Path) 
         )
 
     with (
-        WriteTransaction(cat.context, t._record, "APPEND", {}) as a,
-        WriteTransaction(cat.context, other._record, "APPEND", {}) as b,
+        WriteTransaction(cat.context, t._handle.record, "APPEND", {}) as a,
+        WriteTransaction(cat.context, other._handle.record, "APPEND", {}) as b,
     ):
         first = (beat(a.id), beat(b.id))
         time.sleep(0.5)
@@ -394,7 +394,7 @@ def test_a_writer_touches_only_its_own_commit_row(catalog_url: str, tmp_path: Pa
     for step in ("inflight", "publish"):
         with (
             pytest.raises(errors.CommitError),
-            WriteTransaction(cat.context, t._record, "APPEND", {}) as txn,
+            WriteTransaction(cat.context, t._handle.record, "APPEND", {}) as txn,
         ):
             commit_id = txn.id
             their_file = Path(cat.warehouse.path(txn.dir)) / "theirs.parquet"
@@ -454,8 +454,8 @@ def test_many_commits_can_be_open_on_one_table(catalog_url: str, tmp_path: Path)
     t = cat.create_table("events", schema=SCHEMA, time_column="ts")
     t.append(events(days=1, per_day=1))
     with (
-        WriteTransaction(cat.context, t._record, "APPEND", {}) as a,
-        WriteTransaction(cat.context, t._record, "APPEND", {}) as b,
+        WriteTransaction(cat.context, t._handle.record, "APPEND", {}) as a,
+        WriteTransaction(cat.context, t._handle.record, "APPEND", {}) as b,
     ):
         assert a.id != b.id and a.base_seq == b.base_seq == 1
         c = t.append(events(days=1, per_day=2))  # a third one, opened and published

@@ -120,7 +120,7 @@ def test_a_stream_is_not_retried_after_it_was_read(
     under the txn (a hunt: the version recorded, the batch lost, its replay skipped)."""
     import pyarrow as pa
 
-    from lamina import table_write
+    from lamina.operations import steps as table_write
 
     monkeypatch.setattr(table_write, "STREAM_FLUSH_BYTES", 1)  # a piece per batch
 

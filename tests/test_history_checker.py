@@ -64,7 +64,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import lamina
-from lamina import compaction
+from lamina import failpoints
+from lamina.operations import compaction
 from lamina.core.interval import Interval
 from lamina.errors import SnapshotNotFoundError
 from tests.helpers import SCHEMA, events
@@ -151,7 +152,7 @@ def _op(t: lamina.Table, rng: random.Random, kind: str, tok: str, base: int, log
     if kind == "retention":  # deletes replaced rows and files now (their ids free)
         from lamina.maintenance.retention import run_retention
 
-        run_retention(t._ctx, [t.name], None, False)
+        run_retention(t._handle.ctx, [t.name], None, False)
         return None
     meta = {"op": tok}
     if kind == "append":
@@ -290,13 +291,13 @@ def _op(t: lamina.Table, rng: random.Random, kind: str, tok: str, base: int, log
         target = rng.choice([6, 8, 12, 16])
         d = rng.choice([None, *DAYS])
         iv = None if d is None else Interval.coerce(_day_iv(d))
-        runs = compaction.plan(t, iv, target)
+        runs = compaction.plan(t._handle, iv, target)
         if not runs:
             return None
         inputs = sorted(s.id for r in runs for s in r.inputs)
         log.put(op=tok, kind=kind, sub=kind, parts=[], inputs=inputs, target=target)
         time.sleep(rng.uniform(0, 0.05))  # others write meanwhile
-        c = compaction.compact_minor(t, runs, wait_s=rng.uniform(0, 0.3))
+        c = compaction.compact_minor(t._handle, runs, wait_s=rng.uniform(0, 0.3))
         assert c is not None
         return {"commit": c.id}
     assert kind == "major"  # whole days rewritten
@@ -1166,7 +1167,7 @@ def test_a_minor_compaction_of_two_runs_in_one_chunk(day_table: lamina.Table) ->
     for i in range(6):
         t.append(events(days=1, per_day=1, value=float(i)))
     before = _vals(t)
-    assert len(compaction.plan(t, None, 4)) == 2  # four segments, then two
+    assert len(compaction.plan(t._handle, None, 4)) == 2  # four segments, then two
     c = t.compact(target_rows_per_segment=4)  # got: sqlalchemy IntegrityError
     assert c is not None and len(t.segments()) == 2
     assert _vals(t) == before
@@ -1218,16 +1219,14 @@ def test_a_major_compaction_never_undoes_a_concurrent_write(
         ),
     }
     write, want = writes[during]
-    read = lamina.Table.to_arrow
 
-    def read_then_write(self: lamina.Table, *args: Any, **kwargs: Any) -> pa.Table:
-        monkeypatch.setattr(lamina.Table, "to_arrow", read)
-        data = read(self, *args, **kwargs)  # the compaction has read its rows...
+    def read_then_write(table: object) -> None:  # the compaction has read its rows...
         write()  # ...when another write completes
-        return data
 
-    monkeypatch.setattr(lamina.Table, "to_arrow", read_then_write)
-    with contextlib.suppress(lamina.CommitConflictError):  # refusing would do too
+    with (
+        failpoints.armed("compaction.major.read", read_then_write),
+        contextlib.suppress(lamina.CommitConflictError),  # refusing would do too
+    ):
         t.compact(mode="major")
     assert _vals(t) == want  # got: the rows before the concurrent write
 
@@ -1256,7 +1255,7 @@ def test_a_minor_compaction_whose_input_went_meanwhile_is_refused_typed(
     t.set_properties(ingestion_type="REFRESH")  # a forced push there cleans up
     t.append(events(days=1, per_day=1, value=1.0))
     t.append(events(days=1, per_day=1, value=2.0))
-    runs = compaction.plan(t, None, 100)  # the two segments, merged
+    runs = compaction.plan(t._handle, None, 100)  # the two segments, merged
     gone = runs[0].inputs[1]
     entry = t.start_replace([gone.id], [])  # a replacement of one input completes...
     _batch(t, entry, events(days=1, per_day=1, value=3.0, start="2024-01-02"))
@@ -1265,7 +1264,7 @@ def test_a_minor_compaction_whose_input_went_meanwhile_is_refused_typed(
     t.start_replace([written], [], force_cleanup=True)  # ...the next one's cleanup deletes it
     assert not os.path.exists(gone.location)
     with pytest.raises(lamina.CommitConflictError):  # got: FileNotFoundError
-        compaction.compact_minor(t, runs)
+        compaction.compact_minor(t._handle, runs)
     assert _vals(t) == [1.0, 3.0]
 
 

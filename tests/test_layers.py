@@ -16,31 +16,17 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "lamina"
 
 #: Lowest first. A module belongs to the first layer whose prefix matches its name.
 LAYERS: list[tuple[str, ...]] = [
-    ("lamina.errors",),
+    ("lamina.errors", "lamina.failpoints"),
     ("lamina.core",),
     ("lamina.meta", "lamina.io"),
     ("lamina.engines",),
     ("lamina.context",),
     ("lamina.write", "lamina.read", "lamina.changes"),
     ("lamina.maintenance",),
-    (
-        "lamina.table",
-        "lamina.table_read",
-        "lamina.table_definition",
-        "lamina.table_write",
-        "lamina.transaction",
-        "lamina.push",
-        "lamina.compaction",
-        "lamina.compaction_scope",
-        "lamina.compaction_span",
-        "lamina.autocompaction",
-        "lamina.upsert",
-        "lamina.upsert_read",
-        "lamina.upsert_tx",
-        "lamina.evolve",
-    ),
+    ("lamina.operations",),
+    ("lamina.table",),
     ("lamina.catalog",),
-    ("lamina.cli", "lamina.server", "lamina.rest", "lamina"),
+    ("lamina.cli", "lamina.rest", "lamina"),
 ]
 
 #: What the pure layer may import from outside lamina (besides the standard library).
@@ -68,10 +54,8 @@ def _imports(path: Path) -> list[tuple[int, str]]:
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module == "lamina":  # from lamina import x: x is a module or a name
-                out += [(node.lineno, f"lamina.{a.name}") for a in node.names]
-            else:
-                out.append((node.lineno, node.module))
+            # from lamina.x import y: y is a module (lamina.x.y) or a name of lamina.x
+            out += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
     return out
 
 
@@ -119,17 +103,35 @@ def test_core_is_pure(path: Path) -> None:
     assert not bad, f"{_module_name(path)} is in the pure layer but imports {bad}"
 
 
+def _defined(tree: ast.AST) -> set[str]:
+    """The private names a module defines: functions, classes, assigned or annotated
+    names and attributes (``self._x = ...``, ``_x: int`` in a class), parameters."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            out.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            out.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            out.add(node.attr)
+        elif isinstance(node, ast.arg):
+            out.add(node.arg)
+        elif isinstance(node, ast.alias):
+            out.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            out.add(node.value)  # __slots__ = ("_schema", ...)
+    return {n for n in out if n.startswith("_") and not n.startswith("__")}
+
+
 def test_no_private_cross_module_calls() -> None:
-    """``module._name`` / ``obj._name`` of another lamina module is not used."""
+    """No ``obj._name`` or ``module._name`` whose ``_name`` is defined only in another
+    lamina module (a private name is private to the module that defines it), and no
+    ``from lamina... import _name``."""
+    trees = {path: ast.parse(path.read_text()) for path in MODULES}
+    defined = {path: _defined(tree) for path, tree in trees.items()}
+    anywhere = set().union(*defined.values())
     offenders = []
-    for path in MODULES:
-        tree = ast.parse(path.read_text())
-        imported_modules = {
-            a.asname or a.name.rsplit(".", 1)[-1]
-            for node in ast.walk(tree)
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lamina")
-            for a in node.names
-        }
+    for path, tree in trees.items():
         for node in ast.walk(tree):
             if (
                 isinstance(node, ast.ImportFrom)
@@ -141,10 +143,71 @@ def test_no_private_cross_module_calls() -> None:
                 isinstance(node, ast.Attribute)
                 and node.attr.startswith("_")
                 and not node.attr.startswith("__")
-                and isinstance(node.value, ast.Name)
-                and node.value.id in imported_modules
+                and node.attr in anywhere  # defined in lamina (not pyarrow's, Python's)
+                and node.attr not in defined[path]
             ):
-                offenders.append(
-                    f"{_module_name(path)}:{node.lineno} uses {node.value.id}.{node.attr}"
-                )
+                offenders.append(f"{_module_name(path)}:{node.lineno} uses .{node.attr}")
     assert not offenders, offenders
+
+
+def _edges(path: Path, names: set[str]) -> set[str]:
+    """The lamina modules ``path`` imports, wherever the import stands (``from
+    lamina.x import y``: ``lamina.x.y`` when that is a module)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            targets = [
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in names else node.module
+                for a in node.names
+            ]
+        else:
+            continue
+        for t in targets:
+            while t not in names and "." in t:
+                t = t.rsplit(".", 1)[0]
+            if t in names and t != "lamina":
+                out.add(t)
+    return out
+
+
+def test_no_import_cycles_up_to_the_table_facade() -> None:
+    """Among the modules of ``table/``, ``operations/`` and every layer below them, no
+    import cycle, type-only and function-local imports included."""
+    top = _layer("lamina.table")
+    paths = {_module_name(p): p for p in MODULES if _layer(_module_name(p)) <= top}
+    graph = {m: _edges(p, set(paths)) - {m} for m, p in paths.items()}
+    cycles = []
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                cycles.append(" -> ".join([*path[path.index(n) :], n]))
+            elif n not in state:
+                visit(n, [*path, n])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, cycles
+
+
+def test_function_local_imports_say_why() -> None:
+    """An import inside a function is for a heavy or optional library (or a module
+    that loads one): its line, or the line before, has a comment saying which."""
+    bare = []
+    for path in MODULES:
+        lines = path.read_text().splitlines()
+        for fn in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import | ast.ImportFrom):
+                    around = lines[node.lineno - 2 : node.end_lineno]
+                    if not any("#" in line for line in around):
+                        bare.append(f"{_module_name(path)}:{node.lineno}")
+    assert not bare, f"{len(bare)} function-local imports without a reason: {bare}"

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pytest
 
 import lamina
-import lamina.table_write
+from lamina import failpoints
 from lamina import errors
 from lamina.core.lineage import LineageState
 from lamina.errors import LineageEntryNotFoundError, LineageError, PropertyError
@@ -787,9 +787,11 @@ def test_next_refresh_cleans_up_a_refresh_that_died_after_start(
     def broken(*args: Any, **kwargs: Any) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(lamina.table_write, "revert_quietly", lambda table, e: None)
+    def died(entry: str) -> None:  # the process died before it could revert its entry
+        raise RuntimeError("gone")
+
     monkeypatch.setattr(writer.pq, "write_table", broken)
-    with pytest.raises(OSError):
+    with failpoints.armed("lineage.revert_quietly", died), pytest.raises(OSError):
         t.refresh(new())
     monkeypatch.undo()
     (stale,) = in_progress(t)
@@ -1058,7 +1060,7 @@ def test_hidden_at_every_seq_equals_the_rule_over_whole_entries(t: lamina.Table)
     t.revert_replace(second, force=True)
     states = {e.state for e in t.lineage()}
     assert states == {IN_PROGRESS, COMPLETED, REVERTED}
-    db, tid = t._ctx.db, t._record.id
+    db, tid = t._handle.ctx.db, t._handle.record.id
     last = t.history()[0].seq
     assert last is not None
     for seq in [None, *range(last + 1)]:

@@ -22,7 +22,8 @@ import pyarrow as pa
 import pytest
 
 import lamina
-from lamina import compaction
+from lamina import failpoints
+from lamina.operations import compaction
 from lamina.core.interval import Interval
 from lamina.core.locks import Lock, LockState, LockType, decide
 from lamina.core.segment import OVERWRITE_PARTITION_START
@@ -34,7 +35,7 @@ from lamina.errors import (
     LockTimeoutError,
     TransactionError,
 )
-from lamina.transaction import Transaction
+from lamina.operations.transaction import Transaction
 from tests.helpers import SCHEMA, events
 
 LOW, MEDIUM, HIGH = 5, 10, 15
@@ -791,16 +792,13 @@ def test_a_replace_into_coarser_segments_carries_a_concurrent_append(
     testLockReplaceMonthAllocateAppendDay: a day's append afterwards lands in the month
     segment's interval and version."""
     t.append(events(days=3, per_day=5, value=1.0))
-    original = t.to_arrow
 
-    def read_then_append(*a: Any, **k: Any) -> pa.Table:
-        monkeypatch.setattr(t, "to_arrow", original)
+    def append_meanwhile(table: object) -> None:  # the compaction has read its rows
         with t.transaction(lock="APPEND", interval=DAY1, priority=75, wait_s=0) as ap:
             ap.append(day_rows(1, 4, 4.0))
-        return original(*a, **k)
 
-    monkeypatch.setattr(t, "to_arrow", read_then_append)
-    c = t.compact(interval=JAN, mode="major", segment_granularity="MONTH")
+    with failpoints.armed("compaction.major.read", append_meanwhile):
+        c = t.compact(interval=JAN, mode="major", segment_granularity="MONTH")
     assert c is not None
     month = Interval.coerce(JAN)
     (replaced,) = [s for s in t.segments() if s.id in c.added and s.location and s.row_count == 15]

@@ -158,10 +158,10 @@ def test_a_write_under_an_entry_reverted_meanwhile_conflicts(t: lamina.Table) ->
     from lamina.write import WriteTransaction
 
     entry = t.start_replace([], [])
-    with WriteTransaction(t._ctx, t._record, "APPEND", {}) as w:
+    with WriteTransaction(t._handle.ctx, t._handle.record, "APPEND", {}) as w:
         w.inflight()
         parts = split_by_chunk(day(2, 2, 2.0), "ts", t.granularity, 1000)
-        files = write_parts(t._ctx.warehouse, w.dir, parts)
+        files = write_parts(t._handle.ctx.warehouse, w.dir, parts)
         reverted = max(c.seq for c in t.history() if c.seq is not None)
         t.revert_replace(entry, force=True)  # completes while the batch is written
         with pytest.raises(CommitConflictError, match=f"lineage entry {entry}") as err:

@@ -52,16 +52,10 @@ _PUSHER = textwrap.dedent(
         time.sleep(600)
 
     if step == "after_start":  # the IN_PROGRESS entry exists, nothing written yet
-        from lamina import table
+        from lamina import failpoints
 
-        real_start = table.Table.start_replace
-
-        def start_replace(self, *args, **kwargs):
-            entry = real_start(self, *args, **kwargs)
-            stop_here()
-            return entry
-
-        table.Table.start_replace = start_replace
+        armed = failpoints.armed("lineage.started", lambda entry: stop_here())
+        armed.__enter__()  # kept: the process is killed in it
     elif step == "mid_write":  # a first file is on disk
         from lamina.io import writer
 
@@ -89,7 +83,7 @@ _PUSHER = textwrap.dedent(
 
         publish_module.publish = publish
     elif step == "push_batch":  # a multi-batch push: first batch published, hidden
-        from lamina import push
+        from lamina.operations import push
 
         real_append = push.ConsistentPush.append
 

@@ -118,7 +118,7 @@ def test_an_upsert_table_saves_and_loads_its_key_index_in_the_object_store(
         key_snapshots.wait()
         saved = max(i.path for i in cat.warehouse.list_files(cat.warehouse.path("u/_keys")))
         assert saved.endswith(".keys") and "/u/_keys/000000000002-" in saved  # the newest
-        url, tid = str(t._ctx.db.engine.url), t._record.id
+        url, tid = str(t._handle.ctx.db.engine.url), t._handle.record.id
 
         rebuilt: list[int] = []
         real_rebuild = key_replay.rebuild

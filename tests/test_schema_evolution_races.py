@@ -35,7 +35,7 @@ def test_a_write_begun_before_add_columns_publishes_after_it(cat: lamina.Catalog
 def test_a_minor_compaction_begun_before_add_columns_publishes_after_it(
     cat: lamina.Catalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import lamina.compaction as compaction
+    import lamina.operations.compaction as compaction
 
     t = cat.create_table("e", SCHEMA, time_column="ts")
     for i in range(3):
@@ -141,22 +141,19 @@ def test_a_major_compaction_racing_add_columns_keeps_the_rows_or_retries(
     append with the new column landing in between: the rows it reads hold c. It must
     keep them, or refuse with a retryable conflict (it raised a SchemaError, which
     compact_auto does not take for a race)."""
-    import lamina.compaction as compaction
+    from lamina import failpoints
     from lamina.errors import CommitConflictError
 
     t = cat.create_table("e", SCHEMA, time_column="ts")
     t.append(events(days=1, per_day=3))
-    real = compaction.since_loaded
 
-    def racing(table: object) -> object:
-        got = real(table)  # type: ignore[arg-type]
+    def racing() -> None:  # the compaction just reloaded the table
         cat.load_table("e").add_columns(C)
         cat.load_table("e").append(with_c(events(days=1, per_day=2, seed=3), [1.0, 2.0]))
-        return got
 
-    monkeypatch.setattr(compaction, "since_loaded", racing)
     try:
-        t.compact(mode="major")
+        with failpoints.armed("compaction.reloaded", racing):
+            t.compact(mode="major")
     except CommitConflictError as exc:
         assert exc.retryable  # do it again: fine
     got = cat.load_table("e").to_arrow()

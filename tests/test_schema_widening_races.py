@@ -49,24 +49,23 @@ def test_a_compaction_racing_widen_column_keeps_the_rows_or_retries(
     value past int32 landing in between: the rows it reads hold an int64 column. It
     keeps them, or refuses with a retryable conflict as for add_columns (``padded``
     cast them to the int32 schema it loaded: a raw ArrowInvalid)."""
-    import lamina.compaction as compaction
+    from lamina import failpoints
     from lamina.errors import CommitConflictError
 
     t = cat.create_table("e", SCHEMA, time_column="ts")
     t.append(rows([1, 2], 1, [1, 2]))
     t.append(rows([3], 1, [3]))
-    real = compaction.since_loaded
+    done: list[bool] = []
 
-    def racing(table: object) -> object:
-        got = real(table)  # type: ignore[arg-type]
-        monkeypatch.setattr(compaction, "since_loaded", real)
-        cat.load_table("e").widen_column(C, pa.int64())
-        cat.load_table("e").append(rows([4], 2, [2**40]))
-        return got
+    def racing() -> None:  # the compaction just reloaded the table: once
+        if not done:
+            done.append(True)
+            cat.load_table("e").widen_column(C, pa.int64())
+            cat.load_table("e").append(rows([4], 2, [2**40]))
 
-    monkeypatch.setattr(compaction, "since_loaded", racing)
     try:
-        t.compact(mode=mode)
+        with failpoints.armed("compaction.reloaded", racing):
+            t.compact(mode=mode)
     except CommitConflictError as exc:
         assert exc.retryable  # do it again: fine
     got = cat.load_table("e").to_arrow()

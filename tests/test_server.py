@@ -1,4 +1,4 @@
-"""The REST controller (lamina.server) against real catalogs on SQLite and PostgreSQL."""
+"""The REST controller (lamina.rest) against real catalogs on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest
 
 import lamina
 from lamina import errors
-from lamina.server import create_app
+from lamina.rest import create_app
 from tests.helpers import SCHEMA, events
 
 with warnings.catch_warnings():  # newer Starlette prefers httpx2 for its test client

@@ -287,7 +287,7 @@ def month_under_days(cat: lamina.Catalog) -> lamina.Table:
     parts = split_by_chunk(
         events(days=31, per_day=10, start="2024-01-01"), "ts", Granularity.MONTH, 10_000
     )
-    with WriteTransaction(cat.context, t._record, "APPEND", {}) as txn:
+    with WriteTransaction(cat.context, t._handle.record, "APPEND", {}) as txn:
         txn.inflight()
         txn.publish(PublishPlan(tuple(write_parts(cat.warehouse, txn.dir, parts)), None))
     t.overwrite(events(days=1, per_day=3, start="2024-01-05", seed=1))

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 import lamina
-import lamina.table_write
+import lamina.operations.steps
 from lamina.errors import DataOutsideIntervalError
 from lamina.io import writer
 from tests.helpers import SCHEMA, events
@@ -45,7 +45,7 @@ def test_reader_is_written_piece_by_piece(
 ) -> None:
     data = events(days=4, per_day=500)  # 2,000 rows, 40 batches of 50
     piece = data.slice(0, 200).nbytes  # ~4 batches a piece
-    monkeypatch.setattr(lamina.table_write, "STREAM_FLUSH_BYTES", piece)
+    monkeypatch.setattr(lamina.operations.steps, "STREAM_FLUSH_BYTES", piece)
     read = [0]
     calls = _spy_writes(monkeypatch, read)
     t = local_cat.create_table("ev", SCHEMA, "ts")
@@ -84,7 +84,7 @@ def test_empty_reader_writes_nothing(local_cat: lamina.Catalog) -> None:
 def test_overwrite_from_reader_checks_every_piece(
     local_cat: lamina.Catalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(lamina.table_write, "STREAM_FLUSH_BYTES", 1)  # a piece per batch
+    monkeypatch.setattr(lamina.operations.steps, "STREAM_FLUSH_BYTES", 1)  # a piece per batch
     t = local_cat.create_table("ev", SCHEMA, "ts")
     first = events(days=3, per_day=100)
     t.append(first)

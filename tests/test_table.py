@@ -206,7 +206,7 @@ def test_partial_overshadow_reads_only_visible_rows(cat: lamina.Catalog) -> None
     from lamina.io.writer import split_by_chunk, write_parts
     from lamina.write import WriteTransaction
 
-    rec = t._record
+    rec = t._handle.record
     parts = split_by_chunk(
         events(days=1, per_day=4, start="2024-01-05"), "ts", lamina.Granularity.MONTH, 1000
     )
@@ -229,7 +229,7 @@ def test_interval_reads_find_segments_longer_than_the_granularity(cat: lamina.Ca
     parts = split_by_chunk(
         events(days=31, per_day=2, start="2024-01-01"), "ts", lamina.Granularity.MONTH, 1000
     )
-    with WriteTransaction(cat.context, t._record, "OVERWRITE", {}) as txn:
+    with WriteTransaction(cat.context, t._handle.record, "OVERWRITE", {}) as txn:
         txn.inflight()
         files = write_parts(cat.warehouse, txn.dir, parts)
         txn.publish(PublishPlan(tuple(files), (Interval("2024-01-01", "2024-02-01"),)))

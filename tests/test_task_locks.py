@@ -298,7 +298,7 @@ def test_a_lock_id_acts_only_for_its_own_commit(t: lamina.Table, cat: lamina.Cat
         stranger = held.commit_id + 1000
         db = cat.context.db
         locks.cancel(db, held.id, stranger)
-        assert not locks.try_grant(db, t._record.id, held.id, stranger, 60.0).granted
+        assert not locks.try_grant(db, t._handle.record.id, held.id, stranger, 60.0).granted
         assert [(x.id, x.state) for x in t.locks()] == [(held.id, "GRANTED")]
     assert values(t) == {1.0: 30, 2.0: 1}
     assert t.locks() == []

@@ -511,7 +511,7 @@ def test_a_new_process_starts_from_the_saved_key_index(
     assert data_reads <= 2  # the one upsert after the newest snapshot (not all 6 files)
     for f in saved:
         f.write_bytes(b"damaged")  # a damaged snapshot: rebuilt from the data instead
-    key_index.forget(str(t._ctx.db.engine.url), t._record.id)
+    key_index.forget(str(t._handle.ctx.db.engine.url), t._handle.record.id)
     t.upsert(rows(("k2", 10_000, -2)))
     assert latest(t)["k2"] == -2 and len(latest(t)) == 160
 
@@ -530,8 +530,8 @@ def test_a_table_of_updates_saves_its_key_index_too(
 
     def saved() -> list[int]:
         key_snapshots.wait()  # saved in the background
-        stmt = select(snapshots.c.seq).where(snapshots.c.table_id == t._record.id)
-        return sorted(r[0] for r in t._ctx.db.read(lambda conn: conn.execute(stmt).all()))
+        stmt = select(snapshots.c.seq).where(snapshots.c.table_id == t._handle.record.id)
+        return sorted(r[0] for r in t._handle.ctx.db.read(lambda conn: conn.execute(stmt).all()))
 
     first = t.upsert(rows(*[(f"k{i}", 0, i) for i in range(60)]))
     assert saved() == [first.seq]
@@ -556,7 +556,6 @@ def test_a_snapshot_is_written_in_the_background_from_a_copy(
     from lamina.io import keyindex as io_keys
     from lamina.meta import key_replay, key_snapshots
     from lamina.meta.schema import key_snapshots as snapshots
-    from lamina.upsert import spec_of
 
     monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 50)
     gate, real = threading.Event(), io_keys.write_index
@@ -569,7 +568,7 @@ def test_a_snapshot_is_written_in_the_background_from_a_copy(
     due = t.upsert(rows(*[(f"k{i}", 0, i) for i in range(60)]))  # returns, file unwritten
     for b in (1, 2):  # the same keys again: the index's entries change in place
         t.upsert(rows(*[(f"k{i}", b, b * 100 + i) for i in range(0, 60, 3)]))
-    db, rec, wh = t._ctx.db, t._record, t._ctx.warehouse
+    db, rec, wh = t._handle.ctx.db, t._handle.record, t._handle.ctx.warehouse
 
     def registered(conn: Any) -> list[Any]:
         return conn.execute(select(snapshots).where(snapshots.c.table_id == rec.id)).all()
@@ -589,7 +588,7 @@ def test_a_snapshot_is_written_in_the_background_from_a_copy(
             )
         }
 
-    spec = spec_of(t)
+    spec = t._handle.upsert_spec
     assert spec is not None
     built = db.read(lambda conn: key_replay.rebuild(conn, rec, spec, wh, due.seq))
     saved = io_keys.read_index(wh.path(row.location))
@@ -624,7 +623,7 @@ def test_retention_deletes_key_index_files_no_snapshot_row_names(
     later = datetime.now(UTC) + timedelta(days=2)
     assert cat.run_retention(now=later, tables=["u"]).orphan_files == 2
     assert [p.name for p in keys_dir.iterdir()] == [registered]
-    key_index.forget(str(t._ctx.db.engine.url), t._record.id)
+    key_index.forget(str(t._handle.ctx.db.engine.url), t._handle.record.id)
     t.upsert(rows(("k1", 5, -1)))
     assert latest(t)["k1"] == -1 and len(latest(t)) == 60
 
@@ -639,7 +638,7 @@ def test_a_new_process_reads_the_saved_key_index_at_publish_or_while_spark_write
     import threading
     from concurrent.futures import Future
 
-    from lamina import upsert as upsert_mod
+    from lamina.operations import upsert as upsert_mod
     from lamina.meta import key_snapshots
     from lamina.meta import keys as key_index
 
@@ -655,7 +654,7 @@ def test_a_new_process_reads_the_saved_key_index_at_publish_or_while_spark_write
         return real(wh, row, table)
 
     monkeypatch.setattr(key_index, "_load", load)
-    url, tid = str(t._ctx.db.engine.url), t._record.id
+    url, tid = str(t._handle.ctx.db.engine.url), t._handle.record.id
     key_index.forget(url, tid)  # as a new process
     t.upsert(rows(("k1", 9, -1)))
     assert loads == [("MainThread", 2)]  # the snapshot at 80 keys, at publish
@@ -663,7 +662,7 @@ def test_a_new_process_reads_the_saved_key_index_at_publish_or_while_spark_write
 
     key_index.forget(url, tid)
     loads.clear()
-    upsert_mod._prefetch_keys(t)  # what a Spark DataFrame's upsert starts with
+    upsert_mod._prefetch_keys(t._handle)  # what a Spark DataFrame's upsert starts with
     t.upsert(rows(("k3", 9, -3)))
     assert loads == [("lamina-key-index", 2)]  # read in the background, then taken
     assert key_index._LOADING == {} and latest(t)["k3"] == -3 and len(latest(t)) == 120
@@ -698,7 +697,9 @@ def test_a_decimal_comparison_column_orders_by_value(cat: lamina.Catalog) -> Non
     put(("a", "-1.500", 1), ("b", "2.000", 1), ("c", "999999999.999", 1))
     put(("a", "-1.501", 2), ("b", "10.000", 2), ("c", "999999999.998", 2))  # a, c: older
     assert {r["k"]: r["v"] for r in t.to_arrow().to_pylist()} == {"a": 1, "b": 2, "c": 1}
-    key_index.forget(str(t._ctx.db.engine.url), t._record.id)  # rebuilt from the files
+    key_index.forget(
+        str(t._handle.ctx.db.engine.url), t._handle.record.id
+    )  # rebuilt from the files
     put(("a", "-1.500", 3), ("b", "9.999", 3))  # a: a tie wins; b: older
     assert {r["k"]: r["v"] for r in t.to_arrow().to_pylist()} == {"a": 3, "b": 2, "c": 1}
     stored = t.to_arrow(all_versions=True).sort_by([("k", "ascending"), ("v", "ascending")])
@@ -715,7 +716,7 @@ def test_a_minor_compaction_drops_superseded_records_and_keeps_every_answer(
     """Superseded records go; live tombstones stay (hidden, still deciding later
     comparisons); an upsert publishing while the compaction runs is carried onto its
     outputs; every snapshot before reads as it did."""
-    from lamina import compaction
+    from lamina.operations import compaction
 
     commits = [t.upsert(rows(*[(f"k{i}", b * 10 + i, b * 100 + i) for i in range(b, 6)]))
                for b in range(4)]  # fmt: skip
@@ -752,9 +753,8 @@ def _index_entries(t: lamina.Table) -> set[tuple[Any, ...]]:
 
     from lamina.meta import keys as key_index
     from lamina.meta.schema import tables
-    from lamina.upsert import spec_of
 
-    ctx, rec, spec = t._ctx, t._record, spec_of(t)
+    ctx, rec, spec = t._handle.ctx, t._handle.record, t._handle.upsert_spec
     assert spec is not None
 
     def read(conn: Any) -> set[tuple[Any, ...]]:
@@ -775,7 +775,7 @@ def _same_after_rebuild(t: lamina.Table) -> None:
     from lamina.meta import keys
 
     mine = _index_entries(t)
-    keys.forget(str(t._ctx.db.engine.url), t._record.id)
+    keys.forget(str(t._handle.ctx.db.engine.url), t._handle.record.id)
     assert _index_entries(t) == mine
 
 
@@ -800,7 +800,7 @@ def test_the_key_index_follows_a_compaction_without_a_rebuild(
     """A process's index replays a compaction (its outputs' latest records, with the
     vectors carried onto them) instead of rebuilding from every file, and ends equal to
     a rebuilt index, an upsert that landed while the compaction ran included."""
-    from lamina import compaction
+    from lamina.operations import compaction
     from lamina.meta import keys as key_index
 
     for b in range(4):
@@ -820,7 +820,7 @@ def test_the_key_index_follows_a_compaction_without_a_rebuild(
     rebuilds = _count_rebuilds(monkeypatch)
     caught_up = _index_entries(t)
     assert rebuilds == []  # replayed, not rebuilt
-    key_index.forget(str(t._ctx.db.engine.url), t._record.id)
+    key_index.forget(str(t._handle.ctx.db.engine.url), t._handle.record.id)
     assert _index_entries(t) == caught_up and rebuilds == [1]
     t.upsert(rows(("k4", 400, 44), ("k6", 50, 66), ("k7", 600, 77)))  # older, older, newer
     assert latest(t) == {
@@ -842,7 +842,7 @@ def test_the_key_index_replays_every_kind_of_commit(
         delete_column="deleted",
     )  # fmt: skip
 
-    url, tid = str(t._ctx.db.engine.url), t._record.id
+    url, tid = str(t._handle.ctx.db.engine.url), t._handle.record.id
     rebuilds = _count_rebuilds(monkeypatch)
     day = 24 * 60
 
@@ -892,7 +892,7 @@ def test_the_key_index_replays_runs_of_upserts_in_one_step(
         "r", SCHEMA, time_column="ts", primary_key="key", comparison_column="value",
         delete_column="deleted",
     )  # fmt: skip
-    url, tid = str(t._ctx.db.engine.url), t._record.id
+    url, tid = str(t._handle.ctx.db.engine.url), t._handle.record.id
     day = 24 * 60
     t.upsert(rows(*[(f"k{i}", (i % 3) * day, i) for i in range(9)]))
     _index_entries(t)
@@ -1024,21 +1024,18 @@ def test_upserts_during_a_major_compaction_stay_the_latest(
     the record the compaction rewrites included (it came later); the compaction's
     copies of what it superseded stay hidden, also when the newer record is removed
     again before the compaction publishes (the history checker found that case)."""
-    import lamina.upsert_read as up
+    from lamina import failpoints
 
     day = 24 * 60
     t.upsert(rows(("a", 10, 1), ("b", 10, 1), ("c", 10, 1), ("d", 10, 1, True), ("f", 10, 1)))
-    real = up.latest_records
 
-    def then_upsert(*args: Any) -> Any:
-        got = real(*args)  # read at the base; now an upsert publishes
+    def then_upsert(table: object) -> None:  # read at the base; now an upsert publishes
         t.upsert(rows(("a", 10, 2), ("b", 11, 2), ("c", 9, 2), ("d", 10, 2)))
         t.upsert(rows(("f", 2 * day, 2)))  # f: newer, on another day...
         t.refresh(rows(("g", 2 * day, 1)), interval="2024-01-03/2024-01-04")  # ...and gone
-        return got
 
-    monkeypatch.setattr(up, "latest_records", then_upsert)
-    assert t.compact(mode="major", interval="2024-01-01/2024-01-02") is not None
+    with failpoints.armed("compaction.major.read", then_upsert):
+        assert t.compact(mode="major", interval="2024-01-01/2024-01-02") is not None
     # a: a tie goes to the later upsert; b: newer; c: older, stays out; d: a tie with
     # the tombstone goes to the later record, which revives it; f: superseded, then its
     # newer record removed: no record (its older ones stay superseded)
@@ -1046,7 +1043,9 @@ def test_upserts_during_a_major_compaction_stay_the_latest(
     assert latest(t) == want
     from lamina.meta import keys as key_index
 
-    key_index.forget(str(t._ctx.db.engine.url), t._record.id)  # rebuilt from the files
+    key_index.forget(
+        str(t._handle.ctx.db.engine.url), t._handle.record.id
+    )  # rebuilt from the files
     t.upsert(rows(("e", 10, 1)))
     assert latest(t) == {**want, "e": 1}
 
@@ -1187,7 +1186,7 @@ def test_second_units_compare_and_hash_as_upserted_after_a_rebuild_and_a_compact
 
     def forget() -> None:
         if rebuilt:  # as a new process: the index comes from the files
-            key_index.forget(str(t._ctx.db.engine.url), t._record.id)
+            key_index.forget(str(t._handle.ctx.db.engine.url), t._handle.record.id)
 
     def latest() -> dict[Any, int]:
         got = {r["k"]: r["v"] for r in t.to_arrow().to_pylist()}
@@ -1244,7 +1243,7 @@ def test_retention_before_all_versions_reads_validity_fails_the_read(
 ) -> None:
     """The same race in all_versions: the seqs a record shows between are read after
     the plan; with retention in between, every record showed valid until now."""
-    import lamina.upsert_read
+    import lamina.operations.upsert.read
 
     t.set_properties(replaced_segments_retention="0s", orphan_grace_period="0s")
     t.upsert(rows(("a", 0, 1), ("b", 0, 1)))
@@ -1257,7 +1256,7 @@ def test_retention_before_all_versions_reads_validity_fails_the_read(
         ("b", 1, second.seq),
         ("b", 2, None),
     ]
-    validity = lamina.upsert_read.validity
+    validity = lamina.operations.upsert.read.validity
 
     def retention_meanwhile(table: Any, plan: Any) -> Any:
         from lamina.meta.retention import retention
@@ -1266,6 +1265,6 @@ def test_retention_before_all_versions_reads_validity_fails_the_read(
         retention(cat.context.db, "u", now_us(), 0, 0)
         return validity(table, plan)
 
-    monkeypatch.setattr(lamina.upsert_read, "validity", retention_meanwhile)
+    monkeypatch.setattr(lamina.operations.upsert.read, "validity", retention_meanwhile)
     with pytest.raises(lamina.SnapshotNotFoundError, match="no longer readable"):
         t.to_arrow(as_of=second.id, all_versions=True)

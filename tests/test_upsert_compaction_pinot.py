@@ -302,7 +302,7 @@ def test_records_superseded_while_a_compaction_runs_stay_hidden(
     (UpsertCompactMergeTaskExecutorTest). In lamina an upsert publishing during the
     compaction, ties included, stays the latest, also once the key index is rebuilt from
     the files; a later tie with a compacted record goes to the later record."""
-    from lamina import compaction
+    from lamina.operations import compaction
     from lamina.meta import keys as key_index
 
     t = table(cat, small_segment_rows=1)
@@ -321,7 +321,9 @@ def test_records_superseded_while_a_compaction_runs_stay_hidden(
     monkeypatch.setattr(compaction, "_superseded", real)
     now = {"a": 2, "b": 3, "c": 1}
     assert answers(cat, t) == now and latest(t, base.id) == want
-    key_index.forget(str(t._ctx.db.engine.url), t._record.id)  # rebuilt from the files
+    key_index.forget(
+        str(t._handle.ctx.db.engine.url), t._handle.record.id
+    )  # rebuilt from the files
     t.upsert(rows(("c", 10, 4), ("d", 10, 5), ("b", 9, 6)))  # tie; tie with the delete; older
     assert answers(cat, t) == {"a": 2, "b": 3, "c": 4, "d": 5}
 

@@ -145,7 +145,7 @@ def test_a_string_or_numeric_delete_column_marks_deletes_as_pinot_reads_them(
     put(1, 1, None)
     put(2, 2, flag)
     assert [r["v"] for r in t.to_arrow().to_pylist()] == ([] if deletes else [2])
-    key_index.forget(str(t._ctx.db.engine.url), t._record.id)  # rebuilt: same reading
+    key_index.forget(str(t._handle.ctx.db.engine.url), t._handle.record.id)  # rebuilt: same reading
     put(0, 0, None)  # older than the flagged record: out of order either way
     assert [r["v"] for r in t.to_arrow().to_pylist()] == ([] if deletes else [2])
 

@@ -76,7 +76,7 @@ def by_key(records: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def _url(t: lamina.Table) -> str:
-    return str(t._ctx.db.engine.url)
+    return str(t._handle.ctx.db.engine.url)
 
 
 def new_process(t: lamina.Table) -> None:
@@ -84,7 +84,7 @@ def new_process(t: lamina.Table) -> None:
     process would (from a saved snapshot of the index, else from the files)."""
     from lamina.meta import keys as key_index
 
-    key_index.forget(_url(t), t._record.id)
+    key_index.forget(_url(t), t._handle.record.id)
 
 
 # -- cat.sql ---------------------------------------------------------------------------
@@ -344,7 +344,7 @@ def test_the_change_feed_of_a_file_shown_in_two_pieces(
     file and lost the other's). Major compactions now take whole segments on upsert
     tables; the layout comes here from a compaction made as earlier versions did (it
     also hid day 2's records, b and e)."""
-    import lamina.compaction_span as compaction_span
+    import lamina.operations.compaction.span as compaction_span
 
     build(t)
     assert t.compact(mode="major", segment_granularity="WEEK") is not None
@@ -398,8 +398,8 @@ def test_retention_keeps_the_latest_records_and_upserts_resolving(
 
         from lamina.meta.schema import deletes, segments
 
-        named = select(segments.c.location).where(segments.c.table_id == t._record.id)
-        vectors = select(deletes.c.location).where(deletes.c.table_id == t._record.id)
+        named = select(segments.c.location).where(segments.c.table_id == t._handle.record.id)
+        vectors = select(deletes.c.location).where(deletes.c.table_id == t._handle.record.id)
         assert conn.execute(vectors).all()
         assert conn.execute(vectors.where(deletes.c.location.not_in(named))).all() == []
     with pytest.raises(lamina.SnapshotNotFoundError):
@@ -437,7 +437,7 @@ def test_reads_of_every_version_and_the_change_feed_racing_retention(
     table. A latest ``all_versions`` read now plans again, as a latest read does; the
     change feed raises SnapshotNotFoundError (Hudi's
     testFailEarlyForIncrViewQueryForNonExistingFiles), as it does on other tables."""
-    from lamina import upsert_read
+    from lamina.operations.upsert import read as upsert_read
 
     build(t)
     t.set_properties(replaced_segments_retention="0s")
@@ -661,7 +661,7 @@ def test_cli_keys_reports_the_deletion_vectors_of_the_latest_snapshot(
 
 @pytest.fixture
 def client(cat: lamina.Catalog, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
-    from lamina.server import create_app
+    from lamina.rest import create_app
 
     monkeypatch.delenv("LAMINA_API_TOKEN", raising=False)
     with TestClient(create_app(cat, token=None)) as c:

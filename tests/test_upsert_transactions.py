@@ -213,20 +213,17 @@ def test_a_key_changed_before_the_publish_is_merged_again(
     """An upsert of a held key publishes between the transaction's merge and its
     publish: the publish refuses (retryable), the transaction merges again and counts
     both increments."""
-    import lamina.upsert_tx as up
+    from lamina import failpoints
 
     pt.upsert(precs(prow("hot", 1, clicks=1)))
-    real, calls = up.merge_held, []
+    calls: list[int] = []
 
-    def merged_then_upsert(*args: Any) -> Any:
-        got = real(*args)
+    def merged_then_upsert() -> None:
         calls.append(1)
         if len(calls) == 1:
             pt.upsert(precs(prow("hot", 1, clicks=10)))
-        return got
 
-    monkeypatch.setattr(up, "merge_held", merged_then_upsert)
-    with pt.transaction() as tx:
+    with failpoints.armed("transaction.merged", merged_then_upsert), pt.transaction() as tx:
         tx.upsert(precs(prow("hot", 1, clicks=100), prow("new", 1, clicks=1)))
     assert len(calls) == 2
     assert {k: v["clicks"] for k, v in pstate(pt).items()} == {"hot": 111, "new": 1}

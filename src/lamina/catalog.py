@@ -26,14 +26,15 @@ from lamina.io.warehouse import Warehouse
 from lamina.meta import tables as table_rows
 from lamina.meta.db import Db, create_catalog_engine
 from lamina.meta.schema import catalog_id, existing_catalog_id, migrate
+from lamina.operations.handle import TableHandle
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from lamina.autocompaction import AutoResult
     from lamina.core.model import TableRecord
     from lamina.engines.duckdb import SqlEngine
     from lamina.maintenance.retention import RetentionReport
+    from lamina.operations.compaction.auto import AutoResult
     from lamina.table import Table
 
 # pyarrow, DuckDB and the write and maintenance modules are imported where used: a
@@ -177,9 +178,9 @@ class Catalog:
         ``delete_column`` marks a delete). See docs/upserts.md. Raises UpsertError for a
         bad definition (unknown or nullable key column, delete column not boolean...).
         """
-        from lamina.core.properties import as_text, check_properties
-        from lamina.evolve import check_names
+        from lamina.core.properties import as_text, check_properties, check_reserved
         from lamina.io.arrow import check_time_column, table_schema
+        from lamina.operations.evolve import check_names
         from lamina.table import Table
 
         check_table_name(name)
@@ -217,23 +218,11 @@ class Catalog:
                 **as_text(properties or {}),
             }
         )
-        own = sorted(k for k in props if k.startswith("schema."))
-        if own:
-            raise PropertyError(
-                f"{own[0]}: schema.* properties are lamina's record of a table's schema "
-                "changes (t.add_columns); drop it"
-            )
-        fixed = sorted(k for k in props if k.startswith("upsert."))
-        if fixed:
-            raise PropertyError(
-                f"{fixed[0]} is set from create_table's primary_key, comparison_column, "
-                "delete_column and partial_upsert arguments (lamina create-table's "
-                "--primary-key, --comparison-column, --delete-column): pass those instead"
-            )
+        check_reserved(props, creating=True)
         props = check_properties(props)
         if any(k.startswith("compaction.") for k in props):  # the policy, on this table
             from lamina.core.autocompact import check_policy, policy_of
-            from lamina.table_definition import DEFAULT_TARGET_ROWS
+            from lamina.operations.handle import DEFAULT_TARGET_ROWS
 
             target = int(props.get("target_rows_per_segment", DEFAULT_TARGET_ROWS))
             policy = policy_of(props, target)
@@ -399,13 +388,14 @@ class Catalog:
         ``dry_run``. A chunk whose compaction met a conflict or a busy lock carries
         the error and is retried next run. Raises PropertyError, CompactionError (a
         bad policy), TableNotFoundError."""
-        from lamina.autocompaction import compact_auto
         from lamina.core.args import flag
+        from lamina.operations.compaction.auto import compact_auto
 
         out: list[AutoResult] = []
         dry_run = flag(dry_run, "dry_run")
         for name in self._tables(tables):
-            out += compact_auto(self.load_table(name), dry_run)
+            rec = table_rows.get_table(self.context.db, _a_name(name))
+            out += compact_auto(TableHandle(self.context, rec), dry_run)
         return out
 
     def _tables(self, tables: Sequence[str] | None) -> list[str]:

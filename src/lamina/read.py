@@ -38,7 +38,7 @@ def plan(
     table with the rows each file hides at that snapshot (its deletion vectors).
     Raises TableNotFoundError, SnapshotNotFoundError, TimelineError."""
     got = _plan(ctx, name, as_of, interval)
-    if "upsert.primary_key" in got.table.properties:
+    if got.table.is_upsert:
         _attach_deletes(ctx, got)
     return got
 

@@ -479,14 +479,16 @@ def keys(
     built from the table's files)."""
     from lamina.errors import UpsertError
     from lamina.meta.key_snapshots import stats
-    from lamina.upsert import spec_of
+    from lamina.meta.tables import get_table
+    from lamina.operations.handle import TableHandle
 
     with connect(ctx, catalog, warehouse) as cat:
-        table = load(cat, name)
-        spec = spec_of(table)
+        load(cat, name)  # a bad name or a missing table: the usual errors
+        h = TableHandle(cat.context, get_table(cat.context.db, name))
+        spec = h.upsert_spec
         if spec is None:
             raise UpsertError(f"table {name!r} has no primary key: it has no key index")
-        got = stats(cat.context.db, table._record, spec, cat.warehouse)
+        got = stats(cat.context.db, h.record, spec, cat.warehouse)
     row = {
         "seq": got.seq,
         "keys": got.keys,

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from lamina.core.interval import Granularity, Interval, from_us
 from lamina.core.segment import Segment
+from lamina.core.properties import UPSERT_KEY_PROPERTY
 from lamina.errors import MetadataError, SnapshotNotFoundError, TransactionError
 
 if TYPE_CHECKING:
@@ -104,6 +105,12 @@ class TableRecord:
         values = (id, name, schema, time_column, granularity, properties)
         for slot, value in zip(self.__slots__, values, strict=True):
             object.__setattr__(self, slot, value)
+
+    @property
+    def is_upsert(self) -> bool:
+        """Whether this is an upsert table: one with a primary key (docs/upserts.md).
+        The one place that tells the table kinds apart by their properties."""
+        return UPSERT_KEY_PROPERTY in self.properties
 
     @property
     def schema(self) -> pa.Schema:

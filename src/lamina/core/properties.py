@@ -5,10 +5,13 @@ from __future__ import annotations
 import decimal
 import numbers
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from lamina.errors import PropertyError
+
+#: the property an upsert table's primary key is stored in (it makes the table one)
+UPSERT_KEY_PROPERTY = "upsert.primary_key"
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
@@ -115,6 +118,37 @@ def _one_edit(a: str, b: str) -> bool:
         or a[i:] == b[i + 1 :]  # dropped
         or (a[i : i + 2] == b[i : i + 2][::-1] and a[i + 2 :] == b[i + 2 :])  # swapped
     )
+
+
+def check_reserved(names: Iterable[str], creating: bool) -> None:
+    """Refuse property names that are not the user's to give: ``schema.*`` (lamina's
+    record of the table's schema changes) and ``upsert.*`` (the upsert definition,
+    set by ``create_table``'s arguments and fixed from then on). ``creating``: given to
+    ``create_table`` (else set or removed on a table). Raises PropertyError."""
+    names = list(names)
+    own = sorted(k for k in names if k.startswith("schema."))
+    if own and creating:
+        raise PropertyError(
+            f"{own[0]}: schema.* properties are lamina's record of a table's schema "
+            "changes (t.add_columns); drop it"
+        )
+    if own:
+        raise PropertyError(
+            f"{own[0]} is lamina's record of the table's schema changes "
+            "(t.add_columns, t.widen_column): it cannot be set or removed"
+        )
+    fixed = sorted(k for k in names if k.startswith("upsert."))
+    if fixed and creating:
+        raise PropertyError(
+            f"{fixed[0]} is set from create_table's primary_key, comparison_column, "
+            "delete_column and partial_upsert arguments (lamina create-table's "
+            "--primary-key, --comparison-column, --delete-column): pass those instead"
+        )
+    if fixed:
+        raise PropertyError(
+            f"{fixed[0]} is part of the table's upsert definition, fixed when it was "
+            "created; create a new table to change it"
+        )
 
 
 def check_properties(props: dict[str, str]) -> dict[str, str]:

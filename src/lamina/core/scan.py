@@ -47,6 +47,7 @@ class ScanPlan:
         tasks: list[ScanTask] | None = None,
         *,
         columns: ColumnarTasks | None = None,
+        deletes: dict[str, np.ndarray] | None = None,
     ) -> None:
         self.table = table
         self.seq = seq
@@ -55,7 +56,7 @@ class ScanPlan:
         self._tasks = None if columns is not None else (tasks or [])
         #: upsert tables: per file path, the sorted positions of rows it hides (rows
         #: that are not their key's latest record at this snapshot)
-        self.deletes: dict[str, np.ndarray] = {}
+        self.deletes: dict[str, np.ndarray] = deletes if deletes is not None else {}
 
     @property
     def tasks(self) -> list[ScanTask]:

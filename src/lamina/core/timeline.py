@@ -93,7 +93,7 @@ class _Chunk:
             self.core_present += 1
         if self.ow is not None:
             self.ow.put(seg)
-        elif seg._overwrite is not None and seg._overwrite[0]:  # minor_version, unwrapped
+        elif seg.minor_version:  # a compaction's output: atomic update groups
             self.ow = AtomicGroups(self.partitions.values())
 
     def pop(self, partition_id: int) -> None:

@@ -12,6 +12,7 @@ from enum import StrEnum
 import numpy as np
 import pyarrow as pa
 
+from lamina.core.properties import UPSERT_KEY_PROPERTY
 from lamina.errors import UpsertError
 
 #: Virtual columns of DuckDB's Parquet reader that ``cat.sql`` applies deletion vectors
@@ -259,7 +260,7 @@ class UpsertSpec:
     def to_properties(self) -> dict[str, str]:
         """The definition as table properties (``upsert.*``)."""
         props = {
-            "upsert.primary_key": json.dumps(list(self.primary_key)),
+            UPSERT_KEY_PROPERTY: json.dumps(list(self.primary_key)),
             "upsert.comparison_column": self.comparison_column,
         }
         if self.delete_column is not None:
@@ -277,7 +278,7 @@ class UpsertSpec:
     ) -> UpsertSpec | None:
         """The definition a table's properties hold; None for a table without a primary
         key. Raises UpsertError if they no longer fit the schema."""
-        raw = props.get("upsert.primary_key")
+        raw = props.get(UPSERT_KEY_PROPERTY)
         if raw is None:
             return None
         partial = props.get("upsert.partial")

@@ -246,7 +246,7 @@ def spark_producer(
     """Check ``df`` against the table now; return the step that writes it into a
     commit's directory (relative to the warehouse). ``refine``: for the chunks it
     names, the chunk each hour's rows go to instead (see
-    :func:`lamina.table_write.refinement`)."""
+    :func:`lamina.operations.steps.refinement`)."""
     spark = df.sparkSession
     data = conform(df, rec.schema)
     partitioned = rec.time_column is not None
@@ -257,7 +257,7 @@ def spark_producer(
         if refine:
             expr = _refined_expr(expr, _chunk_expr(rec.time_column, t, Granularity.HOUR), refine)
         data = data.withColumn(CHUNK_COLUMN, expr)
-        if "upsert.primary_key" in rec.properties:  # a tie goes to the later row: keep
+        if rec.is_upsert:  # a tie goes to the later row: keep
             from pyspark.sql import functions as F  # the partition's order in each chunk
 
             data = (  # (the sort partitionBy needs is not stable once it spills)

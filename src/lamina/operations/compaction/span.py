@@ -10,10 +10,10 @@ from lamina.core.interval import ETERNITY, Granularity, Interval
 from lamina.errors import CompactionError, InvalidIntervalError
 
 if TYPE_CHECKING:
-    from lamina.table import Table
+    from lamina.operations.handle import TableHandle
 
 
-def _data_span(table: Table, granularity: Granularity) -> Interval | None:
+def _data_span(table: TableHandle, granularity: Granularity) -> Interval | None:
     """The live data's extent, widened to whole chunks of ``granularity``."""
     segs = [s for s in table.snapshot().segments if s.location is not None]
     if not segs:
@@ -23,7 +23,7 @@ def _data_span(table: Table, granularity: Granularity) -> Interval | None:
     return Interval.of(granularity.floor(lo), granularity.chunk(hi - 1).end)
 
 
-def whole_segments(table: Table, iv: Interval, granularity: Granularity) -> Interval:
+def whole_segments(table: TableHandle, iv: Interval, granularity: Granularity) -> Interval:
     """``iv`` grown until it holds every live segment it overlaps, in whole chunks of the
     table's granularity and of ``granularity``. An upsert table's key index counts a
     record as in its file or gone: a segment a compaction hid in part (a WEEK segment
@@ -47,7 +47,7 @@ def whole_segments(table: Table, iv: Interval, granularity: Granularity) -> Inte
 
 
 def major_interval(
-    table: Table, interval: Interval | None, granularity: Granularity
+    table: TableHandle, interval: Interval | None, granularity: Granularity
 ) -> Interval | None:
     """The interval a major compaction rewrites: aligned to the table's chunks and to
     the target granularity's; on an upsert table, grown to whole segments
@@ -59,7 +59,7 @@ def major_interval(
     iv = interval if interval is not None else _data_span(table, granularity)
     if iv is None:
         return None
-    if "upsert.primary_key" in table._record.properties:
+    if table.is_upsert:
         iv = whole_segments(table, iv, granularity)
     for g in (table.granularity, granularity):
         try:
@@ -74,7 +74,7 @@ def major_interval(
     return _clipped(table, iv, granularity)
 
 
-def _clipped(table: Table, iv: Interval, granularity: Granularity) -> Interval | None:
+def _clipped(table: TableHandle, iv: Interval, granularity: Granularity) -> Interval | None:
     """``iv`` cut to the whole chunks (of both granularities) that hold its live data;
     None without any. A chunk without data needs no rewrite, and the empty segment a
     compaction leaves in each chunk it rewrites is a catalog row: 0001/9999 made

@@ -16,23 +16,40 @@ from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from lamina import table_write as tw
-from lamina.core.args import seconds, whole_number
+from lamina.core.args import names, seconds, whole_number
 from lamina.core.conflicts import Isolation
 from lamina.core.interval import ETERNITY, Granularity, Interval
 from lamina.core.locks import PRIORITY_BATCH, PRIORITY_STREAMING, LockType
 from lamina.core.model import Commit, CommitAction, NewSegment, PublishPlan, txn_of
-from lamina.errors import AlreadyAppliedError, CommitConflictError, LockError, TransactionError
+from lamina.errors import (
+    AlreadyAppliedError,
+    CommitConflictError,
+    LockError,
+    SegmentNotFoundError,
+    TransactionError,
+)
+from lamina.failpoints import failpoint
+from lamina.meta.segments import unknown_ids
+from lamina.operations import steps as tw
+from lamina.operations.handle import TableHandle
+from lamina.operations.retry import MERGE_ATTEMPTS, retrying
+from lamina.operations.upsert import require, rewritten
+from lamina.operations.upsert.transaction import (
+    Held,
+    Stored,
+    combined,
+    hold,
+    merge_held,
+    store,
+)
 from lamina.write import WriteTransaction
 
 if TYPE_CHECKING:
     from lamina.core.upsert import UpsertBatch, UpsertSpec
-    from lamina.table import Table
-    from lamina.upsert_tx import Held, Stored
 
 
 def _lock_request(
-    table: Table,
+    table: TableHandle,
     lock: str | None,
     interval: Interval | str | tuple[Any, Any] | None,
     priority: int | None,
@@ -50,13 +67,13 @@ def _lock_request(
     iv = ETERNITY if interval is None else Interval.coerce(interval)
     if iv != ETERNITY:
         table.granularity.check_aligned(iv)
-    upserts = "upsert.primary_key" in table._record.properties  # ingestion: streaming
+    upserts = table.is_upsert  # ingestion: streaming
     prio = (
         (PRIORITY_STREAMING if upserts else PRIORITY_BATCH)
         if priority is None
         else whole_number(priority, "priority", LockError)
     )
-    wait = table._ctx.writer_wait_s if wait_s is None else seconds(wait_s, "wait_s", LockError)
+    wait = table.ctx.writer_wait_s if wait_s is None else seconds(wait_s, "wait_s", LockError)
     return kind, iv, prio, wait
 
 
@@ -65,7 +82,7 @@ class Transaction:
 
     def __init__(
         self,
-        table: Table,
+        table: TableHandle,
         isolation: str = "write_serializable",
         metadata: dict[str, Any] | None = None,
         txn: tuple[str, int] | None = None,
@@ -83,7 +100,7 @@ class Transaction:
         self._table = table
         self.txn = None if txn is None else txn_of(txn)
         self._write = WriteTransaction(
-            table._ctx, table._record, CommitAction.APPEND, dict(metadata or {})
+            table.ctx, table.record, CommitAction.APPEND, dict(metadata or {})
         )
         self._appends: list[NewSegment] = []
         self._overwrites: list[NewSegment] = []
@@ -95,9 +112,7 @@ class Transaction:
         self._rewrite = False  # a major compaction: see PublishPlan.rewrite
         #: a major compaction of an upsert table: its records are resolved at publish
         self._upsert: UpsertSpec | None = None
-        from lamina.upsert import spec_of
-
-        self._spec = spec_of(table)  # an upsert table: the operations' records are
+        self._spec = table.upsert_spec  # an upsert table: the operations' records are
         self._stored: list[Stored] = []  # resolved together at publish
         #: a partial-upsert table's operations: merged and written when it commits
         self._held: list[Held] = []
@@ -177,8 +192,6 @@ class Transaction:
         the transaction commits (a later operation's record is the later one on a
         tie). Raises as ``t.upsert``, and TransactionError for a chunk this
         transaction overwrites."""
-        from lamina.upsert import require
-
         require(self._table)
         self.append(data)
 
@@ -229,13 +242,9 @@ class Transaction:
         """Remove these live segments when the transaction commits. Raises
         SegmentNotFoundError (ids the table has no segment of; a lone id: pass a list);
         the commit raises CommitConflictError if one was removed meanwhile."""
-        from lamina.core.args import names
-        from lamina.errors import SegmentNotFoundError
-        from lamina.meta.segments import unknown_ids
-
         ids = names(segment_ids, "delete_segments", SegmentNotFoundError, "segment ids")
         self._check_open()
-        unknown = unknown_ids(self._table._ctx.db, self._table._record.id, ids)
+        unknown = unknown_ids(self._table.ctx.db, self._table.record.id, ids)
         if unknown:
             raise SegmentNotFoundError(
                 f"the table has no segments {unknown[:5]}; see t.segments() for the ids of "
@@ -246,38 +255,33 @@ class Transaction:
     def commit(self) -> Commit:
         """Publish every operation in one catalog transaction. Raises
         CommitConflictError (nothing published, files removed), TransactionError."""
-        from lamina.upsert import PARTIAL_ATTEMPTS, pause
-
         self._check_open(ask=False)  # a revoked lock fails the publish, which cleans up
-        attempts = PARTIAL_ATTEMPTS if self._held else 1
-        for attempt in range(attempts):
-            where = f"{self._write.dir}/merged{attempt}"
-            try:
-                if self._held:  # merged with the keys' records as they are now
-                    self._merge(where)
-                commit = self._write.publish(self._plan())
-            except AlreadyAppliedError as exc:  # the application wrote this version already
-                self._state = "skipped"
-                self._write.__exit__(type(exc), exc, exc.__traceback__)
-                commit = tw.commit_of(self._table, exc.commit_id)
-                self.commit_result = commit
-                return commit
-            except CommitConflictError as exc:
-                if exc.retryable and attempt < attempts - 1:  # a key changed: merge again
-                    fs = self._table._ctx.warehouse.fs
-                    fs.delete_dir(self._table._ctx.warehouse.path(where))
-                    pause(attempt)
-                    continue
-                self._fail(exc)
-                raise
-            except BaseException as exc:
-                self._fail(exc)
-                raise
-            self._write.__exit__(None, None, None)
-            self._state = "committed"
+        attempts = MERGE_ATTEMPTS if self._held else 1
+
+        def attempt(i: int) -> Commit:
+            if self._held:  # merged with the keys' records as they are now
+                self._merge(f"{self._write.dir}/merged{i}")
+            return self._write.publish(self._plan())
+
+        def again(i: int, exc: CommitConflictError) -> None:  # a key changed: merge again
+            wh = self._table.ctx.warehouse
+            wh.fs.delete_dir(wh.path(f"{self._write.dir}/merged{i}"))
+
+        try:
+            commit = retrying(attempt, attempts, pause=True, again=again)
+        except AlreadyAppliedError as exc:  # the application wrote this version already
+            self._state = "skipped"
+            self._write.__exit__(type(exc), exc, exc.__traceback__)
+            commit = tw.commit_of(self._table, exc.commit_id)
             self.commit_result = commit
             return commit
-        raise AssertionError("unreachable")
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+        self._write.__exit__(None, None, None)
+        self._state = "committed"
+        self.commit_result = commit
+        return commit
 
     def _action(self) -> CommitAction:
         """What the operations so far amount to."""
@@ -299,15 +303,11 @@ class Transaction:
             files, appends = self._appends, []
         upsert = None
         if self._upsert is not None and files:
-            from lamina.upsert import rewritten
-
-            wh, schema = self._table._ctx.warehouse, self._table._record.schema
+            wh, schema = self._table.ctx.warehouse, self._table.record.schema
             upsert = rewritten(self._upsert, wh, [f.location for f in files], schema)
         elif self._merged is not None and (files or appends):
             upsert = self._merged
         elif self._spec is not None and (files or appends):
-            from lamina.upsert_tx import combined
-
             upsert = combined(self._spec, self._stored, [*files, *appends])
         return PublishPlan(
             tuple(files),
@@ -345,9 +345,8 @@ class Transaction:
 
     def _hold(self, data: Any, action: str, interval: Interval | None) -> None:
         """Check an operation of a partial-upsert table's transaction and hold it (see
-        :func:`lamina.upsert.hold`). Raises as ``t.upsert``, LockError, TransactionError."""
-        from lamina.upsert_tx import hold
-
+        :func:`lamina.operations.upsert.transaction.hold`). Raises as ``t.upsert``,
+        LockError, TransactionError."""
         held = hold(self._table, data, action, interval)
         self._covered(held.chunks)
         if held.overwrite:
@@ -362,10 +361,9 @@ class Transaction:
     def _merge(self, where: str) -> None:
         """Merge the held operations with their keys' current records and write them
         under ``where``."""
-        from lamina.upsert_tx import merge_held
-
         merged = merge_held(self._table, self._held, self._chunks, self._removes, where)
         self._overwrites, self._appends, self._merged = merged
+        failpoint("transaction.merged")
 
     def _produce(
         self,
@@ -378,8 +376,6 @@ class Transaction:
         self._op_stored = len(self._stored)  # this operation's entries come after
         where = f"{self._write.dir}/op{self._ops}"
         if self._spec is not None and self._upsert is None:  # resolved at publish
-            from lamina.upsert_tx import store
-
             stored = store(self._table, data, action, interval, where)
             self._stored.append(stored)
             return stored.files
@@ -393,7 +389,7 @@ class Transaction:
             yield
         except (LockError, TransactionError):
             del self._stored[self._op_stored :]
-            wh = self._table._ctx.warehouse
+            wh = self._table.ctx.warehouse
             wh.delete_dir(wh.path(f"{self._write.dir}/op{self._ops}"))
             raise
 
@@ -419,3 +415,43 @@ class Transaction:
                 f"this transaction already {what} {both[0]}; an append and an overwrite "
                 "of one chunk go in two transactions"
             )
+
+
+class Rewrite(Transaction):
+    """A major compaction's transaction: it rewrites chunks with :meth:`rewrite` (at
+    the compaction's granularity and target rows, only the chunks that hold data), and
+    publishes as a rewrite (see ``PublishPlan.rewrite``); on an upsert table
+    (``upsert``: its definition) its records are resolved at publish, each copy showing
+    exactly when the record it copies still would."""
+
+    def __init__(
+        self,
+        table: TableHandle,
+        upsert: UpsertSpec | None,
+        metadata: dict[str, Any] | None = None,
+        *,
+        lock: str,
+        interval: Interval,
+        priority: int | None = None,
+        wait_s: float | None = None,
+    ) -> None:
+        super().__init__(
+            table, metadata=metadata, lock=lock, interval=interval, priority=priority, wait_s=wait_s
+        )
+        self._rewrite = True
+        self._upsert = upsert
+
+    def __enter__(self) -> Rewrite:
+        self._begin()
+        return self
+
+    def rewrite(
+        self,
+        data: Any,
+        iv: Interval | None,
+        layout: tuple[Granularity, int],
+        only: set[Interval] | None,
+    ) -> None:
+        """Overwrite ``iv`` with ``data`` in chunks of ``layout`` = (granularity, target
+        rows per segment); only the chunks of ``only`` when given."""
+        self._overwrite(data, iv, layout, only)

@@ -11,10 +11,10 @@ from lamina.core.segment import Segment
 from lamina.core.timeline import Timeline
 
 if TYPE_CHECKING:
-    from lamina.table import Table
+    from lamina.operations.handle import TableHandle
 
 
-def named_ids(table: Table) -> set[str]:
+def named_ids(table: TableHandle) -> set[str]:
     """Segments a lineage entry in progress, or one that may still be rolled back,
     names: compactions leave them alone."""
     return {
@@ -26,7 +26,7 @@ def named_ids(table: Table) -> set[str]:
 
 
 def candidates(
-    table: Table, interval: Interval | None, named: set[str] | None = None
+    table: TableHandle, interval: Interval | None, named: set[str] | None = None
 ) -> tuple[int, list[Segment]]:
     """(base seq, segments a minor compaction may take): the visible whole data
     segments of the latest snapshot, in chunks inside ``interval``, that no lineage
@@ -36,7 +36,7 @@ def candidates(
 
 
 def visible_data(
-    table: Table, interval: Interval | None, named: set[str] | None = None
+    table: TableHandle, interval: Interval | None, named: set[str] | None = None
 ) -> tuple[int, list[Segment], list[Segment], int | None]:
     """(base seq, whole, partial, end): the visible data segments of the latest
     snapshot in chunks inside ``interval`` that no lineage entry still names
@@ -57,7 +57,7 @@ def visible_data(
     return snap.seq, whole, partial, end
 
 
-def named_chunks(table: Table, named: set[str]) -> set[Interval]:
+def named_chunks(table: TableHandle, named: set[str]) -> set[Interval]:
     """Chunks holding live segments among ``named``: a major compaction leaves them."""
     if not named:
         return set()

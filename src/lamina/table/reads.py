@@ -4,52 +4,51 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from lamina.context import CatalogContext
 from lamina.core.interval import Granularity, Interval
 from lamina.core.model import AsOf, Commit, Snapshot, TableRecord, seq_of
-from lamina.core.scan import ScanPlan
 from lamina.core.segment import Segment
 from lamina.core.timeline import Timeline
-from lamina.errors import SchemaError, SnapshotNotFoundError
-from lamina.meta import snapshots
+from lamina.errors import SchemaError, UnsupportedTypeError
+from lamina.operations.handle import TableHandle, latest_again
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
-T = TypeVar("T")
-READ_ATTEMPTS = 5  # a latest read re-plans when files vanished under it
+    from lamina.core.scan import ScanPlan
 
 
 class TableReads:
     """Reads of one table (the base of :class:`lamina.table.Table`)."""
 
+    #: the table's context and record, shared with the transactions and pushes it opens
+    _handle: TableHandle
+
     def __init__(self, ctx: CatalogContext, record: TableRecord) -> None:
-        self._ctx = ctx
-        self._record = record
+        self._handle = TableHandle(ctx, record)
 
     @property
     def name(self) -> str:
-        return self._record.name
+        return self._handle.name
 
     @property
     def schema(self) -> pa.Schema:
-        return self._record.schema
+        return self._handle.schema
 
     @property
     def time_column(self) -> str | None:
-        return self._record.time_column
+        return self._handle.time_column
 
     @property
     def granularity(self) -> Granularity:
-        return self._record.granularity
+        return self._handle.granularity
 
     @property
     def properties(self) -> dict[str, str]:
-        return dict(self._record.properties)
+        return self._handle.properties
 
     # -- reading ------------------------------------------------------------------
 
@@ -61,17 +60,11 @@ class TableReads:
     ) -> Snapshot:
         """The segments of one snapshot (only those overlapping ``interval`` if given).
         Raises SnapshotNotFoundError, InvalidIntervalError."""
-        iv = None if interval is None else Interval.coerce(interval)
-        return snapshots.snapshot(
-            self._ctx.db, self.name, as_of, all_published=all_published, interval=iv
-        )
+        return self._handle.snapshot(as_of, all_published, interval)
 
     def scan(self, as_of: AsOf = None, interval: Any = None) -> ScanPlan:
         """Plan a read: the files of one snapshot, pruned to ``interval``."""
-        iv = None if interval is None else Interval.coerce(interval)
-        from lamina import read  # columnar planning: pyarrow, numpy
-
-        return read.plan(self._ctx, self.name, as_of, iv)
+        return self._handle.scan(as_of, interval)
 
     def to_arrow(
         self,
@@ -86,16 +79,14 @@ class TableReads:
         A latest read whose files a concurrent push or retention removed is planned
         again on the newer snapshot (never a mix: each attempt reads one snapshot).
         ``all_versions`` (upsert tables): every stored record with ``$valid_from`` and
-        ``$valid_until`` seqs (:func:`lamina.upsert_read.all_versions`).
+        ``$valid_until`` seqs (:func:`lamina.operations.upsert.read.all_versions`).
         """
-        from lamina.io.reader import read_arrow
-
         if all_versions:
-            from lamina.upsert_read import all_versions as every
+            from lamina.operations.upsert.read import all_versions as every  # numpy, pyarrow
 
-            return _latest_again(as_of, lambda: every(self, as_of, columns, interval))
-        wh = self._ctx.warehouse
-        return _latest_again(as_of, lambda: read_arrow(self.scan(as_of, interval), wh, columns))
+            h = self._handle
+            return latest_again(as_of, lambda: every(h, as_of, columns, interval))
+        return self._handle.rows(as_of, columns, interval)
 
     def to_pandas(
         self, as_of: AsOf = None, columns: list[str] | None = None, interval: Any = None
@@ -127,18 +118,17 @@ class TableReads:
         UnsupportedTypeError (a column Spark cannot read)."""
         self._spark_readable()
         if all_versions:
-            from lamina.upsert_read import all_versions_spark
+            from lamina.operations.upsert.read import all_versions_spark  # numpy, pyarrow
 
-            return all_versions_spark(self, spark, as_of, interval)
-        from lamina.engines.spark_read import read_spark
+            return all_versions_spark(self._handle, spark, as_of, interval)
+        from lamina.engines.spark_read import read_spark  # pyspark
 
-        return read_spark(spark, self.scan(as_of, interval), self._ctx.warehouse)
+        return read_spark(spark, self.scan(as_of, interval), self._handle.ctx.warehouse)
 
     def _spark_readable(self) -> None:
         """Raises UnsupportedTypeError for a column Spark cannot read (it would fail
         only once the DataFrame is evaluated, with a Java error)."""
-        from lamina.engines.spark import spark_problem
-        from lamina.errors import UnsupportedTypeError
+        from lamina.engines.spark import spark_problem  # pyarrow
 
         why = spark_problem(self.schema)
         if why is not None:
@@ -168,13 +158,10 @@ class TableReads:
         start snapshot used, or seqs that are not ints), SchemaError (unknown columns)."""
         after_seq = seq_of(after_seq, "after_seq")
         until_seq = None if until_seq is None else seq_of(until_seq, "until_seq")
-        if "upsert.primary_key" in self._record.properties:  # by records, not segments
-            from lamina.upsert_read import read_changes
+        from lamina.operations.kinds import kind_of  # numpy, pyarrow
 
-            return read_changes(self, after_seq, until_seq, columns)
-        from lamina import changes
-
-        return changes.read_changes(self._ctx, self.name, after_seq, until_seq, columns)
+        h = self._handle
+        return kind_of(h).read_changes(h, after_seq, until_seq, columns)
 
     def read_changes_spark(
         self,
@@ -189,51 +176,19 @@ class TableReads:
         self._spark_readable()
         after_seq = seq_of(after_seq, "after_seq")
         until_seq = None if until_seq is None else seq_of(until_seq, "until_seq")
-        if "upsert.primary_key" in self._record.properties:  # by records, not segments
-            from lamina.upsert_read import read_changes_spark
+        from lamina.operations.kinds import kind_of  # numpy, pyarrow
 
-            return read_changes_spark(spark, self, after_seq, until_seq, columns)
-        from lamina import changes
-
-        return changes.read_changes_spark(
-            spark, self._ctx, self.name, after_seq, until_seq, columns
-        )
+        h = self._handle
+        return kind_of(h).read_changes_spark(spark, h, after_seq, until_seq, columns)
 
     def history(self) -> list[Commit]:
-        from lamina.meta import commits
-
-        return commits.history(self._ctx.db, self.name)
+        return self._handle.history()
 
     def count(self, as_of: AsOf = None) -> int:
         """Rows a reader of the snapshot sees: the catalog's row counts, less the rows
         deletion vectors hide; only the files shown in part (a coarser segment under a
         newer finer one) are read, their time column. Raises as :meth:`to_arrow`."""
-        return _latest_again(as_of, lambda: self._count(self.scan(as_of)))
+        from lamina.operations.reads import count  # pyarrow, for files shown in part
 
-    def _count(self, plan: ScanPlan) -> int:
-        hidden = sum(len(rows) for rows in plan.deletes.values())
-        if plan.all_whole:
-            return plan.row_count - hidden
-        from lamina.io.reader import read_arrow
-
-        part = [t for t in plan.tasks if t.keep is not None]
-        paths = {t.segment.location for t in part}
-        some = ScanPlan(plan.table, plan.seq, plan.commit_id, part)
-        some.deletes = {p: rows for p, rows in plan.deletes.items() if p in paths}
-        whole = plan.row_count - sum(t.segment.row_count for t in part)
-        hidden -= sum(len(rows) for rows in some.deletes.values())
-        tc = plan.table.time_column  # one column: concat_tables drops zero-column rows
-        return whole - hidden + read_arrow(some, self._ctx.warehouse, [tc] if tc else []).num_rows
-
-
-def _latest_again(as_of: AsOf, read: Callable[[], T]) -> T:
-    """``read()``; a latest read whose files (or vectors) a concurrent push or
-    retention removed is planned again on the newer snapshot, up to READ_ATTEMPTS
-    times (never a mix: each attempt reads one snapshot)."""
-    for attempt in range(READ_ATTEMPTS):
-        try:
-            return read()
-        except SnapshotNotFoundError:
-            if as_of is not None or attempt == READ_ATTEMPTS - 1:
-                raise
-    raise AssertionError("unreachable")
+        h = self._handle
+        return latest_again(as_of, lambda: count(h, h.scan(as_of)))

@@ -1,6 +1,6 @@
 """Auto-compaction: each chunk's status under the table's compaction policy
 (``compaction.*`` properties; rules in :mod:`lamina.core.autocompact`), and the minor
-and major compactions (:mod:`lamina.compaction`) of the chunks it makes PENDING."""
+and major compactions (:mod:`lamina.operations.compaction`) of the chunks it makes PENDING."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lamina.compaction import compact_major, compact_minor, purge
-from lamina.compaction_scope import named_chunks, named_ids, visible_data
 from lamina.core.autocompact import (
     ChunkStatus,
     Policy,
@@ -32,12 +30,14 @@ from lamina.errors import (
     LockTimeoutError,
     WarehouseError,
 )
+from lamina.operations.compaction import compact_major, compact_minor, purge
+from lamina.operations.compaction.scope import named_chunks, named_ids, visible_data
 
 if TYPE_CHECKING:
-    from lamina.table import Table
+    from lamina.operations.handle import TableHandle
 
 
-def policy(table: Table) -> Policy:
+def policy(table: TableHandle) -> Policy:
     """The table's compaction policy. Raises PropertyError, CompactionError."""
     got = policy_of(table.properties, table.target_rows_per_segment)
     got = dataclasses.replace(got, chunk_granularity=got.segment_granularity)
@@ -61,7 +61,7 @@ class _Survey:
     locked: list[tuple[Interval, int, bool]]  # granted task locks: interval, priority, APPEND
 
 
-def _survey(table: Table) -> _Survey:
+def _survey(table: TableHandle) -> _Survey:
     pol = policy(table)
     compacted = {
         c.id: c.metadata.get("state") or {"fingerprint": c.metadata.get("fingerprint")}
@@ -88,7 +88,7 @@ def _survey(table: Table) -> _Survey:
     return _Survey(pol, found, segs, held, stale, kept, granted)
 
 
-def auto_status(table: Table) -> list[ChunkStatus]:
+def auto_status(table: TableHandle) -> list[ChunkStatus]:
     """Every chunk's compaction status under the table's policy, newest first."""
     return _survey(table).statuses
 
@@ -104,7 +104,7 @@ class AutoResult:
     error: str | None = None
 
 
-def compact_auto(table: Table, dry_run: bool = False) -> list[AutoResult]:
+def compact_auto(table: TableHandle, dry_run: bool = False) -> list[AutoResult]:
     """Compact the chunks the policy makes PENDING: one minor compaction of all
     minor ones, then a major compaction per interval (newest first)."""
     survey = _survey(table)
@@ -132,7 +132,7 @@ def compact_auto(table: Table, dry_run: bool = False) -> list[AutoResult]:
                 out.append(AutoResult(table.name, st, done_, err))
     gran = pol.segment_granularity or table.granularity
     done: set[Interval] = set()
-    upserts = "upsert.primary_key" in table._record.properties
+    upserts = table.is_upsert
     for st in (st for st in found if st.action == "major"):
         if upserts and pol.rollup is not None:
             why = "skipped: the policy rolls up, and an upsert table keeps one record per key"

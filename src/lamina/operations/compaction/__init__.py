@@ -16,15 +16,12 @@ meanwhile under APPEND locks (or optimistically) are carried onto its version.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lamina import table_write as tw
-from lamina.compaction_scope import candidates
-from lamina.compaction_span import major_interval
 from lamina.core.args import names, seconds, whole_number
 from lamina.core.autocompact import (
     DEFAULT_NICE,
@@ -52,22 +49,26 @@ from lamina.errors import (
     CommitConflictError,
     CompactionError,
     InvalidGranularityError,
+    UpsertError,
 )
-from lamina.evolve import since_loaded
+from lamina.failpoints import failpoint
 from lamina.io.arrow import time_values_us
 from lamina.io.background import run_niced
 from lamina.io.reader import padded
 from lamina.io.rollup import roll_up
 from lamina.io.writer import ChunkPart, pieces, write_parts
 from lamina.meta import commits
+from lamina.operations import steps as tw
+from lamina.operations.compaction.scope import candidates
+from lamina.operations.compaction.span import major_interval
+from lamina.operations.handle import TableHandle
+from lamina.operations.transaction import Rewrite
+from lamina.operations.upsert.read import latest_records
 from lamina.write import WriteTransaction
-
-if TYPE_CHECKING:
-    from lamina.table import Table
 
 
 def compact(
-    table: Table,
+    table: TableHandle,
     interval: Interval | str | tuple[Any, Any] | None,
     mode: str,
     target_rows_per_segment: int | None,
@@ -112,9 +113,10 @@ def compact(
     target = target_rows(table, target_rows_per_segment)
     # with the schema the table has now: a handle loaded before t.add_columns would
     # rewrite files without the columns added since
-    now, changed = since_loaded(table)
+    now, changed = table.reloaded()
+    failpoint("compaction.reloaded")
     if changed:
-        table = type(table)(table._ctx, now)
+        table = TableHandle(table.ctx, now)
     if mode == "major":
         iv = None if interval is None else Interval.coerce(interval)
         return compact_major(table, iv, segment_granularity, sort_by, rollup, target, prio, wait_s)
@@ -129,7 +131,7 @@ def compact(
     return compact_minor(table, runs, prio, wait_s, state, engine, nice_of(table.properties))
 
 
-def target_rows(table: Table, given: int | None) -> int:
+def target_rows(table: TableHandle, given: int | None) -> int:
     """The target rows per compacted segment: ``given``, else the table's policy's
     (``compaction.target_rows_per_segment``, else its target for writes).
     Raises CompactionError."""
@@ -141,7 +143,7 @@ def target_rows(table: Table, given: int | None) -> int:
 
 
 def plan(
-    table: Table, interval: Interval | None, target: int, small: int | None = None
+    table: TableHandle, interval: Interval | None, target: int, small: int | None = None
 ) -> list[MinorRun]:
     """The runs a minor compaction of ``interval`` (None: the whole table) would merge
     (on an upsert table, also rewrite: :func:`purge`)."""
@@ -150,25 +152,25 @@ def plan(
     return plan_minor(segs, target, small, stale, kept)
 
 
-def purge(table: Table, segs: list[Segment]) -> tuple[frozenset[str], dict[str, int]]:
+def purge(table: TableHandle, segs: list[Segment]) -> tuple[frozenset[str], dict[str, int]]:
     """An upsert table's segments among ``segs`` whose deletion vectors supersede
     ``compaction.max_superseded_percent`` of their records or more, and the records
     each segment with superseded ones keeps (both empty for other tables).
     Raises PropertyError."""
-    if "upsert.primary_key" not in table._record.properties or not segs:
+    if not table.is_upsert or not segs:
         return frozenset(), {}
     from lamina.meta import deletes
 
-    root = table._ctx.db.root + "/"
+    root = table.ctx.db.root + "/"
     by_path = {str(s.location).removeprefix(root): s.id for s in segs if s.location}
-    tid = table._record.id
-    found = table._ctx.db.read(lambda conn: deletes.latest(conn, tid, list(by_path)))
+    tid = table.record.id
+    found = table.ctx.db.read(lambda conn: deletes.latest(conn, tid, list(by_path)))
     counts = {by_path[p]: len(v.superseded) for p, v in found.items() if p in by_path}
     kept = {s.id: s.row_count - counts[s.id] for s in segs if counts.get(s.id)}
     return to_purge(segs, counts, superseded_pct_of(table.properties)), kept
 
 
-def chosen_runs(table: Table, ids: list[str], target: int) -> list[MinorRun]:
+def chosen_runs(table: TableHandle, ids: list[str], target: int) -> list[MinorRun]:
     """The runs merging exactly the named segments, one per chunk and version (as
     Druid checks a compaction's segment locks interval by interval); each run must
     obey the seed's three rules (see :func:`lamina.core.compaction.check_inputs`).
@@ -193,9 +195,9 @@ def chosen_runs(table: Table, ids: list[str], target: int) -> list[MinorRun]:
     ]
 
 
-def _merged(table: Table, run: MinorRun) -> pa.Table:
+def _merged(table: TableHandle, run: MinorRun) -> pa.Table:
     """The rows of a run's inputs, in root order, read in the calling thread."""
-    wh = table._ctx.warehouse
+    wh = table.ctx.warehouse
     parts = []
     for seg in run.inputs:
         assert seg.location is not None
@@ -207,14 +209,14 @@ def _merged(table: Table, run: MinorRun) -> pa.Table:
     return padded(pa.concat_tables(parts, promote_options="permissive"), table.schema)
 
 
-def _gone(table: Table, segment_id: str, location: str) -> NoReturn:
+def _gone(table: TableHandle, segment_id: str, location: str) -> NoReturn:
     """Raise for an input whose file is gone: CommitConflictError when its segment was
     removed meanwhile (retention may delete its file), WarehouseError when it is still
     live (the file was lost: no retry helps)."""
     from lamina.errors import WarehouseError
     from lamina.meta.segments import rows_by_id
 
-    rows = table._ctx.db.read(lambda conn: rows_by_id(conn, table._record.id, [segment_id]))
+    rows = table.ctx.db.read(lambda conn: rows_by_id(conn, table.record.id, [segment_id]))
     if rows and rows[0].removed_seq is None:
         raise WarehouseError(
             f"the file of live segment {segment_id} is missing ({location}); nothing was "
@@ -261,7 +263,7 @@ def engine_of(run: MinorRun, engine: str, schema: pa.Schema | None = None) -> st
 
 
 def _write_run(
-    table: Table,
+    table: TableHandle,
     commit_rel: str,
     run: MinorRun,
     engine: str,
@@ -277,7 +279,7 @@ def _write_run(
         rel = f"{commit_rel}/run-{run.root_range[0]}-{run.chunk.start}"
         paths = [s.location for s in run.inputs if s.location is not None]
         wrote = spark_rewrite(
-            get_spark(), table._record, table._ctx.warehouse, paths, run.outputs, rel
+            get_spark(), table.record, table.ctx.warehouse, paths, run.outputs, rel
         )
         files = [NewSegment(run.chunk, loc, n, size, lo, hi) for loc, n, size, lo, hi in wrote]
     else:
@@ -295,7 +297,7 @@ def _write_run(
 
 
 def _rewrite(
-    table: Table, commit_rel: str, run: MinorRun, drop: dict[str, np.ndarray] | None = None
+    table: TableHandle, commit_rel: str, run: MinorRun, drop: dict[str, np.ndarray] | None = None
 ) -> tuple[list[NewSegment], tuple[RowMap, ...]]:
     """Merge a run's inputs and write them as ``run.outputs`` files (pyarrow). Upsert
     tables (``drop``: per input path, the rows no longer any key's latest): those rows
@@ -318,16 +320,16 @@ def _rewrite(
     size = -(-data.num_rows // run.outputs) if data.num_rows else 1
     cuts = pieces(slice(0, data.num_rows), size)
     parts = [ChunkPart(run.chunk, data, r, times) for r in cuts]
-    files = write_parts(table._ctx.warehouse, commit_rel, parts)
+    files = write_parts(table.ctx.warehouse, commit_rel, parts)
     if drop is not None:
-        root = table._ctx.db.root + "/"
+        root = table.ctx.db.root + "/"
         sources = tuple(str(s.location).removeprefix(root) for s in run.inputs)
         maps = tuple(RowMap(sources, source[c], row[c]) for c in cuts)
     return files, maps
 
 
 def compact_minor(
-    table: Table,
+    table: TableHandle,
     runs: list[MinorRun],
     priority: int = PRIORITY_COMPACTION,
     wait_s: float | None = None,
@@ -344,7 +346,7 @@ def compact_minor(
     LockRevokedError (a higher-priority REPLACE or EXCLUSIVE lock took the chunk)."""
     if not runs:
         return None
-    ctx = table._ctx
+    ctx = table.ctx
     wait = ctx.writer_wait_s if wait_s is None else wait_s
     meta: dict[str, Any] = {"compaction": "minor", "runs": len(runs)}
     if state is not None:  # the compaction state its segments record (core.autocompact)
@@ -354,7 +356,7 @@ def compact_minor(
     # catalog transaction opens the commit and takes the locks)
     asked = [(LockType.SEGMENT, r.chunk, priority, frozenset(s.id for s in r.inputs)) for r in runs]
     with WriteTransaction(
-        ctx, table._record, CommitAction.COMPACT, meta, inflight=True, locks_at_open=(asked, wait)
+        ctx, table.record, CommitAction.COMPACT, meta, inflight=True, locks_at_open=(asked, wait)
     ) as w:
         drop = _superseded(table, runs)
         done = tuple(_write_run(table, w.dir, run, engine, nice, drop) for run in runs)
@@ -362,15 +364,15 @@ def compact_minor(
         return w.publish(PublishPlan(compacted=done, remove_ids=inputs, locked=True))
 
 
-def _superseded(table: Table, runs: list[MinorRun]) -> dict[str, np.ndarray] | None:
+def _superseded(table: TableHandle, runs: list[MinorRun]) -> dict[str, np.ndarray] | None:
     """Upsert tables: per input path, the rows that are no longer their key's latest
     record (a compaction leaves them out; live tombstones stay, still deciding later
     comparisons); None for other tables."""
-    if "upsert.primary_key" not in table._record.properties:
+    if not table.is_upsert:
         return None
     from lamina.meta import deletes
 
-    ctx, tid = table._ctx, table._record.id
+    ctx, tid = table.ctx, table.record.id
     root = ctx.db.root + "/"
     paths = {str(s.location): str(s.location).removeprefix(root) for r in runs for s in r.inputs}
 
@@ -383,7 +385,7 @@ def _superseded(table: Table, runs: list[MinorRun]) -> dict[str, np.ndarray] | N
 
 
 def compact_major(
-    table: Table,
+    table: TableHandle,
     interval: Interval | None,
     segment_granularity: str | None,
     sort_by: list[str] | None,
@@ -413,9 +415,7 @@ def compact_major(
     spec = None if rollup is None else Rollup.parse(rollup, table.schema, table.time_column)
     if spec is not None:
         check_query_granularity(spec.query_granularity, gran)
-    if spec is not None and "upsert.primary_key" in table._record.properties:
-        from lamina.errors import UpsertError
-
+    if spec is not None and table.is_upsert:
         raise UpsertError(
             f"rollup merges the records of many keys into one row: upsert table "
             f"{table.name!r} keeps one record per key; compact it without rollup"
@@ -435,25 +435,20 @@ def compact_major(
         meta["sort_by"] = list(sort_by)
     if rollup is not None:
         meta["rollup"] = rollup
-    from lamina.transaction import Transaction
-    from lamina.upsert import spec_of
-    from lamina.upsert_read import latest_records
-
-    upsert = spec_of(table)
-    with Transaction(  # t.transaction() refuses upsert tables; a compaction is resolved
-        table, metadata=meta, lock="REPLACE", interval=iv, priority=priority, wait_s=wait_s
+    upsert = table.upsert_spec
+    with Rewrite(  # an upsert table's rewritten records are resolved at publish
+        table, upsert, meta, lock="REPLACE", interval=iv, priority=priority, wait_s=wait_s
     ) as tx:
-        tx._rewrite = True
-        tx._upsert = upsert
         base = tx.base_seq
-        at_base = commits.history(table._ctx.db, table.name, seq=base) if base else []
+        at_base = commits.history(table.ctx.db, table.name, seq=base) if base else []
         as_of = at_base[0].id if at_base else None
         if as_of is None:
             data = table.schema.empty_table()
         elif upsert is not None:  # each key's latest record, live tombstones too
             data = latest_records(table, as_of, iv)
         else:
-            data = table.to_arrow(as_of, interval=iv)
+            data = table.rows(as_of, interval=iv)
+        failpoint("compaction.major.read", table=table)
         held = _held_chunks(table, as_of, iv, gran)
         if held is not None and not held and not data.num_rows:
             tx.abort()  # a concurrent write emptied the interval before the base
@@ -466,12 +461,12 @@ def compact_major(
             data = data.sort_by([(table.time_column, "ascending")])
         # read at the base: a column added since the table was loaded is a conflict
         data = padded(data, table.schema)
-        tx._overwrite(data, iv, (gran, target_rows), held)
+        tx.rewrite(data, iv, (gran, target_rows), held)
     return tx.commit_result
 
 
 def _held_chunks(
-    table: Table, as_of: int | None, iv: Interval, gran: Granularity
+    table: TableHandle, as_of: int | None, iv: Interval, gran: Granularity
 ) -> set[Interval] | None:
     """The ``gran`` chunks of ``iv`` that segments with data show in at ``as_of``: a
     major compaction rewrites those, and leaves the empty ones be (a sparse HOUR table

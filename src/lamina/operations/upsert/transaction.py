@@ -1,6 +1,6 @@
 """A transaction's operations on an upsert table: each stored (plain upserts) or held
 until the commit (partial upserts, merged then with their keys' current records), and
-resolved together by key at publish (see :mod:`lamina.upsert`)."""
+resolved together by key at publish (see :mod:`lamina.operations.upsert`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from lamina import table_write as tw
 from lamina.core.upsert import UpsertBatch, resolve_batch
-from lamina.upsert import (
+from lamina.operations import steps as tw
+from lamina.operations.upsert import (
     live_files,
     read_back,
     records_of,
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from lamina.core.interval import Interval
     from lamina.core.model import NewSegment
     from lamina.core.upsert import UpsertSpec
-    from lamina.table import Table
+    from lamina.operations.handle import TableHandle
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class Stored:
 
 
 def store(
-    table: Table, data: Any, action: str, interval: Interval | None, commit_dir: str
+    table: TableHandle, data: Any, action: str, interval: Interval | None, commit_dir: str
 ) -> Stored:
     """Write ``data``'s records under ``commit_dir`` for a transaction (an upsert, or
     an overwrite of ``interval``); they are resolved when it commits
@@ -50,7 +50,7 @@ def store(
     from lamina.io.writer import split_by_chunk, write_parts
 
     spec = require(table)
-    rec, wh = table._record, table._ctx.warehouse
+    rec, wh = table.record, table.ctx.warehouse
     if is_spark_dataframe(data):
         from lamina.engines.spark import spark_producer
 
@@ -111,14 +111,14 @@ class Held:
     chunks: tuple[Interval, ...]
 
 
-def hold(table: Table, data: Any, action: str, interval: Interval | None) -> Held:
+def hold(table: TableHandle, data: Any, action: str, interval: Interval | None) -> Held:
     """Check an operation of a transaction on a partial-upsert table and hold its
     records (a Spark DataFrame comes to the driver, as for ``t.upsert``). Raises
     UpsertError, SchemaError, TimeColumnError, DataOutsideIntervalError."""
     from lamina.io.arrow import is_spark_dataframe
     from lamina.io.writer import split_by_chunk
 
-    spec, rec = require(table), table._record
+    spec, rec = require(table), table.record
     if is_spark_dataframe(data):
         data = data.toArrow()
     batch = records_of(spec, rec, data)
@@ -131,7 +131,7 @@ def hold(table: Table, data: Any, action: str, interval: Interval | None) -> Hel
 
 
 def merge_held(
-    table: Table, held: list[Held], chunks: Iterable[Interval], remove: list[str], where: str
+    table: TableHandle, held: list[Held], chunks: Iterable[Interval], remove: list[str], where: str
 ) -> tuple[list[NewSegment], list[NewSegment], UpsertBatch]:
     """A partial-upsert transaction at commit: its operations' records, in operation
     order, merged with their keys' current records (those its overwrites of ``chunks``
@@ -143,7 +143,7 @@ def merge_held(
     from lamina.io.writer import split_by_chunk, write_parts
     from lamina.meta import keys as key_index
 
-    ctx, rec, spec = table._ctx, table._record, require(table)
+    ctx, rec, spec = table.ctx, table.record, require(table)
     wh, url = ctx.warehouse, str(ctx.db.engine.url)
     same_schema(table)  # else the merged records would lose the columns added since
     records = pa.concat_tables([h.records for h in held])

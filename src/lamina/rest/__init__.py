@@ -35,8 +35,10 @@ from lamina.errors import (
     ServeError,
     TableNotFoundError,
 )
-from lamina.rest_errors import message, status_of
-from lamina.rest_models import (
+from lamina.meta.tables import get_table
+from lamina.operations.handle import TableHandle
+from lamina.rest.errors import message, status_of
+from lamina.rest.models import (
     ChunkCompactionInfo,
     CompactRequest,
     CompactResult,
@@ -265,11 +267,14 @@ def revert_replace_segments(
     response_model=list[ChunkCompactionInfo],
     responses={404: _ERRORS[404]},
 )
-def compaction_status(t: TableDep) -> list[ChunkCompactionInfo]:
+def compaction_status(
+    t: TableDep, cat: Annotated[lamina.Catalog, Depends(_catalog)]
+) -> list[ChunkCompactionInfo]:
     """Each chunk's compaction status under the table's ``compaction.*`` policy, newest
     first, with the reason (what ``lamina compact --auto --dry-run`` lists)."""
-    from lamina.autocompaction import auto_status
+    from lamina.operations.compaction.auto import auto_status
 
+    h = TableHandle(cat.context, get_table(cat.context.db, t.name))
     return [
         ChunkCompactionInfo(
             interval=str(st.chunk),
@@ -279,7 +284,7 @@ def compaction_status(t: TableDep) -> list[ChunkCompactionInfo]:
             small=st.small,
             reason=st.reason,
         )
-        for st in auto_status(t)
+        for st in auto_status(h)
     ]
 
 

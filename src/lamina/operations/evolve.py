@@ -6,19 +6,54 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from lamina.changes import CHANGE, COMMIT_ID, COMMIT_SEQ
+from lamina.core.autocompact import check_policy, policy_of
+from lamina.core.model import Commit, TableRecord
+from lamina.core.properties import as_text, check_properties, check_reserved
+from lamina.core.upsert_spec import refuse_consistent_push
 from lamina.errors import SchemaError
+from lamina.meta import tables
+from lamina.meta.schemas import change_schema
+from lamina.operations.handle import TableHandle
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from lamina.core.model import TableRecord
-    from lamina.table_read import TableReads
+
+def change_properties(h: TableHandle, props: dict[str, Any], remove: tuple[str, ...]) -> None:
+    """Set ``props`` and remove ``remove`` in one catalog change; the handle's record
+    becomes the new one. Raises PropertyError (nothing changes then)."""
+    values = as_text(props)
+    check_reserved([*values, *remove], creating=False)
+    if h.is_upsert:
+        refuse_consistent_push(values)
+    checked = check_properties(values)
+    if any(k.startswith("compaction.") for k in [*checked, *remove]):  # on this table
+        after = {**h.record.properties, **checked}
+        after = {k: v for k, v in after.items() if k not in remove}
+        pol = policy_of(after, h.target_rows_per_segment)
+        check_policy(pol, h.schema, h.time_column, h.granularity, setting=True)
+    h.record = tables.set_properties(h.ctx.db, h.name, checked, remove)
+
+
+def add_columns(h: TableHandle, fields: Any) -> Commit:
+    """Add nullable columns in one ALTER commit; the handle's record becomes the new
+    one. Raises SchemaError, UpsertError (nothing changes then)."""
+    wanted = new_fields(fields)
+    h.record, commit = change_schema(h.ctx.db, h.name, lambda rec: added(rec, wanted))
+    return commit
+
+
+def widen_column(h: TableHandle, column: Any, new_type: Any) -> Commit:
+    """Widen a column's type in one ALTER commit; the handle's record becomes the new
+    one. Raises SchemaError, UpsertError (nothing changes then)."""
+    h.record, commit = change_schema(h.ctx.db, h.name, lambda rec: widened(rec, column, new_type))
+    return commit
 
 
 def check_names(names: list[str]) -> None:
     """Raises SchemaError for an empty or repeated column name (ignoring case, as SQL
     does), one that incremental reads add, or one of lamina's own (``__lamina``...)."""
-    from lamina.changes import CHANGE, COMMIT_ID, COMMIT_SEQ
 
     seen: dict[str, str] = {}
     for name in names:
@@ -42,21 +77,6 @@ def check_names(names: list[str]) -> None:
                 f"column {name!r} has the name of a column t.read_changes adds "
                 f"({CHANGE}, {COMMIT_ID}, {COMMIT_SEQ} are reserved): rename it"
             )
-
-
-def changed_columns(old: pa.Schema, new: pa.Schema) -> list[str]:
-    """The columns of ``new`` that ``old`` lacks or types otherwise (added, widened)."""
-    return [f.name for f in new if f.name not in old.names or old.field(f.name).type != f.type]
-
-
-def since_loaded(table: TableReads) -> tuple[TableRecord, list[str]]:
-    """The table's catalog row now, and the columns added or widened since the handle
-    ``table`` was loaded (none: its schema is current). Raises TableNotFoundError,
-    CatalogUnavailableError."""
-    from lamina.meta.tables import get_table
-
-    now = get_table(table._ctx.db, table.name)
-    return now, changed_columns(table._record.schema, now.schema)
 
 
 def new_fields(fields: Any) -> list[pa.Field]:

@@ -12,36 +12,28 @@ publishing second counts as the later.
 from __future__ import annotations
 
 import functools
-import random
-import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
-from lamina import table_write as tw
 from lamina.core.model import Commit, CommitAction
 from lamina.core.upsert import UpsertBatch, UpsertSpec, resolve_batch
-from lamina.errors import CommitConflictError, UpsertError
+from lamina.errors import SchemaError, UpsertError
+from lamina.operations import steps as tw
+from lamina.operations.handle import TableHandle
+from lamina.operations.retry import MERGE_ATTEMPTS, retrying
 
 if TYPE_CHECKING:
     from lamina.core.interval import Interval
     from lamina.core.model import NewSegment, TableRecord
     from lamina.io.warehouse import Warehouse
-    from lamina.table import Table
-    from lamina.table_read import TableReads
 
 
-def spec_of(table: TableReads) -> UpsertSpec | None:
-    """The table's upsert definition (None: not an upsert table)."""
-    rec = table._record
-    return UpsertSpec.from_properties(rec.properties, rec.schema, rec.time_column)
-
-
-def require(table: TableReads) -> UpsertSpec:
+def require(table: TableHandle) -> UpsertSpec:
     """The table's upsert definition. Raises UpsertError for a table without one."""
-    spec = spec_of(table)
+    spec = table.upsert_spec
     if spec is None:
         raise UpsertError(
             f"table {table.name!r} has no primary key: upsert into a table created with "
@@ -50,9 +42,9 @@ def require(table: TableReads) -> UpsertSpec:
     return spec
 
 
-def refuse(table: Table, what: str) -> None:
+def refuse(table: TableHandle, what: str) -> None:
     """Refuse a write upsert tables do not take yet. Raises UpsertError."""
-    if "upsert.primary_key" in table._record.properties:
+    if table.is_upsert:
         raise UpsertError(
             f"{what} is not supported on upsert table {table.name!r} yet: upsert the "
             "records (a record with the delete column true removes its key)"
@@ -85,7 +77,7 @@ def records_of(spec: UpsertSpec, rec: TableRecord, data: Any) -> pa.Table:
 
 
 def upsert(
-    table: Table,
+    table: TableHandle,
     data: Any,
     metadata: dict[str, Any] | None = None,
     txn: tuple[str, int] | None = None,
@@ -97,8 +89,8 @@ def upsert(
     from lamina.io.arrow import is_spark_dataframe
 
     spec = require(table)
-    rec = table._record
-    wh = table._ctx.warehouse
+    rec = table.record
+    wh = table.ctx.warehouse
     if is_spark_dataframe(data) and not spec.is_partial:
         _prefetch_keys(table)  # read while Spark writes (a partial upsert reads it first)
     if is_spark_dataframe(data) and spec.is_partial:
@@ -133,7 +125,7 @@ def upsert(
 
 
 def overwrite(
-    table: Table,
+    table: TableHandle,
     data: Any,
     interval: Interval | None,
     metadata: dict[str, Any] | None = None,
@@ -152,7 +144,7 @@ def overwrite(
     from lamina.core.keyhash import key_hashes
 
     spec = require(table)
-    batch = records_of(spec, table._record, data)
+    batch = records_of(spec, table.record, data)
     read = UpsertBatch(spec, resolve_batch(batch, spec), key_hashes(batch, spec.primary_key), ())
     if spec.is_partial:
         done = _partial(table, read, metadata, txn, action, interval, remove)
@@ -165,7 +157,7 @@ def overwrite(
 
 
 def _write(
-    table: Table,
+    table: TableHandle,
     records: pa.Table,
     read: UpsertBatch,
     metadata: dict[str, Any] | None,
@@ -180,7 +172,7 @@ def _write(
     from lamina.errors import ChunkLayoutError
     from lamina.io.writer import split_by_chunk, write_parts
 
-    rec, wh = table._record, table._ctx.warehouse
+    rec, wh = table.record, table.ctx.warehouse
     refine = None
     while True:
         parts = split_by_chunk(
@@ -216,7 +208,7 @@ def _same(batch: UpsertBatch, files: list[NewSegment]) -> UpsertBatch:
     return batch
 
 
-def _prefetch_keys(table: Table) -> None:
+def _prefetch_keys(table: TableHandle) -> None:
     """Start loading the saved key index if this process has none (it is read while
     Spark writes the data files). Not for local batches: with the read in a thread
     beside the batch's hashing, resolving and writing, a fresh process's upsert of 100k
@@ -225,25 +217,20 @@ def _prefetch_keys(table: Table) -> None:
     threads wait on each other for the GIL."""
     from lamina.meta import keys as key_index
 
-    db, url = table._ctx.db, str(table._ctx.db.engine.url)
-    if key_index.held(url, table._record.id) is None:
-        db.read(lambda conn: key_index.prefetch(conn, url, table._record, table._ctx.warehouse))
+    db, url = table.ctx.db, str(table.ctx.db.engine.url)
+    if key_index.held(url, table.record.id) is None:
+        db.read(lambda conn: key_index.prefetch(conn, url, table.record, table.ctx.warehouse))
 
 
-def _save_keys(table: Table) -> None:
+def _save_keys(table: TableHandle) -> None:
     """Snapshot the key index when due (a new process then starts from it)."""
     from lamina.meta.key_snapshots import save_if_due
 
-    save_if_due(table._ctx.db, table._record, table._ctx.warehouse)
-
-
-#: times a partial upsert merges and writes again when another upsert of its keys
-#: published first (after a short random pause, longer each time)
-PARTIAL_ATTEMPTS = 20
+    save_if_due(table.ctx.db, table.record, table.ctx.warehouse)
 
 
 def _partial(
-    table: Table,
+    table: TableHandle,
     read: UpsertBatch,
     metadata: dict[str, Any] | None,
     txn: tuple[str, int] | None,
@@ -254,26 +241,17 @@ def _partial(
     """A partial upsert (or overwrite, refresh: ``action``): merge with the keys'
     current records (those the write leaves), write the merged records, publish unless
     one of its keys changed meanwhile — then merge and write again, up to
-    :data:`PARTIAL_ATTEMPTS` times (after a short random pause, longer each time).
-    Raises CommitConflictError."""
-    for attempt in range(PARTIAL_ATTEMPTS):
-        try:
-            return _merge_and_write(table, read, metadata, txn, action, interval, remove)
-        except CommitConflictError as exc:  # a key changed before it published
-            if not exc.retryable or attempt == PARTIAL_ATTEMPTS - 1:
-                raise
-            pause(attempt)
-    raise AssertionError("unreachable")
-
-
-def pause(attempt: int) -> None:
-    """Before a partial upsert merges again: a short random pause, longer after each
-    attempt, so that the others go first."""
-    time.sleep(random.uniform(0, 0.005 * (attempt + 1)))
+    :data:`lamina.operations.retry.MERGE_ATTEMPTS` times (after a short random pause,
+    longer each time). Raises CommitConflictError."""
+    return retrying(
+        lambda _: _merge_and_write(table, read, metadata, txn, action, interval, remove),
+        MERGE_ATTEMPTS,
+        pause=True,
+    )
 
 
 def _merge_and_write(
-    table: Table,
+    table: TableHandle,
     read: UpsertBatch,
     metadata: dict[str, Any] | None,
     txn: tuple[str, int] | None,
@@ -286,7 +264,7 @@ def _merge_and_write(
     from lamina.core.upsert import resolve_against
     from lamina.meta import keys as key_index
 
-    ctx, rec, spec = table._ctx, table._record, read.spec
+    ctx, rec, spec = table.ctx, table.record, read.spec
     wh, url = ctx.warehouse, str(ctx.db.engine.url)
     same_schema(table)
     gone = _replaced_files(table, read, action, interval, remove)
@@ -300,14 +278,11 @@ def _merge_and_write(
     )
 
 
-def same_schema(table: Table) -> None:
+def same_schema(table: TableHandle) -> None:
     """Raise SchemaError if columns were added to or widened in the table since its
     handle was loaded: a partial upsert merging with that handle's schema would write
     the merged records without them, and so lose the values the records had there."""
-    from lamina.errors import SchemaError
-    from lamina.evolve import since_loaded
-
-    _, changed = since_loaded(table)
+    _, changed = table.reloaded()
     if changed:
         raise SchemaError(
             f"columns {changed} were added to or widened in {table.name!r} since this handle "
@@ -318,7 +293,7 @@ def same_schema(table: Table) -> None:
 
 
 def _replaced_files(
-    table: Table,
+    table: TableHandle,
     read: UpsertBatch,
     action: CommitAction,
     interval: Interval | None,
@@ -330,17 +305,17 @@ def _replaced_files(
 
     if action == CommitAction.UPSERT:
         return set()
-    rec = table._record
+    rec = table.record
     parts = split_by_chunk(read.resolved.batch, rec.time_column, rec.granularity, 2**62)
     chunks = tw.overwrite_chunks(table, action, [p.chunk for p in parts], interval) or ()
     return live_files(table, chunks, remove)
 
 
-def live_files(table: Table, chunks: Iterable[Interval], remove: Iterable[str]) -> set[str]:
+def live_files(table: TableHandle, chunks: Iterable[Interval], remove: Iterable[str]) -> set[str]:
     """The files (catalog locations) of the live segments inside ``chunks`` or with
     an id in ``remove``."""
     chunks, remove = tuple(chunks), set(remove)
-    root = table._ctx.db.root + "/"
+    root = table.ctx.db.root + "/"
     return {
         str(s.location).removeprefix(root)
         for s in table.snapshot().segments

@@ -1,25 +1,31 @@
 """A table: its writes (append, upsert, overwrite, refresh, transactions, pushes,
-compactions) on top of its definition (:mod:`lamina.table_definition`) and its reads
-(:mod:`lamina.table_read`)."""
+compactions) on top of its definition (:mod:`lamina.table.definition`) and its reads
+(:mod:`lamina.table.reads`)."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from lamina import table_write as tw
-from lamina.core.interval import ETERNITY, Interval
-from lamina.core.model import Commit, CommitAction, PublishPlan, user_metadata
-from lamina.table_definition import TableDefinition
+from lamina.core.args import flag, names, whole_number
+from lamina.core.interval import Interval
+from lamina.core.model import Commit, txn_of, user_metadata
+from lamina.errors import (
+    LineageEntryNotFoundError,
+    LineageRequestError,
+    SegmentNotFoundError,
+    TransactionError,
+)
+from lamina.table.definition import TableDefinition
 
 if TYPE_CHECKING:
     from lamina.core.lineage import LineageEntry
-    from lamina.push import ConsistentPush
-    from lamina.transaction import Transaction
+    from lamina.operations.handle import TableHandle
+    from lamina.operations.push import ConsistentPush
+    from lamina.operations.transaction import Transaction
 
-# The write path (pyarrow, numpy, the commit modules) is imported by the methods that
-# write: reading a table's segments needs none of it.
+# The write path (the operations: pyarrow, numpy, the commit modules) is imported by
+# the methods that write: reading a table's segments needs none of it.
 
 
 class Table(TableDefinition):
@@ -27,17 +33,19 @@ class Table(TableDefinition):
     time, while schema and properties are as loaded (``cat.load_table`` again to see
     another process's ``set_properties`` or ``add_columns``)."""
 
+    _handle: TableHandle
+
     # -- writing ------------------------------------------------------------------
 
     @property
     def ingestion_type(self) -> str:
         """APPEND or REFRESH (informational; both write paths work on any table)."""
-        return self._record.properties.get("ingestion_type", "APPEND")
+        return self._handle.record.properties.get("ingestion_type", "APPEND")
 
     @property
     def consistent_push(self) -> bool:
         """Whether appends and refreshes go through a lineage entry (atomic, revertible)."""
-        return self._record.properties.get("consistent_push", "false") == "true"
+        return self._handle.consistent_push
 
     def append(
         self,
@@ -57,51 +65,10 @@ class Table(TableDefinition):
         retry (see ``CommitConflictError.retryable``).
         Raises CommitConflictError, SchemaError, TimeColumnError, MetadataError.
         """
-        metadata = user_metadata(metadata)
-        if "upsert.primary_key" in self._record.properties:  # an upsert table: by key
-            return self.upsert(data, metadata, txn=txn)
-        if not self.consistent_push:
-            return tw.retrying(
-                retries,
-                lambda: tw.write(self, CommitAction.APPEND, data, None, metadata, txn=txn),
-                data,
-            )
-        return tw.retrying(retries, lambda: self._push_append(data, metadata, txn), data)
+        from lamina.operations.kinds import kind_of  # the write path
 
-    def _push_append(
-        self, data: Any, metadata: dict[str, Any], txn: tuple[str, int] | None
-    ) -> Commit:
-        """An append of a ``consistent_push`` table: under a lineage entry of its own,
-        ended by the same publish (a ``txn`` applied already opens none)."""
-        if txn is not None:
-            done = tw.applied(self, txn)
-            if done is not None:
-                return done
-        produce = tw.producer(
-            self, data, CommitAction.APPEND, None
-        )  # validate before opening an entry
-        entry = self.start_replace([], [])
-        try:
-            remake = None
-            if tw.refinable(data):  # into a day a compaction split: split as Druid does
-                remake = functools.partial(tw.producer, self, data, CommitAction.APPEND, None)
-            commit = tw.write(
-                self,
-                CommitAction.APPEND,
-                tw.Produced(produce),
-                None,
-                metadata,
-                entry,
-                complete=True,
-                txn=txn,
-                remake=remake,
-            )
-        except BaseException:
-            tw.revert_quietly(self, entry)
-            raise
-        if txn is not None and commit.metadata.get("lineage_entry") != entry:
-            tw.revert_quietly(self, entry)  # a twin applied it meanwhile: ours stays empty
-        return commit
+        h = self._handle
+        return kind_of(h).append(h, data, user_metadata(metadata), txn, retries)
 
     def upsert(
         self,
@@ -115,22 +82,14 @@ class Table(TableDefinition):
         ``txn``: exactly once, as for :meth:`append`. Raises UpsertError (not an upsert
         table, null keys or comparison values), SchemaError, TimeColumnError,
         MetadataError."""
-        from lamina.upsert import upsert
+        from lamina.operations.upsert import upsert  # the write path
 
-        return upsert(self, data, user_metadata(metadata), txn)
-
-    def _refuse_upsert(self, what: str) -> None:
-        if "upsert.primary_key" in self._record.properties:
-            from lamina.upsert import refuse
-
-            refuse(self, what)
+        return upsert(self._handle, data, user_metadata(metadata), txn)
 
     @property
     def primary_key(self) -> tuple[str, ...] | None:
         """The upsert table's primary key columns (None: not an upsert table)."""
-        from lamina.upsert import spec_of
-
-        spec = spec_of(self)
+        spec = self._handle.upsert_spec
         return None if spec is None else spec.primary_key
 
     def overwrite(
@@ -147,17 +106,12 @@ class Table(TableDefinition):
         ``retries``: as :meth:`append` (an overwrite that lost to another overwrite is
         never retried: that would silently drop the other's rows).
         Raises CommitConflictError, DataOutsideIntervalError, MetadataError."""
-        iv = tw.aligned(self, interval)
-        metadata = user_metadata(metadata)
-        if "upsert.primary_key" in self._record.properties:  # then upserted (docs/upserts.md)
-            from lamina.upsert import overwrite
+        from lamina.operations import steps  # the write path
+        from lamina.operations.kinds import kind_of
 
-            return overwrite(self, data, iv, metadata, txn)
-        return tw.retrying(
-            retries,
-            lambda: tw.write(self, CommitAction.OVERWRITE, data, iv, metadata, txn=txn),
-            data,
-        )
+        h = self._handle
+        iv = steps.aligned(h, interval)
+        return kind_of(h).overwrite(h, data, iv, user_metadata(metadata), txn, retries)
 
     def refresh(
         self,
@@ -176,46 +130,11 @@ class Table(TableDefinition):
         upserted against the rest, in one commit (see docs/upserts.md).
         Raises CommitConflictError, DataOutsideIntervalError, MetadataError.
         """
-        iv = tw.aligned(self, interval)
-        metadata = user_metadata(metadata)
-        if "upsert.primary_key" in self._record.properties:
-            from lamina.upsert import overwrite
+        from lamina.operations import steps  # the write path
+        from lamina.operations.kinds import kind_of
 
-            gone = tuple(s.id for s in self.snapshot(interval=iv).segments)
-            return overwrite(self, data, iv, metadata, action=CommitAction.REFRESH, remove=gone)
-        from lamina.write import WriteTransaction
-
-        produce = tw.producer(self, data, CommitAction.REFRESH, iv)
-        meta = dict(metadata)
-        action = CommitAction.REFRESH
-        with WriteTransaction(self._ctx, self._record, action, meta, inflight=True) as txn:
-            if not self.consistent_push:
-                live = [s.id for s in self.snapshot(interval=iv).segments]
-                files = produce(txn.dir)
-                chunks = tw.overwrite_chunks(
-                    self, CommitAction.REFRESH, [f.chunk for f in files], iv
-                )
-                whole = None if iv is None else (iv,)
-                plan = PublishPlan(tuple(files), chunks, remove_ids=tuple(live), replaced=whole)
-                return txn.publish(plan)
-            entry = self.start_replace([], [], force_cleanup=True, replace_live=iv or ETERNITY)
-            try:
-                files = produce(txn.dir)
-                chunks = tw.overwrite_chunks(
-                    self, CommitAction.REFRESH, [f.chunk for f in files], iv
-                )
-                plan = PublishPlan(
-                    tuple(files),
-                    chunks,
-                    replaced=None if iv is None else (iv,),
-                    lineage_entry=entry,
-                    suffix=f"c{txn.id}",
-                    complete_entry=True,
-                )
-                return txn.publish(plan)  # publishes and ends the entry in one transaction
-            except BaseException:
-                tw.revert_quietly(self, entry)
-                raise
+        h = self._handle
+        return kind_of(h).refresh(h, data, steps.aligned(h, interval), user_metadata(metadata))
 
     def transaction(
         self,
@@ -250,17 +169,15 @@ class Table(TableDefinition):
         Raises TransactionError, LockError, LockTimeoutError, InvalidIntervalError,
         MetadataError.
         """
-        from lamina.transaction import Transaction
+        from lamina.operations.transaction import Transaction  # the write path
 
         meta = user_metadata(metadata)
-        return Transaction(self, isolation, meta, txn, lock, interval, priority, wait_s)
+        return Transaction(self._handle, isolation, meta, txn, lock, interval, priority, wait_s)
 
     def locks(self) -> list[Any]:
         """The table's task locks and waiting requests (type, interval, priority,
         state, holder commit and host:pid)."""
-        from lamina.meta.locks import list_locks
-
-        return list_locks(self._ctx.db, self.name)
+        return self._handle.locks()
 
     def foreach_batch(self, app_id: str, mode: str = "append") -> Callable[[Any, int], None]:
         """A Spark Structured Streaming ``foreachBatch`` function writing each
@@ -269,10 +186,6 @@ class Table(TableDefinition):
         an upsert table) or "overwrite" (each batch replaces the chunks it touches).
         ``df.writeStream.foreachBatch(t.foreach_batch("orders-stream")).start()``
         Raises TransactionError for an unknown mode or an empty ``app_id``."""
-        from lamina.core.args import whole_number
-        from lamina.core.model import txn_of
-        from lamina.errors import TransactionError
-
         if mode not in ("append", "overwrite") or not app_id:
             raise TransactionError(
                 f"foreach_batch(app_id={app_id!r}, mode={mode!r}): give a non-empty app id "
@@ -317,10 +230,10 @@ class Table(TableDefinition):
         (something changed under it: nothing published), LockTimeoutError,
         LockRevokedError, InvalidIntervalError.
         """
-        from lamina import compaction
+        from lamina.operations import compaction  # the write path
 
         return compaction.compact(
-            self,
+            self._handle,
             interval,
             mode,
             target_rows_per_segment,
@@ -338,18 +251,15 @@ class Table(TableDefinition):
 
         ``with t.push() as p: p.append(batch1); p.append(batch2)``
         """
-        self._refuse_upsert("a consistent push")
-        from lamina.push import ConsistentPush
+        from lamina.operations.push import ConsistentPush  # the write path
 
-        return ConsistentPush(self, user_metadata(metadata))
+        return ConsistentPush(self._handle, user_metadata(metadata))
 
     # -- lineage --------------------------------------------------------------------
 
     def lineage(self) -> list[LineageEntry]:
         """The table's lineage entries (oldest first)."""
-        from lamina.meta import lineage
-
-        return lineage.list_entries(self._ctx.db, self.name)
+        return self._handle.lineage()
 
     def start_replace(
         self,
@@ -369,21 +279,15 @@ class Table(TableDefinition):
         ``replace_live``: instead of ``segments_from``, every live segment overlapping
         this interval, read in the same transaction. Raises LineageError.
         """
-        self._refuse_upsert("a segment replacement (lineage)")
-        from lamina.core.args import flag, names
-        from lamina.errors import LineageRequestError
-        from lamina.meta import lineage
+        from lamina.operations import lineage  # the write path
 
-        entry, garbage = lineage.start_replace(
-            self._ctx.db,
-            self.name,
+        return lineage.start_replace(
+            self._handle,
             names(segments_from, "segments_from", LineageRequestError, "segment ids"),
             names(segments_to, "segments_to", LineageRequestError, "segment ids"),
             flag(force_cleanup, "force_cleanup"),
             None if replace_live is None else Interval.coerce(replace_live),
         )
-        self._ctx.delete_files(garbage)
-        return entry
 
     def end_replace(self, entry_id: str, segments_to: list[str] | None = None) -> None:
         """Complete an entry: readers switch to its segments_to at once (idempotent).
@@ -393,38 +297,30 @@ class Table(TableDefinition):
         written under the entry shows.
         Raises LineageError (names never written, not in the entry),
         LineageEntryNotFoundError, UpsertError (an upsert table has no lineage)."""
-        from lamina.meta import lineage
+        from lamina.operations import lineage  # the write path
 
-        self._refuse_upsert("a segment replacement (lineage)")
         if segments_to is not None:
-            from lamina.core.args import names
-            from lamina.errors import LineageRequestError
-
             segments_to = names(segments_to, "segments_to", LineageRequestError, "segment ids")
-        lineage.end_replace(self._ctx.db, self.name, _entry_id(entry_id), segments_to)
+        lineage.end_replace(self._handle, _entry_id(entry_id), segments_to)
 
     def revert_replace(self, entry_id: str, force: bool = False) -> None:
         """Undo an entry: readers see its segments_from again. IN_PROGRESS needs force;
         a COMPLETED one (a rollback) must be the newest link of its chain.
         Raises LineageError, LineageEntryNotFoundError, UpsertError (an upsert table
         has no lineage)."""
-        from lamina.core.args import flag
-        from lamina.meta import lineage
+        from lamina.operations import lineage  # the write path
 
-        self._refuse_upsert("a segment replacement (lineage)")
-        lineage.revert_replace(self._ctx.db, self.name, _entry_id(entry_id), flag(force, "force"))
+        lineage.revert_replace(self._handle, _entry_id(entry_id), flag(force, "force"))
 
     def delete_segments(self, segment_ids: list[str]) -> Commit:
         """Remove live segments in one commit; refuses segments a lineage entry holds.
         Raises SegmentNotFoundError (also for a lone id: pass a list), LineageError."""
-        from lamina.core.args import names
-        from lamina.errors import SegmentNotFoundError
-        from lamina.meta import publish
+        from lamina.operations import lineage  # the write path
 
         ids = names(segment_ids, "delete_segments", SegmentNotFoundError, "segment ids")
         if not ids:
             raise SegmentNotFoundError("delete_segments needs at least one segment id")
-        return publish.delete_segments(self._ctx.db, self.name, ids)
+        return lineage.delete_segments(self._handle, ids)
 
     def __repr__(self) -> str:
         return f"Table({self.name!r}, time_column={self.time_column!r}, {self.granularity.value})"
@@ -434,8 +330,6 @@ def _entry_id(value: Any) -> str:
     """A lineage entry's id, as ``start_replace`` returned it. Raises
     LineageEntryNotFoundError."""
     if not isinstance(value, str):
-        from lamina.errors import LineageEntryNotFoundError
-
         raise LineageEntryNotFoundError(
             f"a lineage entry id is the string start_replace returned (see t.lineage()), "
             f"not {value!r}"

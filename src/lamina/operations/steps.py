@@ -9,16 +9,25 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from lamina.core.args import whole_number
 from lamina.core.interval import ETERNITY, Granularity, Interval
 from lamina.core.model import Commit, CommitAction, NewSegment, PublishPlan
-from lamina.errors import ChunkLayoutError, DataOutsideIntervalError, LaminaError, SchemaError
+from lamina.errors import (
+    ChunkLayoutError,
+    CommitConflictError,
+    DataOutsideIntervalError,
+    InvalidArgumentError,
+    LaminaError,
+    SchemaError,
+)
+from lamina.operations.handle import TableHandle
+from lamina.operations.retry import retrying
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from lamina.core.upsert import UpsertBatch
     from lamina.io.writer import ChunkPart
-    from lamina.table import Table
 
 #: A RecordBatchReader is written in pieces of about this many bytes of Arrow data.
 STREAM_FLUSH_BYTES = 256 * 1024 * 1024
@@ -32,31 +41,28 @@ class Produced:
     files: Callable[[str], list[NewSegment]]
 
 
-def retrying(retries: int, write: Callable[[], Commit], data: Any = None) -> Commit:
+def retried(retries: int, write: Callable[[], Commit], data: Any = None) -> Commit:
     """``write()``, again up to ``retries`` times after a conflict that is safe to
-    retry (``CommitConflictError.retryable``) — not when ``data`` is a stream, which
-    the first try consumed. Raises the last CommitConflictError."""
-    from lamina.core.args import whole_number
-    from lamina.errors import CommitConflictError, InvalidArgumentError
-
+    retry (:func:`lamina.operations.retry.retrying`) — not when ``data`` is a stream,
+    which the first try consumed. Raises the last CommitConflictError,
+    InvalidArgumentError (``retries`` is not a whole number)."""
     retries = whole_number(retries, "retries", InvalidArgumentError)
-    for attempt in range(retries + 1):
-        try:
-            return write()
-        except CommitConflictError as exc:
-            if not exc.retryable or attempt == retries:
-                raise
-            if not refinable(data):
-                raise CommitConflictError(
-                    f"{exc}; not retried: the RecordBatchReader was read by this try and "
-                    "holds no rows for another — write its batches again (or pass a Table)",
-                    exc.other,
-                    retryable=True,
-                ) from None
-    raise AssertionError("unreachable")
+
+    def again(attempt: int, exc: CommitConflictError) -> None:
+        if not refinable(data):
+            raise CommitConflictError(
+                f"{exc}; not retried: the RecordBatchReader was read by this try and "
+                "holds no rows for another — write its batches again (or pass a Table)",
+                exc.other,
+                retryable=True,
+            ) from None
+
+    return retrying(lambda _: write(), retries + 1, again=again)
 
 
-def aligned(table: Table, interval: Interval | str | tuple[Any, Any] | None) -> Interval | None:
+def aligned(
+    table: TableHandle, interval: Interval | str | tuple[Any, Any] | None
+) -> Interval | None:
     """``interval`` as an Interval aligned to the table's chunks (all time for a table
     without a time column; None: not given). Raises InvalidIntervalError."""
     if interval is not None:
@@ -70,7 +76,7 @@ def aligned(table: Table, interval: Interval | str | tuple[Any, Any] | None) -> 
 
 
 def producer(
-    table: Table,
+    table: TableHandle,
     data: Any,
     action: str,
     interval: Interval | None,
@@ -90,13 +96,13 @@ def producer(
     from lamina.io.arrow import conform, gathered, is_spark_dataframe, to_arrow_table
     from lamina.io.writer import split_by_chunk, write_parts
 
-    ctx = table._ctx
+    ctx = table.ctx
     if is_spark_dataframe(data):
         from lamina.engines.spark import spark_producer
 
         target = table.target_rows_per_segment
-        return spark_producer(table._record, ctx.warehouse, target, data, refine)
-    rec = table._record
+        return spark_producer(table.record, ctx.warehouse, target, data, refine)
+    rec = table.record
     granularity, target = layout or (rec.granularity, table.target_rows_per_segment)
     if isinstance(data, pa.RecordBatchReader):
         pieces = gathered(data, STREAM_FLUSH_BYTES)
@@ -134,13 +140,11 @@ def producer(
     return produce
 
 
-def _reload_hint(table: Table) -> str:
+def _reload_hint(table: TableHandle) -> str:
     """Advice for data refused by a handle whose schema is older than the catalog's
     (columns added or widened by another handle or process since it was loaded)."""
-    from lamina.evolve import since_loaded
-
     try:
-        _, changed = since_loaded(table)
+        _, changed = table.reloaded()
     except LaminaError:
         return ""
     if not changed:
@@ -152,7 +156,7 @@ def _reload_hint(table: Table) -> str:
 
 
 def write(
-    table: Table,
+    table: TableHandle,
     action: str,
     data: Any,
     interval: Interval | None,
@@ -178,7 +182,7 @@ def write(
     from lamina.errors import AlreadyAppliedError
     from lamina.write import WriteTransaction
 
-    ctx = table._ctx
+    ctx = table.ctx
     if txn is not None:
         txn = txn_of(txn)
         done = applied(table, txn)
@@ -191,7 +195,7 @@ def write(
     chunks: list[Interval] = []
     try:
         meta = dict(metadata or {})
-        with WriteTransaction(ctx, table._record, action, meta, inflight=True) as w:
+        with WriteTransaction(ctx, table.record, action, meta, inflight=True) as w:
             files = produce(w.dir)
             chunks += (f.chunk for f in files)
             overwrite = overwrite_chunks(table, action, [f.chunk for f in files], interval)
@@ -236,7 +240,9 @@ def refinable(data: Any) -> bool:
     return not isinstance(data, pa.RecordBatchReader)
 
 
-def refinement(table: Table, chunks: list[Interval]) -> dict[Interval, Callable[[int], Interval]]:
+def refinement(
+    table: TableHandle, chunks: list[Interval]
+) -> dict[Interval, Callable[[int], Interval]]:
     """For each of ``chunks`` that no one visible chunk answers for (a compaction cut
     its day into hours, say): the chunk appended rows of each of its hours go to
     (:func:`lamina.core.planner.allocate`, Druid's allocation, over the timeline's
@@ -256,26 +262,24 @@ def refinement(table: Table, chunks: list[Interval]) -> dict[Interval, Callable[
     return out
 
 
-def applied(table: Table, txn: tuple[str, int]) -> Commit | None:
+def applied(table: TableHandle, txn: tuple[str, int]) -> Commit | None:
     """The commit that recorded ``txn``'s app version or a later one (None: not
     applied yet). Raises MetadataError for a malformed ``txn``."""
     from lamina.core.model import txn_of
     from lamina.meta import app_txns
 
     app, version = txn_of(txn)
-    got = app_txns.latest(table._ctx.db, table._record.id, app)
+    got = app_txns.latest(table.ctx.db, table.record.id, app)
     return commit_of(table, got[1]) if got is not None and version <= got[0] else None
 
 
-def commit_of(table: Table, commit_id: int) -> Commit:
+def commit_of(table: TableHandle, commit_id: int) -> Commit:
     """The table's commit ``commit_id``."""
-    from lamina.meta import commits
-
-    return commits.history(table._ctx.db, table.name, commit_id=commit_id)[0]
+    return table.commit(commit_id)
 
 
 def overwrite_chunks(
-    table: Table,
+    table: TableHandle,
     action: str,
     chunks: list[Interval],
     interval: Interval | None,
@@ -298,8 +302,8 @@ def overwrite_chunks(
 
     gran = granularity or table.granularity
     gran.check_aligned(interval)
-    tid = table._record.id
-    spans = table._ctx.db.read(lambda conn: live_spans(conn, tid, interval))
+    tid = table.record.id
+    spans = table.ctx.db.read(lambda conn: live_spans(conn, tid, interval))
     out = set(chunks)
     for s in spans:
         lo, hi = max(s.start, interval.start), min(s.end, interval.end)
@@ -322,15 +326,3 @@ def check_inside(action: str, chunks: list[Interval], interval: Interval | None)
             f"rows in {min(outside)} fall outside the {action.lower()} interval {interval}; "
             "widen the interval or filter the data"
         )
-
-
-def revert_quietly(table: Table, entry_id: str) -> None:
-    """Best effort after a failed push: revert its entry now, delete what it wrote
-    (else the next push or retention cleans up)."""
-    from lamina.maintenance.retention import run_retention
-
-    try:
-        table.revert_replace(entry_id, force=True)
-        run_retention(table._ctx, [table.name], lineage_only=True)
-    except Exception:  # noqa: BLE001 - the next push or retention cleans up
-        pass

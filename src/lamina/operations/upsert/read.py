@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from lamina.io.reader import snapshot_files
-from lamina.upsert import require
+from lamina.operations.upsert import require
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -20,10 +20,10 @@ if TYPE_CHECKING:
     from lamina.core.interval import Interval
     from lamina.core.model import AsOf, TableRecord
     from lamina.core.scan import ScanPlan
-    from lamina.table_read import TableReads
+    from lamina.operations.handle import TableHandle
 
 
-def latest_records(table: TableReads, as_of: AsOf, interval: Interval | None) -> pa.Table:
+def latest_records(table: TableHandle, as_of: AsOf, interval: Interval | None) -> pa.Table:
     """The records stored in the snapshot's segments of ``interval`` that are their
     key's latest (live tombstones included: hidden, they still decide later
     comparisons): what a major compaction rewrites. Raises SnapshotNotFoundError."""
@@ -33,12 +33,12 @@ def latest_records(table: TableReads, as_of: AsOf, interval: Interval | None) ->
     from lamina.io.arrow import time_filter
     from lamina.meta import deletes
 
-    wh = table._ctx.warehouse
+    wh = table.ctx.warehouse
     plan = table.scan(as_of, interval)
     rec = plan.table  # with the schema of its snapshot
-    root = table._ctx.db.root + "/"
+    root = table.ctx.db.root + "/"
     rel = {str(t.segment.location): str(t.segment.location).removeprefix(root) for t in plan.tasks}
-    vectors = table._ctx.db.read(
+    vectors = table.ctx.db.read(
         lambda conn: deletes.of_snapshot(conn, rec, plan.seq, list(rel.values()))
     )
     parts = []
@@ -63,15 +63,15 @@ VALID_FROM = "$valid_from"
 VALID_UNTIL = "$valid_until"
 
 
-def validity(table: TableReads, plan: ScanPlan) -> dict[str, tuple[int, np.ndarray]]:
+def validity(table: TableHandle, plan: ScanPlan) -> dict[str, tuple[int, np.ndarray]]:
     """Per file of ``plan`` (by path): the seq of the commit that stored its records
     and, per row, the seq from which the row no longer shows at the plan's seq (-1:
     it still shows). Raises SnapshotNotFoundError."""
     from lamina.meta import deletes
     from lamina.meta.segments import first_added
 
-    rec = table._record
-    root = table._ctx.db.root + "/"
+    rec = table.record
+    root = table.ctx.db.root + "/"
     rel = {t.segment.location: str(t.segment.location).removeprefix(root) for t in plan.tasks}
 
     def read(conn: Connection) -> tuple[Any, dict[str, int]]:
@@ -80,7 +80,7 @@ def validity(table: TableReads, plan: ScanPlan) -> dict[str, tuple[int, np.ndarr
         deletes.still_readable(conn, rec, plan.seq)  # retention since the plan: no mix
         return hist, first
 
-    hist, first = table._ctx.db.read(read)
+    hist, first = table.ctx.db.read(read)
     counts = plan.row_counts()
     out = {}
     for task in plan.tasks:
@@ -97,7 +97,7 @@ def validity(table: TableReads, plan: ScanPlan) -> dict[str, tuple[int, np.ndarr
 
 
 def all_versions(
-    table: TableReads,
+    table: TableHandle,
     as_of: AsOf = None,
     columns: list[str] | None = None,
     interval: Any = None,
@@ -115,7 +115,7 @@ def all_versions(
     from lamina.io.reader import check_columns
 
     require(table)
-    wh = table._ctx.warehouse
+    wh = table.ctx.warehouse
     plan = table.scan(as_of, interval)
     rec = plan.table  # with the schema of its snapshot
     columns = check_columns(rec.schema, columns)
@@ -148,7 +148,7 @@ def all_versions(
 
 
 def all_versions_spark(
-    table: TableReads, spark: Any, as_of: AsOf = None, interval: Any = None
+    table: TableHandle, spark: Any, as_of: AsOf = None, interval: Any = None
 ) -> Any:
     """:func:`all_versions` as a Spark DataFrame: the files read by Spark's own Parquet
     reader, each row's validity joined on its file and ``_metadata.row_index``.
@@ -158,7 +158,7 @@ def all_versions_spark(
     require(table)
     plan = table.scan(as_of, interval)
     return read_spark_versions(
-        spark, plan, table._ctx.warehouse, validity(table, plan), (VALID_FROM, VALID_UNTIL)
+        spark, plan, table.ctx.warehouse, validity(table, plan), (VALID_FROM, VALID_UNTIL)
     )
 
 
@@ -193,7 +193,7 @@ class ChangedRows:
 
 
 def changed_rows(
-    table: TableReads, after_seq: int, until_seq: int | None
+    table: TableHandle, after_seq: int, until_seq: int | None
 ) -> tuple[TableRecord, list[ChangedRows]]:
     """The change feed of an upsert table as row positions (catalog only, no file
     read), in feed order: per commit, deletes, then inserts; and the table as the
@@ -201,7 +201,7 @@ def changed_rows(
     from lamina.meta.changes import change_points
     from lamina.read import plan
 
-    ctx = table._ctx
+    ctx = table.ctx
     changes = change_points(ctx.db, table.name, after_seq, until_seq)
     out: list[ChangedRows] = []
     before: Shown = {}
@@ -244,7 +244,7 @@ def _feed_columns(
 
 
 def read_changes(
-    table: TableReads,
+    table: TableHandle,
     after_seq: int,
     until_seq: int | None = None,
     columns: list[str] | None = None,
@@ -259,7 +259,7 @@ def read_changes(
     from lamina.changes import tagged
     from lamina.io.arrow import time_filter
 
-    fs = table._ctx.warehouse.fs
+    fs = table.ctx.warehouse.fs
     rec, pieces = changed_rows(table, after_seq, until_seq)
     out_schema, cols = _feed_columns(rec, columns)
     parts: list[pa.Table] = []
@@ -281,7 +281,7 @@ def read_changes(
 
 def read_changes_spark(
     spark: Any,
-    table: TableReads,
+    table: TableHandle,
     after_seq: int,
     until_seq: int | None = None,
     columns: list[str] | None = None,
@@ -312,6 +312,6 @@ def read_changes_spark(
                 COMMIT_SEQ: pa.array(np.repeat([p.seq for p in group], sizes), pa.int64()),
             }
         )
-        df = read_rows(spark, table._ctx.warehouse, rec, rows, keep)
+        df = read_rows(spark, table.ctx.warehouse, rec, rows, keep)
         frames.append(df.select(*[f"`{c}`" for c in names]))
     return union(spark, frames, out_schema)

@@ -1,5 +1,5 @@
 """The REST API's request and response bodies (pydantic models) and their making
-from lamina's records; :mod:`lamina.server` serves them."""
+from lamina's records; :mod:`lamina.rest` serves them."""
 
 from __future__ import annotations
 

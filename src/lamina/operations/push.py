@@ -2,26 +2,27 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from lamina import table_write as tw
 from lamina.core.model import Commit, CommitAction
-
-if TYPE_CHECKING:
-    from lamina.table import Table
+from lamina.operations import lineage
+from lamina.operations import steps as tw
+from lamina.operations.handle import TableHandle
+from lamina.operations.upsert import refuse
 
 
 class ConsistentPush:
     """Batches written under one lineage entry; visible together when the block ends."""
 
-    def __init__(self, table: Table, metadata: dict[str, Any]) -> None:
+    def __init__(self, table: TableHandle, metadata: dict[str, Any]) -> None:
+        refuse(table, "a consistent push")
         self.table = table
         self.metadata = metadata
         self.entry = ""
         self.commits: list[Commit] = []
 
     def __enter__(self) -> ConsistentPush:
-        self.entry = self.table.start_replace([], [])
+        self.entry = lineage.start_replace(self.table, [], [])
         return self
 
     def append(self, data: Any) -> Commit:
@@ -34,9 +35,9 @@ class ConsistentPush:
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is None:
             try:
-                self.table.end_replace(self.entry)
+                lineage.end_replace(self.table, self.entry)
             except BaseException:
-                tw.revert_quietly(self.table, self.entry)
+                lineage.revert_quietly(self.table, self.entry)
                 raise
         else:
-            tw.revert_quietly(self.table, self.entry)
+            lineage.revert_quietly(self.table, self.entry)

@@ -1,0 +1,124 @@
+"""The two kinds of table and the one place where a write or a change feed branches
+on them: :func:`kind_of` gives the operations of a plain table or of an upsert table
+(one with a primary key, whose records are resolved by key; docs/upserts.md)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from lamina import changes
+from lamina.core.interval import Interval
+from lamina.core.model import Commit, CommitAction
+from lamina.operations import append as plain_append
+from lamina.operations import overwrite as plain_overwrite
+from lamina.operations import upsert
+from lamina.operations.handle import TableHandle
+from lamina.operations.upsert import read as upsert_read
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+class TableKind(Protocol):
+    """What differs between the kinds of table: how rows are written and how the
+    change feed is read."""
+
+    def append(
+        self,
+        h: TableHandle,
+        data: Any,
+        metadata: dict[str, Any],
+        txn: tuple[str, int] | None,
+        retries: int,
+    ) -> Commit: ...
+
+    def overwrite(
+        self,
+        h: TableHandle,
+        data: Any,
+        interval: Interval | None,
+        metadata: dict[str, Any],
+        txn: tuple[str, int] | None,
+        retries: int,
+    ) -> Commit: ...
+
+    def refresh(
+        self, h: TableHandle, data: Any, interval: Interval | None, metadata: dict[str, Any]
+    ) -> Commit: ...
+
+    def read_changes(
+        self, h: TableHandle, after: int, until: int | None, columns: list[str] | None
+    ) -> pa.Table: ...
+
+    def read_changes_spark(
+        self,
+        spark: Any,
+        h: TableHandle,
+        after: int,
+        until: int | None,
+        columns: list[str] | None,
+    ) -> Any: ...
+
+
+class PlainTable:
+    """A table without a primary key: rows are appended, or replace an interval."""
+
+    append = staticmethod(plain_append.append)
+    overwrite = staticmethod(plain_overwrite.overwrite)
+    refresh = staticmethod(plain_overwrite.refresh)
+
+    @staticmethod
+    def read_changes(
+        h: TableHandle, after: int, until: int | None, columns: list[str] | None
+    ) -> pa.Table:
+        """Rows each commit made visible or invisible, segment by segment."""
+        return changes.read_changes(h.ctx, h.name, after, until, columns)
+
+    @staticmethod
+    def read_changes_spark(
+        spark: Any, h: TableHandle, after: int, until: int | None, columns: list[str] | None
+    ) -> Any:
+        return changes.read_changes_spark(spark, h.ctx, h.name, after, until, columns)
+
+
+class UpsertTable:
+    """A table with a primary key: every write is resolved by key (the latest record
+    wins); an overwrite's or refresh's records are upserted against the rest."""
+
+    @staticmethod
+    def append(
+        h: TableHandle,
+        data: Any,
+        metadata: dict[str, Any],
+        txn: tuple[str, int] | None,
+        retries: int,
+    ) -> Commit:
+        """An upsert (``retries`` unused: an upsert never conflicts retryably)."""
+        return upsert.upsert(h, data, metadata, txn)
+
+    @staticmethod
+    def overwrite(
+        h: TableHandle,
+        data: Any,
+        interval: Interval | None,
+        metadata: dict[str, Any],
+        txn: tuple[str, int] | None,
+        retries: int,
+    ) -> Commit:
+        return upsert.overwrite(h, data, interval, metadata, txn)
+
+    @staticmethod
+    def refresh(
+        h: TableHandle, data: Any, interval: Interval | None, metadata: dict[str, Any]
+    ) -> Commit:
+        gone = tuple(s.id for s in h.snapshot(interval=interval).segments)
+        action = CommitAction.REFRESH
+        return upsert.overwrite(h, data, interval, metadata, action=action, remove=gone)
+
+    read_changes = staticmethod(upsert_read.read_changes)
+    read_changes_spark = staticmethod(upsert_read.read_changes_spark)
+
+
+def kind_of(h: TableHandle) -> TableKind:
+    """The operations of the table's kind: the one branch on it."""
+    return UpsertTable() if h.is_upsert else PlainTable()
