@@ -30,9 +30,9 @@ import pyarrow.compute as pc
 import pytest
 
 import lamina
-from lamina.operations.compaction.auto import AutoResult
 from lamina.core.interval import Interval
 from lamina.errors import CompactionError
+from lamina.operations.compaction.auto import AutoResult
 from tests.helpers import SCHEMA
 
 HOUR = 3_600_000_000

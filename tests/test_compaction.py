@@ -14,10 +14,10 @@ import pyarrow as pa
 import pytest
 
 import lamina
-from lamina.operations import compaction
 from lamina.core.interval import Interval
 from lamina.core.segment import OVERWRITE_PARTITION_START
 from lamina.io import background
+from lamina.operations import compaction
 from tests.helpers import SCHEMA, events
 
 

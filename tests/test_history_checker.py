@@ -65,9 +65,9 @@ import pytest
 
 import lamina
 from lamina import failpoints
-from lamina.operations import compaction
 from lamina.core.interval import Interval
 from lamina.errors import SnapshotNotFoundError
+from lamina.operations import compaction
 from tests.helpers import SCHEMA, events
 
 WRITERS = 6  # + 2 readers: 8 processes

@@ -20,8 +20,7 @@ import pyarrow as pa
 import pytest
 
 import lamina
-from lamina import failpoints
-from lamina import errors
+from lamina import errors, failpoints
 from lamina.core.lineage import LineageState
 from lamina.errors import LineageEntryNotFoundError, LineageError, PropertyError
 from tests.helpers import SCHEMA, events

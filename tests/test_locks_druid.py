@@ -23,7 +23,6 @@ import pytest
 
 import lamina
 from lamina import failpoints
-from lamina.operations import compaction
 from lamina.core.interval import Interval
 from lamina.core.locks import Lock, LockState, LockType, decide
 from lamina.core.segment import OVERWRITE_PARTITION_START
@@ -35,6 +34,7 @@ from lamina.errors import (
     LockTimeoutError,
     TransactionError,
 )
+from lamina.operations import compaction
 from lamina.operations.transaction import Transaction
 from tests.helpers import SCHEMA, events
 

@@ -638,9 +638,9 @@ def test_a_new_process_reads_the_saved_key_index_at_publish_or_while_spark_write
     import threading
     from concurrent.futures import Future
 
-    from lamina.operations import upsert as upsert_mod
     from lamina.meta import key_snapshots
     from lamina.meta import keys as key_index
+    from lamina.operations import upsert as upsert_mod
 
     monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 50)
     for b in range(3):
@@ -800,8 +800,8 @@ def test_the_key_index_follows_a_compaction_without_a_rebuild(
     """A process's index replays a compaction (its outputs' latest records, with the
     vectors carried onto them) instead of rebuilding from every file, and ends equal to
     a rebuilt index, an upsert that landed while the compaction ran included."""
-    from lamina.operations import compaction
     from lamina.meta import keys as key_index
+    from lamina.operations import compaction
 
     for b in range(4):
         t.upsert(rows(*[(f"k{i}", b * 10 + i, b * 100 + i) for i in range(b, 8)]))

@@ -14,8 +14,8 @@ from dataclasses import FrozenInstanceError, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lamina.core.interval import Granularity, Interval, from_us
-from lamina.core.segment import Segment
 from lamina.core.properties import UPSERT_KEY_PROPERTY
+from lamina.core.segment import Segment
 from lamina.errors import MetadataError, SnapshotNotFoundError, TransactionError
 
 if TYPE_CHECKING:
