@@ -23,6 +23,8 @@ from lamina.core.planner import (
     compacted_segments,
     overshadowed,
     overwrite_segments,
+    refuse_named,
+    refuse_partial,
 )
 from lamina.core.segment import Segment
 from lamina.errors import (
@@ -188,7 +190,7 @@ def _publish(
                 live = live_segments(conn, table.id, table.name, span, hidden)  # counts
             gone = overshadowed(live, new)
             if plan.upsert is not None and not plan.rewrite:
-                checks.refuse_partial(live, gone, plan.remove_ids, plan.overwrite)
+                refuse_partial(live, gone, plan.remove_ids, plan.overwrite)
             if plan.rewrite:  # the sources a completed entry hides count: a rollback
                 sources = _replaced_sources(conn, table, current, span)  # shows them
                 held = {s.id for s in sources}
@@ -197,7 +199,7 @@ def _publish(
                 # under WEEK chunks): a rollback would leave the copies of its rows
                 named = {i for e in current for i in e.ids}  # few: check only those
                 partly = _in_part([s for s in live if s.id in named], new)
-                checks.check_unnamed(gone + retired + partly, current)
+                refuse_named(gone + retired + partly, current)
             else:  # and the sources a completed entry hides: a rollback shows none
                 gone += overshadowed(_replaced_sources(conn, table, current, span), new)
             removed = {s.id for s in gone}

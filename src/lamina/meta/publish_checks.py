@@ -1,7 +1,8 @@
 """What refuses a publish, checked inside its transaction (see
 :mod:`lamina.meta.publish`): revoked locks, conflicts with the commits completed since
 the write began, segments removed meanwhile or held by lineage, and the rules of locked
-and upsert writes. Each raises a typed error; nothing is published then."""
+writes. Each raises a typed error; nothing is published then. (What a write's
+identities may not be is the planner's to refuse: :mod:`lamina.core.planner`.)"""
 
 from __future__ import annotations
 
@@ -12,39 +13,17 @@ from sqlalchemy import Connection
 
 from lamina.core.conflicts import Footprint, Isolation, Kind, SegmentRef, check
 from lamina.core.interval import ETERNITY, Interval
-from lamina.core.lineage import LineageState
 from lamina.core.locks import Lock, LockState, LockType, first_locked
 from lamina.core.model import PublishPlan
-from lamina.core.segment import Segment
 from lamina.errors import (
     CommitConflictError,
     LineageError,
     LockRevokedError,
-    UpsertError,
 )
 from lamina.meta import locks as lock_rows
 from lamina.meta.conflicts import completed_since, since
 from lamina.meta.lineage_lists import lists
 from lamina.meta.segments import existing, rows_by_id
-
-
-def refuse_partial(
-    live: list[Segment],
-    gone: list[Segment],
-    remove_ids: tuple[str, ...],
-    chunks: tuple[Interval, ...],
-) -> None:
-    """An overwrite of an upsert table replaces whole segments: one that would show in
-    part only (coarser than the overwrite's chunks, after a major compaction to a larger
-    granularity) would keep records the key index counts as gone. Raises UpsertError."""
-    out = {s.id for s in gone} | set(remove_ids)
-    for seg in live:
-        if seg.id not in out and any(seg.interval.overlaps(c) for c in chunks):
-            raise UpsertError(
-                f"this overwrite covers only part of segment {seg.id} ({seg.interval}); an "
-                "overwrite of an upsert table replaces whole segments: "
-                f"overwrite (or refresh) its whole span {seg.interval}; nothing was published"
-            )
 
 
 def held_locks(conn: Connection, commit_id: int) -> list[Interval]:
@@ -168,21 +147,6 @@ def check_conflicts(
             retryable=c.retryable,
         )
     return [s.id for s in verdict.carry]
-
-
-def check_unnamed(gone: list[Segment], entries: list[Any]) -> None:
-    """A rewrite (major compaction) may not retire segments that a lineage entry in
-    progress, or one that may still be rolled back, names: ending or reverting it
-    would then show or hide the wrong rows. Raises CommitConflictError."""
-    for e in entries:
-        if e.state in (LineageState.IN_PROGRESS, LineageState.COMPLETED):
-            named = sorted(e.ids & {s.id for s in gone})
-            if named:
-                raise CommitConflictError(
-                    f"segment {named[0]} is named by lineage entry {e.id} ({e.state}); a "
-                    "major compaction leaves it alone until the entry is reverted or "
-                    "cleaned up by retention — compact later; nothing was published"
-                )
 
 
 def check_removable(
