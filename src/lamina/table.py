@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from lamina import table_write as tw
 from lamina.core.interval import ETERNITY, Interval
-from lamina.core.model import Commit, CommitAction, PublishPlan, user_metadata
+from lamina.core.model import Commit, CommitAction, user_metadata
+from lamina.core.plans import LineageBatch, write_plan
 from lamina.table_definition import TableDefinition
 
 if TYPE_CHECKING:
@@ -196,7 +197,7 @@ class Table(TableDefinition):
                     self, CommitAction.REFRESH, [f.chunk for f in files], iv
                 )
                 whole = None if iv is None else (iv,)
-                plan = PublishPlan(tuple(files), chunks, remove_ids=tuple(live), replaced=whole)
+                plan = write_plan(files, chunks, remove_ids=tuple(live), replaced=whole)
                 return txn.publish(plan)
             entry = self.start_replace([], [], force_cleanup=True, replace_live=iv or ETERNITY)
             try:
@@ -204,13 +205,11 @@ class Table(TableDefinition):
                 chunks = tw.overwrite_chunks(
                     self, CommitAction.REFRESH, [f.chunk for f in files], iv
                 )
-                plan = PublishPlan(
-                    tuple(files),
+                plan = write_plan(
+                    files,
                     chunks,
                     replaced=None if iv is None else (iv,),
-                    lineage_entry=entry,
-                    suffix=f"c{txn.id}",
-                    complete_entry=True,
+                    lineage=LineageBatch(entry, ends=True),
                 )
                 return txn.publish(plan)  # publishes and ends the entry in one transaction
             except BaseException:

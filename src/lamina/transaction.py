@@ -21,7 +21,8 @@ from lamina.core.args import seconds, whole_number
 from lamina.core.conflicts import Isolation
 from lamina.core.interval import ETERNITY, Granularity, Interval
 from lamina.core.locks import PRIORITY_BATCH, PRIORITY_STREAMING, LockType
-from lamina.core.model import Commit, CommitAction, NewSegment, PublishPlan, txn_of
+from lamina.core.model import Commit, CommitAction, NewSegment, txn_of
+from lamina.core.plans import MajorCompactionPlan, TransactionPlan
 from lamina.errors import AlreadyAppliedError, CommitConflictError, LockError, TransactionError
 from lamina.write import WriteTransaction
 
@@ -288,7 +289,7 @@ class Transaction:
             return CommitAction.UPSERT if by_key else CommitAction.APPEND
         return CommitAction.DELETE
 
-    def _plan(self) -> PublishPlan:
+    def _plan(self) -> TransactionPlan:
         """What the operations publish."""
         action = self._action()
         if action is CommitAction.OVERWRITE:
@@ -309,17 +310,17 @@ class Transaction:
             from lamina.upsert_tx import combined
 
             upsert = combined(self._spec, self._stored, [*files, *appends])
-        return PublishPlan(
-            tuple(files),
-            tuple(sorted(self._chunks)) if self._chunks else None,
+        kind = MajorCompactionPlan if self._rewrite else TransactionPlan
+        return kind(
+            files=tuple(files),
+            chunks=tuple(sorted(self._chunks)) if self._chunks else None,
             replaced=tuple(self._replaced) if self._chunks else None,
             remove_ids=tuple(self._removes),
-            isolation=self.isolation.value,
+            isolation=self.isolation,
             append_files=tuple(appends),
-            action=action.value,
+            action=action,
             txn=self.txn,
             locked=self._lock is not None,
-            rewrite=self._rewrite,
             upsert=upsert,
         )
 

@@ -15,7 +15,7 @@ from sqlalchemy import Connection, and_, bindparam, select
 
 from lamina.core.interval import ETERNITY, Interval, from_us
 from lamina.core.lineage import LineageState, hidden_by, may_show, protected
-from lamina.core.model import Commit, CommitAction, CommitState, PublishPlan, TableRecord
+from lamina.core.model import Commit, CommitAction, CommitState, TableRecord
 from lamina.core.planner import (
     append_segments,
     append_targets,
@@ -26,6 +26,7 @@ from lamina.core.planner import (
     refuse_named,
     refuse_partial,
 )
+from lamina.core.plans import PublishPlan
 from lamina.core.segment import Segment
 from lamina.errors import (
     CommitError,
@@ -143,21 +144,21 @@ def _publish(
             "took over after its heartbeat expired?); nothing was published, retry"
         )
     version = int(trow.next_version)
-    action = plan.action or trow.action
+    action = plan.action_of(trow.action)
     covered = checks.held_locks(conn, commit_id) if plan.locked else []
-    if plan.rewrite:  # rows read at the base: any concurrent change refuses it
+    if plan.rewrites:  # rows read at the base: any concurrent change refuses it
         covered = []
     if plan.txn is not None:  # first: a twin that published this version wins, not conflicts
         app_txns.check(conn, table.id, *plan.txn)
     checks.outside_locks(conn, table.id, commit_id, plan, covered)
     carry = checks.check_conflicts(conn, table.id, commit_id, trow, action, plan, covered)
     entry = None
-    if plan.lineage_entry is not None:
+    if plan.lineage is not None:
         try:
-            entry = entries_rows.entry_row(db, conn, table.id, plan.lineage_entry)
+            entry = entries_rows.entry_row(db, conn, table.id, plan.lineage.entry)
         except LineageEntryNotFoundError:
             raise LineageEntryNotFoundError(
-                f"lineage entry {plan.lineage_entry} of this push is gone: retention "
+                f"lineage entry {plan.lineage.entry} of this push is gone: retention "
                 "removes an unfinished push older than the table's lineage_cleanup_retention "
                 "(or another push with force_cleanup reverted it, and retention ran); "
                 "nothing was published — push again, or raise lineage_cleanup_retention"
@@ -168,30 +169,30 @@ def _publish(
                 "cleaned up (by a newer push or retention); nothing was published"
             )
     # the common append reads no lineage entries unless the table has some
-    lazy = (
-        entry is None and plan.overwrite is None and not plan.remove_ids and not plan.append_files
-    )
+    overwritten = plan.overwrites()
+    lazy = entry is None and overwritten is None and not plan.remove_ids
     current = [] if lazy else entries_rows.entries(conn, table.id)  # after the lock
     # a push's own earlier batches count as visible when planning its next one
     hidden = hidden_by(e for e in current if entry is None or e.id != entry.id)
     held = protected(current)
     removed: set[str] = set()
     fresh: int | None = None
-    if plan.overwrite is not None:
+    suffix = "" if plan.lineage is None else f"c{commit_id}"  # a push's: its own names
+    if overwritten is not None:
         new = overwrite_segments(
-            table.name, plan.files, plan.overwrite, version, plan.suffix, entry is None
+            table.name, plan.files, overwritten, version, suffix, entry is None
         )
         fresh = version
-        if plan.overwrite and entry is None:  # under an entry, the entry hides
-            span = _span(list(plan.overwrite))
+        if overwritten and entry is None:  # under an entry, the entry hides
+            span = _span(list(overwritten))
             live = live_segments(conn, table.id, table.name, span, hidden)
             while (wide := _span([span, *(s.interval for s in live)])) != span:
                 span = wide  # a coarser segment sticks out: what hides the rest of it
                 live = live_segments(conn, table.id, table.name, span, hidden)  # counts
             gone = overshadowed(live, new)
-            if plan.upsert is not None and not plan.rewrite:
-                refuse_partial(live, gone, plan.remove_ids, plan.overwrite)
-            if plan.rewrite:  # the sources a completed entry hides count: a rollback
+            if plan.upsert is not None and not plan.rewrites:
+                refuse_partial(live, gone, plan.remove_ids, overwritten)
+            if plan.rewrites:  # the sources a completed entry hides count: a rollback
                 sources = _replaced_sources(conn, table, current, span)  # shows them
                 held = {s.id for s in sources}
                 retired = [s for s in overshadowed([*live, *sources], new) if s.id in held]
@@ -205,7 +206,7 @@ def _publish(
             removed = {s.id for s in gone}
     else:
         new = []
-    appends = plan.files if plan.overwrite is None else plan.append_files
+    appends = plan.appends()
     if appends:
         chunks = sorted({f.chunk for f in appends})
         span, longest = _span(chunks), int(trow.max_span_us)
@@ -225,10 +226,11 @@ def _publish(
             pending_reps = more[0] if more is not None else []
         targets, used_new = append_targets(chunks, reps, version, pending_reps)
         fresh = version if used_new else fresh
-        new += append_segments(table.name, appends, targets, next_pid, plan.suffix)
+        new += append_segments(table.name, appends, targets, next_pid, suffix)
     # runs of one chunk version take ids in turn
-    next_pids = next_overwrite_pids(conn, table.id, [(r.chunk, r.version) for r in plan.compacted])
-    for run in plan.compacted:
+    runs = plan.compacts()
+    next_pids = next_overwrite_pids(conn, table.id, [(r.chunk, r.version) for r in runs])
+    for run in runs:
         key = (run.chunk, run.version)
         new += compacted_segments(table.name, run, next_pids[key])
         next_pids[key] += len(run.files)
@@ -236,7 +238,7 @@ def _publish(
     copies: dict[str, str] = {}
     if carry:
         carried = [segment_of(r._mapping, table.name) for r in rows_by_id(conn, table.id, carry)]
-        pairs = carried_segments(table.name, carried, new, plan.suffix or f"c{commit_id}")
+        pairs = carried_segments(table.name, carried, new, f"c{commit_id}")
         new += [copy for _, copy in pairs]
         copies = {orig.id: copy.id for orig, copy in pairs}
     if plan.remove_ids:
@@ -247,7 +249,7 @@ def _publish(
 
         if wh is None:
             raise CommitError("an upsert publishes with the table's warehouse; pass it")
-        locations = [f.location for f in (*plan.files, *plan.append_files)]
+        locations = [f.location for f in plan.written()]
         kept = {s.location for s in new}  # carried copies keep their files
         gone_files = {
             r.location for r in rows_by_id(conn, table.id, sorted(removed)) if r.location
@@ -267,7 +269,7 @@ def _publish(
     swapped: list[tuple[str, str]] = []
     if entry is not None:
         meta["lineage_entry"] = entry.id
-        if plan.complete_entry:  # its lists as this commit leaves them (with ``new``)
+        if plan.ends_entry:  # its lists as this commit leaves them (with ``new``)
             shown, swapped = [(entry.id, "to")], [(entry.id, "from")]
     done = record_commit(
         conn,
@@ -292,7 +294,7 @@ def _publish(
         deletes.add(conn, table.id, done.seq, commit_id, outcome.hidden, outcome.tombstones)
     maps = [
         (f.location, m)
-        for run in plan.compacted
+        for run in runs
         if run.row_maps
         for f, m in zip(run.files, run.row_maps, strict=True)
     ]
@@ -305,15 +307,15 @@ def _publish(
     if plan.locked:
         lock_rows.release(conn, commit_id)
     if entry is not None:
-        own = fresh if plan.overwrite is not None and new else None
+        own = fresh if overwritten is not None and new else None
         got = entries_rows.add_written(conn, entry, [s.id for s in new], own)
-        if plan.complete_entry:  # the push becomes visible with this very commit
+        if plan.ends_entry:  # the push becomes visible with this very commit
             _complete(conn, table.id, entry.id, got, hidden, done.seq)
     if copies:  # a copy stands where its original stood in every lineage list
         entries_rows.name_copies(conn, current, copies)
     if removed:
         mark_removed(conn, table.id, removed, done.seq, commit_id)
-    if plan.remove_ids and not plan.compacted:  # deleted: the rest of a chunk stays
+    if plan.remove_ids and not runs:  # deleted: the rest of a chunk stays
         decore(conn, table.id, plan.remove_ids)
     return Commit(
         id=commit_id,

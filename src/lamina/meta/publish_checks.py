@@ -11,10 +11,10 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from lamina.core.conflicts import Footprint, Isolation, Kind, SegmentRef, check
+from lamina.core.conflicts import Footprint, Kind, SegmentRef, check
 from lamina.core.interval import ETERNITY, Interval
 from lamina.core.locks import Lock, LockState, LockType, first_locked
-from lamina.core.model import PublishPlan
+from lamina.core.plans import PublishPlan
 from lamina.errors import (
     CommitConflictError,
     LineageError,
@@ -53,16 +53,15 @@ def outside_locks(
     lock-free append is let through: the holder's overwrite carries it. Raises
     CommitConflictError (retryable)."""
     spans = [iv for iv in plan.footprint if not any(c.contains(iv) for c in covered)]
-    ends = plan.lineage_entry is not None and plan.complete_entry
-    if not spans and not plan.remove_ids and not ends:
+    if not spans and not plan.remove_ids and not plan.ends_entry:
         return  # an append: no query at all
     held = lock_rows.replacing(conn, table_id, commit_id, ETERNITY, unchecked=True)
     if not held:  # the common case: one query
         return
     ids = list(plan.remove_ids)
-    if ends:
-        assert plan.lineage_entry is not None
-        ids += lists(conn, [plan.lineage_entry], ("from",)).get((plan.lineage_entry, "from"), [])
+    if plan.lineage is not None and plan.ends_entry:
+        entry = plan.lineage.entry
+        ids += lists(conn, [entry], ("from",)).get((entry, "from"), [])
     if ids:
         spans += [Interval.of(r.start_us, r.end_us) for r in rows_by_id(conn, table_id, ids)]
     refuse_in_locks(held, spans, f"commit {commit_id}")
@@ -105,11 +104,11 @@ def check_conflicts(
     if trow.base_seq is None or int(trow.last_seq) <= int(trow.base_seq):
         return []
     kind = Kind.of(action)
-    if kind is Kind.APPEND and plan.txn is None and plan.lineage_entry is None:
+    if kind is Kind.APPEND and plan.txn is None and plan.lineage is None:
         return []  # a plain append conflicts with nothing: read no footprints
     done = completed_since(conn, table_id, int(trow.base_seq))
     only_appends = all(Kind.of(a) is Kind.APPEND for _, a, _ in done)
-    if kind is Kind.COMPACT and plan.txn is None and plan.lineage_entry is None and only_appends:
+    if kind is Kind.COMPACT and plan.txn is None and plan.lineage is None and only_appends:
         return []  # never a conflict nor a carry (an input deleted: check_removable)
     removed = tuple(
         SegmentRef(r.segment_id, Interval.of(r.start_us, r.end_us))
@@ -120,12 +119,12 @@ def check_conflicts(
         kind,
         removed=removed,
         replaced=plan.footprint,
-        lineage=frozenset([plan.lineage_entry] if plan.lineage_entry else []),
+        lineage=frozenset([plan.lineage.entry] if plan.lineage is not None else []),
         app_id=plan.txn[0] if plan.txn is not None else None,
     )
     others = since(conn, table_id, int(trow.base_seq), done)
     moved = [o for o in others if o.kind is Kind.LINEAGE]
-    if plan.rewrite and moved:  # a push ended or reverted: the rows it read changed
+    if plan.rewrites and moved:  # a push ended or reverted: the rows it read changed
         raise CommitConflictError(
             f"commit {commit_id} (a major compaction) read rows before lineage commit "
             f"{moved[0].commit_id} changed what is visible; nothing was published — compact "
@@ -134,9 +133,9 @@ def check_conflicts(
             retryable=True,
         )
     spans = [*mine.replaced, *(s.interval for s in removed)]
-    spans += [f.chunk for f in (*plan.files, *plan.append_files)]
+    spans += [f.chunk for f in plan.written()]
     locked = bool(covered) and all(any(c.contains(iv) for c in covered) for iv in spans)
-    verdict = check(mine, others, Isolation(plan.isolation), locked)
+    verdict = check(mine, others, plan.isolation, locked)
     if verdict.conflict is not None:
         c = verdict.conflict
         raise CommitConflictError(
