@@ -13,8 +13,8 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, select
 
-from lamina.core.interval import ETERNITY, Interval, from_us
-from lamina.core.lineage import LineageState, hidden_by, may_show, protected
+from lamina.core.interval import Interval, from_us
+from lamina.core.lineage import LineageState, hidden_by, may_show
 from lamina.core.model import Commit, CommitAction, CommitState, TableRecord
 from lamina.core.planner import (
     append_segments,
@@ -26,13 +26,11 @@ from lamina.core.planner import (
     refuse_named,
     refuse_partial,
 )
-from lamina.core.plans import PublishPlan
+from lamina.core.plans import DeletePlan, PublishPlan
 from lamina.core.segment import Segment
 from lamina.errors import (
     CommitError,
-    LineageEntryNotFoundError,
     LineageError,
-    SegmentNotFoundError,
     TableNotFoundError,
 )
 from lamina.io.warehouse import Warehouse
@@ -50,7 +48,6 @@ from lamina.meta.segments import (
     chunk_versions,
     decore,
     existing,
-    live_ids,
     live_rows,
     live_segments,
     mark_removed,
@@ -137,45 +134,13 @@ def _publish(
     """:func:`publish`'s transaction."""
 
     trow = _lock_with_commit(db, conn, table.id, commit_id)
-    if trow.commit_state != CommitState.INFLIGHT.value or trow.owner != owner:
-        state = trow.commit_state if trow.owner == owner else "missing"
-        raise CommitError(
-            f"commit {commit_id} cannot be published: it is {state} (another writer "
-            "took over after its heartbeat expired?); nothing was published, retry"
-        )
+    cleared = checks.check(db, conn, trow, plan, commit_id, owner)
     version = int(trow.next_version)
     action = plan.action_of(trow.action)
-    covered = checks.held_locks(conn, commit_id) if plan.locked else []
-    if plan.rewrites:  # rows read at the base: any concurrent change refuses it
-        covered = []
-    if plan.txn is not None:  # first: a twin that published this version wins, not conflicts
-        app_txns.check(conn, table.id, *plan.txn)
-    checks.outside_locks(conn, table.id, commit_id, plan, covered)
-    carry = checks.check_conflicts(conn, table.id, commit_id, trow, action, plan, covered)
-    entry = None
-    if plan.lineage is not None:
-        try:
-            entry = entries_rows.entry_row(db, conn, table.id, plan.lineage.entry)
-        except LineageEntryNotFoundError:
-            raise LineageEntryNotFoundError(
-                f"lineage entry {plan.lineage.entry} of this push is gone: retention "
-                "removes an unfinished push older than the table's lineage_cleanup_retention "
-                "(or another push with force_cleanup reverted it, and retention ran); "
-                "nothing was published — push again, or raise lineage_cleanup_retention"
-            ) from None
-        if entry.state != LineageState.IN_PROGRESS.value:
-            raise LineageError(
-                f"lineage entry {entry.id} is {entry.state}: the push under it was "
-                "cleaned up (by a newer push or retention); nothing was published"
-            )
-    # the common append reads no lineage entries unless the table has some
-    overwritten = plan.overwrites()
-    lazy = entry is None and overwritten is None and not plan.remove_ids
-    current = [] if lazy else entries_rows.entries(conn, table.id)  # after the lock
-    # a push's own earlier batches count as visible when planning its next one
-    hidden = hidden_by(e for e in current if entry is None or e.id != entry.id)
-    held = protected(current)
-    removed: set[str] = set()
+    entry, carry, overwritten = cleared.entry, cleared.carry, plan.overwrites()
+    lazy = cleared.current is None  # a plain append: lineage read only if there is some
+    current, hidden = cleared.current or [], cleared.hidden
+    removed = set(cleared.removed)
     fresh: int | None = None
     suffix = "" if plan.lineage is None else f"c{commit_id}"  # a push's: its own names
     if overwritten is not None:
@@ -203,7 +168,7 @@ def _publish(
                 refuse_named(gone + retired + partly, current)
             else:  # and the sources a completed entry hides: a rollback shows none
                 gone += overshadowed(_replaced_sources(conn, table, current, span), new)
-            removed = {s.id for s in gone}
+            removed |= {s.id for s in gone}
     else:
         new = []
     appends = plan.appends()
@@ -241,8 +206,6 @@ def _publish(
         pairs = carried_segments(table.name, carried, new, f"c{commit_id}")
         new += [copy for _, copy in pairs]
         copies = {orig.id: copy.id for orig, copy in pairs}
-    if plan.remove_ids:
-        removed |= checks.check_removable(conn, table.id, plan.remove_ids, hidden, held)
     outcome = None
     if plan.upsert is not None:  # resolved by key against every commit before it
         from lamina.meta import keys
@@ -388,28 +351,12 @@ def _complete(
 
 def delete_segments(db: Db, name: str, ids: list[str]) -> Commit:
     """Remove live segments in one commit (files go with retention).
-    Raises SegmentNotFoundError, LineageError."""
+    Raises SegmentNotFoundError, LineageError, CommitConflictError."""
 
     def txn(conn: Connection) -> Commit:
         trow = lock_table(db, conn, name)
         table_id = int(trow.id)
-        live = live_ids(conn, table_id)
-        unknown = [i for i in ids if i not in live]
-        if unknown:
-            raise SegmentNotFoundError(
-                f"cannot delete unknown or already deleted segments {unknown[:5]}; "
-                "list them with t.segments(all=True)"
-            )
-        held = sorted(set(ids) & protected(entries_rows.entries(conn, table_id)))
-        if held:
-            raise LineageError(
-                f"segments {held[:5]} are held by a lineage entry (IN_PROGRESS, or replaced "
-                "by a COMPLETED one that can still be rolled back); end or revert it first"
-            )
-        locked = lock_rows.replacing(conn, table_id, 0, ETERNITY, unchecked=True)
-        if locked:
-            gone = [Interval.of(r.start_us, r.end_us) for r in rows_by_id(conn, table_id, ids)]
-            checks.refuse_in_locks(locked, gone, "this delete")
+        checks.check(db, conn, trow, DeletePlan(tuple(ids)))
         done = record_commit(conn, trow, CommitAction.DELETE, {"segments": ids})
         mark_removed(conn, table_id, ids, done.seq, done.id)
         decore(conn, table_id, ids)  # the rest of a chunk stays visible
