@@ -5,15 +5,15 @@ every plan the same questions — which chunks it overwrites, which files it app
 which compaction runs it installs — and each kind answers for itself (as pyiceberg's
 snapshot producers do over one base):
 
-=========================  ==============================================================
-:class:`AppendPlan`        files appended into each chunk's visible version
-:class:`UpsertPlan`        an append whose records are resolved by key at publish
-:class:`OverwritePlan`     files that replace chunks (an overwrite, a refresh)
-:class:`MinorCompactionPlan`  runs of segments replaced by their compacted files
-:class:`TransactionPlan`   a transaction's operations: an overwrite, appends beside it,
-                           deletes — together, as one commit
-:class:`MajorCompactionPlan`  a transaction rewriting rows it read at its base
-=========================  ==============================================================
+==============================  =======================================================
+:class:`AppendPlan`             files appended into each chunk's visible version
+:class:`UpsertPlan`             an append whose records are resolved by key at publish
+:class:`OverwritePlan`          files that replace chunks (an overwrite, a refresh)
+:class:`MinorCompactionPlan`    runs of segments replaced by their compacted files
+:class:`TransactionPlan`        a transaction's operations — an overwrite, appends
+                                beside it, deletes — together, as one commit
+:class:`MajorCompactionPlan`    a transaction rewriting rows it read at its base
+==============================  =======================================================
 
 Catalog-only commits (no files) have plans too — :class:`DeletePlan`,
 :class:`LineagePlan`, :class:`AlterPlan` — so that every commit passes the one check

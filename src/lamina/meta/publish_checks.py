@@ -7,12 +7,12 @@ decides what applies:
 ===================  =================================================================
 plan                 refused when
 ===================  =================================================================
-a write's            its commit is no longer its writer's INFLIGHT one; a task lock of
-(``PublishPlan``)    it was revoked; its exactly-once version was applied; it replaces
-                     or removes segments where another commit holds a REPLACE or
-                     EXCLUSIVE lock; a commit completed since its base conflicts with
-                     it (:mod:`lamina.core.conflicts`; what was appended meanwhile it
-                     carries); its lineage entry is gone or no longer in progress; a
+``PublishPlan``      a write: its commit is no longer its writer's INFLIGHT one; a task
+                     lock of it was revoked; its exactly-once version was applied; it
+                     replaces or removes segments where another commit holds a REPLACE
+                     or EXCLUSIVE lock; a commit completed since its base conflicts
+                     with it (:mod:`lamina.core.conflicts`; what was appended meanwhile
+                     it carries); its lineage entry is gone or no longer in progress; a
                      segment it removes was removed or hidden meanwhile, or a lineage
                      entry holds it
 ``DeletePlan``       a segment is unknown or removed already, or a lineage entry holds
