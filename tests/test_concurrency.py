@@ -405,9 +405,9 @@ def test_a_writer_touches_only_its_own_commit_row(catalog_url: str, tmp_path: Pa
             hand_over(commit_id)
             if step == "inflight":
                 txn.inflight()
-            from lamina.core.model import PublishPlan
+            from lamina.core.plans import AppendPlan
 
-            txn.publish(PublishPlan((), None))
+            txn.publish(AppendPlan())
         assert state(commit_id) == ("REQUESTED" if step == "inflight" else "INFLIGHT")
         assert their_file.exists()
         db.write(  # let the next step's writer in

@@ -153,7 +153,7 @@ def test_deletes_of_one_segment_conflict_and_of_two_do_not(t: lamina.Table) -> N
 def test_a_write_under_an_entry_reverted_meanwhile_conflicts(t: lamina.Table) -> None:
     """Never clobber a lineage entry (Pinot #10103): a batch of a push still being
     written when its entry is reverted does not publish."""
-    from lamina.core.model import PublishPlan
+    from lamina.core.plans import AppendPlan, LineageBatch
     from lamina.io.writer import split_by_chunk, write_parts
     from lamina.write import WriteTransaction
 
@@ -165,7 +165,7 @@ def test_a_write_under_an_entry_reverted_meanwhile_conflicts(t: lamina.Table) ->
         reverted = max(c.seq for c in t.history() if c.seq is not None)
         t.revert_replace(entry, force=True)  # completes while the batch is written
         with pytest.raises(CommitConflictError, match=f"lineage entry {entry}") as err:
-            w.publish(PublishPlan(tuple(files), lineage_entry=entry, suffix=f"c{w.id}"))
+            w.publish(AppendPlan(files=tuple(files), lineage=LineageBatch(entry)))
     assert err.value.other == next(c.id for c in t.history() if c.seq == reverted + 1)
     assert values(t) == {1.0: 30}
 

@@ -14,7 +14,8 @@ import pytest
 
 import lamina
 from lamina.core.interval import Granularity, Interval
-from lamina.core.model import PublishPlan, Snapshot, TableRecord
+from lamina.core.model import Snapshot, TableRecord
+from lamina.core.plans import AppendPlan
 from lamina.core.scan import ScanPlan, plan_scan, prune_plan
 from lamina.core.segment import Segment
 from lamina.engines.duckdb import SqlEngine
@@ -289,7 +290,7 @@ def month_under_days(cat: lamina.Catalog) -> lamina.Table:
     )
     with WriteTransaction(cat.context, t._handle.record, "APPEND", {}) as txn:
         txn.inflight()
-        txn.publish(PublishPlan(tuple(write_parts(cat.warehouse, txn.dir, parts)), None))
+        txn.publish(AppendPlan(files=tuple(write_parts(cat.warehouse, txn.dir, parts))))
     t.overwrite(events(days=1, per_day=3, start="2024-01-05", seed=1))
     t.append(events(days=2, per_day=4, start="2024-02-01"))
     return t

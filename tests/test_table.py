@@ -202,7 +202,7 @@ def test_partial_overshadow_reads_only_visible_rows(cat: lamina.Catalog) -> None
     """A MONTH-chunk overwrite over DAY data hides the days it covers, not others."""
     t = cat.create_table("events", schema=SCHEMA, time_column="ts")
     t.append(events(days=3, per_day=10, start="2024-01-30"))  # Jan 30, 31, Feb 1
-    from lamina.core.model import PublishPlan
+    from lamina.core.plans import OverwritePlan
     from lamina.io.writer import split_by_chunk, write_parts
     from lamina.write import WriteTransaction
 
@@ -213,7 +213,9 @@ def test_partial_overshadow_reads_only_visible_rows(cat: lamina.Catalog) -> None
     with WriteTransaction(cat.context, rec, "OVERWRITE", {}) as txn:
         txn.inflight()
         files = write_parts(cat.warehouse, txn.dir, parts)
-        txn.publish(PublishPlan(tuple(files), (Interval("2024-01-01", "2024-02-01"),)))
+        txn.publish(
+            OverwritePlan(files=tuple(files), chunks=(Interval("2024-01-01", "2024-02-01"),))
+        )
     assert t.count() == 4 + 10  # January replaced by 4 rows; Feb 1 stays
     assert cat.sql("select count(*) n from events").to_pydict() == {"n": [14]}
 
@@ -222,7 +224,7 @@ def test_interval_reads_find_segments_longer_than_the_granularity(cat: lamina.Ca
     """An interval read bounds segment starts by the longest span published: a MONTH
     segment in a DAY table still answers a day late in that month."""
     t = cat.create_table("events", schema=SCHEMA, time_column="ts")
-    from lamina.core.model import PublishPlan
+    from lamina.core.plans import OverwritePlan
     from lamina.io.writer import split_by_chunk, write_parts
     from lamina.write import WriteTransaction
 
@@ -232,7 +234,9 @@ def test_interval_reads_find_segments_longer_than_the_granularity(cat: lamina.Ca
     with WriteTransaction(cat.context, t._handle.record, "OVERWRITE", {}) as txn:
         txn.inflight()
         files = write_parts(cat.warehouse, txn.dir, parts)
-        txn.publish(PublishPlan(tuple(files), (Interval("2024-01-01", "2024-02-01"),)))
+        txn.publish(
+            OverwritePlan(files=tuple(files), chunks=(Interval("2024-01-01", "2024-02-01"),))
+        )
     t.append(events(days=1, per_day=5, start="2024-02-10"))
     assert t.to_arrow(interval="2024-01-30/2024-01-31").num_rows == 2
     assert t.count() == 62 + 5

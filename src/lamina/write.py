@@ -14,7 +14,8 @@ from typing import Any
 from lamina.context import CatalogContext
 from lamina.core.interval import Interval
 from lamina.core.locks import LockType
-from lamina.core.model import Commit, CommitState, PublishPlan, TableRecord
+from lamina.core.model import Commit, CommitState, TableRecord
+from lamina.core.plans import PublishPlan
 from lamina.errors import (
     CatalogUnavailableError,
     CommitError,

@@ -21,8 +21,6 @@ from lamina.errors import MetadataError, SnapshotNotFoundError, TransactionError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from lamina.core.upsert import UpsertBatch
-
 
 class CommitState(enum.StrEnum):
     """REQUESTED -> INFLIGHT -> COMPLETED, or ABORTED from either open state."""
@@ -201,53 +199,6 @@ class RowMap:
     sources: tuple[str, ...]
     source: Any  # numpy int array, one per output row
     row: Any  # numpy int array, one per output row
-
-
-@dataclass(frozen=True)
-class PublishPlan:
-    """What a commit publishes: new files, and for an overwrite the chunks it replaces."""
-
-    files: tuple[NewSegment, ...] = ()
-    overwrite: tuple[Interval, ...] | None = None  # chunks replaced (tombstoned when no file)
-    lineage_entry: str | None = None  # publish hidden, as segments_to of this entry
-    suffix: str = ""  # appended to the new segments' names
-    remove_ids: tuple[str, ...] = ()  # live segments removed atomically
-    complete_entry: bool = False  # end the lineage entry in the same transaction
-    #: what to do with rows appended into an overwritten interval since the write began:
-    #: "write_serializable" keeps them on top, "serializable" refuses to publish
-    isolation: str = "write_serializable"
-    #: appended files of a transaction that also overwrites (other chunks than those)
-    append_files: tuple[NewSegment, ...] = ()
-    #: the commit's action when it differs from the one it was opened with
-    action: str | None = None
-    #: exactly-once: (application id, version); skipped unless above the recorded one
-    txn: tuple[str, int] | None = None
-    #: the commit holds task locks (checked, and released, when it publishes)
-    locked: bool = False
-    #: a minor compaction's runs (their inputs are in ``remove_ids`` too)
-    compacted: tuple[CompactedRun, ...] = ()
-    #: a rewrite of rows read at the base (a major compaction): optimistic conflict
-    #: rules apply even inside its locks, and it may not retire segments a lineage
-    #: entry still names
-    rewrite: bool = False
-    #: an upsert: its records as resolved among themselves, resolved against the
-    #: table's key index at publish (see :mod:`lamina.core.upsert`)
-    upsert: UpsertBatch | None = None
-    #: an overwrite's intervals, whole (its footprint: what a concurrent write there
-    #: conflicts with); None: the chunks of ``overwrite``, which skip empty ones
-    replaced: tuple[Interval, ...] | None = None
-
-    @property
-    def footprint(self) -> tuple[Interval, ...]:
-        """The intervals whose rows the commit replaces, adjacent ones merged."""
-        spans = sorted(self.replaced if self.replaced is not None else self.overwrite or ())
-        out: list[Interval] = []
-        for iv in spans:
-            if out and iv.start <= out[-1].end:
-                out[-1] = Interval.of(out[-1].start, max(out[-1].end, iv.end))
-            else:
-                out.append(iv)
-        return tuple(out)
 
 
 @dataclass(frozen=True)

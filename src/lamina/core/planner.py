@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from lamina.core.interval import Granularity, Interval
+from lamina.core.lineage import LineageEntry, LineageState
 from lamina.core.model import CompactedRun, NewSegment
 from lamina.core.segment import Segment
 from lamina.core.timeline import Timeline
-from lamina.errors import ChunkLayoutError, CommitConflictError
+from lamina.errors import ChunkLayoutError, CommitConflictError, UpsertError
 
 #: A chunk of one version: where appended files land.
 Target = tuple[Interval, int]
@@ -68,6 +69,40 @@ def overshadowed(live: Iterable[Segment], new: Iterable[Segment]) -> list[Segmen
     for seg in new:
         timeline.add(seg)
     return [s for s in live if timeline.is_overshadowed(s)]
+
+
+def refuse_partial(
+    live: list[Segment],
+    gone: list[Segment],
+    remove_ids: tuple[str, ...],
+    chunks: tuple[Interval, ...],
+) -> None:
+    """An overwrite of an upsert table replaces whole segments: one that would show in
+    part only (coarser than the overwrite's chunks, after a major compaction to a larger
+    granularity) would keep records the key index counts as gone. Raises UpsertError."""
+    out = {s.id for s in gone} | set(remove_ids)
+    for seg in live:
+        if seg.id not in out and any(seg.interval.overlaps(c) for c in chunks):
+            raise UpsertError(
+                f"this overwrite covers only part of segment {seg.id} ({seg.interval}); an "
+                "overwrite of an upsert table replaces whole segments: "
+                f"overwrite (or refresh) its whole span {seg.interval}; nothing was published"
+            )
+
+
+def refuse_named(gone: list[Segment], entries: Iterable[LineageEntry]) -> None:
+    """A rewrite (major compaction) may not retire segments that a lineage entry in
+    progress, or one that may still be rolled back, names: ending or reverting it
+    would then show or hide the wrong rows. Raises CommitConflictError."""
+    for e in entries:
+        if e.state in (LineageState.IN_PROGRESS, LineageState.COMPLETED):
+            named = sorted(e.ids & {s.id for s in gone})
+            if named:
+                raise CommitConflictError(
+                    f"segment {named[0]} is named by lineage entry {e.id} ({e.state}); a "
+                    "major compaction leaves it alone until the entry is reverted or "
+                    "cleaned up by retention — compact later; nothing was published"
+                )
 
 
 def _single(timeline: Timeline, chunk: Interval, strict: bool) -> Target | None:

@@ -3,8 +3,9 @@ commit (heartbeats, aborts) is :mod:`.writers`.
 
 A commit is REQUESTED -> INFLIGHT -> COMPLETED, or ABORTED. Every completed commit,
 whether it published files or only changed catalog state (a lineage transition, a
-delete), is recorded by :func:`record_commit`: the one place that hands out the next
-snapshot seq, and so the one place where checks against concurrent commits belong.
+delete, a schema change), is recorded by :func:`record_commit`: the one place that hands
+out the next snapshot seq. Its callers pass :func:`lamina.meta.publish_checks.check`
+first, under the same lock: the one place of the checks against concurrent commits.
 
 Durability on PostgreSQL: the REQUESTED and INFLIGHT transitions commit with
 ``synchronous_commit = off`` (no wait for the WAL flush); COMPLETED and everything
@@ -199,8 +200,9 @@ def record_commit(
     snapshot seq (``last_seq + 1``) and, when given, moves the table's version
     allocator to ``next_version`` and its longest segment span to ``max_span``.
     ``footprint``: what later commits check against (see :mod:`lamina.meta.conflicts`;
-    the optimistic check of this commit against earlier ones ran before, under the
-    same lock). Raises CommitError when ``commit_id`` is no longer INFLIGHT.
+    the check of this commit against earlier ones, :func:`lamina.meta.publish_checks.check`,
+    ran before, under the same lock). Raises CommitError when ``commit_id`` is no longer
+    INFLIGHT.
     """
     seq = int(trow.last_seq) + 1
     now = now_us()

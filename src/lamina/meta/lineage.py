@@ -23,7 +23,7 @@ from sqlalchemy import (
     update,
 )
 
-from lamina.core.interval import ETERNITY, Interval
+from lamina.core.interval import Interval
 from lamina.core.lineage import (
     LineageEntry,
     LineageState,
@@ -35,11 +35,10 @@ from lamina.core.lineage import (
     hidden_by,
     may_show,
 )
-from lamina.core.locks import first_locked
 from lamina.core.model import CommitAction
 from lamina.core.planner import hidden_by_newer
+from lamina.core.plans import LineagePlan
 from lamina.errors import LineageEntryNotFoundError, LineageError, LineageRequestError
-from lamina.meta import locks as lock_rows
 from lamina.meta.db import Db
 from lamina.meta.lineage_lists import entries, lists, put_list
 from lamina.meta.rows import segment_of
@@ -64,23 +63,20 @@ if TYPE_CHECKING:
 
 
 def _record_commit(
-    conn: Connection,
-    row: Any,
-    action: str,
-    metadata: dict[str, Any],
-    moved: list[str],
-    shown: list[tuple[str, str]] | None = None,
-    swapped: list[tuple[str, str]] | None = None,
+    db: Db, conn: Connection, row: Any, plan: LineagePlan, metadata: dict[str, Any]
 ) -> Recorded:
-    """:func:`lamina.meta.commits.record_commit` of a lineage transition that moved the
-    entries ``moved``, showing and swapping the segments of those lists (its footprint, see
-    :func:`lamina.meta.conflicts.encode`), imported by the first write (reading lineage
-    needs none of the commit module)."""
+    """:func:`lamina.meta.commits.record_commit` of a lineage transition, once
+    :func:`lamina.meta.publish_checks.check` let it through; its footprint: the entries
+    it moved and the lists it showed and swapped (see
+    :func:`lamina.meta.conflicts.encode`). Both imported by the first write (reading
+    lineage needs none of the commit modules)."""
     from lamina.meta.commits import record_commit
     from lamina.meta.conflicts import encode
+    from lamina.meta.publish_checks import check
 
-    footprint = encode(lineage=moved, shown=shown or (), swapped=swapped or ())
-    return record_commit(conn, row, action, metadata, footprint=footprint)
+    check(db, conn, row, plan)
+    footprint = encode(lineage=plan.moved, shown=plan.shown, swapped=plan.swapped)
+    return record_commit(conn, row, plan.action, metadata, footprint=footprint)
 
 
 def entry_row(db: Db, conn: Connection, table_id: int, entry_id: str, *cols: Any) -> Any:
@@ -217,8 +213,8 @@ def start_replace(
         entry_id = uuid.uuid4().hex
         meta = {"entry": entry_id, "segments_from": from_ids, "segments_to": segments_to}
         # its footprint: the entries it reverts (a new entry clobbers no writer)
-        moved = [e.id for e in conflicts]
-        seq = _record_commit(conn, trow, CommitAction.START_REPLACE, meta, moved).seq
+        plan = LineagePlan(CommitAction.START_REPLACE, entry_id, tuple(e.id for e in conflicts))
+        seq = _record_commit(db, conn, trow, plan, meta).seq
         garbage: list[str] = []
         for e in conflicts:  # force_cleanup: revert, delete what they wrote
             set_state(conn, e.id, LineageState.REVERTED, reverted_seq=seq)
@@ -308,29 +304,6 @@ def _lock_with_entry(db: Db, conn: Connection, name: str, entry_id: str) -> Any:
     return row
 
 
-def _outside_locks(conn: Connection, table_id: int, entry_id: str, what: str) -> None:
-    """An end or rollback swaps the entry's segments in and out of view; where another
-    commit holds a REPLACE or EXCLUSIVE lock, that holder would silently overwrite the
-    swap (it publishes without conflict checks), so the transition is refused until
-    the lock is gone. Raises LineageError."""
-    held = lock_rows.replacing(conn, table_id, 0, ETERNITY, unchecked=True)
-    if not held:  # the common case: one query
-        return
-    named = lists(conn, [entry_id], ("from", "to"))
-    ids = sorted({i for ids in named.values() for i in ids})
-    rows = {
-        Interval.of(r.start_us, r.end_us): r.segment_id for r in rows_by_id(conn, table_id, ids)
-    }
-    found = first_locked(held, rows)
-    if found is not None:
-        iv, lk = found
-        raise LineageError(
-            f"cannot {what} lineage entry {entry_id}: its segment {rows[iv]} lies in "
-            f"{iv}, where commit {lk.holder} holds a {lk.type.value} lock on "
-            f"{lk.interval}; nothing changed — {what} it once that commit completes"
-        )
-
-
 def end_replace(db: Db, name: str, entry_id: str, segments_to: list[str] | None = None) -> None:
     """COMPLETED (idempotent): a few row reads and writes, whatever the number of
     segments. ``segments_to``: of the names given at start, those the end still waits
@@ -347,12 +320,10 @@ def end_replace(db: Db, name: str, entry_id: str, segments_to: list[str] | None 
             return
         if row.to_count or expected:
             _check_not_overshadowed(conn, row.id, entry_id)
-        _outside_locks(conn, row.id, entry_id, "end")
-        meta = {"entry": entry_id}
-        shown, swapped = [(entry_id, "to")], [(entry_id, "from")]
-        seq = _record_commit(
-            conn, row, CommitAction.END_REPLACE, meta, [entry_id], shown, swapped
-        ).seq
+        # what it shows and swaps: its segments_to, its segments_from
+        shown, swapped = ((entry_id, "to"),), ((entry_id, "from"),)
+        plan = LineagePlan(CommitAction.END_REPLACE, entry_id, (entry_id,), shown, swapped)
+        seq = _record_commit(db, conn, row, plan, {"entry": entry_id}).seq
         set_state(conn, entry_id, LineageState.COMPLETED, completed_seq=seq)
         decore(conn, row.id, _to_decore(conn, row))
 
@@ -425,14 +396,11 @@ def revert_replace(db: Db, name: str, entry_id: str, force: bool = False) -> Non
             check_rollback_intact(entry_id, int(n), int(row.to_count))
         if not check_revert(entry_id, row.state, force, live):
             return
-        swapped: list[tuple[str, str]] = []  # a rollback shows the sources, hides the rest
-        if row.state == LineageState.COMPLETED.value:
-            swapped = [(entry_id, "from"), (entry_id, "to")]
-            _outside_locks(conn, row.id, entry_id, "roll back")
-        meta = {"entry": entry_id}
-        seq = _record_commit(
-            conn, row, CommitAction.REVERT_REPLACE, meta, [entry_id], swapped=swapped
-        ).seq
+        swapped: tuple[tuple[str, str], ...] = ()  # a rollback shows the sources, hides
+        if row.state == LineageState.COMPLETED.value:  # the rest (of one in progress: none)
+            swapped = ((entry_id, "from"), (entry_id, "to"))
+        plan = LineagePlan(CommitAction.REVERT_REPLACE, entry_id, (entry_id,), swapped=swapped)
+        seq = _record_commit(db, conn, row, plan, {"entry": entry_id}).seq
         set_state(conn, entry_id, LineageState.REVERTED, reverted_seq=seq)
 
     db.write(txn)

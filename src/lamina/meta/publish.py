@@ -1,21 +1,35 @@
-"""Publishing a commit's files, and removing segments: one transaction each.
+"""Publishing a write's files, and deleting segments: one catalog transaction each.
 
-The transaction locks the table, reads what the pure planner needs (live segments in
-the span, lineage entries, free partition ids), checks what may refuse it
-(:mod:`lamina.meta.publish_checks`), applies its plan and records the commit through
-:func:`lamina.meta.commits.record_commit`.
+Private to the write path: :func:`publish` is called only by
+:meth:`lamina.write.WriteTransaction.publish` (every write, transaction, push, upsert
+and compaction publishes through it), and :func:`delete_segments` only by
+``t.delete_segments``. Nothing else records a commit of files.
+
+A publish runs in phases, each a function below: lock the table's row and check the
+plan (:func:`lamina.meta.publish_checks.check`, the one place for conflict and lock
+checks) → plan the new segments' identities (:mod:`lamina.core.planner` decides) →
+resolve an upsert's records by key → record the commit through
+:func:`lamina.meta.commits.record_commit` → write the rows that go with it.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, and_, bindparam, select
 
-from lamina.core.interval import ETERNITY, Interval, from_us
-from lamina.core.lineage import LineageState, hidden_by, may_show, protected
-from lamina.core.model import Commit, CommitAction, CommitState, PublishPlan, TableRecord
+from lamina.core.interval import Interval, from_us
+from lamina.core.lineage import LineageEntry, LineageState, hidden_by, may_show
+from lamina.core.model import (
+    Commit,
+    CommitAction,
+    CommitState,
+    CompactedRun,
+    NewSegment,
+    TableRecord,
+)
 from lamina.core.planner import (
     append_segments,
     append_targets,
@@ -23,21 +37,18 @@ from lamina.core.planner import (
     compacted_segments,
     overshadowed,
     overwrite_segments,
+    refuse_named,
+    refuse_partial,
 )
+from lamina.core.plans import DeletePlan, PublishPlan
 from lamina.core.segment import Segment
-from lamina.errors import (
-    CommitError,
-    LineageEntryNotFoundError,
-    LineageError,
-    SegmentNotFoundError,
-    TableNotFoundError,
-)
+from lamina.errors import CommitError, LineageError, TableNotFoundError
 from lamina.io.warehouse import Warehouse
 from lamina.meta import app_txns
 from lamina.meta import lineage as entries_rows
 from lamina.meta import locks as lock_rows
 from lamina.meta import publish_checks as checks
-from lamina.meta.commits import record_commit
+from lamina.meta.commits import Recorded, record_commit
 from lamina.meta.conflicts import encode
 from lamina.meta.db import Db
 from lamina.meta.partition_ids import next_overwrite_pids
@@ -47,13 +58,15 @@ from lamina.meta.segments import (
     chunk_versions,
     decore,
     existing,
-    live_ids,
     live_rows,
     live_segments,
     mark_removed,
     rows_by_id,
 )
 from lamina.meta.tables import lock_table
+
+if TYPE_CHECKING:
+    from lamina.meta.keys import Outcome
 
 _joined = tables.outerjoin(
     commits, and_(commits.c.id == bindparam("cid"), commits.c.table_id == tables.c.id)
@@ -131,141 +144,226 @@ def _publish(
     plan: PublishPlan,
     wh: Warehouse | None,
 ) -> Commit:
-    """:func:`publish`'s transaction."""
-
-    trow = _lock_with_commit(db, conn, table.id, commit_id)
-    if trow.commit_state != CommitState.INFLIGHT.value or trow.owner != owner:
-        state = trow.commit_state if trow.owner == owner else "missing"
-        raise CommitError(
-            f"commit {commit_id} cannot be published: it is {state} (another writer "
-            "took over after its heartbeat expired?); nothing was published, retry"
-        )
-    version = int(trow.next_version)
-    action = plan.action or trow.action
-    covered = checks.held_locks(conn, commit_id) if plan.locked else []
-    if plan.rewrite:  # rows read at the base: any concurrent change refuses it
-        covered = []
-    if plan.txn is not None:  # first: a twin that published this version wins, not conflicts
-        app_txns.check(conn, table.id, *plan.txn)
-    checks.outside_locks(conn, table.id, commit_id, plan, covered)
-    carry = checks.check_conflicts(conn, table.id, commit_id, trow, action, plan, covered)
-    entry = None
-    if plan.lineage_entry is not None:
-        try:
-            entry = entries_rows.entry_row(db, conn, table.id, plan.lineage_entry)
-        except LineageEntryNotFoundError:
-            raise LineageEntryNotFoundError(
-                f"lineage entry {plan.lineage_entry} of this push is gone: retention "
-                "removes an unfinished push older than the table's lineage_cleanup_retention "
-                "(or another push with force_cleanup reverted it, and retention ran); "
-                "nothing was published — push again, or raise lineage_cleanup_retention"
-            ) from None
-        if entry.state != LineageState.IN_PROGRESS.value:
-            raise LineageError(
-                f"lineage entry {entry.id} is {entry.state}: the push under it was "
-                "cleaned up (by a newer push or retention); nothing was published"
-            )
-    # the common append reads no lineage entries unless the table has some
-    lazy = (
-        entry is None and plan.overwrite is None and not plan.remove_ids and not plan.append_files
+    """:func:`publish`'s transaction, phase by phase."""
+    trow, cleared = _lock_and_check(conn, db, table.id, commit_id, owner, plan)
+    planned = _plan_identities(conn, table, commit_id, trow, plan, cleared)
+    outcome = _resolve_upserts(conn, db, table, trow, plan, planned, wh)
+    action = plan.action_of(trow.action)
+    done, meta = _record(conn, table.id, commit_id, trow, action, plan, planned)
+    _side_rows(conn, table.id, commit_id, plan, planned, outcome, done.seq)
+    return Commit(
+        id=commit_id,
+        action=action,
+        state=CommitState.COMPLETED.value,
+        started_at=from_us(trow.started_at),
+        completed_at=from_us(done.at_us),
+        table=table.name,
+        added=tuple(s.id for s in planned.new),
+        removed=tuple(sorted(planned.removed)),
+        metadata=meta,
+        seq=done.seq,
+        base_seq=trow.base_seq,
+        inflight_at=Commit.time(trow.inflight_at),
     )
-    current = [] if lazy else entries_rows.entries(conn, table.id)  # after the lock
-    # a push's own earlier batches count as visible when planning its next one
-    hidden = hidden_by(e for e in current if entry is None or e.id != entry.id)
-    held = protected(current)
-    removed: set[str] = set()
-    fresh: int | None = None
-    if plan.overwrite is not None:
-        new = overwrite_segments(
-            table.name, plan.files, plan.overwrite, version, plan.suffix, entry is None
-        )
-        fresh = version
-        if plan.overwrite and entry is None:  # under an entry, the entry hides
-            span = _span(list(plan.overwrite))
-            live = live_segments(conn, table.id, table.name, span, hidden)
-            while (wide := _span([span, *(s.interval for s in live)])) != span:
-                span = wide  # a coarser segment sticks out: what hides the rest of it
-                live = live_segments(conn, table.id, table.name, span, hidden)  # counts
-            gone = overshadowed(live, new)
-            if plan.upsert is not None and not plan.rewrite:
-                checks.refuse_partial(live, gone, plan.remove_ids, plan.overwrite)
-            if plan.rewrite:  # the sources a completed entry hides count: a rollback
-                sources = _replaced_sources(conn, table, current, span)  # shows them
-                held = {s.id for s in sources}
-                retired = [s for s in overshadowed([*live, *sources], new) if s.id in held]
-                # and a named segment the new version hides in part only (a MONTH one
-                # under WEEK chunks): a rollback would leave the copies of its rows
-                named = {i for e in current for i in e.ids}  # few: check only those
-                partly = _in_part([s for s in live if s.id in named], new)
-                checks.check_unnamed(gone + retired + partly, current)
-            else:  # and the sources a completed entry hides: a rollback shows none
-                gone += overshadowed(_replaced_sources(conn, table, current, span), new)
-            removed = {s.id for s in gone}
-    else:
-        new = []
-    appends = plan.files if plan.overwrite is None else plan.append_files
-    if appends:
-        chunks = sorted({f.chunk for f in appends})
-        span, longest = _span(chunks), int(trow.max_span_us)
-        found = chunk_versions(conn, table.id, table.name, span, None if lazy else hidden, longest)
-        if found is None:  # the table has lineage entries after all
-            current = entries_rows.entries(conn, table.id)
-            hidden = hidden_by(current)
-            found = chunk_versions(conn, table.id, table.name, span, hidden, longest)
-        assert found is not None
-        reps, next_pid = found
-        # a chunk empty only while lineage hides its segments: join their version, so
-        # that neither hides the other once both show (a push's end, a rollback)
-        waiting = may_show(e for e in current if entry is None or e.id != entry.id)
-        pending_reps: list[Segment] = []
-        if waiting & hidden:
-            more = chunk_versions(conn, table.id, table.name, span, hidden - waiting, longest)
-            pending_reps = more[0] if more is not None else []
-        targets, used_new = append_targets(chunks, reps, version, pending_reps)
-        fresh = version if used_new else fresh
-        new += append_segments(table.name, appends, targets, next_pid, plan.suffix)
-    # runs of one chunk version take ids in turn
-    next_pids = next_overwrite_pids(conn, table.id, [(r.chunk, r.version) for r in plan.compacted])
-    for run in plan.compacted:
-        key = (run.chunk, run.version)
-        new += compacted_segments(table.name, run, next_pids[key])
-        next_pids[key] += len(run.files)
-    carry = [i for i in carry if i not in hidden]  # an unfinished push stays hidden
-    copies: dict[str, str] = {}
-    if carry:
-        carried = [segment_of(r._mapping, table.name) for r in rows_by_id(conn, table.id, carry)]
-        pairs = carried_segments(table.name, carried, new, plan.suffix or f"c{commit_id}")
-        new += [copy for _, copy in pairs]
-        copies = {orig.id: copy.id for orig, copy in pairs}
-    if plan.remove_ids:
-        removed |= checks.check_removable(conn, table.id, plan.remove_ids, hidden, held)
-    outcome = None
-    if plan.upsert is not None:  # resolved by key against every commit before it
-        from lamina.meta import keys
 
-        if wh is None:
-            raise CommitError("an upsert publishes with the table's warehouse; pass it")
-        locations = [f.location for f in (*plan.files, *plan.append_files)]
-        kept = {s.location for s in new}  # carried copies keep their files
-        gone_files = {
-            r.location for r in rows_by_id(conn, table.id, sorted(removed)) if r.location
-        } - kept
-        outcome = keys.resolve(
-            conn,
-            str(db.engine.url),
-            table.with_schema(bytes(trow.schema_ipc)),  # the writer's handle may be older
-            wh,
-            plan.upsert,
-            locations,
-            int(trow.last_seq),
-            gone_files,
-        )
+
+@dataclass
+class _Planned:
+    """What a publish plans, phase by phase: the lineage entry it writes under (its
+    row), the table's entries and the segments they hide (read again by an append that
+    finds the table has some after all), the new segments, the version it takes from
+    the allocator (None: none), the segments it removes, and carried copies (original
+    id -> copy id)."""
+
+    entry: Any
+    current: list[LineageEntry]
+    hidden: set[str]
+    lazy: bool  #: entries not read: a plain append's chunk query tells if there are any
+    new: list[Segment] = field(default_factory=list)
+    fresh: int | None = None
+    removed: set[str] = field(default_factory=set)
+    copies: dict[str, str] = field(default_factory=dict)
+
+
+def _lock_and_check(
+    conn: Connection, db: Db, table_id: int, commit_id: int, owner: str, plan: PublishPlan
+) -> tuple[Any, checks.Cleared]:
+    """Lock the table's row, read it with the commit's, and refuse what may not publish."""
+    trow = _lock_with_commit(db, conn, table_id, commit_id)
+    return trow, checks.check(db, conn, trow, plan, commit_id, owner)
+
+
+def _plan_identities(
+    conn: Connection,
+    table: TableRecord,
+    commit_id: int,
+    trow: Any,
+    plan: PublishPlan,
+    cleared: checks.Cleared,
+) -> _Planned:
+    """Give the new files their identities, and name the segments the commit removes."""
+    planned = _Planned(
+        cleared.entry, cleared.current or [], cleared.hidden, cleared.current is None
+    )
+    planned.removed |= cleared.removed
+    version = int(trow.next_version)
+    suffix = "" if plan.lineage is None else f"c{commit_id}"  # a push's: its own names
+    chunks = plan.overwrites()
+    if chunks is not None:
+        _plan_overwrite(conn, table, plan, chunks, version, suffix, planned)
+    if plan.appends():
+        _plan_appends(conn, table, trow, plan.appends(), version, suffix, planned)
+    _plan_runs(conn, table, plan.compacts(), planned)
+    _plan_carried(conn, table, commit_id, cleared.carry, planned)
+    return planned
+
+
+def _plan_overwrite(
+    conn: Connection,
+    table: TableRecord,
+    plan: PublishPlan,
+    chunks: tuple[Interval, ...],
+    version: int,
+    suffix: str,
+    planned: _Planned,
+) -> None:
+    """An overwrite's new version over ``chunks``, and the live segments it retires."""
+    entry, current = planned.entry, planned.current
+    new = overwrite_segments(table.name, plan.files, chunks, version, suffix, entry is None)
+    planned.new += new
+    planned.fresh = version
+    if not chunks or entry is not None:  # under an entry, the entry hides
+        return
+    span = _span(list(chunks))
+    live = live_segments(conn, table.id, table.name, span, planned.hidden)
+    while (wide := _span([span, *(s.interval for s in live)])) != span:
+        span = wide  # a coarser segment sticks out: what hides the rest of it
+        live = live_segments(conn, table.id, table.name, span, planned.hidden)  # counts
+    gone = overshadowed(live, new)
+    if plan.upsert is not None and not plan.rewrites:
+        refuse_partial(live, gone, plan.remove_ids, chunks)
+    if plan.rewrites:  # the sources a completed entry hides count: a rollback
+        sources = _replaced_sources(conn, table, current, span)  # shows them
+        held = {s.id for s in sources}
+        retired = [s for s in overshadowed([*live, *sources], new) if s.id in held]
+        # and a named segment the new version hides in part only (a MONTH one
+        # under WEEK chunks): a rollback would leave the copies of its rows
+        named = {i for e in current for i in e.ids}  # few: check only those
+        partly = _in_part([s for s in live if s.id in named], new)
+        refuse_named(gone + retired + partly, current)
+    else:  # and the sources a completed entry hides: a rollback shows none
+        gone += overshadowed(_replaced_sources(conn, table, current, span), new)
+    planned.removed |= {s.id for s in gone}
+
+
+def _plan_appends(
+    conn: Connection,
+    table: TableRecord,
+    trow: Any,
+    files: tuple[NewSegment, ...],
+    version: int,
+    suffix: str,
+    planned: _Planned,
+) -> None:
+    """Appended files' partitions: in each chunk's visible version, or a new one."""
+    chunks = sorted({f.chunk for f in files})
+    span, longest = _span(chunks), int(trow.max_span_us)
+    hidden = None if planned.lazy else planned.hidden
+    found = chunk_versions(conn, table.id, table.name, span, hidden, longest)
+    if found is None:  # the table has lineage entries after all
+        planned.current = entries_rows.entries(conn, table.id)
+        planned.hidden = hidden_by(planned.current)
+        found = chunk_versions(conn, table.id, table.name, span, planned.hidden, longest)
+    assert found is not None
+    reps, next_pid = found
+    # a chunk empty only while lineage hides its segments: join their version, so
+    # that neither hides the other once both show (a push's end, a rollback)
+    entry = planned.entry
+    waiting = may_show(e for e in planned.current if entry is None or e.id != entry.id)
+    pending_reps: list[Segment] = []
+    if waiting & planned.hidden:
+        hidden = planned.hidden - waiting
+        more = chunk_versions(conn, table.id, table.name, span, hidden, longest)
+        pending_reps = more[0] if more is not None else []
+    targets, used_new = append_targets(chunks, reps, version, pending_reps)
+    planned.fresh = version if used_new else planned.fresh
+    planned.new += append_segments(table.name, files, targets, next_pid, suffix)
+
+
+def _plan_runs(
+    conn: Connection, table: TableRecord, runs: tuple[CompactedRun, ...], planned: _Planned
+) -> None:
+    """A minor compaction's outputs: runs of one chunk version take ids in turn."""
+    next_pids = next_overwrite_pids(conn, table.id, [(r.chunk, r.version) for r in runs])
+    for run in runs:
+        key = (run.chunk, run.version)
+        planned.new += compacted_segments(table.name, run, next_pids[key])
+        next_pids[key] += len(run.files)
+
+
+def _plan_carried(
+    conn: Connection, table: TableRecord, commit_id: int, carry: list[str], planned: _Planned
+) -> None:
+    """Copies, on the overwrite's version, of the segments appended meanwhile it carries."""
+    carry = [i for i in carry if i not in planned.hidden]  # an unfinished push stays hidden
+    if not carry:
+        return
+    carried = [segment_of(r._mapping, table.name) for r in rows_by_id(conn, table.id, carry)]
+    pairs = carried_segments(table.name, carried, planned.new, f"c{commit_id}")
+    planned.new += [copy for _, copy in pairs]
+    planned.copies = {orig.id: copy.id for orig, copy in pairs}
+
+
+def _resolve_upserts(
+    conn: Connection,
+    db: Db,
+    table: TableRecord,
+    trow: Any,
+    plan: PublishPlan,
+    planned: _Planned,
+    wh: Warehouse | None,
+) -> Outcome | None:
+    """Resolve an upsert's records by key against every commit before it (None: no upsert)."""
+    if plan.upsert is None:
+        return None
+    from lamina.meta import keys
+
+    if wh is None:
+        raise CommitError("an upsert publishes with the table's warehouse; pass it")
+    locations = [f.location for f in plan.written()]
+    kept = {s.location for s in planned.new}  # carried copies keep their files
+    gone_files = {
+        r.location for r in rows_by_id(conn, table.id, sorted(planned.removed)) if r.location
+    } - kept
+    return keys.resolve(
+        conn,
+        str(db.engine.url),
+        table.with_schema(bytes(trow.schema_ipc)),  # the writer's handle may be older
+        wh,
+        plan.upsert,
+        locations,
+        int(trow.last_seq),
+        gone_files,
+    )
+
+
+def _record(
+    conn: Connection,
+    table_id: int,
+    commit_id: int,
+    trow: Any,
+    action: str,
+    plan: PublishPlan,
+    planned: _Planned,
+) -> tuple[Recorded, dict[str, Any]]:
+    """Complete the commit with its segment rows and footprint; returns it and its metadata."""
     meta = json.loads(trow.commit_metadata)
+    entry = planned.entry
     shown: list[tuple[str, str]] = []  # the batch that ends its push shows all of it
     swapped: list[tuple[str, str]] = []
     if entry is not None:
         meta["lineage_entry"] = entry.id
-        if plan.complete_entry:  # its lists as this commit leaves them (with ``new``)
+        if plan.ends_entry:  # its lists as this commit leaves them (with ``new``)
             shown, swapped = [(entry.id, "to")], [(entry.id, "from")]
     done = record_commit(
         conn,
@@ -273,9 +371,9 @@ def _publish(
         action,
         meta,
         commit_id=commit_id,
-        next_version=version + 1 if fresh is not None else None,
-        max_span=_longer_span(trow.max_span_us, new),
-        add=[_row(s, table.id) for s in new],
+        next_version=planned.fresh + 1 if planned.fresh is not None else None,
+        max_span=_longer_span(trow.max_span_us, planned.new),
+        add=[_row(s, table_id) for s in planned.new],
         footprint=encode(
             plan.footprint,
             [entry.id] if entry is not None else [],
@@ -284,49 +382,48 @@ def _publish(
             swapped,
         ),
     )
+    return done, meta
+
+
+def _side_rows(
+    conn: Connection,
+    table_id: int,
+    commit_id: int,
+    plan: PublishPlan,
+    planned: _Planned,
+    outcome: Outcome | None,
+    seq: int,
+) -> None:
+    """Write what goes with the commit: deletion vectors, app version, locks, lineage, removals."""
     if outcome is not None:
         from lamina.meta import deletes
 
-        deletes.add(conn, table.id, done.seq, commit_id, outcome.hidden, outcome.tombstones)
+        deletes.add(conn, table_id, seq, commit_id, outcome.hidden, outcome.tombstones)
     maps = [
         (f.location, m)
-        for run in plan.compacted
+        for run in plan.compacts()
         if run.row_maps
         for f, m in zip(run.files, run.row_maps, strict=True)
     ]
     if maps:  # an upsert table's compaction: its outputs keep their rows' vectors
         from lamina.meta import deletes
 
-        deletes.carry(conn, table.id, done.seq, commit_id, maps)
+        deletes.carry(conn, table_id, seq, commit_id, maps)
     if plan.txn is not None:
-        app_txns.record(conn, table.id, *plan.txn, commit_id)
+        app_txns.record(conn, table_id, *plan.txn, commit_id)
     if plan.locked:
         lock_rows.release(conn, commit_id)
-    if entry is not None:
-        own = fresh if plan.overwrite is not None and new else None
-        got = entries_rows.add_written(conn, entry, [s.id for s in new], own)
-        if plan.complete_entry:  # the push becomes visible with this very commit
-            _complete(conn, table.id, entry.id, got, hidden, done.seq)
-    if copies:  # a copy stands where its original stood in every lineage list
-        entries_rows.name_copies(conn, current, copies)
-    if removed:
-        mark_removed(conn, table.id, removed, done.seq, commit_id)
-    if plan.remove_ids and not plan.compacted:  # deleted: the rest of a chunk stays
-        decore(conn, table.id, plan.remove_ids)
-    return Commit(
-        id=commit_id,
-        action=action,
-        state=CommitState.COMPLETED.value,
-        started_at=from_us(trow.started_at),
-        completed_at=from_us(done.at_us),
-        table=table.name,
-        added=tuple(s.id for s in new),
-        removed=tuple(sorted(removed)),
-        metadata=meta,
-        seq=done.seq,
-        base_seq=trow.base_seq,
-        inflight_at=Commit.time(trow.inflight_at),
-    )
+    if planned.entry is not None:
+        own = planned.fresh if plan.overwrites() is not None and planned.new else None
+        got = entries_rows.add_written(conn, planned.entry, [s.id for s in planned.new], own)
+        if plan.ends_entry:  # the push becomes visible with this very commit
+            _complete(conn, table_id, planned.entry.id, got, planned.hidden, seq)
+    if planned.copies:  # a copy stands where its original stood in every lineage list
+        entries_rows.name_copies(conn, planned.current, planned.copies)
+    if planned.removed:
+        mark_removed(conn, table_id, planned.removed, seq, commit_id)
+    if plan.remove_ids and not plan.compacts():  # deleted: the rest of a chunk stays
+        decore(conn, table_id, plan.remove_ids)
 
 
 def _longer_span(current: int, new: list[Segment]) -> int | None:
@@ -384,28 +481,12 @@ def _complete(
 
 def delete_segments(db: Db, name: str, ids: list[str]) -> Commit:
     """Remove live segments in one commit (files go with retention).
-    Raises SegmentNotFoundError, LineageError."""
+    Raises SegmentNotFoundError, LineageError, CommitConflictError."""
 
     def txn(conn: Connection) -> Commit:
         trow = lock_table(db, conn, name)
         table_id = int(trow.id)
-        live = live_ids(conn, table_id)
-        unknown = [i for i in ids if i not in live]
-        if unknown:
-            raise SegmentNotFoundError(
-                f"cannot delete unknown or already deleted segments {unknown[:5]}; "
-                "list them with t.segments(all=True)"
-            )
-        held = sorted(set(ids) & protected(entries_rows.entries(conn, table_id)))
-        if held:
-            raise LineageError(
-                f"segments {held[:5]} are held by a lineage entry (IN_PROGRESS, or replaced "
-                "by a COMPLETED one that can still be rolled back); end or revert it first"
-            )
-        locked = lock_rows.replacing(conn, table_id, 0, ETERNITY, unchecked=True)
-        if locked:
-            gone = [Interval.of(r.start_us, r.end_us) for r in rows_by_id(conn, table_id, ids)]
-            checks.refuse_in_locks(locked, gone, "this delete")
+        checks.check(db, conn, trow, DeletePlan(tuple(ids)))
         done = record_commit(conn, trow, CommitAction.DELETE, {"segments": ids})
         mark_removed(conn, table_id, ids, done.seq, done.id)
         decore(conn, table_id, ids)  # the rest of a chunk stays visible

@@ -1,53 +1,128 @@
-"""What refuses a publish, checked inside its transaction (see
-:mod:`lamina.meta.publish`): revoked locks, conflicts with the commits completed since
-the write began, segments removed meanwhile or held by lineage, and the rules of locked
-and upsert writes. Each raises a typed error; nothing is published then."""
+"""The one check before a commit is recorded: :func:`check`, inside the commit's
+transaction, under the table's lock, before :func:`lamina.meta.commits.record_commit`.
+
+Every commit passes here with its plan (:mod:`lamina.core.plans`), and the plan's kind
+decides what applies:
+
+===================  =================================================================
+plan                 refused when
+===================  =================================================================
+``PublishPlan``      a write: its commit is no longer its writer's INFLIGHT one; a task
+                     lock of it was revoked; its exactly-once version was applied; it
+                     replaces or removes segments where another commit holds a REPLACE
+                     or EXCLUSIVE lock; a commit completed since its base conflicts
+                     with it (:mod:`lamina.core.conflicts`; what was appended meanwhile
+                     it carries); its lineage entry is gone or no longer in progress; a
+                     segment it removes was removed or hidden meanwhile, or a lineage
+                     entry holds it
+``DeletePlan``       a segment is unknown or removed already, or a lineage entry holds
+                     it; one lies where another commit holds such a lock
+``LineagePlan``      an end or a completed entry's rollback swaps a segment where
+                     another commit holds such a lock (a start, or a rollback of an
+                     entry in progress, swaps nothing visible: nothing applies)
+``AlterPlan``        never: a schema change moves no segment
+===================  =================================================================
+
+Lock and conflict checks live here only. Each refusal raises a typed error and nothing
+is recorded. (What a write's identities may not be — an append into a chunk of several
+versions, an upsert overwrite covering a segment in part — is the planner's to refuse:
+:mod:`lamina.core.planner`.) A lineage transition's own rules (which state it may move
+from) are :mod:`lamina.core.lineage`'s.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection
 
-from lamina.core.conflicts import Footprint, Isolation, Kind, SegmentRef, check
+from lamina.core.conflicts import Footprint, Kind, SegmentRef
+from lamina.core.conflicts import check as rules
 from lamina.core.interval import ETERNITY, Interval
-from lamina.core.lineage import LineageState
+from lamina.core.lineage import LineageEntry, LineageState, hidden_by, protected
 from lamina.core.locks import Lock, LockState, LockType, first_locked
-from lamina.core.model import PublishPlan
-from lamina.core.segment import Segment
+from lamina.core.model import CommitAction, CommitState
+from lamina.core.plans import CommitPlan, DeletePlan, LineageBatch, LineagePlan, PublishPlan
 from lamina.errors import (
     CommitConflictError,
+    CommitError,
+    LineageEntryNotFoundError,
     LineageError,
     LockRevokedError,
-    UpsertError,
+    SegmentNotFoundError,
 )
+from lamina.meta import app_txns
 from lamina.meta import locks as lock_rows
 from lamina.meta.conflicts import completed_since, since
-from lamina.meta.lineage_lists import lists
-from lamina.meta.segments import existing, rows_by_id
+from lamina.meta.db import Db
+from lamina.meta.lineage import entry_row
+from lamina.meta.lineage_lists import entries, lists
+from lamina.meta.segments import existing, live_ids, rows_by_id
 
 
-def refuse_partial(
-    live: list[Segment],
-    gone: list[Segment],
-    remove_ids: tuple[str, ...],
-    chunks: tuple[Interval, ...],
-) -> None:
-    """An overwrite of an upsert table replaces whole segments: one that would show in
-    part only (coarser than the overwrite's chunks, after a major compaction to a larger
-    granularity) would keep records the key index counts as gone. Raises UpsertError."""
-    out = {s.id for s in gone} | set(remove_ids)
-    for seg in live:
-        if seg.id not in out and any(seg.interval.overlaps(c) for c in chunks):
-            raise UpsertError(
-                f"this overwrite covers only part of segment {seg.id} ({seg.interval}); an "
-                "overwrite of an upsert table replaces whole segments: "
-                f"overwrite (or refresh) its whole span {seg.interval}; nothing was published"
-            )
+@dataclass(frozen=True)
+class Cleared:
+    """What a write's check read on the way, which its publish plans with: the row of
+    the lineage entry it writes under, the segments appended meanwhile it carries, the
+    table's lineage entries (None: not read — a plain append reads them only if the
+    table has some), the segments they hide from it, and those it removes."""
+
+    entry: Any = None
+    carry: list[str] = field(default_factory=list)
+    current: list[LineageEntry] | None = None
+    hidden: set[str] = field(default_factory=set)
+    removed: set[str] = field(default_factory=set)
 
 
-def held_locks(conn: Connection, commit_id: int) -> list[Interval]:
+def check(
+    db: Db, conn: Connection, trow: Any, plan: CommitPlan, commit_id: int = 0, owner: str = ""
+) -> Cleared:
+    """Refuse ``plan`` if it may not be recorded now (see the module's table).
+    ``trow``: the table's locked row; ``commit_id``, ``owner``: a write's commit and the
+    token it was opened with (a catalog-only commit has none yet). Raises CommitError,
+    LockRevokedError, AlreadyAppliedError, CommitConflictError, LineageError,
+    LineageEntryNotFoundError, SegmentNotFoundError."""
+    if isinstance(plan, PublishPlan):
+        return _publishable(db, conn, trow, plan, commit_id, owner)
+    if isinstance(plan, DeletePlan):
+        _deletable(conn, int(trow.id), plan.remove_ids)
+    if isinstance(plan, (DeletePlan, LineagePlan)):
+        _outside_locks(conn, int(trow.id), plan)
+    return Cleared()
+
+
+def _publishable(
+    db: Db, conn: Connection, trow: Any, plan: PublishPlan, commit_id: int, owner: str
+) -> Cleared:
+    """A write's checks, in the order they refuse."""
+    if trow.commit_state != CommitState.INFLIGHT.value or trow.owner != owner:
+        state = trow.commit_state if trow.owner == owner else "missing"
+        raise CommitError(
+            f"commit {commit_id} cannot be published: it is {state} (another writer "
+            "took over after its heartbeat expired?); nothing was published, retry"
+        )
+    table_id = int(trow.id)
+    covered = _held_locks(conn, commit_id) if plan.locked else []
+    if plan.rewrites:  # rows read at the base: any concurrent change refuses it
+        covered = []
+    if plan.txn is not None:  # first: a twin that published this version wins, not conflicts
+        app_txns.check(conn, table_id, *plan.txn)
+    _outside_locks(conn, table_id, plan, commit_id, covered)
+    carry = _conflicts(conn, trow, commit_id, plan, covered)
+    entry = _entry(db, conn, table_id, plan.lineage)
+    if entry is None and plan.overwrites() is None and not plan.remove_ids:
+        return Cleared(carry=carry)  # the common append: lineage read only if there is some
+    current = entries(conn, table_id)  # after the lock
+    # a push's own earlier batches count as visible when planning its next one
+    hidden = hidden_by(e for e in current if entry is None or e.id != entry.id)
+    removed: set[str] = set()
+    if plan.remove_ids:
+        removed = _removable(conn, table_id, plan.remove_ids, hidden, protected(current))
+    return Cleared(entry, carry, current, hidden, removed)
+
+
+def _held_locks(conn: Connection, commit_id: int) -> list[Interval]:
     """Intervals of the commit's granted locks. Raises LockRevokedError if a
     higher-priority request revoked one (nothing is published then)."""
     rows = lock_rows.of_commit(conn, commit_id)
@@ -66,39 +141,48 @@ def held_locks(conn: Connection, commit_id: int) -> list[Interval]:
     ]
 
 
-def outside_locks(
-    conn: Connection, table_id: int, commit_id: int, plan: PublishPlan, covered: list[Interval]
+def _outside_locks(
+    conn: Connection,
+    table_id: int,
+    plan: PublishPlan | DeletePlan | LineagePlan,
+    commit_id: int = 0,
+    covered: list[Interval] | None = None,
 ) -> None:
-    """:func:`refuse_in_locks` for what a publish replaces or removes — and, for the
-    batch that ends a push, what its entry hides; its own locks (``covered``) aside. A
-    lock-free append is let through: the holder's overwrite carries it. Raises
-    CommitConflictError (retryable)."""
-    spans = [iv for iv in plan.footprint if not any(c.contains(iv) for c in covered)]
-    ends = plan.lineage_entry is not None and plan.complete_entry
-    if not spans and not plan.remove_ids and not ends:
-        return  # an append: no query at all
+    """Refuse a commit that replaces, removes or swaps segments where another commit
+    holds a REPLACE or EXCLUSIVE lock (a major compaction's aside: any concurrent change
+    refuses it instead): the holder publishes without optimistic conflict checks (its
+    lock was to keep such writes out), so it would silently undo this one (Druid: every
+    write into a locked interval needs a lock of its own). A write's own locks
+    (``covered``) aside; what it replaces and removes, and for the batch that ends a push
+    what its entry hides; for an end or a rollback, the entry's segments. A lock-free
+    append is let through: the holder's overwrite carries it. Raises CommitConflictError
+    (retryable), LineageError (a lineage transition)."""
+    spans: list[Interval] = []
+    ids: list[str] = []
+    if isinstance(plan, PublishPlan):
+        spans = [iv for iv in plan.footprint if not any(c.contains(iv) for c in covered or ())]
+        ids = list(plan.remove_ids)
+        if not spans and not ids and not plan.ends_entry:
+            return  # an append: no query at all
+    elif isinstance(plan, DeletePlan):
+        ids = list(plan.remove_ids)
+    elif not plan.shown and not plan.swapped:
+        return  # a start, a rollback of an entry in progress: nothing shows or goes
     held = lock_rows.replacing(conn, table_id, commit_id, ETERNITY, unchecked=True)
     if not held:  # the common case: one query
         return
-    ids = list(plan.remove_ids)
-    if ends:
-        assert plan.lineage_entry is not None
-        ids += lists(conn, [plan.lineage_entry], ("from",)).get((plan.lineage_entry, "from"), [])
+    if isinstance(plan, LineagePlan):
+        _refuse_swap(conn, table_id, plan, held)
+        return
+    if isinstance(plan, PublishPlan) and plan.lineage is not None and plan.ends_entry:
+        entry = plan.lineage.entry
+        ids += lists(conn, [entry], ("from",)).get((entry, "from"), [])
     if ids:
         spans += [Interval.of(r.start_us, r.end_us) for r in rows_by_id(conn, table_id, ids)]
-    refuse_in_locks(held, spans, f"commit {commit_id}")
-
-
-def refuse_in_locks(held: list[Lock], spans: Iterable[Interval], who: str) -> None:
-    """A write that replaces or removes segments where another commit holds a REPLACE
-    or EXCLUSIVE lock (``held``: :func:`lamina.meta.locks.replacing` with
-    ``unchecked``) is refused: the holder publishes without optimistic conflict checks
-    (its lock was to keep such writes out), so it would silently undo this one (Druid:
-    every write into a locked interval needs a lock of its own). Raises
-    CommitConflictError (retryable)."""
     found = first_locked(held, spans)
     if found is not None:
         iv, other = found
+        who = "this delete" if isinstance(plan, DeletePlan) else f"commit {commit_id}"
         raise CommitConflictError(
             f"{who} replaces or removes segments in {iv}, where commit "
             f"{other.holder} holds a {other.type.value} lock on {other.interval}; "
@@ -109,14 +193,27 @@ def refuse_in_locks(held: list[Lock], spans: Iterable[Interval], who: str) -> No
         )
 
 
-def check_conflicts(
-    conn: Connection,
-    table_id: int,
-    commit_id: int,
-    trow: Any,
-    action: str,
-    plan: PublishPlan,
-    covered: list[Interval],
+def _refuse_swap(conn: Connection, table_id: int, plan: LineagePlan, held: list[Lock]) -> None:
+    """:func:`_outside_locks` of an end or a rollback: the entry's segments, both lists.
+    Raises LineageError."""
+    named = lists(conn, [plan.entry], ("from", "to"))
+    ids = sorted({i for ids in named.values() for i in ids})
+    rows = {
+        Interval.of(r.start_us, r.end_us): r.segment_id for r in rows_by_id(conn, table_id, ids)
+    }
+    found = first_locked(held, rows)
+    if found is not None:
+        iv, lk = found
+        what = "end" if plan.action is CommitAction.END_REPLACE else "roll back"
+        raise LineageError(
+            f"cannot {what} lineage entry {plan.entry}: its segment {rows[iv]} lies in "
+            f"{iv}, where commit {lk.holder} holds a {lk.type.value} lock on "
+            f"{lk.interval}; nothing changed — {what} it once that commit completes"
+        )
+
+
+def _conflicts(
+    conn: Connection, trow: Any, commit_id: int, plan: PublishPlan, covered: list[Interval]
 ) -> list[str]:
     """Check the commits completed since the write's base snapshot (none: the common
     single-writer case costs nothing). Returns the ids of segments appended meanwhile
@@ -125,13 +222,16 @@ def check_conflicts(
     Raises CommitConflictError."""
     if trow.base_seq is None or int(trow.last_seq) <= int(trow.base_seq):
         return []
+    table_id = int(trow.id)
+    action = plan.action_of(trow.action)
     kind = Kind.of(action)
-    if kind is Kind.APPEND and plan.txn is None and plan.lineage_entry is None:
+    plain = plan.txn is None and plan.lineage is None
+    if kind is Kind.APPEND and plain:
         return []  # a plain append conflicts with nothing: read no footprints
     done = completed_since(conn, table_id, int(trow.base_seq))
     only_appends = all(Kind.of(a) is Kind.APPEND for _, a, _ in done)
-    if kind is Kind.COMPACT and plan.txn is None and plan.lineage_entry is None and only_appends:
-        return []  # never a conflict nor a carry (an input deleted: check_removable)
+    if kind is Kind.COMPACT and plain and only_appends:
+        return []  # never a conflict nor a carry (an input deleted: _removable)
     removed = tuple(
         SegmentRef(r.segment_id, Interval.of(r.start_us, r.end_us))
         for r in rows_by_id(conn, table_id, list(plan.remove_ids))
@@ -141,12 +241,12 @@ def check_conflicts(
         kind,
         removed=removed,
         replaced=plan.footprint,
-        lineage=frozenset([plan.lineage_entry] if plan.lineage_entry else []),
+        lineage=frozenset([plan.lineage.entry] if plan.lineage is not None else []),
         app_id=plan.txn[0] if plan.txn is not None else None,
     )
     others = since(conn, table_id, int(trow.base_seq), done)
     moved = [o for o in others if o.kind is Kind.LINEAGE]
-    if plan.rewrite and moved:  # a push ended or reverted: the rows it read changed
+    if plan.rewrites and moved:  # a push ended or reverted: the rows it read changed
         raise CommitConflictError(
             f"commit {commit_id} (a major compaction) read rows before lineage commit "
             f"{moved[0].commit_id} changed what is visible; nothing was published — compact "
@@ -154,10 +254,9 @@ def check_conflicts(
             other=moved[0].commit_id,
             retryable=True,
         )
-    spans = [*mine.replaced, *(s.interval for s in removed)]
-    spans += [f.chunk for f in (*plan.files, *plan.append_files)]
+    spans = [*mine.replaced, *(s.interval for s in removed), *(f.chunk for f in plan.written())]
     locked = bool(covered) and all(any(c.contains(iv) for c in covered) for iv in spans)
-    verdict = check(mine, others, Isolation(plan.isolation), locked)
+    verdict = rules(mine, others, plan.isolation, locked)
     if verdict.conflict is not None:
         c = verdict.conflict
         raise CommitConflictError(
@@ -170,25 +269,32 @@ def check_conflicts(
     return [s.id for s in verdict.carry]
 
 
-def check_unnamed(gone: list[Segment], entries: list[Any]) -> None:
-    """A rewrite (major compaction) may not retire segments that a lineage entry in
-    progress, or one that may still be rolled back, names: ending or reverting it
-    would then show or hide the wrong rows. Raises CommitConflictError."""
-    for e in entries:
-        if e.state in (LineageState.IN_PROGRESS, LineageState.COMPLETED):
-            named = sorted(e.ids & {s.id for s in gone})
-            if named:
-                raise CommitConflictError(
-                    f"segment {named[0]} is named by lineage entry {e.id} ({e.state}); a "
-                    "major compaction leaves it alone until the entry is reverted or "
-                    "cleaned up by retention — compact later; nothing was published"
-                )
+def _entry(db: Db, conn: Connection, table_id: int, lineage: LineageBatch | None) -> Any:
+    """The locked row of the lineage entry a push's batch publishes under (None: not a
+    push's), still in progress. Raises LineageEntryNotFoundError, LineageError."""
+    if lineage is None:
+        return None
+    try:
+        entry = entry_row(db, conn, table_id, lineage.entry)
+    except LineageEntryNotFoundError:
+        raise LineageEntryNotFoundError(
+            f"lineage entry {lineage.entry} of this push is gone: retention "
+            "removes an unfinished push older than the table's lineage_cleanup_retention "
+            "(or another push with force_cleanup reverted it, and retention ran); "
+            "nothing was published — push again, or raise lineage_cleanup_retention"
+        ) from None
+    if entry.state != LineageState.IN_PROGRESS.value:
+        raise LineageError(
+            f"lineage entry {entry.id} is {entry.state}: the push under it was "
+            "cleaned up (by a newer push or retention); nothing was published"
+        )
+    return entry
 
 
-def check_removable(
+def _removable(
     conn: Connection, table_id: int, ids: tuple[str, ...], hidden: set[str], held: set[str]
 ) -> set[str]:
-    """The segments a commit removes, all still live and held by no lineage entry.
+    """The segments a write removes, all still live and held by no lineage entry.
     Raises CommitConflictError, LineageError."""
     live = existing(conn, table_id, list(ids))
     gone = [i for i in ids if i not in live or i in hidden]
@@ -207,3 +313,21 @@ def check_removable(
             f"segments {busy[:5]} are held by a lineage entry; end or revert it first"
         )
     return set(ids)
+
+
+def _deletable(conn: Connection, table_id: int, ids: tuple[str, ...]) -> None:
+    """The segments a delete names are live and held by no lineage entry.
+    Raises SegmentNotFoundError, LineageError."""
+    live = live_ids(conn, table_id)
+    unknown = [i for i in ids if i not in live]
+    if unknown:
+        raise SegmentNotFoundError(
+            f"cannot delete unknown or already deleted segments {unknown[:5]}; "
+            "list them with t.segments(all=True)"
+        )
+    held = sorted(set(ids) & protected(entries(conn, table_id)))
+    if held:
+        raise LineageError(
+            f"segments {held[:5]} are held by a lineage entry (IN_PROGRESS, or replaced "
+            "by a COMPLETED one that can still be rolled back); end or revert it first"
+        )

@@ -11,6 +11,7 @@ from sqlalchemy import Connection, insert, select, update
 
 from lamina.core.interval import from_us
 from lamina.core.model import Commit, CommitAction, CommitState, TableRecord
+from lamina.core.plans import AlterPlan
 from lamina.core.properties import SCHEMA_CHANGED_SEQ
 from lamina.meta.commits import record_commit
 from lamina.meta.db import Db
@@ -34,6 +35,9 @@ def change_schema(
         trow = lock_table(db, conn, name)
         rec = read_table(conn, name)
         schema, meta = change(rec)
+        from lamina.meta.publish_checks import check  # the first schema change's import
+
+        check(db, conn, trow, AlterPlan())  # nothing applies: no segment changes
         done = record_commit(conn, trow, CommitAction.ALTER, meta)
         conn.execute(
             insert(schemas).values(

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from lamina.core.interval import ETERNITY, Interval
-from lamina.core.model import Commit, CommitAction, PublishPlan
+from lamina.core.model import Commit, CommitAction
+from lamina.core.plans import LineageBatch, write_plan
 from lamina.operations import lineage
 from lamina.operations import steps as tw
 from lamina.operations.handle import TableHandle
@@ -47,19 +48,17 @@ def refresh(
             files = produce(txn.dir)
             chunks = tw.overwrite_chunks(h, action, [f.chunk for f in files], interval)
             whole = None if interval is None else (interval,)
-            plan = PublishPlan(tuple(files), chunks, remove_ids=tuple(live), replaced=whole)
+            plan = write_plan(files, chunks, remove_ids=tuple(live), replaced=whole)
             return txn.publish(plan)
         entry = lineage.start_replace(h, [], [], True, replace_live=interval or ETERNITY)
         try:
             files = produce(txn.dir)
             chunks = tw.overwrite_chunks(h, action, [f.chunk for f in files], interval)
-            plan = PublishPlan(
-                tuple(files),
+            plan = write_plan(
+                files,
                 chunks,
                 replaced=None if interval is None else (interval,),
-                lineage_entry=entry,
-                suffix=f"c{txn.id}",
-                complete_entry=True,
+                lineage=LineageBatch(entry, ends=True),
             )
             return txn.publish(plan)  # publishes and ends the entry in one transaction
         except BaseException:

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from lamina.core.args import whole_number
 from lamina.core.interval import ETERNITY, Granularity, Interval
-from lamina.core.model import Commit, CommitAction, NewSegment, PublishPlan
+from lamina.core.model import Commit, CommitAction, NewSegment
+from lamina.core.plans import LineageBatch, write_plan
 from lamina.errors import (
     ChunkLayoutError,
     CommitConflictError,
@@ -199,13 +200,11 @@ def write(
             files = produce(w.dir)
             chunks += (f.chunk for f in files)
             overwrite = overwrite_chunks(table, action, [f.chunk for f in files], interval)
-            plan = PublishPlan(
-                tuple(files),
+            plan = write_plan(
+                files,
                 overwrite,
                 replaced=None if overwrite is None or interval is None else (interval,),
-                lineage_entry=lineage_entry,
-                suffix="" if lineage_entry is None else f"c{w.id}",
-                complete_entry=complete,
+                lineage=None if lineage_entry is None else LineageBatch(lineage_entry, complete),
                 txn=txn,
                 upsert=None if upsert is None else upsert(files),
                 remove_ids=remove,

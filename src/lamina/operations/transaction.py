@@ -20,7 +20,8 @@ from lamina.core.args import names, seconds, whole_number
 from lamina.core.conflicts import Isolation
 from lamina.core.interval import ETERNITY, Granularity, Interval
 from lamina.core.locks import PRIORITY_BATCH, PRIORITY_STREAMING, LockType
-from lamina.core.model import Commit, CommitAction, NewSegment, PublishPlan, txn_of
+from lamina.core.model import Commit, CommitAction, NewSegment, txn_of
+from lamina.core.plans import MajorCompactionPlan, TransactionPlan
 from lamina.errors import (
     AlreadyAppliedError,
     CommitConflictError,
@@ -109,7 +110,7 @@ class Transaction:
         self._removes: list[str] = []
         self._ops = 0
         self._op_stored = 0  # how many of _stored came before the last operation
-        self._rewrite = False  # a major compaction: see PublishPlan.rewrite
+        self._rewrite = False  # a major compaction: publishes a MajorCompactionPlan
         #: a major compaction of an upsert table: its records are resolved at publish
         self._upsert: UpsertSpec | None = None
         self._spec = table.upsert_spec  # an upsert table: the operations' records are
@@ -292,7 +293,7 @@ class Transaction:
             return CommitAction.UPSERT if by_key else CommitAction.APPEND
         return CommitAction.DELETE
 
-    def _plan(self) -> PublishPlan:
+    def _plan(self) -> TransactionPlan:
         """What the operations publish."""
         action = self._action()
         if action is CommitAction.OVERWRITE:
@@ -309,17 +310,17 @@ class Transaction:
             upsert = self._merged
         elif self._spec is not None and (files or appends):
             upsert = combined(self._spec, self._stored, [*files, *appends])
-        return PublishPlan(
-            tuple(files),
-            tuple(sorted(self._chunks)) if self._chunks else None,
+        kind = MajorCompactionPlan if self._rewrite else TransactionPlan
+        return kind(
+            files=tuple(files),
+            chunks=tuple(sorted(self._chunks)) if self._chunks else None,
             replaced=tuple(self._replaced) if self._chunks else None,
             remove_ids=tuple(self._removes),
-            isolation=self.isolation.value,
+            isolation=self.isolation,
             append_files=tuple(appends),
-            action=action.value,
+            action=action,
             txn=self.txn,
             locked=self._lock is not None,
-            rewrite=self._rewrite,
             upsert=upsert,
         )
 
@@ -420,7 +421,7 @@ class Transaction:
 class Rewrite(Transaction):
     """A major compaction's transaction: it rewrites chunks with :meth:`rewrite` (at
     the compaction's granularity and target rows, only the chunks that hold data), and
-    publishes as a rewrite (see ``PublishPlan.rewrite``); on an upsert table
+    publishes as a rewrite (a ``MajorCompactionPlan``); on an upsert table
     (``upsert``: its definition) its records are resolved at publish, each copy showing
     exactly when the record it copies still would."""
 

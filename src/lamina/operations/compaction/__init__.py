@@ -40,9 +40,9 @@ from lamina.core.model import (
     CommitAction,
     CompactedRun,
     NewSegment,
-    PublishPlan,
     RowMap,
 )
+from lamina.core.plans import MinorCompactionPlan
 from lamina.core.rollup import Rollup, check_query_granularity
 from lamina.core.segment import Segment
 from lamina.errors import (
@@ -361,7 +361,7 @@ def compact_minor(
         drop = _superseded(table, runs)
         done = tuple(_write_run(table, w.dir, run, engine, nice, drop) for run in runs)
         inputs = tuple(i for r in done for i in r.inputs)
-        return w.publish(PublishPlan(compacted=done, remove_ids=inputs, locked=True))
+        return w.publish(MinorCompactionPlan(runs=done, remove_ids=inputs))
 
 
 def _superseded(table: TableHandle, runs: list[MinorRun]) -> dict[str, np.ndarray] | None:
