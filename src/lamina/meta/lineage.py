@@ -40,7 +40,7 @@ from lamina.core.planner import hidden_by_newer
 from lamina.core.plans import LineagePlan
 from lamina.errors import LineageEntryNotFoundError, LineageError, LineageRequestError
 from lamina.meta.db import Db
-from lamina.meta.lineage_lists import entries, lists, put_list
+from lamina.meta.lineage_lists import entries, entry_row, lists, put_list
 from lamina.meta.rows import segment_of
 from lamina.meta.schema import commits, lineage, lineage_ids, segments
 from lamina.meta.segments import (
@@ -77,21 +77,6 @@ def _record_commit(
     check(db, conn, row, plan)
     footprint = encode(lineage=plan.moved, shown=plan.shown, swapped=plan.swapped)
     return record_commit(conn, row, plan.action, metadata, footprint=footprint)
-
-
-def entry_row(db: Db, conn: Connection, table_id: int, entry_id: str, *cols: Any) -> Any:
-    """The entry's row, locked (only ``cols`` if given). Raises LineageEntryNotFoundError."""
-    stmt = select(*(cols or (lineage,))).where(
-        lineage.c.id == entry_id, lineage.c.table_id == table_id
-    )
-    if not db.sqlite:
-        stmt = stmt.with_for_update()
-    row = conn.execute(stmt).first()
-    if row is None:
-        raise LineageEntryNotFoundError(
-            f"no lineage entry {entry_id!r} in this table; list them with t.lineage()"
-        )
-    return row
 
 
 def set_state(conn: Connection, entry_id: str, state: LineageState, **seqs: int) -> None:

@@ -5,6 +5,7 @@ transitions (start, end, revert) are in :mod:`lamina.meta.lineage`."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
@@ -20,6 +21,8 @@ from sqlalchemy import (
 )
 
 from lamina.core.lineage import LineageEntry, LineageState
+from lamina.errors import LineageEntryNotFoundError
+from lamina.meta.db import Db
 from lamina.meta.rows import entry_of
 from lamina.meta.schema import lineage, lineage_ids
 
@@ -102,3 +105,18 @@ def hidden_at(conn: Connection, table_id: int, seq: int | None = None) -> set[st
     for (ids,) in conn.execute(stmt):
         hidden.update(json.loads(ids))
     return hidden
+
+
+def entry_row(db: Db, conn: Connection, table_id: int, entry_id: str, *cols: Any) -> Any:
+    """The entry's row, locked (only ``cols`` if given). Raises LineageEntryNotFoundError."""
+    stmt = select(*(cols or (lineage,))).where(
+        lineage.c.id == entry_id, lineage.c.table_id == table_id
+    )
+    if not db.sqlite:
+        stmt = stmt.with_for_update()
+    row = conn.execute(stmt).first()
+    if row is None:
+        raise LineageEntryNotFoundError(
+            f"no lineage entry {entry_id!r} in this table; list them with t.lineage()"
+        )
+    return row

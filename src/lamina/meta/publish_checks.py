@@ -56,8 +56,7 @@ from lamina.meta import app_txns
 from lamina.meta import locks as lock_rows
 from lamina.meta.conflicts import completed_since, since
 from lamina.meta.db import Db
-from lamina.meta.lineage import entry_row
-from lamina.meta.lineage_lists import entries, lists
+from lamina.meta.lineage_lists import entries, entry_row, lists
 from lamina.meta.segments import existing, live_ids, rows_by_id
 
 

@@ -10,6 +10,7 @@ from lamina.core.lineage import LineageState
 from lamina.meta import deletes
 from lamina.meta import lineage as entries_rows
 from lamina.meta.db import Db
+from lamina.meta.lineage_lists import entry_row
 from lamina.meta.schema import commits, key_snapshots, manifests, segments
 from lamina.meta.segments import delete_rows, purge_before, referenced_locations
 from lamina.meta.tables import lock_table, read_table
@@ -39,7 +40,7 @@ def retention(
         for entry in current:
             if entry.id in dropped:
                 continue
-            row = entries_rows.entry_row(db, conn, table_id, entry.id)
+            row = entry_row(db, conn, table_id, entry.id)
             age = now - int(row.timestamp)
             if entry.state == LineageState.COMPLETED and age >= replaced_after_us:
                 gone = set(entry.segments_from)
