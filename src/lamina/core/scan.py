@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from lamina.core.interval import ETERNITY, Interval
 from lamina.core.model import Snapshot, TableRecord
@@ -12,8 +12,6 @@ from lamina.core.timeline import Timeline
 
 if TYPE_CHECKING:
     import numpy as np
-
-    from lamina.core.columnar import ColumnarTasks
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,12 +27,37 @@ class ScanTask:
     span: Interval | None = None
 
 
+class TaskColumns(Protocol):
+    """What a :class:`ScanPlan` asks of tasks held as columns rather than objects
+    (implemented by :class:`lamina.core.columnar.ColumnarTasks`)."""
+
+    def __len__(self) -> int: ...
+
+    @property
+    def row_count(self) -> int: ...
+
+    def row_counts(self) -> dict[str, int]: ...
+
+    @property
+    def all_whole(self) -> bool: ...
+
+    def paths(self, whole: bool) -> list[str]: ...
+
+    def partial(self) -> list[tuple[str, Interval]]: ...
+
+    def reads(self) -> list[tuple[str, Interval | None]]: ...
+
+    def pruned(self, interval: Interval, timeless: bool) -> TaskColumns: ...
+
+    def tasks(self, name: str) -> list[ScanTask]: ...
+
+
 class ScanPlan:
     """Everything a reader of one snapshot needs; engines only execute it.
 
     Held either as task objects, or — for big snapshots — as columns (``columns``:
-    see :class:`lamina.core.columnar.ColumnarTasks`), with the task objects made only
-    when someone asks for :attr:`tasks`.
+    a :class:`TaskColumns`, see :class:`lamina.core.columnar.ColumnarTasks`), with
+    the task objects made only when someone asks for :attr:`tasks`.
     """
 
     __slots__ = ("table", "seq", "commit_id", "columns", "_tasks", "deletes")
@@ -46,7 +69,7 @@ class ScanPlan:
         commit_id: int | None,
         tasks: list[ScanTask] | None = None,
         *,
-        columns: ColumnarTasks | None = None,
+        columns: TaskColumns | None = None,
         deletes: dict[str, np.ndarray] | None = None,
     ) -> None:
         self.table = table
