@@ -178,7 +178,8 @@ class Catalog:
         ``delete_column`` marks a delete). See docs/upserts.md. Raises UpsertError for a
         bad definition (unknown or nullable key column, delete column not boolean...).
         """
-        from lamina.core.properties import as_text, check_properties, check_reserved
+        from lamina.core.autocompact import check_properties
+        from lamina.core.properties import as_text, check_reserved
         from lamina.io.arrow import check_time_column, table_schema
         from lamina.operations.evolve import check_names
         from lamina.table import Table

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from lamina.core.compaction import plan_minor
 from lamina.core.interval import MIN_US, Granularity, Interval
-from lamina.core.properties import duration_us
+from lamina.core.properties import DEFAULTS, check_names, duration_us
 from lamina.core.segment import Segment
 from lamina.errors import CompactionError, PropertyError
 
@@ -177,6 +177,38 @@ def policy_of(props: Mapping[str, str], table_target_rows: int) -> Policy:
         nice=nice_of(props),
         max_superseded_pct=superseded_pct_of(props),
     )
+
+
+def check_properties(props: dict[str, str]) -> dict[str, str]:
+    """Validate the properties lamina interprets (``compaction.*`` by
+    :func:`policy_of`'s rules); return them normalized. Raises PropertyError."""
+    check_names(list(props))
+    out = dict(props)
+    for key in DEFAULTS:
+        if key in out:
+            duration_us(out[key], key)
+    if "ingestion_type" in out:
+        value = out["ingestion_type"].upper()
+        if value not in ("APPEND", "REFRESH"):
+            raise PropertyError(
+                f"ingestion_type = {out['ingestion_type']!r}; use APPEND or REFRESH"
+            )
+        out["ingestion_type"] = value
+    if "consistent_push" in out:
+        value = out["consistent_push"].lower()
+        if value not in ("true", "false"):
+            raise PropertyError(f"consistent_push = {out['consistent_push']!r}; use true or false")
+        out["consistent_push"] = value
+    if "target_rows_per_segment" in out:
+        try:
+            ok = int(out["target_rows_per_segment"]) > 0
+        except ValueError:
+            ok = False
+        if not ok:
+            raise PropertyError("target_rows_per_segment must be a positive whole number")
+    if any(k.startswith(PREFIX) for k in out):
+        policy_of(out, 1)
+    return out
 
 
 def superseded_pct_of(props: Mapping[str, str]) -> int:

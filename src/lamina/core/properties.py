@@ -151,40 +151,6 @@ def check_reserved(names: Iterable[str], creating: bool) -> None:
         )
 
 
-def check_properties(props: dict[str, str]) -> dict[str, str]:
-    """Validate the properties lamina interprets; return them normalized. Raises
-    PropertyError."""
-    check_names(list(props))
-    out = dict(props)
-    for key in DEFAULTS:
-        if key in out:
-            duration_us(out[key], key)
-    if "ingestion_type" in out:
-        value = out["ingestion_type"].upper()
-        if value not in ("APPEND", "REFRESH"):
-            raise PropertyError(
-                f"ingestion_type = {out['ingestion_type']!r}; use APPEND or REFRESH"
-            )
-        out["ingestion_type"] = value
-    if "consistent_push" in out:
-        value = out["consistent_push"].lower()
-        if value not in ("true", "false"):
-            raise PropertyError(f"consistent_push = {out['consistent_push']!r}; use true or false")
-        out["consistent_push"] = value
-    if "target_rows_per_segment" in out:
-        try:
-            ok = int(out["target_rows_per_segment"]) > 0
-        except ValueError:
-            ok = False
-        if not ok:
-            raise PropertyError("target_rows_per_segment must be a positive whole number")
-    if any(k.startswith("compaction.") for k in out):
-        from lamina.core.autocompact import policy_of  # its own rules
-
-        policy_of(out, 1)
-    return out
-
-
 def setting(props: dict[str, str], key: str) -> int:
     """A duration property of a table, in µs (its default when unset)."""
     return duration_us(props.get(key, DEFAULTS[key]), key)

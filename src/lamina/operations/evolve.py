@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from lamina.changes import CHANGE, COMMIT_ID, COMMIT_SEQ
-from lamina.core.autocompact import check_policy, policy_of
+from lamina.core.autocompact import check_policy, check_properties, policy_of
 from lamina.core.model import Commit, TableRecord
-from lamina.core.properties import as_text, check_properties, check_reserved
+from lamina.core.properties import as_text, check_reserved
 from lamina.core.upsert_spec import refuse_consistent_push
 from lamina.errors import SchemaError
 from lamina.meta import tables
