@@ -189,7 +189,7 @@ def test_structured_streaming_restart_applies_no_batch_twice(
     src, ckpt = tmp_path / "in", tmp_path / "ckpt"
     src.mkdir()
     pq.write_table(events(days=1, per_day=4), src / "a.parquet")
-    from lamina.engines.spark import arrow_to_spark_schema
+    from lamina.engines.spark_schema import arrow_to_spark_schema
 
     write, delivered = t.foreach_batch("it"), []
 
@@ -222,7 +222,8 @@ def test_structured_streaming_restart_applies_no_batch_twice(
 _SPARK_APPENDER = """
 import sys
 import lamina
-from lamina.engines.spark import arrow_to_spark_schema, get_spark
+from lamina.engines.spark import get_spark
+from lamina.engines.spark_schema import arrow_to_spark_schema
 from tests.helpers import SCHEMA, events
 
 catalog, wh, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -269,7 +270,7 @@ def test_a_spark_overwrite_keeps_a_local_append_made_meanwhile(
     t = cat.create_table("mix", SCHEMA, time_column="ts", segment_granularity="DAY")
     t.append(events(days=2, per_day=10, value=1.0))
     tx = t.transaction()
-    from lamina.engines.spark import arrow_to_spark_schema
+    from lamina.engines.spark_schema import arrow_to_spark_schema
 
     rows = events(days=1, per_day=3, value=2.0).to_pandas()
     tx.overwrite(spark.createDataFrame(rows, schema=arrow_to_spark_schema(SCHEMA)))
@@ -376,7 +377,7 @@ def test_spark_upserts_and_a_restarted_stream_applies_no_batch_twice(
     streaming query into an upsert table replays a batch after a crash: skipped."""
     import pyarrow.parquet as pq
 
-    from lamina.engines.spark import arrow_to_spark_schema
+    from lamina.engines.spark_schema import arrow_to_spark_schema
     from tests.test_upsert import SCHEMA as USCHEMA
     from tests.test_upsert import latest, rows
 

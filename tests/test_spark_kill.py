@@ -41,7 +41,8 @@ DRIVER = r"""
 import os, signal, sys
 import lamina
 import lamina.meta.publish as publishing
-from lamina.engines.spark import arrow_to_spark_schema, get_spark
+from lamina.engines.spark import get_spark
+from lamina.engines.spark_schema import arrow_to_spark_schema
 
 wh, src, ckpt, kill = sys.argv[1:5]
 spark = get_spark(master="local[2]", app_name="lamina-kill-test")

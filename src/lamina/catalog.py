@@ -448,7 +448,7 @@ def _arrow_schema(schema: Any) -> pa.Schema:
     if isinstance(schema, pa.Schema):
         return schema
     if type(schema).__module__.startswith("pyspark."):
-        from lamina.engines.spark import spark_to_arrow_schema
+        from lamina.engines.spark_schema import spark_to_arrow_schema
 
         return spark_to_arrow_schema(schema)
 

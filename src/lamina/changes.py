@@ -93,7 +93,7 @@ def tagged(data: pa.Table, change: str, commit_id: int, seq: int) -> pa.Table:
 def union(spark: Any, frames: list[Any], schema: pa.Schema) -> Any:
     """The Spark DataFrames ``frames`` one after the other (by column name); an empty
     one of ``schema`` if there are none."""
-    from lamina.engines.spark import arrow_to_spark_schema
+    from lamina.engines.spark_schema import arrow_to_spark_schema
 
     if not frames:
         return spark.createDataFrame([], arrow_to_spark_schema(schema))

@@ -27,8 +27,8 @@ from lamina.core.interval import ETERNITY, US_PER_HOUR, Granularity, Interval, t
 from lamina.core.model import NewSegment, TableRecord
 from lamina.core.properties import SCHEMA_CHANGED_SEQ
 from lamina.engines.spark_casts import conform, lossy_cast_error
+from lamina.engines.spark_schema import arrow_to_spark_schema, ref
 from lamina.errors import SchemaError, TimeColumnError
-from lamina.io.arrow import storage_schema
 from lamina.io.warehouse import Warehouse
 from lamina.io.writer import Guard, guard_of
 
@@ -62,67 +62,6 @@ def get_spark(master: str | None = None, app_name: str = "lamina") -> SparkSessi
             "spark.driver.bindAddress", "127.0.0.1"
         )
     return builder.getOrCreate()
-
-
-def spark_to_arrow_schema(schema: Any) -> pa.Schema:
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(schema, timezone="UTC")
-
-
-def _spark_arrow_type(t: pa.DataType) -> pa.DataType:
-    """A stored type as Spark reads it: µs timestamps, decimal128 (Spark has neither
-    other units nor 256-bit decimals; nested types are mapped by pyspark)."""
-    if pa.types.is_timestamp(t) and t.unit != "us":
-        return pa.timestamp("us", tz=t.tz)
-    if pa.types.is_decimal(t) and t.precision <= 38:
-        return pa.decimal128(t.precision, t.scale)
-    return t
-
-
-def _spark_problem(t: pa.DataType, exact: bool) -> str | None:
-    """Why Spark cannot read a stored column of type ``t`` (``exact``: or write it back
-    as the same type, as a compaction must); None when it can."""
-    if pa.types.is_timestamp(t) and t.unit == "ns":
-        return "nanosecond timestamps (Spark reads micro- and milliseconds)"
-    if pa.types.is_time(t):
-        return "times of day"
-    if pa.types.is_decimal(t) and t.precision > 38:
-        return "decimals of more than 38 digits"
-    if pa.types.is_unsigned_integer(t):
-        return f"unsigned integers ({t}: Spark has none)"
-    if exact and (pa.types.is_fixed_size_binary(t) or pa.types.is_duration(t)):
-        return f"{t} (Spark writes it back as another type)"
-    if pa.types.is_nested(t):
-        for i in range(t.num_fields):
-            why = _spark_problem(t.field(i).type, exact)
-            if why is not None:
-                return why
-    return None
-
-
-def spark_problem(schema: pa.Schema, exact: bool = False) -> str | None:
-    """The first column of a table ``schema`` Spark cannot read (``exact``: nor write
-    back unchanged, as compactions do), and why; None when there is none. Pure."""
-    for f in storage_schema(schema):
-        why = _spark_problem(f.type, exact)
-        if why is not None:
-            return f"column {f.name!r}: {why}"
-    return None
-
-
-def arrow_to_spark_schema(schema: pa.Schema) -> Any:
-    """The Spark struct for a table schema, taken in its stored form (views -> large
-    types -> Spark string/binary/array, dictionaries -> values; see ``storage_schema``).
-    Raises SchemaError when a column has no Spark equivalent."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    stored = storage_schema(schema)
-    fields = [pa.field(f.name, _spark_arrow_type(f.type), f.nullable) for f in stored]
-    try:
-        return from_arrow_schema(pa.schema(fields), prefer_timestamp_ntz=True)
-    except (TypeError, ValueError) as exc:
-        raise SchemaError(f"this table's schema has no Spark equivalent: {exc}") from None
 
 
 @contextlib.contextmanager
@@ -171,11 +110,6 @@ def _cancelled_when_lost(spark: SparkSession, g: Guard | None, name: str) -> Ite
 
 
 _ORDER_COLUMN = "__lamina_order"
-
-
-def ref(name: str) -> str:
-    """A column name as Spark SQL and ``F.col`` read it: in backticks, its own doubled."""
-    return "`" + name.replace("`", "``") + "`"
 
 
 def _refined_expr(

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from lamina.engines.spark_schema import arrow_to_spark_schema, ref, spark_to_arrow_schema
 from lamina.errors import SchemaError
 from lamina.io.arrow import castable
 
@@ -20,8 +21,6 @@ _LOSSY = "[lamina: lossy cast] "
 def conform(df: DataFrame, schema: pa.Schema) -> DataFrame:
     """Select and cast the DataFrame's columns to the table schema, or SchemaError."""
     from pyspark.sql import functions as F
-
-    from lamina.engines.spark import arrow_to_spark_schema, ref, spark_to_arrow_schema
 
     have = df.columns
     missing = [n for n in schema.names if n not in have]

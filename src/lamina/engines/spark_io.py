@@ -130,7 +130,7 @@ def _cast_to(df: DataFrame, schema: pa.Schema) -> DataFrame:
     """Cast the (string) columns of ``df`` that the table has to the table's types."""
     from pyspark.sql import functions as F
 
-    from lamina.engines.spark import arrow_to_spark_schema, ref
+    from lamina.engines.spark_schema import arrow_to_spark_schema, ref
 
     target = {f.name: f.dataType for f in arrow_to_spark_schema(schema).fields}
     cols = []

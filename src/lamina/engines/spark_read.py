@@ -15,7 +15,7 @@ import pyarrow as pa
 from lamina.core.interval import Interval, format_us
 from lamina.core.model import TableRecord
 from lamina.core.scan import ScanPlan
-from lamina.engines.spark import arrow_to_spark_schema, ref
+from lamina.engines.spark_schema import arrow_to_spark_schema, ref
 from lamina.io.warehouse import Warehouse
 
 if TYPE_CHECKING:

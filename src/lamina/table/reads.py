@@ -128,7 +128,7 @@ class TableReads:
     def _spark_readable(self) -> None:
         """Raises UnsupportedTypeError for a column Spark cannot read (it would fail
         only once the DataFrame is evaluated, with a Java error)."""
-        from lamina.engines.spark import spark_problem  # pyarrow
+        from lamina.engines.spark_schema import spark_problem  # pyarrow
 
         why = spark_problem(self.schema)
         if why is not None:

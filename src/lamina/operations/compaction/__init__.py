@@ -243,7 +243,7 @@ def engine_of(run: MinorRun, engine: str, schema: pa.Schema | None = None) -> st
     ``auto``, Spark for a run too big for this process, unless the table has a column
     Spark cannot write back as it is (``schema``). Raises UnsupportedTypeError for
     ``spark`` then."""
-    from lamina.engines.spark import spark_problem
+    from lamina.engines.spark_schema import spark_problem
 
     why = None if schema is None or engine == "local" else spark_problem(schema, exact=True)
     if why is not None:
