@@ -16,6 +16,7 @@ from lamina.errors import (
     SegmentNotFoundError,
     TransactionError,
 )
+from lamina.operations.steps import aligned
 from lamina.table.definition import TableDefinition
 
 if TYPE_CHECKING:
@@ -24,8 +25,8 @@ if TYPE_CHECKING:
     from lamina.operations.push import ConsistentPush
     from lamina.operations.transaction import Transaction
 
-# The write path (the operations: pyarrow, numpy, the commit modules) is imported by
-# the methods that write: reading a table's segments needs none of it.
+# The write path (the operations that load pyarrow and numpy) is imported by the
+# methods that write: reading a table's segments needs none of it.
 
 
 class Table(TableDefinition):
@@ -65,7 +66,7 @@ class Table(TableDefinition):
         retry (see ``CommitConflictError.retryable``).
         Raises CommitConflictError, SchemaError, TimeColumnError, MetadataError.
         """
-        from lamina.operations.kinds import kind_of  # the write path
+        from lamina.operations.kinds import kind_of  # the write path: pyarrow, numpy
 
         h = self._handle
         return kind_of(h).append(h, data, user_metadata(metadata), txn, retries)
@@ -82,7 +83,7 @@ class Table(TableDefinition):
         ``txn``: exactly once, as for :meth:`append`. Raises UpsertError (not an upsert
         table, null keys or comparison values), SchemaError, TimeColumnError,
         MetadataError."""
-        from lamina.operations.upsert import upsert  # the write path
+        from lamina.operations.upsert import upsert  # the write path: pyarrow, numpy
 
         return upsert(self._handle, data, user_metadata(metadata), txn)
 
@@ -106,11 +107,10 @@ class Table(TableDefinition):
         ``retries``: as :meth:`append` (an overwrite that lost to another overwrite is
         never retried: that would silently drop the other's rows).
         Raises CommitConflictError, DataOutsideIntervalError, MetadataError."""
-        from lamina.operations import steps  # the write path
-        from lamina.operations.kinds import kind_of
+        from lamina.operations.kinds import kind_of  # the write path: pyarrow, numpy
 
         h = self._handle
-        iv = steps.aligned(h, interval)
+        iv = aligned(h, interval)
         return kind_of(h).overwrite(h, data, iv, user_metadata(metadata), txn, retries)
 
     def refresh(
@@ -130,11 +130,10 @@ class Table(TableDefinition):
         upserted against the rest, in one commit (see docs/upserts.md).
         Raises CommitConflictError, DataOutsideIntervalError, MetadataError.
         """
-        from lamina.operations import steps  # the write path
-        from lamina.operations.kinds import kind_of
+        from lamina.operations.kinds import kind_of  # the write path: pyarrow, numpy
 
         h = self._handle
-        return kind_of(h).refresh(h, data, steps.aligned(h, interval), user_metadata(metadata))
+        return kind_of(h).refresh(h, data, aligned(h, interval), user_metadata(metadata))
 
     def transaction(
         self,
@@ -169,7 +168,7 @@ class Table(TableDefinition):
         Raises TransactionError, LockError, LockTimeoutError, InvalidIntervalError,
         MetadataError.
         """
-        from lamina.operations.transaction import Transaction  # the write path
+        from lamina.operations.transaction import Transaction  # the write path: pyarrow, numpy
 
         meta = user_metadata(metadata)
         return Transaction(self._handle, isolation, meta, txn, lock, interval, priority, wait_s)
@@ -230,7 +229,7 @@ class Table(TableDefinition):
         (something changed under it: nothing published), LockTimeoutError,
         LockRevokedError, InvalidIntervalError.
         """
-        from lamina.operations import compaction  # the write path
+        from lamina.operations import compaction  # the write path: pyarrow, numpy
 
         return compaction.compact(
             self._handle,
@@ -251,7 +250,7 @@ class Table(TableDefinition):
 
         ``with t.push() as p: p.append(batch1); p.append(batch2)``
         """
-        from lamina.operations.push import ConsistentPush  # the write path
+        from lamina.operations.push import ConsistentPush  # the write path: pyarrow, numpy
 
         return ConsistentPush(self._handle, user_metadata(metadata))
 
@@ -279,7 +278,7 @@ class Table(TableDefinition):
         ``replace_live``: instead of ``segments_from``, every live segment overlapping
         this interval, read in the same transaction. Raises LineageError.
         """
-        from lamina.operations import lineage  # the write path
+        from lamina.operations import lineage  # the write path: pyarrow, numpy
 
         return lineage.start_replace(
             self._handle,
@@ -297,7 +296,7 @@ class Table(TableDefinition):
         written under the entry shows.
         Raises LineageError (names never written, not in the entry),
         LineageEntryNotFoundError, UpsertError (an upsert table has no lineage)."""
-        from lamina.operations import lineage  # the write path
+        from lamina.operations import lineage  # the write path: pyarrow, numpy
 
         if segments_to is not None:
             segments_to = names(segments_to, "segments_to", LineageRequestError, "segment ids")
@@ -308,14 +307,14 @@ class Table(TableDefinition):
         a COMPLETED one (a rollback) must be the newest link of its chain.
         Raises LineageError, LineageEntryNotFoundError, UpsertError (an upsert table
         has no lineage)."""
-        from lamina.operations import lineage  # the write path
+        from lamina.operations import lineage  # the write path: pyarrow, numpy
 
         lineage.revert_replace(self._handle, _entry_id(entry_id), flag(force, "force"))
 
     def delete_segments(self, segment_ids: list[str]) -> Commit:
         """Remove live segments in one commit; refuses segments a lineage entry holds.
         Raises SegmentNotFoundError (also for a lone id: pass a list), LineageError."""
-        from lamina.operations import lineage  # the write path
+        from lamina.operations import lineage  # the write path: pyarrow, numpy
 
         ids = names(segment_ids, "delete_segments", SegmentNotFoundError, "segment ids")
         if not ids:
