@@ -432,12 +432,13 @@ _COMPACTOR = textwrap.dedent(
     elif step in ("inside_publish", "after_publish"):
         from lamina import failpoints
 
-        # kept armed: the process is killed in them
-        failpoints.armed("write.publish.before", lambda **_: publishing.append(True)).__enter__()
+        armed = failpoints.armed("write.publish.before", lambda **_: publishing.append(True))
+        armed.__enter__()  # kept: the process is killed in it
         if step == "after_publish":  # published, not yet returned
-            failpoints.armed(
+            armed_after = failpoints.armed(
                 "write.publish.after", lambda commit_id: stop_here(step=step, commit=commit_id)
-            ).__enter__()
+            )
+            armed_after.__enter__()  # kept: the process is killed in it
 
     cat = lamina.connect(catalog=url, warehouse=wh)
     if step == "inside_publish":  # every statement of the publish ran; COMMIT not sent

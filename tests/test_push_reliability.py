@@ -76,13 +76,16 @@ _PUSHER = textwrap.dedent(
                 stop_here()
             publishing.append(True)
 
-        failpoints.armed("write.publish.before", before).__enter__()  # killed in it
+        armed = failpoints.armed("write.publish.before", before)
+        armed.__enter__()  # kept: the process is killed in it
         if step == "after_publish":  # published and ended, not yet returned
-            failpoints.armed("write.publish.after", lambda **_: stop_here()).__enter__()
+            armed_after = failpoints.armed("write.publish.after", lambda **_: stop_here())
+            armed_after.__enter__()  # kept: the process is killed in it
     elif step == "push_batch":  # a multi-batch push: first batch published, hidden
         from lamina import failpoints
 
-        failpoints.armed("push.batch_published", lambda **_: stop_here()).__enter__()
+        armed = failpoints.armed("push.batch_published", lambda **_: stop_here())
+        armed.__enter__()  # kept: the process is killed in it
 
     cat = lamina.connect(catalog=url, warehouse=wh)
     if step == "inside_publish":  # every statement of publish ran; COMMIT not sent

@@ -485,9 +485,7 @@ def test_segment_locks_on_the_same_segment_conflict(
     """TaskLockboxTest.testSegmentLockForSameIntervalAndSamePartition."""
     ids = appends(t, 4)
     before = len(t.history())
-    out, inner = compact_while(
-        monkeypatch, t, lambda: t.compact(segments=ids[1:3], wait_s=0), segments=ids[:2]
-    )
+    out, inner = compact_while(t, lambda: t.compact(segments=ids[1:3], wait_s=0), segments=ids[:2])
     assert isinstance(inner, LockTimeoutError)
     assert not isinstance(out, Exception) and len(out.removed) == 2
     assert len([c for c in t.history() if c.state == "COMPLETED"]) == before + 1
@@ -499,9 +497,7 @@ def test_segment_locks_on_other_segments_of_the_chunk_coexist(
     """TaskLockboxTest.testSegmentLockForSameIntervalDifferentPartition."""
     ids = appends(t, 4)
     total = t.count()
-    out, inner = compact_while(
-        monkeypatch, t, lambda: t.compact(segments=ids[2:], wait_s=0), segments=ids[:2]
-    )
+    out, inner = compact_while(t, lambda: t.compact(segments=ids[2:], wait_s=0), segments=ids[:2])
     assert not isinstance(inner, Exception) and not isinstance(out, Exception)
     segs = t.segments()
     assert sorted(s.root_range for s in segs) == [(0, 2), (2, 4)]
