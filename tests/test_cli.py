@@ -1180,9 +1180,7 @@ def test_listings_count_the_rows_readers_see(wh: str, cat: lamina.Catalog) -> No
     assert listed == {"m": None, "u": 3}
 
 
-def test_a_failed_auto_compaction_exits_non_zero(
-    wh: str, events: lamina.Table, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_failed_auto_compaction_exits_non_zero(wh: str, events: lamina.Table) -> None:
     """A CLI audit: `compact --auto` listed a chunk's error and exited 0. A chunk it
     skips (a lineage entry holds it) or that races another writer is tried again next
     run (exit 0, the race noted); a compaction that fails exits 1."""
@@ -1197,21 +1195,20 @@ def test_a_failed_auto_compaction_exits_non_zero(
     events.revert_replace(entry, force=True)
     events.set_properties(**{"compaction.segment_granularity": "DAY"})
 
-    import lamina.operations.compaction.auto as auto
+    from lamina import failpoints
 
-    def refused(*args: Any, **kwargs: Any) -> None:
+    def refused(**_: Any) -> None:
         raise errors.CompactionError("refused for the test")
 
-    def raced(*args: Any, **kwargs: Any) -> None:
+    def raced(**_: Any) -> None:
         raise errors.CommitConflictError("another writer won")
 
-    with monkeypatch.context() as m:
-        m.setattr(auto, "compact_minor", refused)
+    with failpoints.armed("compaction.minor.begin", refused):
         out = fails(wh, "compact", "--auto")
-        assert "1 chunk compaction failed" in out and "refused for the test" in out
-        m.setattr(auto, "compact_minor", raced)
+    assert "1 chunk compaction failed" in out and "refused for the test" in out
+    with failpoints.armed("compaction.minor.begin", raced):
         result = run(wh, "compact", "--auto")
-        assert result.exit_code == 0 and "tried again next run" in result.output
+    assert result.exit_code == 0 and "tried again next run" in result.output
     os.remove(day0[0].location)  # a live segment's file lost: no retry helps
     out = fails(wh, "compact", "--auto")
     assert "1 chunk compaction failed" in out and "is missing" in out

@@ -40,6 +40,7 @@ import pyarrow as pa
 import pytest
 
 import lamina
+from lamina import failpoints
 from lamina.operations import compaction
 from tests.helpers import SCHEMA, events
 
@@ -429,18 +430,15 @@ _COMPACTOR = textwrap.dedent(
 
         writer.pq.write_table = write_table
     elif step in ("inside_publish", "after_publish"):
-        from lamina.meta import publish as publish_module
+        from lamina import failpoints
 
-        real_publish = publish_module.publish
-
-        def publish(*args, **kwargs):
-            publishing.append(True)
-            commit = real_publish(*args, **kwargs)
-            if step == "after_publish":  # published, not yet returned
-                stop_here(step=step, commit=commit.id)
-            return commit
-
-        publish_module.publish = publish
+        armed = failpoints.armed("write.publish.before", lambda **_: publishing.append(True))
+        armed.__enter__()  # kept: the process is killed in it
+        if step == "after_publish":  # published, not yet returned
+            armed_after = failpoints.armed(
+                "write.publish.after", lambda commit_id: stop_here(step=step, commit=commit_id)
+            )
+            armed_after.__enter__()  # kept: the process is killed in it
 
     cat = lamina.connect(catalog=url, warehouse=wh)
     if step == "inside_publish":  # every statement of the publish ran; COMMIT not sent
@@ -640,7 +638,7 @@ def _racer(url: str, wh: str, cmds: Any, results: Any, go: Any) -> None:
 
 
 def test_minor_compaction_racing_an_overwrite_or_a_delete_from_another_process(
-    catalog_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    catalog_url: str, tmp_path: Path
 ) -> None:
     """The overwrite always wins: what it replaces was visible at its base, compacted or
     not; the compaction either published before it, or is refused. Of a delete of an
@@ -655,18 +653,15 @@ def test_minor_compaction_racing_an_overwrite_or_a_delete_from_another_process(
     cat = lamina.connect(catalog=catalog_url, warehouse=wh, writer_wait_s=30)
     pending: list[tuple[Any, ...]] = []
     answers: list[tuple[Any, ...]] = []  # the other write's outcome, once known
-    real_write_run = compaction._write_run
 
-    def slow_write_run(*args: Any) -> Any:
+    def slow_write_run(**_: Any) -> None:
         if pending:  # the first run: the compaction planned and holds its locks
             cmd = pending.pop()
             cmds.put(cmd)
             if cmd[3] == "before":  # the other write publishes first
                 answers.append(results.get(timeout=CHILD_TIMEOUT_S))
         time.sleep(SLOW_RUN_S)
-        return real_write_run(*args)
 
-    monkeypatch.setattr(compaction, "_write_run", slow_write_run)
     outcomes: dict[str, set[str]] = {kind: set() for kind, _ in RACES}
     try:
         ready = results.get(timeout=CHILD_TIMEOUT_S)
@@ -687,7 +682,8 @@ def test_minor_compaction_racing_an_overwrite_or_a_delete_from_another_process(
             k0 = 10_000 * (i + 1)
             pending.append((kind, name, k0 if kind == "overwrite" else victim.id, when))
             try:
-                mine: lamina.Commit | None = t.compact(target_rows_per_segment=KILL_TARGET)
+                with failpoints.armed("compaction.minor.before_write_run", slow_write_run):
+                    mine: lamina.Commit | None = t.compact(target_rows_per_segment=KILL_TARGET)
                 refusal = ""
             except lamina.CommitConflictError as exc:
                 mine, refusal = None, str(exc)

@@ -1197,7 +1197,7 @@ def _delete_and_append(t: lamina.Table, ids: list[str]) -> None:
 
 @pytest.mark.parametrize("during", ["overwrite", "refresh", "delete", "rollback", "transaction"])
 def test_a_major_compaction_never_undoes_a_concurrent_write(
-    day_table: lamina.Table, during: str, monkeypatch: pytest.MonkeyPatch
+    day_table: lamina.Table, during: str
 ) -> None:
     t = day_table
     t.append(events(days=1, per_day=3, value=1.0))
@@ -1336,15 +1336,13 @@ def test_a_replace_carries_a_push_shown_after_its_base_whose_entry_went(
 
 
 def test_a_snapshot_read_while_a_cleanup_deletes_its_rows_stays_whole(
-    cat: lamina.Catalog, day_table: lamina.Table, monkeypatch: pytest.MonkeyPatch
+    cat: lamina.Catalog, day_table: lamina.Table
 ) -> None:
     """Found by the run above (PostgreSQL only): a read of an older snapshot checked
     that retention had not purged it, then a lineage cleanup (the next link's start)
     deleted a segment row the snapshot shows, then the read listed the segments: the
     rows of the deleted segment were missing from a snapshot read as whole. Every
     read now runs on one snapshot of the catalog (REPEATABLE READ)."""
-    from lamina.meta import snapshots
-
     t = day_table
     t.set_properties(ingestion_type="REFRESH")  # a forced push there cleans up
     t.append(events(days=1, per_day=3, value=1.0))
@@ -1354,18 +1352,18 @@ def test_a_snapshot_read_while_a_cleanup_deletes_its_rows_stays_whole(
     batch = [c for c in t.history() if c.seq is not None][-1]  # the old rows still show
     t.end_replace(entry)
     (new,) = t.segments()
-    resolve = snapshots.resolve
+    ran: list[bool] = []
 
-    def cleaning_up_meanwhile(*args: Any) -> Any:
-        got = resolve(*args)  # the snapshot is not purged (yet)
-        monkeypatch.setattr(snapshots, "resolve", resolve)
+    def cleaning_up_meanwhile(**_: Any) -> None:  # the snapshot is not purged (yet)
+        if ran:  # once: the cleanup's own reads are not held up
+            return
+        ran.append(True)
         with lamina.connect(catalog=str(cat.engine.url), warehouse=cat.warehouse.location) as c:
             c.load_table("x").start_replace([new.id], [], force_cleanup=True)  # deletes old
-        return got
 
-    monkeypatch.setattr(snapshots, "resolve", cleaning_up_meanwhile)
-    assert [s.id for s in t.segments(as_of=batch.id)] == [old.id]  # got: []
-    assert snapshots.resolve is resolve, "the cleanup ran"
+    with failpoints.armed("snapshots.resolved", cleaning_up_meanwhile):
+        assert [s.id for s in t.segments(as_of=batch.id)] == [old.id]  # got: []
+    assert ran, "the cleanup ran"
     with pytest.raises(SnapshotNotFoundError):  # purged by the cleanup, read afterwards
         t.segments(as_of=batch.id)
 

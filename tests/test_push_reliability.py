@@ -67,32 +67,25 @@ _PUSHER = textwrap.dedent(
 
         writer.pq.write_table = write_table
     elif step in ("before_publish", "inside_publish", "after_publish"):
-        from lamina.meta import publish as publish_module
+        from lamina import failpoints
 
-        real_publish = publish_module.publish
         publishing = []
 
-        def publish(*args, **kwargs):
+        def before(**_):
             if step == "before_publish":  # every file written, the catalog untouched
                 stop_here()
             publishing.append(True)
-            commit = real_publish(*args, **kwargs)
-            if step == "after_publish":  # published and ended, not yet returned
-                stop_here()
-            return commit
 
-        publish_module.publish = publish
+        armed = failpoints.armed("write.publish.before", before)
+        armed.__enter__()  # kept: the process is killed in it
+        if step == "after_publish":  # published and ended, not yet returned
+            armed_after = failpoints.armed("write.publish.after", lambda **_: stop_here())
+            armed_after.__enter__()  # kept: the process is killed in it
     elif step == "push_batch":  # a multi-batch push: first batch published, hidden
-        from lamina.operations import push
+        from lamina import failpoints
 
-        real_append = push.ConsistentPush.append
-
-        def append(self, data):
-            commit = real_append(self, data)
-            stop_here()
-            return commit
-
-        push.ConsistentPush.append = append
+        armed = failpoints.armed("push.batch_published", lambda **_: stop_here())
+        armed.__enter__()  # kept: the process is killed in it
 
     cat = lamina.connect(catalog=url, warehouse=wh)
     if step == "inside_publish":  # every statement of publish ran; COMMIT not sent

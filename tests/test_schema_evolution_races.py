@@ -33,21 +33,19 @@ def test_a_write_begun_before_add_columns_publishes_after_it(cat: lamina.Catalog
 
 
 def test_a_minor_compaction_begun_before_add_columns_publishes_after_it(
-    cat: lamina.Catalog, monkeypatch: pytest.MonkeyPatch
+    cat: lamina.Catalog,
 ) -> None:
-    import lamina.operations.compaction as compaction
+    from lamina import failpoints
 
     t = cat.create_table("e", SCHEMA, time_column="ts")
     for i in range(3):
         t.append(events(days=1, per_day=2, seed=i))
-    real = compaction._superseded
 
-    def meanwhile(table: object, runs: object) -> object:  # the commit is open
+    def meanwhile(**_: object) -> None:  # the commit is open
         cat.load_table("e").add_columns(C)
-        return real(table, runs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(compaction, "_superseded", meanwhile)
-    assert t.compact(mode="minor") is not None
+    with failpoints.armed("compaction.minor.opened", meanwhile):
+        assert t.compact(mode="minor") is not None
     after = cat.load_table("e")
     assert len(after.segments()) == 1 and after.to_arrow().column("c").null_count == 6
 
@@ -134,7 +132,7 @@ def test_a_partial_upsert_merges_when_no_stored_file_has_a_merged_column(
 
 
 def test_a_major_compaction_racing_add_columns_keeps_the_rows_or_retries(
-    cat: lamina.Catalog, monkeypatch: pytest.MonkeyPatch
+    cat: lamina.Catalog,
 ) -> None:
     """compact() reloads the table, then opens its transaction (waiting for its REPLACE
     lock, or in compact_auto: after earlier compactions of the run). An ALTER and an

@@ -117,25 +117,21 @@ def test_views_are_rebuilt_only_when_the_snapshot_changes(cat10: lamina.Catalog)
         engine.close()
 
 
-def test_a_repeated_query_reuses_its_time_bound(
-    cat10: lamina.Catalog, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_repeated_query_reuses_its_time_bound(cat10: lamina.Catalog) -> None:
     """Bounds depend only on the query text and the column: parsed once per query."""
-    import lamina.engines.duckdb as sql_engine
+    from lamina import failpoints
 
     parsed: list[str] = []
-    real = sql_engine.time_bound
 
-    def counting(*args):  # type: ignore[no-untyped-def]
-        parsed.append(args[1])
-        return real(*args)
+    def counting(query: str, column: str) -> None:
+        parsed.append(query)
 
-    monkeypatch.setattr(sql_engine, "time_bound", counting)
     t = cat10.load_table("events")
-    assert n(cat10.sql(one_day(3))) == 30
-    t.append(events(days=1, per_day=5, start="2024-01-03"))
-    assert n(cat10.sql(one_day(3))) == 35  # a new plan, the same bound
-    assert n(cat10.sql(one_day(4))) == 30
+    with failpoints.armed("sql.time_bound.parse", counting):
+        assert n(cat10.sql(one_day(3))) == 30
+        t.append(events(days=1, per_day=5, start="2024-01-03"))
+        assert n(cat10.sql(one_day(3))) == 35  # a new plan, the same bound
+        assert n(cat10.sql(one_day(4))) == 30
     assert parsed == [one_day(3), one_day(4)]
 
 

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pytest
 
 import lamina
-from lamina import Interval
+from lamina import Interval, failpoints
 from lamina.core.interval import ETERNITY
 from tests.helpers import SCHEMA, events
 
@@ -31,48 +31,44 @@ def test_create_load_list_drop(cat: lamina.Catalog) -> None:
 
 
 def test_a_table_created_again_while_the_old_is_dropped_keeps_its_files(
-    cat: lamina.Catalog, catalog_url: str, monkeypatch: pytest.MonkeyPatch
+    cat: lamina.Catalog, catalog_url: str
 ) -> None:
     """The files were removed by name after the rows' transaction: a table created
     and written under the name in between lost its files (a retention hunt). The
     folder is now moved aside inside that transaction, and removed from there."""
     import threading
 
-    from lamina.io.warehouse import Warehouse
-
     cat.create_table("e", schema=SCHEMA, time_column="ts").append(events(days=1, per_day=5))
     removing, go = threading.Event(), threading.Event()
-    real = Warehouse.delete_dir
 
-    def slow_delete(self: Warehouse, path: str) -> None:  # the real removal, held up
+    def slow_delete(**_: object) -> None:  # the real removal, held up
         removing.set()
         go.wait(10)
-        real(self, path)
 
-    monkeypatch.setattr(Warehouse, "delete_dir", slow_delete)
-    dropping = threading.Thread(target=cat.drop_table, args=("e",))
-    dropping.start()
-    assert removing.wait(10)
-    with lamina.connect(catalog=catalog_url, warehouse=cat.warehouse.location) as other:
-        refused: list[Exception] = []
+    with failpoints.armed("catalog.drop.before_remove_files", slow_delete):
+        dropping = threading.Thread(target=cat.drop_table, args=("e",))
+        dropping.start()
+        assert removing.wait(10)
+        with lamina.connect(catalog=catalog_url, warehouse=cat.warehouse.location) as other:
+            refused: list[Exception] = []
 
-        def create_again() -> None:
-            try:
-                t = other.create_table("e", schema=SCHEMA, time_column="ts")
-            except lamina.TableExistsError as exc:  # PostgreSQL: the old row still shows
-                refused.append(exc)
-                return
-            t.append(events(days=1, per_day=3, seed=1))
+            def create_again() -> None:
+                try:
+                    t = other.create_table("e", schema=SCHEMA, time_column="ts")
+                except lamina.TableExistsError as exc:  # PostgreSQL: the old row still shows
+                    refused.append(exc)
+                    return
+                t.append(events(days=1, per_day=3, seed=1))
 
-        creating = threading.Thread(target=create_again)
-        creating.start()
-        creating.join(0.5)  # the old files are being removed meanwhile
-        go.set()
-        dropping.join(10)
-        creating.join(30)
-        if refused:
-            create_again()
-        assert other.load_table("e").to_arrow().num_rows == 3
+            creating = threading.Thread(target=create_again)
+            creating.start()
+            creating.join(0.5)  # the old files are being removed meanwhile
+            go.set()
+            dropping.join(10)
+            creating.join(30)
+            if refused:
+                create_again()
+            assert other.load_table("e").to_arrow().num_rows == 3
 
 
 def test_append_joins_chunks_and_hides_nothing(cat: lamina.Catalog) -> None:
@@ -320,57 +316,45 @@ def test_as_of_takes_a_commit_id_or_the_commit_a_write_returned(cat: lamina.Cata
             t.to_arrow(as_of=bad)  # type: ignore[arg-type]
 
 
-def test_a_publish_whose_answer_was_lost_returns_its_commit(
-    cat: lamina.Catalog, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_publish_whose_answer_was_lost_returns_its_commit(cat: lamina.Catalog) -> None:
     """The connection dropped after the publish's COMMIT reached the catalog: the write
     raised CatalogUnavailableError though its rows showed, and the natural retry wrote
     them twice (a PostgreSQL hunt). It now asks the catalog and returns the commit;
     one whose publish never arrived is aborted and raises (a retry is safe)."""
-    from lamina import write
     from lamina.errors import CatalogUnavailableError
 
     t = cat.create_table("events", schema=SCHEMA, time_column="ts")
-    real = write.publishing.publish
 
-    def answer_lost(*args: Any, **kwargs: Any) -> Any:
-        real(*args, **kwargs)
+    def dropped(**_: Any) -> None:
         raise CatalogUnavailableError("the connection to the catalog dropped")
 
-    monkeypatch.setattr(write.publishing, "publish", answer_lost)
-    c = t.append(events(days=1, per_day=4))
+    with failpoints.armed("write.publish.after", dropped):  # the answer was lost
+        c = t.append(events(days=1, per_day=4))
     assert c.state == "COMPLETED" and t.count() == 4 and c.added
 
-    def never_arrived(*args: Any, **kwargs: Any) -> Any:
-        raise CatalogUnavailableError("the connection to the catalog dropped")
-
-    monkeypatch.setattr(write.publishing, "publish", never_arrived)
-    with pytest.raises(CatalogUnavailableError, match="dropped"):
+    with (
+        failpoints.armed("write.publish.before", dropped),  # the publish never arrived
+        pytest.raises(CatalogUnavailableError, match="dropped"),
+    ):
         t.append(events(days=1, per_day=4, seed=1))
     assert t.count() == 4 and [x.state for x in t.history()] == ["COMPLETED", "ABORTED"]
 
 
-def test_a_begin_whose_answer_was_lost_leaves_no_open_commit(
-    cat: lamina.Catalog, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_begin_whose_answer_was_lost_leaves_no_open_commit(cat: lamina.Catalog) -> None:
     """PostgreSQL opens a commit in one autocommitted statement, run again when its
     answer is lost: the first try's commit was left open for the life of the process
     (a live local writer is never judged dead). The second try aborts it."""
-    from lamina.meta.db import Db
+    from lamina.meta.db import Db, run
 
     if cat.context.db.sqlite:
         pytest.skip("SQLite opens a commit in a transaction: a lost answer rolls it back")
     t = cat.create_table("events", schema=SCHEMA, time_column="ts")
-    real = Db.write
 
-    def twice(self: Db, fn: Any, *, single: bool = False) -> Any:
-        if single:
-            real(self, fn, single=True)  # reached the catalog; its answer never came
-        return real(self, fn, single=single)
+    def twice(db: Db, fn: Any) -> None:  # reached the catalog; its answer never came
+        run(db.engine, fn, write=True, single=True)
 
-    monkeypatch.setattr(Db, "write", twice)
-    c = t.append(events(days=1, per_day=4))
-    monkeypatch.undo()
+    with failpoints.armed("db.write.single", twice):
+        c = t.append(events(days=1, per_day=4))
     states = {x.id: x.state for x in t.history()}
     assert states[c.id] == "COMPLETED" and t.count() == 4
     assert sorted(states.values()) == ["ABORTED", "COMPLETED"]
@@ -403,30 +387,22 @@ def test_a_dropped_catalog_connection_is_replaced(cat: lamina.Catalog) -> None:
     assert t.count() == 8
 
 
-def test_a_drop_that_fails_keeps_the_table_whole(
-    cat: lamina.Catalog, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_drop_that_fails_keeps_the_table_whole(cat: lamina.Catalog) -> None:
     """A drop whose catalog transaction fails leaves the table as it was, files too
     (a review: files removed inside the transaction were gone for a table still
     listed)."""
-    from lamina.meta import tables as table_rows
-
     t = cat.create_table("events", schema=SCHEMA, time_column="ts")
     t.append(events(days=2, per_day=3))
-    real = table_rows.drop_table
 
-    def failing(db: Any, name: str, remove_files: Any = None) -> Any:
-        def then_fail(rec: Any) -> None:
-            remove_files(rec)
-            raise lamina.CatalogUnavailableError("the connection to the catalog dropped")
+    def failing(**_: Any) -> None:  # the files are set aside, the rows not committed
+        raise lamina.CatalogUnavailableError("the connection to the catalog dropped")
 
-        return real(db, name, then_fail)
-
-    monkeypatch.setattr(table_rows, "drop_table", failing)
-    with pytest.raises(lamina.CatalogUnavailableError):
+    with (
+        failpoints.armed("tables.drop.before_commit", failing),
+        pytest.raises(lamina.CatalogUnavailableError),
+    ):
         cat.drop_table("events")
     assert cat.list_tables() == ["events"] and t.to_arrow().num_rows == 6
-    monkeypatch.undo()
     cat.drop_table("events")
     assert cat.list_tables() == []
     assert os.listdir(cat.warehouse.root) == ["_lamina_catalog.json"]  # nothing set aside
@@ -435,26 +411,17 @@ def test_a_drop_that_fails_keeps_the_table_whole(
 _DIE_IN_DROP = """
 import os, sys
 import lamina
-from lamina.io.warehouse import Warehouse
-from lamina.meta import tables as table_rows
+from lamina import failpoints
 
-real = table_rows.drop_table
 where = sys.argv[3]
-
-
-def dying(db, name, remove_files=None):  # killed right after the folder moved aside
-    def then_die(rec):
-        remove_files(rec)
-        os._exit(9)
-
-    return real(db, name, then_die)
-
-
+# killed right after the folder moved aside, or after the commit, before the folder
+# set aside is deleted
 if where == "before commit":
-    table_rows.drop_table = dying
-else:  # after the commit, before the folder set aside is deleted
-    Warehouse.delete_dir = lambda self, path: os._exit(9)
-lamina.connect(catalog=sys.argv[1], warehouse=sys.argv[2]).drop_table("events")
+    name = "tables.drop.before_commit"
+else:
+    name = "catalog.drop.before_remove_files"
+with failpoints.armed(name, lambda **_: os._exit(9)):
+    lamina.connect(catalog=sys.argv[1], warehouse=sys.argv[2]).drop_table("events")
 """
 
 

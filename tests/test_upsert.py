@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 import pytest
 
 import lamina
+from lamina import failpoints
 from lamina.errors import PropertyError, UpsertError
 
 T0 = datetime(2024, 1, 1)
@@ -711,27 +712,24 @@ def test_a_decimal_comparison_column_orders_by_value(cat: lamina.Catalog) -> Non
 
 
 def test_a_minor_compaction_drops_superseded_records_and_keeps_every_answer(
-    t: lamina.Table, monkeypatch: pytest.MonkeyPatch
+    t: lamina.Table,
 ) -> None:
     """Superseded records go; live tombstones stay (hidden, still deciding later
     comparisons); an upsert publishing while the compaction runs is carried onto its
     outputs; every snapshot before reads as it did."""
-    from lamina.operations import compaction
 
     commits = [t.upsert(rows(*[(f"k{i}", b * 10 + i, b * 100 + i) for i in range(b, 6)]))
                for b in range(4)]  # fmt: skip
     t.upsert(rows(("k5", 100, 0, True)))  # a tombstone: k5 goes
     before = {c.id: latest(t, c.id) for c in commits}
     stored = t.to_arrow(all_versions=True).num_rows
-    real = compaction._superseded
 
-    def then_upsert(table: lamina.Table, runs: Any) -> Any:
-        got = real(table, runs)  # the compaction read what is superseded...
-        t.upsert(rows(("k4", 500, -4)))  # ...when an upsert supersedes one more
-        return got
+    def then_upsert(**_: Any) -> None:
+        # the compaction read what is superseded, when an upsert supersedes one more
+        t.upsert(rows(("k4", 500, -4)))
 
-    monkeypatch.setattr(compaction, "_superseded", then_upsert)
-    c = t.compact()
+    with failpoints.armed("compaction.minor.superseded_read", then_upsert):
+        c = t.compact()
     assert c is not None and len(t.segments()) == 2  # the compaction's output + the upsert
     assert latest(t) == {"k0": 0, "k1": 101, "k2": 202, "k3": 303, "k4": -4}
     assert {c_.id: latest(t, c_.id) for c_ in commits} == before
@@ -739,7 +737,6 @@ def test_a_minor_compaction_drops_superseded_records_and_keeps_every_answer(
     # kept: k0-k4's latest at the time (k4's superseded meanwhile: hidden, still stored),
     # k5's tombstone, and the upsert's own record
     assert kept == 5 + 1 + 1 < stored
-    monkeypatch.setattr(compaction, "_superseded", real)
     t.upsert(rows(("k5", 50, 5)))  # older than the delete: out of order, k5 stays gone
     assert "k5" not in latest(t)
     t.upsert(rows(("k5", 200, 6)))  # newer: revived
@@ -801,22 +798,17 @@ def test_the_key_index_follows_a_compaction_without_a_rebuild(
     vectors carried onto them) instead of rebuilding from every file, and ends equal to
     a rebuilt index, an upsert that landed while the compaction ran included."""
     from lamina.meta import keys as key_index
-    from lamina.operations import compaction
 
     for b in range(4):
         t.upsert(rows(*[(f"k{i}", b * 10 + i, b * 100 + i) for i in range(b, 8)]))
     t.upsert(rows(("k6", 100, 0, True)))  # a live tombstone
     t.upsert(rows(("k0", -5, -1)))  # out of order
-    real = compaction._superseded
 
-    def then_upsert(table: lamina.Table, runs: Any) -> Any:
-        got = real(table, runs)
+    def then_upsert(**_: Any) -> None:
         t.upsert(rows(("k4", 500, -4), ("k9", 500, 9)))  # publishes while it runs
-        return got
 
-    monkeypatch.setattr(compaction, "_superseded", then_upsert)
-    assert t.compact() is not None
-    monkeypatch.setattr(compaction, "_superseded", real)
+    with failpoints.armed("compaction.minor.superseded_read", then_upsert):
+        assert t.compact() is not None
     rebuilds = _count_rebuilds(monkeypatch)
     caught_up = _index_entries(t)
     assert rebuilds == []  # replayed, not rebuilt
@@ -1017,14 +1009,11 @@ def test_auto_compaction_sorts_an_upsert_table_by_its_policy(
     assert latest(t) == {f"k{i}": 200 + i for i in range(6)}
 
 
-def test_upserts_during_a_major_compaction_stay_the_latest(
-    t: lamina.Table, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_upserts_during_a_major_compaction_stay_the_latest(t: lamina.Table) -> None:
     """An upsert publishing while a major compaction runs keeps its records, a tie with
     the record the compaction rewrites included (it came later); the compaction's
     copies of what it superseded stay hidden, also when the newer record is removed
     again before the compaction publishes (the history checker found that case)."""
-    from lamina import failpoints
 
     day = 24 * 60
     t.upsert(rows(("a", 10, 1), ("b", 10, 1), ("c", 10, 1), ("d", 10, 1, True), ("f", 10, 1)))
@@ -1207,20 +1196,17 @@ def test_second_units_compare_and_hash_as_upserted_after_a_rebuild_and_a_compact
 
 
 def test_retention_between_a_plan_and_its_vectors_fails_the_read(
-    cat: lamina.Catalog, t: lamina.Table, monkeypatch: pytest.MonkeyPatch
+    cat: lamina.Catalog, t: lamina.Table
 ) -> None:
     """A soak: a read plans its segments in one catalog read and looks up their deletion
     vectors in another. Retention committing in between (another process's) deleted the
     snapshot's vectors, and the read showed every superseded record (two per key). It
     now fails with SnapshotNotFoundError, as a read planned after retention does."""
-    import lamina.read
-
     t.set_properties(replaced_segments_retention="0s", orphan_grace_period="0s")
     t.upsert(rows(("a", 0, 1), ("b", 0, 1)))
     second = t.upsert(rows(("a", 1, 2), ("b", 1, 2)))
     t.compact()  # replaces both files: retention may delete them and their vectors
     assert latest(t, second.id) == {"a": 2, "b": 2}
-    attach = lamina.read._attach_deletes
 
     def retention_meanwhile(ctx: Any, plan: Any) -> None:
         # another process's retention commits its catalog transaction between the
@@ -1229,22 +1215,20 @@ def test_retention_between_a_plan_and_its_vectors_fails_the_read(
         from lamina.meta.tables import now_us
 
         retention(ctx.db, "u", now_us(), 0, 0)
-        attach(ctx, plan)
 
-    monkeypatch.setattr(lamina.read, "_attach_deletes", retention_meanwhile)
-    with pytest.raises(lamina.SnapshotNotFoundError, match="no longer readable"):
+    with (
+        failpoints.armed("read.plan.before_deletes", retention_meanwhile),
+        pytest.raises(lamina.SnapshotNotFoundError, match="no longer readable"),
+    ):
         t.to_arrow(as_of=second.id)
-    monkeypatch.setattr(lamina.read, "_attach_deletes", attach)
     assert latest(t) == {"a": 2, "b": 2}
 
 
 def test_retention_before_all_versions_reads_validity_fails_the_read(
-    cat: lamina.Catalog, t: lamina.Table, monkeypatch: pytest.MonkeyPatch
+    cat: lamina.Catalog, t: lamina.Table
 ) -> None:
     """The same race in all_versions: the seqs a record shows between are read after
     the plan; with retention in between, every record showed valid until now."""
-    import lamina.operations.upsert.read
-
     t.set_properties(replaced_segments_retention="0s", orphan_grace_period="0s")
     t.upsert(rows(("a", 0, 1), ("b", 0, 1)))
     second = t.upsert(rows(("a", 1, 2), ("b", 1, 2)))
@@ -1256,15 +1240,15 @@ def test_retention_before_all_versions_reads_validity_fails_the_read(
         ("b", 1, second.seq),
         ("b", 2, None),
     ]
-    validity = lamina.operations.upsert.read.validity
 
-    def retention_meanwhile(table: Any, plan: Any) -> Any:
+    def retention_meanwhile(table: Any, plan: Any) -> None:
         from lamina.meta.retention import retention
         from lamina.meta.tables import now_us
 
         retention(cat.context.db, "u", now_us(), 0, 0)
-        return validity(table, plan)
 
-    monkeypatch.setattr(lamina.operations.upsert.read, "validity", retention_meanwhile)
-    with pytest.raises(lamina.SnapshotNotFoundError, match="no longer readable"):
+    with (
+        failpoints.armed("upsert.read.validity.before", retention_meanwhile),
+        pytest.raises(lamina.SnapshotNotFoundError, match="no longer readable"),
+    ):
         t.to_arrow(as_of=second.id, all_versions=True)

@@ -39,6 +39,7 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 import lamina
+from lamina import failpoints
 from lamina.errors import SchemaError, UpsertError
 
 T0 = datetime(2024, 1, 1)
@@ -129,11 +130,8 @@ def _writer(catalog: str, wh: str, w: int, log_path: str, stop: str) -> None:
     t = _connect(catalog, wh).load_table("u")
     log = _Log(log_path)
     tok = [""]
-    from lamina.meta import deletes
 
-    add = deletes.add
-
-    def stalling_add(*args: Any, **kwargs: Any) -> None:
+    def stalling_add(**_: Any) -> None:  # the publish's deletion vectors are next
         try:
             os.rename(stop + ".stall", f"{stop}.stall.{w}")  # atomic: one writer claims it
         except FileNotFoundError:
@@ -142,30 +140,29 @@ def _writer(catalog: str, wh: str, w: int, log_path: str, stop: str) -> None:
             log.put(op=tok[0], publishing=time.time())
             time.sleep(1.0)
             os.unlink(f"{stop}.stall.{w}")  # not killed in it: the claim is over
-        add(*args, **kwargs)
 
-    deletes.add = stalling_add
-    log.put(ready=w)
-    for op in range(100_000):
-        if os.path.exists(stop):
-            break
-        tok[0] = f"{w}.{op}"
-        recs = _random_batch(rng, (w * 100_000 + op) * 100, op // 2)
-        how = rng.choices(["upsert", "overwrite", "refresh"], [0.9, 0.05, 0.05])[0]
-        if how != "upsert":  # one day's records replaced by the batch's (all on that day)
-            recs = [[r[0], recs[0][1], *r[2:]] for r in recs]
-        log.put(op=tok[0], recs=recs, how=how)
-        try:
-            if how == "upsert":
-                c = t.upsert(_table(recs), metadata={"op": tok[0]})
-            else:
-                write = t.overwrite if how == "overwrite" else t.refresh
-                day = T0 + timedelta(days=recs[0][1])
-                c = write(_table(recs), (day, day + timedelta(days=1)), metadata={"op": tok[0]})
-        except lamina.CommitConflictError:  # another overwrite, a delete of its chunk...
-            log.put(op=tok[0], failed=True)
-            continue
-        log.put(op=tok[0], commit=c.id, seq=c.seq)
+    with failpoints.armed("publish.before_deletes", stalling_add):
+        log.put(ready=w)
+        for op in range(100_000):
+            if os.path.exists(stop):
+                break
+            tok[0] = f"{w}.{op}"
+            recs = _random_batch(rng, (w * 100_000 + op) * 100, op // 2)
+            how = rng.choices(["upsert", "overwrite", "refresh"], [0.9, 0.05, 0.05])[0]
+            if how != "upsert":  # one day's records replaced by the batch's (all on that day)
+                recs = [[r[0], recs[0][1], *r[2:]] for r in recs]
+            log.put(op=tok[0], recs=recs, how=how)
+            try:
+                if how == "upsert":
+                    c = t.upsert(_table(recs), metadata={"op": tok[0]})
+                else:
+                    write = t.overwrite if how == "overwrite" else t.refresh
+                    day = T0 + timedelta(days=recs[0][1])
+                    c = write(_table(recs), (day, day + timedelta(days=1)), metadata={"op": tok[0]})
+            except lamina.CommitConflictError:  # another overwrite, a delete of its chunk...
+                log.put(op=tok[0], failed=True)
+                continue
+            log.put(op=tok[0], commit=c.id, seq=c.seq)
 
 
 def _deleter(catalog: str, wh: str, log_path: str, stop: str) -> None:
@@ -759,29 +756,24 @@ def test_an_empty_upsert_is_an_empty_commit(
 # -- regressions --------------------------------------------------------------------------
 
 
-def _once(fail: Callable[..., Any]) -> Callable[..., Any]:
-    """``fail`` raising a retryable catalog error on its first call only."""
+def _once() -> Callable[..., None]:
+    """An action raising a retryable catalog error on its first call only."""
     calls = [0]
 
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
+    def wrapped(**_: Any) -> None:
         calls[0] += 1
         if calls[0] == 1:
             orig = sqlite3.OperationalError("database is locked")
             raise OperationalError("INSERT INTO lamina_deletes", {}, orig)
-        return fail(*args, **kwargs)
 
     return wrapped
 
 
-def test_a_retried_publish_resolves_against_the_committed_state(
-    u: lamina.Table, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_retried_publish_resolves_against_the_committed_state(u: lamina.Table) -> None:
     """Db.write retries a publish whole on a retryable error (SQLite busy, PostgreSQL
     serialization failure or deadlock). The first try had already put the upsert into
     this process's key index: the retry must not resolve against that rolled-back
     record (it hid its own new record: found here, fixed in src/lamina/meta/keys.py)."""
-    from lamina.meta import deletes
-
-    monkeypatch.setattr(deletes, "add", _once(deletes.add))
-    u.upsert(_table([["a", 0, 0, 6, 3, False]]))  # fails once after resolving, retried
+    with failpoints.armed("publish.before_deletes", _once()):
+        u.upsert(_table([["a", 0, 0, 6, 3, False]]))  # fails once after resolving, retried
     assert _latest(u) == {"a": 3, "b": 2}

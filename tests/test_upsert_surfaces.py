@@ -25,6 +25,7 @@ import pytest
 from typer.testing import CliRunner
 
 import lamina
+from lamina import failpoints
 from lamina.cli import app
 from lamina.errors import UpsertError
 from tests.test_upsert import SCHEMA, rows
@@ -413,32 +414,26 @@ def test_retention_keeps_the_latest_records_and_upserts_resolving(
     check_sql(cat, t)
 
 
-def _retention_after(
-    monkeypatch: pytest.MonkeyPatch, module: Any, name: str, work: Callable[[], None]
-) -> None:
-    """Run ``work`` (another process's, as far as the read can tell) once, right after
-    ``module.name`` (a step that plans a read) returns, before the read's files are read."""
-    real, done = getattr(module, name), []
+def _retention_after(name: str, work: Callable[[], None]) -> Any:
+    """Arm failpoint ``name`` (a step that plans a read is done, the read's files are
+    not read yet) to run ``work`` (another process's, as far as the read can tell) once."""
+    done: list[None] = []
 
-    def then_work(*args: Any, **kwargs: Any) -> Any:
-        got = real(*args, **kwargs)
+    def then_work(**_: Any) -> None:
         if not done:
             done.append(work())
-        return got
 
-    monkeypatch.setattr(module, name, then_work)
+    return failpoints.armed(name, then_work)
 
 
 def test_reads_of_every_version_and_the_change_feed_racing_retention(
-    cat: lamina.Catalog, t: lamina.Table, catalog_url: str, monkeypatch: pytest.MonkeyPatch
+    cat: lamina.Catalog, t: lamina.Table, catalog_url: str
 ) -> None:
     """A Hudi audit: a file retention deleted between planning and reading raised a
     plain FileNotFoundError from ``all_versions`` and from the change feed of an upsert
     table. A latest ``all_versions`` read now plans again, as a latest read does; the
     change feed raises SnapshotNotFoundError (Hudi's
     testFailEarlyForIncrViewQueryForNonExistingFiles), as it does on other tables."""
-    from lamina.operations.upsert import read as upsert_read
-
     build(t)
     t.set_properties(replaced_segments_retention="0s")
     other = lamina.connect(catalog=catalog_url, warehouse=cat.warehouse.location)
@@ -448,15 +443,16 @@ def test_reads_of_every_version_and_the_change_feed_racing_retention(
         other.run_retention(now=FUTURE)
 
     want = t.to_arrow(all_versions=True).num_rows
-    _retention_after(monkeypatch, upsert_read, "validity", compact_and_clean)
-    got = t.to_arrow(all_versions=True)
+    with _retention_after("upsert.read.validity.after", compact_and_clean):
+        got = t.to_arrow(all_versions=True)
     assert got.num_rows == len(WANT) + 1 < want  # the compaction's: d's tombstone too
     shown = got.filter(pc.is_null(got["$valid_until"]))
     assert by_key(shown.to_pylist()) == by_key(truth(t)) == WANT
-    monkeypatch.undo()
     t.upsert(rows(("a", 3 * DAY, 4)))
-    _retention_after(monkeypatch, upsert_read, "changed_rows", compact_and_clean)
-    with pytest.raises(lamina.SnapshotNotFoundError, match="read the changes again"):
+    with (
+        _retention_after("upsert.read.changes_planned", compact_and_clean),
+        pytest.raises(lamina.SnapshotNotFoundError, match="read the changes again"),
+    ):
         t.read_changes(t.history()[-2].seq)
     other.close()
 

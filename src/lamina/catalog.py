@@ -22,6 +22,7 @@ from lamina.errors import (
     SqlError,
     WarehouseError,
 )
+from lamina.failpoints import failpoint
 from lamina.io.warehouse import Warehouse
 from lamina.meta import tables as table_rows
 from lamina.meta.db import Db, create_catalog_engine
@@ -294,6 +295,8 @@ class Catalog:
                 with contextlib.suppress(OSError):
                     os.rename(dst, src)
             raise
+        # the drop is committed; the table's files are not removed yet
+        failpoint("catalog.drop.before_remove_files", record=record)
         for _, dst in moved:
             wh.delete_dir(dst)
         if not wh.local:  # no atomic move: removed after the commit

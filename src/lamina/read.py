@@ -19,6 +19,7 @@ from lamina.core.interval import Interval
 from lamina.core.model import AsOf, Snapshot
 from lamina.core.scan import ScanPlan, plan_scan
 from lamina.errors import LaminaError
+from lamina.failpoints import failpoint
 from lamina.meta import deltas, manifests
 from lamina.meta.tables import now_us
 
@@ -39,6 +40,8 @@ def plan(
     Raises TableNotFoundError, SnapshotNotFoundError, TimelineError."""
     got = _plan(ctx, name, as_of, interval)
     if got.table.is_upsert:
+        # planned in one catalog read; the deletion vectors are read in another
+        failpoint("read.plan.before_deletes", ctx=ctx, plan=got)
         _attach_deletes(ctx, got)
     return got
 
@@ -99,6 +102,8 @@ def _segments(
         segs = pa.concat_tables([base, got.added.cast(SEGMENT_SCHEMA)])
         changed = got.added.num_rows + len(got.removed)
     if cache and changed >= MANIFEST_EVERY:
+        # the segments are read; the manifest of them is not written yet
+        failpoint("read.plan.before_manifest_write", ctx=ctx, snapshot=got)
         _write(ctx, got, segs)
     return segs
 

@@ -22,6 +22,7 @@ from lamina.errors import (
     LockRevokedError,
     LockTimeoutError,
 )
+from lamina.failpoints import failpoint
 from lamina.io import writer
 from lamina.io.warehouse import commit_dir
 from lamina.meta import commits, locks, writers
@@ -300,9 +301,12 @@ class WriteTransaction:
         write its rows twice). Raises CatalogUnavailableError when the catalog cannot
         tell (the outcome is unknown), and what publish raises."""
         try:
+            failpoint("write.publish.before", commit_id=self.id)
             self.commit = publishing.publish(
                 self.ctx.db, self.table, self.id, self.owner, plan, self.ctx.warehouse
             )
+            # the publish's catalog transaction committed; its answer not yet returned
+            failpoint("write.publish.after", commit_id=self.id)
         except CatalogUnavailableError as exc:
             try:
                 state = writers.settle(self.ctx.db, self.id, self.owner)

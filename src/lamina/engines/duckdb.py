@@ -27,6 +27,7 @@ from lamina.core.scan import ScanPlan, prune_plan
 from lamina.engines.duckdb_views import quote, register_view, view_sql
 from lamina.engines.sql_bounds import time_bound
 from lamina.errors import SqlError
+from lamina.failpoints import failpoint
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -204,6 +205,7 @@ class SqlEngine:
             known = key in self._bounds
             bound = self._bounds.get(key)
         if not known:
+            failpoint("sql.time_bound.parse", query=query, column=column)
             bound = time_bound(con, query, name, column, schema)
             with self._lock:
                 self._bounds[key] = bound

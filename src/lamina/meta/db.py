@@ -27,6 +27,7 @@ from sqlalchemy.exc import (
 )
 
 from lamina.errors import CatalogUnavailableError
+from lamina.failpoints import failpoint
 
 T = TypeVar("T")
 
@@ -234,4 +235,6 @@ class Db:
     def write(self, fn: Callable[[Connection], T], *, single: bool = False) -> T:
         """Run ``fn`` in one write transaction (retried whole on contention);
         ``single``: ``fn`` is one statement (autocommitted on PostgreSQL)."""
+        if single:
+            failpoint("db.write.single", db=self, fn=fn)
         return run(self.engine, fn, write=True, single=single)

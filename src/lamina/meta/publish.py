@@ -43,6 +43,7 @@ from lamina.core.planner import (
 from lamina.core.plans import DeletePlan, PublishPlan
 from lamina.core.segment import Segment
 from lamina.errors import CommitError, LineageError, TableNotFoundError
+from lamina.failpoints import failpoint
 from lamina.io.warehouse import Warehouse
 from lamina.meta import app_txns
 from lamina.meta import lineage as entries_rows
@@ -398,6 +399,8 @@ def _side_rows(
     if outcome is not None:
         from lamina.meta import deletes
 
+        # the upsert is resolved; its deletion vectors are not written yet
+        failpoint("publish.before_deletes", table_id=table_id, commit_id=commit_id)
         deletes.add(conn, table_id, seq, commit_id, outcome.hidden, outcome.tombstones)
     maps = [
         (f.location, m)

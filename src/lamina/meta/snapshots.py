@@ -12,6 +12,7 @@ from lamina.core.interval import Interval
 from lamina.core.model import AsOf, Commit, Snapshot
 from lamina.core.segment import Segment
 from lamina.errors import SnapshotNotFoundError
+from lamina.failpoints import failpoint
 from lamina.meta.db import Db
 from lamina.meta.lineage_lists import hidden_at
 from lamina.meta.schema import commits, segments, tables
@@ -108,6 +109,8 @@ def snapshot(
     def txn(conn: Connection) -> Snapshot:
         rec = read_table(conn, name)
         seq, commit_id = resolve(conn, rec.id, name, as_of)
+        # the snapshot is resolved (not purged); its segments are not listed yet
+        failpoint("snapshots.resolved", table=rec, seq=seq)
         rec = schema_at(conn, rec, seq)
         hidden = set() if all_published else hidden_at(conn, rec.id, seq)
         cond = [segments.c.table_id == rec.id, segments.c.added_seq <= seq]

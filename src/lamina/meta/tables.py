@@ -13,6 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from lamina.core.interval import Granularity
 from lamina.core.model import TableRecord
 from lamina.errors import TableExistsError, TableNotFoundError
+from lamina.failpoints import failpoint
 from lamina.meta.db import Db
 from lamina.meta.rows import table_record
 from lamina.meta.schema import (
@@ -163,6 +164,8 @@ def drop_table(
         conn.execute(delete(tables).where(tables.c.id == rec.id))
         if remove_files is not None:
             remove_files(rec)
+        # the rows are deleted and the files set aside; the transaction not committed
+        failpoint("tables.drop.before_commit", record=rec)
         return rec
 
     return db.write(txn)

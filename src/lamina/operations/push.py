@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from lamina.core.model import Commit, CommitAction
+from lamina.failpoints import failpoint
 from lamina.operations import lineage
 from lamina.operations import steps as tw
 from lamina.operations.handle import TableHandle
@@ -29,6 +30,8 @@ class ConsistentPush:
         commit = tw.write(
             self.table, CommitAction.APPEND, data, None, self.metadata, lineage_entry=self.entry
         )
+        # the batch is published, hidden by the push's lineage entry until it ends
+        failpoint("push.batch_published", commit=commit)
         self.commits.append(commit)
         return commit
 

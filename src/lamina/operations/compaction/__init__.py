@@ -344,6 +344,7 @@ def compact_minor(
     the catalog's write lock would hold up every writer). Raises CommitConflictError
     when an input was removed or replaced meanwhile, LockTimeoutError,
     LockRevokedError (a higher-priority REPLACE or EXCLUSIVE lock took the chunk)."""
+    failpoint("compaction.minor.begin", table=table, runs=runs)
     if not runs:
         return None
     ctx = table.ctx
@@ -358,8 +359,16 @@ def compact_minor(
     with WriteTransaction(
         ctx, table.record, CommitAction.COMPACT, meta, inflight=True, locks_at_open=(asked, wait)
     ) as w:
+        # the commit is open and holds its SEGMENT locks; nothing read or written yet
+        failpoint("compaction.minor.opened", table=table, runs=runs)
         drop = _superseded(table, runs)
-        done = tuple(_write_run(table, w.dir, run, engine, nice, drop) for run in runs)
+        # an upsert table's superseded rows are read: the rewrite leaves them out
+        failpoint("compaction.minor.superseded_read", table=table, runs=runs)
+        done_runs = []
+        for run in runs:
+            failpoint("compaction.minor.before_write_run", table=table, run=run)
+            done_runs.append(_write_run(table, w.dir, run, engine, nice, drop))
+        done = tuple(done_runs)
         inputs = tuple(i for r in done for i in r.inputs)
         return w.publish(MinorCompactionPlan(runs=done, remove_ids=inputs))
 
@@ -421,6 +430,8 @@ def compact_major(
             f"{table.name!r} keeps one record per key; compact it without rollup"
         )
     iv = major_interval(table, interval, gran)
+    # the interval is sized from a read of the catalog; no lock is held yet
+    failpoint("compaction.major.sized", table=table, interval=iv)
     if iv is None:
         return None
     meta: dict[str, Any] = {"compaction": "major", "granularity": gran.value}

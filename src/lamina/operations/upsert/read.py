@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 import pyarrow as pa
 
+from lamina.failpoints import failpoint
 from lamina.io.reader import snapshot_files
 from lamina.operations.upsert import require
 
@@ -70,6 +71,7 @@ def validity(table: TableHandle, plan: ScanPlan) -> dict[str, tuple[int, np.ndar
     from lamina.meta import deletes
     from lamina.meta.segments import first_added
 
+    failpoint("upsert.read.validity.before", table=table, plan=plan)
     rec = table.record
     root = table.ctx.db.root + "/"
     rel = {t.segment.location: str(t.segment.location).removeprefix(root) for t in plan.tasks}
@@ -93,6 +95,8 @@ def validity(table: TableHandle, plan: ScanPlan) -> dict[str, tuple[int, np.ndar
             pos = pos[until[pos] < 0]
             until[pos] = seq
         out[path] = (first.get(rel[path], 0), until)  # a carried copy: when its file was stored
+    # validity is read (and the snapshot checked readable); no file is read yet
+    failpoint("upsert.read.validity.after", table=table, plan=plan)
     return out
 
 
@@ -223,6 +227,8 @@ def changed_rows(
                 if len(shown):
                     out.append(ChangedRows(tag, point.commit_id, point.seq, path, shown, keep))
         before = after
+    # the feed is planned from the catalog; no file is read yet
+    failpoint("upsert.read.changes_planned", table=table)
     return changes.table, out
 
 

@@ -1,7 +1,7 @@
 """More of Apache Pinot's upsert tests, retold on lamina upsert tables.
 
-These are the scenarios of Pinot's tests that ``test_upsert_pinot_partial.py``,
-``test_upsert_pinot_metadata.py`` and ``test_upsert.py`` do not cover yet. Sources, in
+These are the scenarios of Pinot's tests that ``test_upsert_partial.py``,
+``test_upsert_visibility.py`` and ``test_upsert.py`` do not cover yet. Sources, in
 apache/pinot (``pinot-segment-local/src/test/java/org/apache/pinot/segment/local/`` unless
 a module is named):
 
@@ -36,7 +36,7 @@ import pyarrow as pa
 import pytest
 
 import lamina
-from tests.test_upsert_pinot_partial import at, check_merge, make, only, upsert, upsert_pair
+from tests.test_upsert_partial import at, check_merge, make, only, upsert, upsert_pair
 
 I32 = pa.int32()
 F32 = pa.float32()

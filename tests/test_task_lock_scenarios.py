@@ -34,7 +34,6 @@ from lamina.errors import (
     LockTimeoutError,
     TransactionError,
 )
-from lamina.operations import compaction
 from lamina.operations.transaction import Transaction
 from tests.helpers import SCHEMA, events
 
@@ -446,40 +445,32 @@ def day_iv(day: int) -> tuple[str, str]:
     return (f"2024-01-{day:02d}", f"2024-01-{day + 1:02d}")
 
 
-def compact_while(
-    monkeypatch: pytest.MonkeyPatch, t: lamina.Table, during: Callable[[], Any], **kw: Any
-) -> tuple[Any, Any]:
+def compact_while(t: lamina.Table, during: Callable[[], Any], **kw: Any) -> tuple[Any, Any]:
     """Run ``t.compact(**kw)``; ``during`` runs once while the compaction holds its
     SEGMENT locks (granted, outputs not yet written). Returns (the compaction's commit
     or the error it raised, what ``during`` returned or raised)."""
-    original = compaction._write_run
     seen: dict[str, Any] = {}
 
-    def hooked(*a: Any, **k: Any) -> Any:
+    def hooked(**_: Any) -> None:
         if "during" not in seen:
             seen["during"] = None  # a compaction run by ``during`` is not hooked again
             try:
                 seen["during"] = during()
             except Exception as exc:  # noqa: BLE001 - handed back to the test
                 seen["during"] = exc
-        return original(*a, **k)
 
-    monkeypatch.setattr(compaction, "_write_run", hooked)
-    try:
-        out: Any = t.compact(**kw)
-    except Exception as exc:  # noqa: BLE001 - handed back to the test
-        out = exc
-    finally:
-        monkeypatch.setattr(compaction, "_write_run", original)
+    with failpoints.armed("compaction.minor.before_write_run", hooked):
+        try:
+            out: Any = t.compact(**kw)
+        except Exception as exc:  # noqa: BLE001 - handed back to the test
+            out = exc
     return out, seen.get("during")
 
 
-def test_a_segment_lock_names_its_segments_chunk_and_priority(
-    t: lamina.Table, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_segment_lock_names_its_segments_chunk_and_priority(t: lamina.Table) -> None:
     """TaskLockboxTest.testSegmentLock."""
     ids = appends(t, 3)
-    out, held = compact_while(monkeypatch, t, t.locks, segments=ids[:2])
+    out, held = compact_while(t, t.locks, segments=ids[:2])
     assert not isinstance(out, Exception)
     (info,) = held
     assert (info.type, info.state, info.priority) == ("SEGMENT", "GRANTED", 25)
@@ -494,9 +485,7 @@ def test_segment_locks_on_the_same_segment_conflict(
     """TaskLockboxTest.testSegmentLockForSameIntervalAndSamePartition."""
     ids = appends(t, 4)
     before = len(t.history())
-    out, inner = compact_while(
-        monkeypatch, t, lambda: t.compact(segments=ids[1:3], wait_s=0), segments=ids[:2]
-    )
+    out, inner = compact_while(t, lambda: t.compact(segments=ids[1:3], wait_s=0), segments=ids[:2])
     assert isinstance(inner, LockTimeoutError)
     assert not isinstance(out, Exception) and len(out.removed) == 2
     assert len([c for c in t.history() if c.state == "COMPLETED"]) == before + 1
@@ -508,18 +497,14 @@ def test_segment_locks_on_other_segments_of_the_chunk_coexist(
     """TaskLockboxTest.testSegmentLockForSameIntervalDifferentPartition."""
     ids = appends(t, 4)
     total = t.count()
-    out, inner = compact_while(
-        monkeypatch, t, lambda: t.compact(segments=ids[2:], wait_s=0), segments=ids[:2]
-    )
+    out, inner = compact_while(t, lambda: t.compact(segments=ids[2:], wait_s=0), segments=ids[:2])
     assert not isinstance(inner, Exception) and not isinstance(out, Exception)
     segs = t.segments()
     assert sorted(s.root_range for s in segs) == [(0, 2), (2, 4)]
     assert t.count() == total
 
 
-def test_an_equal_priority_time_chunk_lock_waits_for_a_segment_lock(
-    t: lamina.Table, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_an_equal_priority_time_chunk_lock_waits_for_a_segment_lock(t: lamina.Table) -> None:
     """TaskLockboxTest.testSegmentAndTimeChunkLockForSameInterval."""
     ids = appends(t, 3)
 
@@ -527,15 +512,13 @@ def test_an_equal_priority_time_chunk_lock_waits_for_a_segment_lock(
         with t.transaction(lock="REPLACE", interval=DAY1, priority=25, wait_s=0) as tx:
             tx.overwrite(day_rows(1, 2, 9.0))
 
-    out, inner = compact_while(monkeypatch, t, replace, segments=ids)
+    out, inner = compact_while(t, replace, segments=ids)
     assert isinstance(inner, LockTimeoutError)
     assert not isinstance(out, Exception)
     assert 9.0 not in values(t) and t.count() == 15
 
 
-def test_a_higher_priority_overwrite_revokes_a_running_compaction(
-    t: lamina.Table, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_higher_priority_overwrite_revokes_a_running_compaction(t: lamina.Table) -> None:
     """TaskLockboxTest.testSegmentAndTimeChunkLockForSameIntervalWithDifferentPriority;
     CompactionTaskRunTest.testRunIndexAndCompactForSameSegmentAtTheSameTime2 (the
     batch index task wins, the compaction fails)."""
@@ -546,7 +529,7 @@ def test_a_higher_priority_overwrite_revokes_a_running_compaction(
             tx.overwrite(day_rows(1, 2, 9.0))
         return tx.commit_result
 
-    out, inner = compact_while(monkeypatch, t, overwrite, segments=ids)
+    out, inner = compact_while(t, overwrite, segments=ids)
     assert not isinstance(inner, Exception) and inner.action == "OVERWRITE"
     assert isinstance(out, LockRevokedError)
     assert values(t) == {9.0: 2} and t.locks() == []
@@ -566,9 +549,7 @@ def test_an_overwrite_that_got_its_lock_first_makes_the_compaction_wait(
     assert values(t) == {9.0: 2}
 
 
-def test_appends_under_any_priority_coexist_with_a_compaction(
-    t: lamina.Table, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_appends_under_any_priority_coexist_with_a_compaction(t: lamina.Table) -> None:
     """Seed proposal / docs: an APPEND lock never revokes a segment lock (Druid's
     APPEND locks coexist with the segments being compacted)."""
     ids = appends(t, 3)
@@ -577,7 +558,7 @@ def test_appends_under_any_priority_coexist_with_a_compaction(
         with t.transaction(lock="APPEND", interval=DAY1, priority=75, wait_s=0) as tx:
             tx.append(day_rows(1, 4, 7.0))
 
-    out, inner = compact_while(monkeypatch, t, stream, segments=ids)
+    out, inner = compact_while(t, stream, segments=ids)
     assert inner is None and not isinstance(out, Exception)
     assert t.count() == 15 + 4 and values(t)[7.0] == 4
 
@@ -784,9 +765,7 @@ def test_a_replace_replaces_what_was_visible_when_its_lock_was_granted(
     assert values(t) == {4.0: 4}
 
 
-def test_a_replace_into_coarser_segments_carries_a_concurrent_append(
-    t: lamina.Table, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_replace_into_coarser_segments_carries_a_concurrent_append(t: lamina.Table) -> None:
     """ConcurrentReplaceAndAppendTest.testLockAllocateAppendDayReplaceMonth (a major
     compaction into MONTH segments is lamina's month-granular replace), then
     testLockReplaceMonthAllocateAppendDay: a day's append afterwards lands in the month
