@@ -200,9 +200,9 @@ def instrument() -> None:
     import lamina.core.keyindex as ki
     import lamina.io.writer as writer
     import lamina.meta.deletes as deletes
-    import lamina.meta.key_replay as replay
-    import lamina.meta.key_snapshots as key_snapshots
-    import lamina.meta.keys as keys
+    import lamina.meta.keyindex as keys
+    import lamina.meta.keyindex.replay as replay
+    import lamina.meta.keyindex.snapshots as key_snapshots
     import lamina.meta.publish as publish
     import lamina.upsert as up
 
@@ -240,7 +240,7 @@ def phases_of(fn: Callable[[], Any]) -> tuple[float, dict[str, list[float]]]:
 
 def drop_indexes() -> None:
     """Forget this process's key indexes (scratch catalogs come and go)."""
-    from lamina.meta import keys
+    from lamina.meta import keyindex as keys
 
     keys._STATES.clear()
     keys._LOADING.clear()
@@ -248,7 +248,7 @@ def drop_indexes() -> None:
 
 def index_stats() -> tuple[int, int]:
     """(keys, bytes) of the key indexes this process holds."""
-    from lamina.meta import keys
+    from lamina.meta import keyindex as keys
 
     states = list(keys._STATES.values())
     return sum(len(s.index) for s in states), sum(s.index.nbytes for s in states)
@@ -275,7 +275,7 @@ def _fresh_upsert(wh: str, table: str, batch_path: str, out: str, rebuild: bool)
     # The modules the upsert runs, imported before the clock starts as the others'
     # children import deltalake or load the DuckLake extension first (``import lamina``
     # alone imports the write path lazily, on first use).
-    import lamina.meta.keys as keys
+    import lamina.meta.keyindex as keys
     import lamina.meta.publish
     import lamina.upsert
     import lamina.write  # noqa: F401
@@ -930,7 +930,7 @@ def catch_up(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     days each; the second is reported (the first compiles statements for the first
     time)."""
     from lamina.core.keyindex import KeyIndex
-    from lamina.meta import keys
+    from lamina.meta import keyindex as keys
 
     rows = 200_000 if quick else 1_000_000
     base, batch = base_and_batch(rows, rows // 20, rows // 20, seed=5)

@@ -106,8 +106,9 @@ def test_an_upsert_table_saves_and_loads_its_key_index_in_the_object_store(
     """The index snapshot goes to TABLE/_keys/ in the bucket; a process without the
     index loads it from there instead of rebuilding from the data files, and upserts
     as the rules say; a damaged snapshot is rebuilt from the files instead."""
-    from lamina.meta import key_replay, key_snapshots
-    from lamina.meta import keys as key_index
+    from lamina.meta import keyindex as key_index
+    from lamina.meta.keyindex import replay as key_replay
+    from lamina.meta.keyindex import snapshots as key_snapshots
 
     monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 50)
     catalog, uri = remote

@@ -21,7 +21,7 @@ def test_a_stale_handle_upserts_after_its_comparison_column_was_widened(
     widened): the publish resolves with the catalog's schema, and the batch's
     comparison values widened (the stored ones were cast to the handle's int32, and a
     rebuilt index read the files as int32: a raw ArrowInvalid)."""
-    import lamina.meta.keys as keys
+    import lamina.meta.keyindex as keys
 
     p = cat.create_table("p", SCHEMA, time_column="ts", primary_key="id", comparison_column=C)
     p.upsert(rows([1, 2], 1, [10, 10]))

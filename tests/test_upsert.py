@@ -490,8 +490,8 @@ def test_a_new_process_starts_from_the_saved_key_index(
 ) -> None:
     """Once the index grew enough, the upserting process saves it; a new process loads
     it (and the upserts since) instead of reading every data file."""
-    from lamina.meta import key_snapshots
-    from lamina.meta import keys as key_index
+    from lamina.meta import keyindex as key_index
+    from lamina.meta.keyindex import snapshots as key_snapshots
 
     monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 50)
     for b in range(4):  # 4 x 40 keys: a snapshot after the second batch
@@ -523,7 +523,7 @@ def test_a_table_of_updates_saves_its_key_index_too(
     rows for a new process to replay, even when no key was added."""
     from sqlalchemy import select
 
-    from lamina.meta import key_snapshots
+    from lamina.meta.keyindex import snapshots as key_snapshots
     from lamina.meta.schema import key_snapshots as snapshots
 
     monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 50)
@@ -554,7 +554,8 @@ def test_a_snapshot_is_written_in_the_background_from_a_copy(
     from sqlalchemy import select
 
     from lamina.io import keyindex as io_keys
-    from lamina.meta import key_replay, key_snapshots
+    from lamina.meta.keyindex import replay as key_replay
+    from lamina.meta.keyindex import snapshots as key_snapshots
     from lamina.meta.schema import key_snapshots as snapshots
     from lamina.upsert import spec_of
 
@@ -605,8 +606,8 @@ def test_retention_deletes_key_index_files_no_snapshot_row_names(
     period; the registered snapshots stay and a new process still starts from one."""
     from datetime import datetime, timedelta
 
-    from lamina.meta import key_snapshots
-    from lamina.meta import keys as key_index
+    from lamina.meta import keyindex as key_index
+    from lamina.meta.keyindex import snapshots as key_snapshots
 
     monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 50)
     t.upsert(rows(*[(f"k{i}", 0, i) for i in range(60)]))
@@ -640,8 +641,8 @@ def test_a_new_process_reads_the_saved_key_index_at_publish_or_while_spark_write
     from concurrent.futures import Future
 
     from lamina import upsert as upsert_mod
-    from lamina.meta import key_snapshots
-    from lamina.meta import keys as key_index
+    from lamina.meta import keyindex as key_index
+    from lamina.meta.keyindex import snapshots as key_snapshots
 
     monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 50)
     for b in range(3):
@@ -684,7 +685,7 @@ def test_a_decimal_comparison_column_orders_by_value(cat: lamina.Catalog) -> Non
     files; all_versions gives the stored values back. Wider decimals are refused."""
     from decimal import Decimal as D
 
-    from lamina.meta import keys as key_index
+    from lamina.meta import keyindex as key_index
 
     version = pa.decimal128(12, 3)
     schema = pa.schema(
@@ -750,7 +751,7 @@ def _index_entries(t: lamina.Table) -> set[tuple[Any, ...]]:
     file, row, comparison value, tombstone) tuples."""
     from sqlalchemy import select
 
-    from lamina.meta import keys as key_index
+    from lamina.meta import keyindex as key_index
     from lamina.meta.schema import tables
     from lamina.upsert import spec_of
 
@@ -772,7 +773,7 @@ def _index_entries(t: lamina.Table) -> set[tuple[Any, ...]]:
 
 def _same_after_rebuild(t: lamina.Table) -> None:
     """This process's key index equals one rebuilt from the files."""
-    from lamina.meta import keys
+    from lamina.meta import keyindex as keys
 
     mine = _index_entries(t)
     keys.forget(str(t._ctx.db.engine.url), t._record.id)
@@ -781,7 +782,7 @@ def _same_after_rebuild(t: lamina.Table) -> None:
 
 def _count_rebuilds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """A list that grows by one at each rebuild of a key index from the files."""
-    from lamina.meta import key_replay
+    from lamina.meta.keyindex import replay as key_replay
 
     rebuilds: list[int] = []
     real = key_replay.rebuild
@@ -801,7 +802,7 @@ def test_the_key_index_follows_a_compaction_without_a_rebuild(
     vectors carried onto them) instead of rebuilding from every file, and ends equal to
     a rebuilt index, an upsert that landed while the compaction ran included."""
     from lamina import compaction
-    from lamina.meta import keys as key_index
+    from lamina.meta import keyindex as key_index
 
     for b in range(4):
         t.upsert(rows(*[(f"k{i}", b * 10 + i, b * 100 + i) for i in range(b, 8)]))
@@ -835,7 +836,7 @@ def test_the_key_index_replays_every_kind_of_commit(
     index caught up from before it (replaying the files it hid and showed) both equal
     one rebuilt from every file; nothing but the forced rebuilds rebuilds."""
     from lamina.core.keyindex import KeyIndex
-    from lamina.meta import keys as key_index
+    from lamina.meta import keyindex as key_index
 
     t = cat.create_table(  # ordered by value: each day holds some keys' latest record
         "v", SCHEMA, time_column="ts", primary_key="key", comparison_column="value",
@@ -885,8 +886,8 @@ def test_the_key_index_replays_runs_of_upserts_in_one_step(
     record, a tombstone revived in the same run, one revived and deleted again in the
     next, keys whose latest record an overwrite removed between two runs."""
     from lamina.core.keyindex import KeyIndex
-    from lamina.meta import key_replay
-    from lamina.meta import keys as key_index
+    from lamina.meta import keyindex as key_index
+    from lamina.meta.keyindex import replay as key_replay
 
     t = cat.create_table(
         "r", SCHEMA, time_column="ts", primary_key="key", comparison_column="value",
@@ -1044,7 +1045,7 @@ def test_upserts_during_a_major_compaction_stay_the_latest(
     # newer record removed: no record (its older ones stay superseded)
     want = {"a": 2, "b": 2, "c": 1, "d": 2, "g": 1}
     assert latest(t) == want
-    from lamina.meta import keys as key_index
+    from lamina.meta import keyindex as key_index
 
     key_index.forget(str(t._ctx.db.engine.url), t._record.id)  # rebuilt from the files
     t.upsert(rows(("e", 10, 1)))
@@ -1161,7 +1162,7 @@ def test_second_units_compare_and_hash_as_upserted_after_a_rebuild_and_a_compact
     ``timestamp[s]`` or ``time32[s]`` column read back in milliseconds; the key index
     rebuilt from them, and a major compaction's records read back, compared a newer
     record as 1000x older (it never showed) and hashed a key as another (two rows)."""
-    from lamina.meta import keys as key_index
+    from lamina.meta import keyindex as key_index
 
     schema = pa.schema(
         [

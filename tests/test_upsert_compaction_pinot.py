@@ -303,7 +303,7 @@ def test_records_superseded_while_a_compaction_runs_stay_hidden(
     compaction, ties included, stays the latest, also once the key index is rebuilt from
     the files; a later tie with a compacted record goes to the later record."""
     from lamina import compaction
-    from lamina.meta import keys as key_index
+    from lamina.meta import keyindex as key_index
 
     t = table(cat, small_segment_rows=1)
     t.upsert(rows(("a", 10, 1), ("b", 10, 1), ("c", 10, 1), ("d", 10, 1)))  # day 1

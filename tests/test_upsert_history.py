@@ -779,7 +779,7 @@ def test_a_retried_publish_resolves_against_the_committed_state(
     """Db.write retries a publish whole on a retryable error (SQLite busy, PostgreSQL
     serialization failure or deadlock). The first try had already put the upsert into
     this process's key index: the retry must not resolve against that rolled-back
-    record (it hid its own new record: found here, fixed in src/lamina/meta/keys.py)."""
+    record (it hid its own new record: found here, fixed in src/lamina/meta/keyindex/)."""
     from lamina.meta import deletes
 
     monkeypatch.setattr(deletes, "add", _once(deletes.add))

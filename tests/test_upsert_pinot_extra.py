@@ -132,7 +132,7 @@ def test_a_string_or_numeric_delete_column_marks_deletes_as_pinot_reads_them(
     """TableConfigUtilsTest.testValidateUpsertConfig: a delete column may be boolean,
     string or numeric; the flag is read with BooleanUtils.toBoolean. The same after the
     key index is rebuilt from the files."""
-    from lamina.meta import keys as key_index
+    from lamina.meta import keyindex as key_index
 
     schema = pa.schema(
         [pa.field("key", pa.string(), nullable=False), ("ts", TS), ("v", pa.int64()), ("d", typ)]

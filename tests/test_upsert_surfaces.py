@@ -82,7 +82,7 @@ def _url(t: lamina.Table) -> str:
 def new_process(t: lamina.Table) -> None:
     """Forget this process's key index of ``t``: the next upsert starts as a new
     process would (from a saved snapshot of the index, else from the files)."""
-    from lamina.meta import keys as key_index
+    from lamina.meta import keyindex as key_index
 
     key_index.forget(_url(t), t._record.id)
 
@@ -485,7 +485,7 @@ def test_the_change_feed_after_retention_says_how_to_resume_without_losing_rows(
 
 def _saving_key_indexes(monkeypatch: pytest.MonkeyPatch) -> None:
     """A process saves its key index after every upsert (as it does for big tables)."""
-    from lamina.meta import key_snapshots
+    from lamina.meta.keyindex import snapshots as key_snapshots
 
     monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 1)
 
@@ -498,7 +498,7 @@ def test_a_process_starting_from_a_saved_key_index_after_retention(
     since. Retention deleting what those commits replaced must not change how it
     resolves: the overwrite removed b's and e's latest records, so their new records
     show."""
-    from lamina.meta import key_snapshots
+    from lamina.meta.keyindex import snapshots as key_snapshots
 
     _saving_key_indexes(monkeypatch)
     build(t)

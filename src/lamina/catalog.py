@@ -308,7 +308,7 @@ class Catalog:
             wh.delete_dir(dst)
         if not wh.local:  # no atomic move: removed after the commit
             wh.delete_dir(wh.path(record.name))
-        keys = sys.modules.get("lamina.meta.keys")  # loaded: this process upserted
+        keys = sys.modules.get("lamina.meta.keyindex")  # loaded: this process upserted
         if keys is not None:
             keys.forget(str(self.context.db.engine.url), record.id)
 
@@ -426,7 +426,7 @@ class Catalog:
     def close(self) -> None:
         """Wait for the key index snapshots this process is saving; release the
         catalog's connections and its DuckDB engine."""
-        snapshots = sys.modules.get("lamina.meta.key_snapshots")
+        snapshots = sys.modules.get("lamina.meta.keyindex.snapshots")
         if snapshots is not None:
             snapshots.wait(str(self.engine.url))
         if self._sql is not None:

@@ -4,7 +4,7 @@ latest is visible (Pinot's upsert; see docs/upserts.md).
 An upsert is an append that its commit resolves by key: the records are written as
 new segments, resolved among themselves here (:func:`lamina.core.upsert.resolve_batch`),
 and against every earlier commit at publish, under the table lock
-(:mod:`lamina.meta.keys`), which records deletion vectors for the records that stop
+(:mod:`lamina.meta.keyindex`), which records deletion vectors for the records that stop
 being their key's latest. Two writers upserting the same keys both succeed: the one
 publishing second counts as the later.
 """
@@ -223,7 +223,7 @@ def _prefetch_keys(table: Table) -> None:
     records into a 1M-key table took 134-182 ms (medians of three runs of 10) against
     132-151 ms one after the other, with twice the spread: the numpy steps of both
     threads wait on each other for the GIL."""
-    from lamina.meta import keys as key_index
+    from lamina.meta import keyindex as key_index
 
     db, url = table._ctx.db, str(table._ctx.db.engine.url)
     if key_index.held(url, table._record.id) is None:
@@ -232,7 +232,7 @@ def _prefetch_keys(table: Table) -> None:
 
 def _save_keys(table: Table) -> None:
     """Snapshot the key index when due (a new process then starts from it)."""
-    from lamina.meta.key_snapshots import save_if_due
+    from lamina.meta.keyindex.snapshots import save_if_due
 
     save_if_due(table._ctx.db, table._record, table._ctx.warehouse)
 
@@ -284,7 +284,7 @@ def _merge_and_write(
     """One attempt of :func:`_partial` (CommitConflictError, retryable: a key changed
     before it published)."""
     from lamina.core.upsert import resolve_against
-    from lamina.meta import keys as key_index
+    from lamina.meta import keyindex as key_index
 
     ctx, rec, spec = table._ctx, table._record, read.spec
     wh, url = ctx.warehouse, str(ctx.db.engine.url)

@@ -141,7 +141,7 @@ def merge_held(
     from lamina.core.keyhash import key_hashes
     from lamina.core.upsert import resolve_against
     from lamina.io.writer import split_by_chunk, write_parts
-    from lamina.meta import keys as key_index
+    from lamina.meta import keyindex as key_index
 
     ctx, rec, spec = table._ctx, table._record, require(table)
     wh, url = ctx.warehouse, str(ctx.db.engine.url)

@@ -478,7 +478,7 @@ def keys(
     long this process took to get the index (the newest saved snapshot caught up, else
     built from the table's files)."""
     from lamina.errors import UpsertError
-    from lamina.meta.key_snapshots import stats
+    from lamina.meta.keyindex.snapshots import stats
     from lamina.upsert import spec_of
 
     with connect(ctx, catalog, warehouse) as cat:

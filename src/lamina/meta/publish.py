@@ -113,7 +113,7 @@ def publish(
     """
     if plan.upsert is None:
         return db.write(lambda conn: _publish(conn, db, table, commit_id, owner, plan, None))
-    from lamina.meta import keys  # upsert tables only
+    from lamina.meta import keyindex as keys  # upsert tables only
 
     try:
         return db.write(lambda conn: _publish(conn, db, table, commit_id, owner, plan, wh))
@@ -241,7 +241,7 @@ def _publish(
         removed |= checks.check_removable(conn, table.id, plan.remove_ids, hidden, held)
     outcome = None
     if plan.upsert is not None:  # resolved by key against every commit before it
-        from lamina.meta import keys
+        from lamina.meta import keyindex as keys
 
         if wh is None:
             raise CommitError("an upsert publishes with the table's warehouse; pass it")

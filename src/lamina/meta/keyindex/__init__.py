@@ -2,7 +2,7 @@
 at publish.
 
 The index (:class:`lamina.core.keyindex.KeyIndex`) maps each key to its latest
-record; :mod:`lamina.meta.key_replay` derives it from the table's files and deletion
+record; :mod:`lamina.meta.keyindex.replay` derives it from the table's files and deletion
 vectors. This module keeps one per table and catalog, and brings it up to date inside the
 publishing transaction (which holds the table lock) by replaying the commits
 published since (its own among them); a new process starts from the newest saved
@@ -40,8 +40,8 @@ from lamina.core.upsert import (
 )
 from lamina.errors import CommitConflictError
 from lamina.io.warehouse import Warehouse
-from lamina.meta import key_replay
-from lamina.meta.key_replay import KeyState
+from lamina.meta.keyindex import replay as key_replay
+from lamina.meta.keyindex.replay import KeyState
 from lamina.meta.schema import key_snapshots, tables
 
 #: (catalog url, table id) -> its index in this process
@@ -87,7 +87,7 @@ def _load(wh: Warehouse, row: Any, table: TableRecord) -> KeyState:
     from lamina.core.comparison import cmp_dtype
     from lamina.core.upsert_spec import UpsertSpec
     from lamina.io.keyindex import read_index
-    from lamina.meta.key_snapshots import stamp_of
+    from lamina.meta.keyindex.snapshots import stamp_of
 
     spec = UpsertSpec.from_properties(table.properties, table.schema, table.time_column)
     assert spec is not None, "an upsert table's"

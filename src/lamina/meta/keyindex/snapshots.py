@@ -1,6 +1,6 @@
 """Saving a table's key index as snapshots (so a new process starts from one), and
 what ``lamina keys`` reports of it. The index itself, its catch-up and the resolution
-of upserts are :mod:`lamina.meta.keys`.
+of upserts are :mod:`lamina.meta.keyindex`.
 
 An upsert that makes a snapshot due copies the index and hands the copy to a
 background thread, which writes the file and registers it: the upsert does not wait
@@ -25,8 +25,8 @@ from lamina.core.upsert import UpsertSpec
 from lamina.errors import LaminaError
 from lamina.io.warehouse import Warehouse
 from lamina.meta import deletes
-from lamina.meta.key_replay import visible_files
-from lamina.meta.keys import LOCK, held, state
+from lamina.meta.keyindex import LOCK, held, state
+from lamina.meta.keyindex.replay import visible_files
 from lamina.meta.schema import key_snapshots, segments, tables
 
 
