@@ -223,18 +223,14 @@ def _prefetch_keys(table: Table) -> None:
     records into a 1M-key table took 134-182 ms (medians of three runs of 10) against
     132-151 ms one after the other, with twice the spread: the numpy steps of both
     threads wait on each other for the GIL."""
-    from lamina.meta import keyindex as key_index
-
-    db, url = table._ctx.db, str(table._ctx.db.engine.url)
-    if key_index.held(url, table._record.id) is None:
-        db.read(lambda conn: key_index.prefetch(conn, url, table._record, table._ctx.warehouse))
+    keys = table._ctx.keys
+    if keys.held(table._record.id) is None:
+        table._ctx.db.read(lambda conn: keys.prefetch(conn, table._record, table._ctx.warehouse))
 
 
 def _save_keys(table: Table) -> None:
     """Snapshot the key index when due (a new process then starts from it)."""
-    from lamina.meta.keyindex.snapshots import save_if_due
-
-    save_if_due(table._ctx.db, table._record, table._ctx.warehouse)
+    table._ctx.keys.save_if_due(table._ctx.db, table._record, table._ctx.warehouse)
 
 
 #: times a partial upsert merges and writes again when another upsert of its keys
@@ -284,15 +280,12 @@ def _merge_and_write(
     """One attempt of :func:`_partial` (CommitConflictError, retryable: a key changed
     before it published)."""
     from lamina.core.upsert import resolve_against
-    from lamina.meta import keyindex as key_index
 
     ctx, rec, spec = table._ctx, table._record, read.spec
-    wh, url = ctx.warehouse, str(ctx.db.engine.url)
+    wh = ctx.warehouse
     same_schema(table)
     gone = _replaced_files(table, read, action, interval, remove)
-    current, expect = ctx.db.read(
-        lambda conn: key_index.read_current(conn, url, rec, wh, read, gone)
-    )
+    current, expect = ctx.db.read(lambda conn: ctx.keys.read_current(conn, rec, wh, read, gone))
     merged = resolve_against(current, read.resolved, spec).records
     merged_read = UpsertBatch(spec, resolve_batch(merged, spec), read.keys, ())
     return _write(

@@ -478,7 +478,6 @@ def keys(
     long this process took to get the index (the newest saved snapshot caught up, else
     built from the table's files)."""
     from lamina.errors import UpsertError
-    from lamina.meta.keyindex.snapshots import stats
     from lamina.upsert import spec_of
 
     with connect(ctx, catalog, warehouse) as cat:
@@ -486,7 +485,7 @@ def keys(
         spec = spec_of(table)
         if spec is None:
             raise UpsertError(f"table {name!r} has no primary key: it has no key index")
-        got = stats(cat.context.db, table._record, spec, cat.warehouse)
+        got = cat.context.keys.stats(cat.context.db, table._record, spec, cat.warehouse)
     row = {
         "seq": got.seq,
         "keys": got.keys,

@@ -9,7 +9,7 @@ the span, lineage entries, free partition ids), checks what may refuse it
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, and_, bindparam, select
 
@@ -54,6 +54,9 @@ from lamina.meta.segments import (
     rows_by_id,
 )
 from lamina.meta.tables import lock_table
+
+if TYPE_CHECKING:
+    from lamina.meta.keyindex import KeyIndexes
 
 _joined = tables.outerjoin(
     commits, and_(commits.c.id == bindparam("cid"), commits.c.table_id == tables.c.id)
@@ -102,23 +105,24 @@ def publish(
     owner: str,
     plan: PublishPlan,
     wh: Warehouse | None = None,
+    keys: KeyIndexes | None = None,
 ) -> Commit:
     """Assign identities to the new files and make them visible, atomically.
     ``owner``: the token the commit was opened with; ``wh``: where the table's files
-    are (an upsert reads the records it resolves against).
+    are (an upsert reads the records it resolves against); ``keys``: the catalog's key
+    indexes (an upsert resolves against the table's).
 
     Raises CommitError (the commit was aborted meanwhile, or segments it removes are
     gone), LineageError (its lineage entry was cleaned up, or it removes held segments),
     LaminaError (an append into a chunk of several versions), UpsertError.
     """
     if plan.upsert is None:
-        return db.write(lambda conn: _publish(conn, db, table, commit_id, owner, plan, None))
-    from lamina.meta import keyindex as keys  # upsert tables only
-
+        return db.write(lambda conn: _publish(conn, db, table, commit_id, owner, plan, None, None))
     try:
-        return db.write(lambda conn: _publish(conn, db, table, commit_id, owner, plan, wh))
+        return db.write(lambda conn: _publish(conn, db, table, commit_id, owner, plan, wh, keys))
     except BaseException:
-        keys.forget(str(db.engine.url), table.id)  # it may hold what did not commit
+        if keys is not None:
+            keys.forget(table.id)  # it may hold what did not commit
         raise
 
 
@@ -130,6 +134,7 @@ def _publish(
     owner: str,
     plan: PublishPlan,
     wh: Warehouse | None,
+    keys: KeyIndexes | None,
 ) -> Commit:
     """:func:`publish`'s transaction."""
 
@@ -241,10 +246,11 @@ def _publish(
         removed |= checks.check_removable(conn, table.id, plan.remove_ids, hidden, held)
     outcome = None
     if plan.upsert is not None:  # resolved by key against every commit before it
-        from lamina.meta import keyindex as keys
-
-        if wh is None:
-            raise CommitError("an upsert publishes with the table's warehouse; pass it")
+        if wh is None or keys is None:
+            raise CommitError(
+                "an upsert publishes with the table's warehouse and its catalog's key "
+                "indexes; pass them"
+            )
         locations = [f.location for f in (*plan.files, *plan.append_files)]
         kept = {s.location for s in new}  # carried copies keep their files
         gone_files = {
@@ -252,7 +258,6 @@ def _publish(
         } - kept
         outcome = keys.resolve(
             conn,
-            str(db.engine.url),
             table.with_schema(bytes(trow.schema_ipc)),  # the writer's handle may be older
             wh,
             plan.upsert,
