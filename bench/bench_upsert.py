@@ -198,13 +198,13 @@ def _wrap(owner: Any, attr: str, label: str) -> None:
 def instrument() -> None:
     """Time lamina's upsert phases (inclusive: the indented ones run inside the others)."""
     import lamina.core.keyindex as ki
+    import lamina.core.upsert as core_upsert
     import lamina.io.writer as writer
     import lamina.meta.deletes as deletes
-    import lamina.meta.key_replay as replay
-    import lamina.meta.key_snapshots as key_snapshots
-    import lamina.meta.keys as keys
+    import lamina.meta.keyindex.replay as replay
     import lamina.meta.publish as publish
     import lamina.operations.upsert as up
+    from lamina.meta.keyindex import KeyIndexes
 
     for owner, attr, label in (  # the ones lamina lacks (it changes) are left out
         (up, "upsert", "t.upsert (all of it)"),
@@ -213,18 +213,18 @@ def instrument() -> None:
         (writer, "split_by_chunk", "  split_by_chunk (sort + cut)"),
         (writer, "write_parts", "  write_parts (Parquet files)"),
         (publish, "publish", "  publish (catalog transaction)"),
-        (keys, "resolve", "    keys.resolve"),
-        (keys, "state", STATE),
-        (keys, "_saved", "        load the saved index snapshot"),
+        (KeyIndexes, "resolve", "    keys.resolve"),
+        (KeyIndexes, "state", STATE),
+        (KeyIndexes, "_saved", "        load the saved index snapshot"),
         (replay, "rebuild", "        rebuild from the data files"),
         (replay, "catch_up", "        catch up (replay commits)"),
         (replay, "add_files", "          read data files into the index"),
         (replay, "key_hashes", "          key_hashes (index files)"),
-        (keys, "resolve_against", "      resolve_against"),
+        (core_upsert, "resolve_against", "      resolve_against"),  # what keys.resolve calls
         (ki.KeyIndex, "lookup", "      KeyIndex.lookup"),
         (ki.KeyIndex, "put", "      KeyIndex.put (incl. index build)"),
         (deletes, "add", "    deletion vectors: insert"),
-        (key_snapshots, "save_if_due", "  save the index snapshot (when due)"),
+        (KeyIndexes, "save_if_due", "  save the index snapshot (when due)"),
     ):
         if hasattr(owner, attr):
             _wrap(owner, attr, label)
@@ -238,20 +238,15 @@ def phases_of(fn: Callable[[], Any]) -> tuple[float, dict[str, list[float]]]:
     return secs, {k: list(v) for k, v in PHASES.items()}
 
 
-def drop_indexes() -> None:
-    """Forget this process's key indexes (scratch catalogs come and go)."""
-    from lamina.meta import keys
-
-    keys._STATES.clear()
-    keys._LOADING.clear()
+def drop_indexes(cat: lamina.Catalog) -> None:
+    """Forget the key indexes ``cat`` holds (scratch catalogs come and go)."""
+    cat.context.keys.clear()
 
 
-def index_stats() -> tuple[int, int]:
-    """(keys, bytes) of the key indexes this process holds."""
-    from lamina.meta import keys
-
-    states = list(keys._STATES.values())
-    return sum(len(s.index) for s in states), sum(s.index.nbytes for s in states)
+def index_stats(t: lamina.Table) -> tuple[int, int]:
+    """(keys, bytes) of the key index this process holds of ``t``."""
+    st = t._ctx.keys.held(t._record.id)
+    return (0, 0) if st is None else (len(st.index), st.index.nbytes)
 
 
 def rss() -> int:
@@ -275,14 +270,17 @@ def _fresh_upsert(wh: str, table: str, batch_path: str, out: str, rebuild: bool)
     # The modules the upsert runs, imported before the clock starts as the others'
     # children import deltalake or load the DuckLake extension first (``import lamina``
     # alone imports the write path lazily, on first use).
-    import lamina.meta.keys as keys
+    import lamina.core.upsert
+    import lamina.meta.keyindex.replay
+    import lamina.meta.keyindex.snapshots
     import lamina.meta.publish
     import lamina.operations.upsert
     import lamina.write  # noqa: F401
+    from lamina.meta.keyindex import KeyIndexes
 
-    if rebuild and hasattr(keys, "_saved"):
-        keys._saved = lambda *args, **kwargs: None
-        keys.prefetch = lambda *args, **kwargs: None
+    if rebuild:
+        KeyIndexes._saved = lambda *args, **kwargs: None  # type: ignore[method-assign]
+        KeyIndexes.prefetch = lambda *args, **kwargs: None  # type: ignore[method-assign]
     instrument()
     t0 = time.perf_counter()
     batch = pq.read_table(batch_path)
@@ -291,7 +289,7 @@ def _fresh_upsert(wh: str, table: str, batch_path: str, out: str, rebuild: bool)
     ready = time.perf_counter() - t0
     before = rss()
     secs, phases = phases_of(lambda: t.upsert(batch))
-    n_keys, nbytes = index_stats()
+    n_keys, nbytes = index_stats(t)
     cat.close()
     Path(out).write_text(
         json.dumps(
@@ -350,14 +348,14 @@ def run_lamina(base: pa.Table, batch: pa.Table, want: pa.Table, root: str) -> di
         out["after_load_s"], out["after_load_phases"] = phases_of(lambda: t.upsert(same))
         out["warm_s"], out["warm_phases"] = phases_of(lambda: t.upsert(batch))
         verify(t.to_arrow(), want, "lamina (warm)")
-    drop_indexes()
+    drop_indexes(cat)
     for mode in ("fresh", "rebuild"):
         got = fresh_upsert(wh, mode, batch, root, rebuild=mode == "rebuild")
         out[f"{mode}_s"], out[f"{mode}_phases"] = got["seconds"], got["phases"]
         out[f"{mode}_index_s"] = got["phases"].get(STATE, [0.0])[0]
         with lamina.connect(warehouse=wh) as cat:
             verify(cat.load_table(mode).to_arrow(), want, f"lamina ({mode} process)")
-    drop_indexes()
+    drop_indexes(cat)
     return out
 
 
@@ -735,7 +733,7 @@ def ingest(kind: str, batches: list[pa.Table], root: str) -> list[float]:
             verify(t.to_arrow(), latest_of(batches), "sustained upsert")
         elif t.count() != sum(b.num_rows for b in batches):
             raise AssertionError("sustained append lost rows")
-    drop_indexes()
+    drop_indexes(cat)
     return times
 
 
@@ -852,7 +850,7 @@ def overhead_at(stored: int, runs: int, first: bool) -> tuple[list[dict[str, Any
                 for k in kinds[i % 3 :] + kinds[: i % 3]:
                     secs, _ = timed(functools.partial(cat.sql, sql.format(t=names[k])))
                     times[q][k].append(secs)
-    drop_indexes()
+    drop_indexes(cat)
     lake = ducklake_overhead(base, batch, latest, runs)
     figs = []
     for q in QUERIES:
@@ -930,7 +928,8 @@ def catch_up(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     days each; the second is reported (the first compiles statements for the first
     time)."""
     from lamina.core.keyindex import KeyIndex
-    from lamina.meta import keys
+    from lamina.meta.keyindex import KeyIndexes
+    from lamina.meta.keyindex.replay import KeyState
 
     rows = 200_000 if quick else 1_000_000
     base, batch = base_and_batch(rows, rows // 20, rows // 20, seed=5)
@@ -942,7 +941,7 @@ def catch_up(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         t.upsert(batch)  # 5% of each day's records superseded: compactions rewrite them
         t.set_properties(**{"compaction.max_superseded_percent": 1})
         chunks = sorted({s.interval for s in t.segments()})
-        key = (str(t._handle.ctx.db.engine.url), t._handle.record.id)
+        keys, tid = t._handle.ctx.keys, t._handle.record.id
         for r in range(2):
 
             def delete(r: int = r) -> Any:
@@ -961,23 +960,23 @@ def catch_up(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             }
             for what, write in kinds.items():
                 t.upsert(one)  # this process's index is current
-                st = keys._STATES[key]
-                before = keys.KeyState(
+                st = keys._states[tid]
+                before = KeyState(
                     KeyIndex.from_arrow(st.index.to_arrow()), st.seq, list(st.locations),
                     dict(st.codes),
                 )  # fmt: skip
                 if write() is None:
                     raise RuntimeError(f"{what}: nothing was written")
-                keys._STATES[key] = before  # as if another process made the commit
+                keys._states[tid] = before  # as if another process made the commit
                 replay_s, phases = phases_of(lambda: t.upsert(one))
-                drop_indexes()
-                saved, prefetch = keys._saved, keys.prefetch
-                keys._saved = lambda *args, **kwargs: None
-                keys.prefetch = lambda *args, **kwargs: None
+                keys.forget(tid)
+                saved, prefetch = KeyIndexes._saved, KeyIndexes.prefetch
+                KeyIndexes._saved = lambda *args, **kwargs: None  # type: ignore[method-assign]
+                KeyIndexes.prefetch = lambda *args, **kwargs: None  # type: ignore[method-assign]
                 try:  # from the files, as before: not from a saved snapshot
                     rebuild_s, _ = timed(lambda: t.upsert(one))
                 finally:
-                    keys._saved, keys.prefetch = saved, prefetch
+                    KeyIndexes._saved, KeyIndexes.prefetch = saved, prefetch  # type: ignore[method-assign]
                 details.setdefault(what, []).append(
                     {"replay_s": replay_s, "rebuild_s": rebuild_s, "phases": phases}
                 )
@@ -992,7 +991,7 @@ def catch_up(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                     f"longer), {rows // 1000}k rows; round 1: {got[0]['replay_s']:.3f} s",
                 )
             )
-    drop_indexes()
+    drop_indexes(cat)
     return figs, details
 
 
@@ -1035,13 +1034,13 @@ def index_at_scale(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                 12,
             )
             warm = [timed(lambda: t.upsert(small))[0] for _ in range(3)]
-            n_keys, nbytes = index_stats()
+            n_keys, nbytes = index_stats(t)
             extra = more_batches(n, 2 * n, 20 if quick else 60, seed=99)
             PHASES.clear()
             ingest = [timed(functools.partial(t.upsert, b))[0] for b in extra]
             saves = PHASES.get("  save the index snapshot (when due)", [0.0, 0])[0]
             segments = len(t.segments())
-        drop_indexes()
+        drop_indexes(cat)
         fresh: dict[str, list[dict[str, Any]]] = {"fresh": [], "rebuild": []}
         for r in range(2 * restarts):
             mode = ("fresh", "rebuild")[r % 2]
@@ -1053,7 +1052,7 @@ def index_at_scale(quick: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         new_keys = 7000 + 10_000 * 2 * restarts + sum(b.num_rows for b in extra) * 7 // 10
         if count != n + new_keys:
             raise AssertionError(f"key index table: {count:,} rows visible")
-    drop_indexes()
+    drop_indexes(cat)
     figs = [
         figure(
             f"key index memory per key, {n_keys:,} keys",

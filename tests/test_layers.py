@@ -211,3 +211,29 @@ def test_function_local_imports_say_why() -> None:
                     if not any("#" in line for line in around):
                         bare.append(f"{_module_name(path)}:{node.lineno}")
     assert not bare, f"{len(bare)} function-local imports without a reason: {bare}"
+
+
+#: The catalog modules that may import lamina.io, and what from it (None: anything).
+META_IO: dict[str, tuple[str, ...] | None] = {
+    "lamina.meta.keyindex": None,  # reads data files, reads and writes index snapshots
+    "lamina.meta.publish": ("lamina.io.warehouse",),  # the Warehouse it hands on
+}
+
+
+def test_only_the_key_index_imports_io_from_meta() -> None:
+    """In ``lamina.meta``, only the key index package reaches the warehouse's files
+    (``lamina.io``); ``lamina.meta.publish`` names the Warehouse it passes to it."""
+    offenders = []
+    for path in MODULES:
+        me = _module_name(path)
+        if not (me == "lamina.meta" or me.startswith("lamina.meta.")):
+            continue
+        owner = next((m for m in META_IO if me == m or me.startswith(m + ".")), None)
+        allowed = META_IO[owner] if owner is not None else ()
+        for line, target in _imports(path):
+            if target != "lamina.io" and not target.startswith("lamina.io."):
+                continue
+            if allowed is None or target in allowed:
+                continue
+            offenders.append(f"{me}:{line} imports {target}")
+    assert not offenders, offenders

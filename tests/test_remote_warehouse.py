@@ -106,8 +106,8 @@ def test_an_upsert_table_saves_and_loads_its_key_index_in_the_object_store(
     """The index snapshot goes to TABLE/_keys/ in the bucket; a process without the
     index loads it from there instead of rebuilding from the data files, and upserts
     as the rules say; a damaged snapshot is rebuilt from the files instead."""
-    from lamina.meta import key_replay, key_snapshots
-    from lamina.meta import keys as key_index
+    from lamina.meta.keyindex import replay as key_replay
+    from lamina.meta.keyindex import snapshots as key_snapshots
 
     monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 50)
     catalog, uri = remote
@@ -115,10 +115,10 @@ def test_an_upsert_table_saves_and_loads_its_key_index_in_the_object_store(
         t = cat.create_table("u", SCHEMA, time_column="ts", primary_key=["k"])
         t.upsert(_rows(range(60), 1))
         t.upsert(_rows(range(30, 120), 2))
-        key_snapshots.wait()
+        t._ctx.keys.wait()
         saved = max(i.path for i in cat.warehouse.list_files(cat.warehouse.path("u/_keys")))
         assert saved.endswith(".keys") and "/u/_keys/000000000002-" in saved  # the newest
-        url, tid = str(t._handle.ctx.db.engine.url), t._handle.record.id
+        keys, tid = t._handle.ctx.keys, t._handle.record.id
 
         rebuilt: list[int] = []
         real_rebuild = key_replay.rebuild
@@ -128,7 +128,7 @@ def test_an_upsert_table_saves_and_loads_its_key_index_in_the_object_store(
             return real_rebuild(*args)
 
         monkeypatch.setattr(key_replay, "rebuild", rebuild)
-        key_index.forget(url, tid)  # as a new process
+        keys.forget(tid)  # as a new process
         t.upsert(_rows([0, 119, 500], 3))
         assert rebuilt == []  # loaded from the bucket
         want = {**dict.fromkeys(range(30), 1), **dict.fromkeys(range(30, 120), 2)}
@@ -139,7 +139,7 @@ def test_an_upsert_table_saves_and_loads_its_key_index_in_the_object_store(
         data = cat.warehouse.fs.open_input_file(saved).read()
         with cat.warehouse.fs.open_output_stream(saved) as out:
             out.write(data[: len(data) // 2])
-        key_index.forget(url, tid)
+        keys.forget(tid)
         t.upsert(_rows([1], 4))
         assert rebuilt == [1]
         assert _latest(t) == {**want, 1: 4}

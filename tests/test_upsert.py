@@ -491,14 +491,13 @@ def test_a_new_process_starts_from_the_saved_key_index(
 ) -> None:
     """Once the index grew enough, the upserting process saves it; a new process loads
     it (and the upserts since) instead of reading every data file."""
-    from lamina.meta import key_snapshots
-    from lamina.meta import keys as key_index
+    from lamina.meta.keyindex import snapshots as key_snapshots
 
     monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 50)
     for b in range(4):  # 4 x 40 keys: a snapshot after the second batch
         t.upsert(rows(*[(f"k{i}", b, b * 1000 + i) for i in range(40 * b, 40 * b + 40)]))
     t.upsert(rows(("k1", 5, 7)))
-    key_snapshots.wait()  # saved in the background
+    t._ctx.keys.wait()  # saved in the background
     saved = list((tmp_path / "wh" / "u" / "_keys").glob("*.keys"))
     assert len(saved) == 2  # at 80 and at 160 keys; older ones are deleted
     ctx = mp.get_context("fork")
@@ -512,7 +511,7 @@ def test_a_new_process_starts_from_the_saved_key_index(
     assert data_reads <= 2  # the one upsert after the newest snapshot (not all 6 files)
     for f in saved:
         f.write_bytes(b"damaged")  # a damaged snapshot: rebuilt from the data instead
-    key_index.forget(str(t._handle.ctx.db.engine.url), t._handle.record.id)
+    t._handle.ctx.keys.forget(t._handle.record.id)
     t.upsert(rows(("k2", 10_000, -2)))
     assert latest(t)["k2"] == -2 and len(latest(t)) == 160
 
@@ -524,13 +523,13 @@ def test_a_table_of_updates_saves_its_key_index_too(
     rows for a new process to replay, even when no key was added."""
     from sqlalchemy import select
 
-    from lamina.meta import key_snapshots
+    from lamina.meta.keyindex import snapshots as key_snapshots
     from lamina.meta.schema import key_snapshots as snapshots
 
     monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 50)
 
     def saved() -> list[int]:
-        key_snapshots.wait()  # saved in the background
+        t._handle.ctx.keys.wait()  # saved in the background
         stmt = select(snapshots.c.seq).where(snapshots.c.table_id == t._handle.record.id)
         return sorted(r[0] for r in t._handle.ctx.db.read(lambda conn: conn.execute(stmt).all()))
 
@@ -555,7 +554,8 @@ def test_a_snapshot_is_written_in_the_background_from_a_copy(
     from sqlalchemy import select
 
     from lamina.io import keyindex as io_keys
-    from lamina.meta import key_replay, key_snapshots
+    from lamina.meta.keyindex import replay as key_replay
+    from lamina.meta.keyindex import snapshots as key_snapshots
     from lamina.meta.schema import key_snapshots as snapshots
 
     monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 50)
@@ -576,7 +576,7 @@ def test_a_snapshot_is_written_in_the_background_from_a_copy(
 
     assert db.read(registered) == []
     gate.set()
-    key_snapshots.wait()
+    t._ctx.keys.wait()
     [row] = db.read(registered)
     assert row.seq == due.seq
 
@@ -605,12 +605,11 @@ def test_retention_deletes_key_index_files_no_snapshot_row_names(
     period; the registered snapshots stay and a new process still starts from one."""
     from datetime import datetime, timedelta
 
-    from lamina.meta import key_snapshots
-    from lamina.meta import keys as key_index
+    from lamina.meta.keyindex import snapshots as key_snapshots
 
     monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 50)
     t.upsert(rows(*[(f"k{i}", 0, i) for i in range(60)]))
-    key_snapshots.wait()
+    t._ctx.keys.wait()
     keys_dir = Path(cat.warehouse.root) / "u" / "_keys"
     [registered] = [p.name for p in keys_dir.iterdir()]
     (keys_dir / "000000000009-deadbeef.keys").write_bytes(b"never registered")
@@ -624,7 +623,7 @@ def test_retention_deletes_key_index_files_no_snapshot_row_names(
     later = datetime.now(UTC) + timedelta(days=2)
     assert cat.run_retention(now=later, tables=["u"]).orphan_files == 2
     assert [p.name for p in keys_dir.iterdir()] == [registered]
-    key_index.forget(str(t._handle.ctx.db.engine.url), t._handle.record.id)
+    t._handle.ctx.keys.forget(t._handle.record.id)
     t.upsert(rows(("k1", 5, -1)))
     assert latest(t)["k1"] == -1 and len(latest(t)) == 60
 
@@ -639,14 +638,14 @@ def test_a_new_process_reads_the_saved_key_index_at_publish_or_while_spark_write
     import threading
     from concurrent.futures import Future
 
-    from lamina.meta import key_snapshots
-    from lamina.meta import keys as key_index
+    from lamina.meta import keyindex as key_index
+    from lamina.meta.keyindex import snapshots as key_snapshots
     from lamina.operations import upsert as upsert_mod
 
     monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 50)
     for b in range(3):
         t.upsert(rows(*[(f"k{i}", b, b * 1000 + i) for i in range(40 * b, 40 * b + 40)]))
-    key_snapshots.wait()  # the snapshot at 80 keys, saved in the background
+    t._ctx.keys.wait()  # the snapshot at 80 keys, saved in the background
     loads: list[tuple[str, int]] = []
     real = key_index._load
 
@@ -655,26 +654,26 @@ def test_a_new_process_reads_the_saved_key_index_at_publish_or_while_spark_write
         return real(wh, row, table)
 
     monkeypatch.setattr(key_index, "_load", load)
-    url, tid = str(t._handle.ctx.db.engine.url), t._handle.record.id
-    key_index.forget(url, tid)  # as a new process
+    keys, tid = t._handle.ctx.keys, t._handle.record.id
+    keys.forget(tid)  # as a new process
     t.upsert(rows(("k1", 9, -1)))
     assert loads == [("MainThread", 2)]  # the snapshot at 80 keys, at publish
-    assert key_index._LOADING == {} and latest(t)["k1"] == -1 and len(latest(t)) == 120
+    assert keys._loading == {} and latest(t)["k1"] == -1 and len(latest(t)) == 120
 
-    key_index.forget(url, tid)
+    keys.forget(tid)
     loads.clear()
     upsert_mod._prefetch_keys(t._handle)  # what a Spark DataFrame's upsert starts with
     t.upsert(rows(("k3", 9, -3)))
     assert loads == [("lamina-key-index", 2)]  # read in the background, then taken
-    assert key_index._LOADING == {} and latest(t)["k3"] == -3 and len(latest(t)) == 120
+    assert keys._loading == {} and latest(t)["k3"] == -3 and len(latest(t)) == 120
 
-    key_index.forget(url, tid)
+    keys.forget(tid)
     loads.clear()
     stale: Future[Any] = Future()
     stale.set_exception(AssertionError("a stale snapshot's read was taken"))
-    key_index._LOADING[(url, tid)] = ("u/_keys/older.keys", stale)
+    keys._loading[tid] = ("u/_keys/older.keys", stale)
     t.upsert(rows(("k2", 9, -2)))
-    assert loads == [("MainThread", 2)] and key_index._LOADING == {}
+    assert loads == [("MainThread", 2)] and keys._loading == {}
     assert latest(t)["k2"] == -2 and len(latest(t)) == 120
 
 
@@ -683,8 +682,6 @@ def test_a_decimal_comparison_column_orders_by_value(cat: lamina.Catalog) -> Non
     included, ties to the later record; the same after the index is rebuilt from the
     files; all_versions gives the stored values back. Wider decimals are refused."""
     from decimal import Decimal as D
-
-    from lamina.meta import keys as key_index
 
     version = pa.decimal128(12, 3)
     schema = pa.schema(
@@ -698,9 +695,7 @@ def test_a_decimal_comparison_column_orders_by_value(cat: lamina.Catalog) -> Non
     put(("a", "-1.500", 1), ("b", "2.000", 1), ("c", "999999999.999", 1))
     put(("a", "-1.501", 2), ("b", "10.000", 2), ("c", "999999999.998", 2))  # a, c: older
     assert {r["k"]: r["v"] for r in t.to_arrow().to_pylist()} == {"a": 1, "b": 2, "c": 1}
-    key_index.forget(
-        str(t._handle.ctx.db.engine.url), t._handle.record.id
-    )  # rebuilt from the files
+    t._handle.ctx.keys.forget(t._handle.record.id)  # rebuilt from the files
     put(("a", "-1.500", 3), ("b", "9.999", 3))  # a: a tie wins; b: older
     assert {r["k"]: r["v"] for r in t.to_arrow().to_pylist()} == {"a": 3, "b": 2, "c": 1}
     stored = t.to_arrow(all_versions=True).sort_by([("k", "ascending"), ("v", "ascending")])
@@ -748,7 +743,6 @@ def _index_entries(t: lamina.Table) -> set[tuple[Any, ...]]:
     file, row, comparison value, tombstone) tuples."""
     from sqlalchemy import select
 
-    from lamina.meta import keys as key_index
     from lamina.meta.schema import tables
 
     ctx, rec, spec = t._handle.ctx, t._handle.record, t._handle.upsert_spec
@@ -756,7 +750,7 @@ def _index_entries(t: lamina.Table) -> set[tuple[Any, ...]]:
 
     def read(conn: Any) -> set[tuple[Any, ...]]:
         seq = conn.execute(select(tables.c.last_seq).where(tables.c.id == rec.id)).scalar_one()
-        st = key_index.state(conn, str(ctx.db.engine.url), rec, spec, ctx.warehouse, seq)
+        st = ctx.keys.state(conn, rec, spec, ctx.warehouse, seq)
         a = st.index.to_arrow().to_pydict()
         return {
             (hi, lo, st.locations[seg], row, cmp, tomb)
@@ -769,16 +763,14 @@ def _index_entries(t: lamina.Table) -> set[tuple[Any, ...]]:
 
 def _same_after_rebuild(t: lamina.Table) -> None:
     """This process's key index equals one rebuilt from the files."""
-    from lamina.meta import keys
-
     mine = _index_entries(t)
-    keys.forget(str(t._handle.ctx.db.engine.url), t._handle.record.id)
+    t._handle.ctx.keys.forget(t._handle.record.id)
     assert _index_entries(t) == mine
 
 
 def _count_rebuilds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """A list that grows by one at each rebuild of a key index from the files."""
-    from lamina.meta import key_replay
+    from lamina.meta.keyindex import replay as key_replay
 
     rebuilds: list[int] = []
     real = key_replay.rebuild
@@ -797,7 +789,6 @@ def test_the_key_index_follows_a_compaction_without_a_rebuild(
     """A process's index replays a compaction (its outputs' latest records, with the
     vectors carried onto them) instead of rebuilding from every file, and ends equal to
     a rebuilt index, an upsert that landed while the compaction ran included."""
-    from lamina.meta import keys as key_index
 
     for b in range(4):
         t.upsert(rows(*[(f"k{i}", b * 10 + i, b * 100 + i) for i in range(b, 8)]))
@@ -812,7 +803,7 @@ def test_the_key_index_follows_a_compaction_without_a_rebuild(
     rebuilds = _count_rebuilds(monkeypatch)
     caught_up = _index_entries(t)
     assert rebuilds == []  # replayed, not rebuilt
-    key_index.forget(str(t._handle.ctx.db.engine.url), t._handle.record.id)
+    t._handle.ctx.keys.forget(t._handle.record.id)
     assert _index_entries(t) == caught_up and rebuilds == [1]
     t.upsert(rows(("k4", 400, 44), ("k6", 50, 66), ("k7", 600, 77)))  # older, older, newer
     assert latest(t) == {
@@ -827,30 +818,30 @@ def test_the_key_index_replays_every_kind_of_commit(
     index caught up from before it (replaying the files it hid and showed) both equal
     one rebuilt from every file; nothing but the forced rebuilds rebuilds."""
     from lamina.core.keyindex import KeyIndex
-    from lamina.meta import keys as key_index
+    from lamina.meta.keyindex.replay import KeyState
 
     t = cat.create_table(  # ordered by value: each day holds some keys' latest record
         "v", SCHEMA, time_column="ts", primary_key="key", comparison_column="value",
         delete_column="deleted",
     )  # fmt: skip
 
-    url, tid = str(t._handle.ctx.db.engine.url), t._handle.record.id
+    keys, tid = t._handle.ctx.keys, t._handle.record.id
     rebuilds = _count_rebuilds(monkeypatch)
     day = 24 * 60
 
     def check(write: Any) -> None:
         _index_entries(t)  # current
-        st = key_index._STATES[(url, tid)]
-        before = key_index.KeyState(
+        st = keys._states[tid]
+        before = KeyState(
             KeyIndex.from_arrow(st.index.to_arrow()), st.seq, list(st.locations), dict(st.codes)
         )
         n = len(rebuilds)
         write()
         published = _index_entries(t)
-        key_index._STATES[(url, tid)] = before
+        keys._states[tid] = before
         replayed = _index_entries(t)
         assert len(rebuilds) == n, "caught up by a rebuild"
-        key_index.forget(url, tid)
+        keys.forget(tid)
         assert published == replayed == _index_entries(t)
 
     for d in range(4):  # keys k0-k7 spread over 4 days, each key's records on two days
@@ -877,19 +868,18 @@ def test_the_key_index_replays_runs_of_upserts_in_one_step(
     record, a tombstone revived in the same run, one revived and deleted again in the
     next, keys whose latest record an overwrite removed between two runs."""
     from lamina.core.keyindex import KeyIndex
-    from lamina.meta import key_replay
-    from lamina.meta import keys as key_index
+    from lamina.meta.keyindex import replay as key_replay
 
     t = cat.create_table(
         "r", SCHEMA, time_column="ts", primary_key="key", comparison_column="value",
         delete_column="deleted",
     )  # fmt: skip
-    url, tid = str(t._handle.ctx.db.engine.url), t._handle.record.id
+    keys, tid = t._handle.ctx.keys, t._handle.record.id
     day = 24 * 60
     t.upsert(rows(*[(f"k{i}", (i % 3) * day, i) for i in range(9)]))
     _index_entries(t)
-    st = key_index._STATES[(url, tid)]
-    before = key_index.KeyState(
+    st = keys._states[tid]
+    before = key_replay.KeyState(
         KeyIndex.from_arrow(st.index.to_arrow()), st.seq, list(st.locations), dict(st.codes)
     )
     t.upsert(rows(("k1", day, 10), ("k2", 0, 20)))  # a run: k1 twice, k2 moves day
@@ -907,10 +897,10 @@ def test_the_key_index_replays_runs_of_upserts_in_one_step(
         real(st, wh, spec, schema, files)
 
     monkeypatch.setattr(key_replay, "add_files", counted)
-    key_index._STATES[(url, tid)] = before
+    keys._states[tid] = before
     replayed = _index_entries(t)
     assert len(steps) == 3  # four upserts, the overwrite, two upserts
-    key_index.forget(url, tid)
+    keys.forget(tid)
     assert replayed == _index_entries(t)
     assert latest(t) == {"k0": 0, "k2": 20, "k3": 3, "k4": 41, "k5": 55, "k6": 67, "k9": 9}
 
@@ -1030,11 +1020,7 @@ def test_upserts_during_a_major_compaction_stay_the_latest(t: lamina.Table) -> N
     # newer record removed: no record (its older ones stay superseded)
     want = {"a": 2, "b": 2, "c": 1, "d": 2, "g": 1}
     assert latest(t) == want
-    from lamina.meta import keys as key_index
-
-    key_index.forget(
-        str(t._handle.ctx.db.engine.url), t._handle.record.id
-    )  # rebuilt from the files
+    t._handle.ctx.keys.forget(t._handle.record.id)  # rebuilt from the files
     t.upsert(rows(("e", 10, 1)))
     assert latest(t) == {**want, "e": 1}
 
@@ -1149,8 +1135,6 @@ def test_second_units_compare_and_hash_as_upserted_after_a_rebuild_and_a_compact
     ``timestamp[s]`` or ``time32[s]`` column read back in milliseconds; the key index
     rebuilt from them, and a major compaction's records read back, compared a newer
     record as 1000x older (it never showed) and hashed a key as another (two rows)."""
-    from lamina.meta import keys as key_index
-
     schema = pa.schema(
         [
             ("ts", pa.timestamp("s")),
@@ -1175,7 +1159,7 @@ def test_second_units_compare_and_hash_as_upserted_after_a_rebuild_and_a_compact
 
     def forget() -> None:
         if rebuilt:  # as a new process: the index comes from the files
-            key_index.forget(str(t._handle.ctx.db.engine.url), t._handle.record.id)
+            t._handle.ctx.keys.forget(t._handle.record.id)
 
     def latest() -> dict[Any, int]:
         got = {r["k"]: r["v"] for r in t.to_arrow().to_pylist()}

@@ -301,7 +301,6 @@ def test_records_superseded_while_a_compaction_runs_stay_hidden(cat: lamina.Cata
     compaction, ties included, stays the latest, also once the key index is rebuilt from
     the files; a later tie with a compacted record goes to the later record."""
     from lamina import failpoints
-    from lamina.meta import keys as key_index
 
     t = table(cat, small_segment_rows=1)
     t.upsert(rows(("a", 10, 1), ("b", 10, 1), ("c", 10, 1), ("d", 10, 1)))  # day 1
@@ -315,9 +314,7 @@ def test_records_superseded_while_a_compaction_runs_stay_hidden(cat: lamina.Cata
         assert t.compact() is not None
     now = {"a": 2, "b": 3, "c": 1}
     assert answers(cat, t) == now and latest(t, base.id) == want
-    key_index.forget(
-        str(t._handle.ctx.db.engine.url), t._handle.record.id
-    )  # rebuilt from the files
+    t._handle.ctx.keys.forget(t._handle.record.id)  # rebuilt from the files
     t.upsert(rows(("c", 10, 4), ("d", 10, 5), ("b", 9, 6)))  # tie; tie with the delete; older
     assert answers(cat, t) == {"a": 2, "b": 3, "c": 4, "d": 5}
 

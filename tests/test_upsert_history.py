@@ -773,7 +773,7 @@ def test_a_retried_publish_resolves_against_the_committed_state(u: lamina.Table)
     """Db.write retries a publish whole on a retryable error (SQLite busy, PostgreSQL
     serialization failure or deadlock). The first try had already put the upsert into
     this process's key index: the retry must not resolve against that rolled-back
-    record (it hid its own new record: found here, fixed in src/lamina/meta/keys.py)."""
+    record (it hid its own new record: found here, fixed in src/lamina/meta/keyindex/)."""
     with failpoints.armed("publish.before_deletes", _once()):
         u.upsert(_table([["a", 0, 0, 6, 3, False]]))  # fails once after resolving, retried
     assert _latest(u) == {"a": 3, "b": 2}

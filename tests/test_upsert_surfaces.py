@@ -76,16 +76,10 @@ def by_key(records: list[dict[str, Any]]) -> dict[str, int]:
     return {r["key"]: r["value"] for r in records}
 
 
-def _url(t: lamina.Table) -> str:
-    return str(t._handle.ctx.db.engine.url)
-
-
 def new_process(t: lamina.Table) -> None:
     """Forget this process's key index of ``t``: the next upsert starts as a new
     process would (from a saved snapshot of the index, else from the files)."""
-    from lamina.meta import keys as key_index
-
-    key_index.forget(_url(t), t._handle.record.id)
+    t._handle.ctx.keys.forget(t._handle.record.id)
 
 
 # -- cat.sql ---------------------------------------------------------------------------
@@ -481,7 +475,7 @@ def test_the_change_feed_after_retention_says_how_to_resume_without_losing_rows(
 
 def _saving_key_indexes(monkeypatch: pytest.MonkeyPatch) -> None:
     """A process saves its key index after every upsert (as it does for big tables)."""
-    from lamina.meta import key_snapshots
+    from lamina.meta.keyindex import snapshots as key_snapshots
 
     monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 1)
 
@@ -494,11 +488,9 @@ def test_a_process_starting_from_a_saved_key_index_after_retention(
     since. Retention deleting what those commits replaced must not change how it
     resolves: the overwrite removed b's and e's latest records, so their new records
     show."""
-    from lamina.meta import key_snapshots
-
     _saving_key_indexes(monkeypatch)
     build(t)
-    key_snapshots.wait()
+    t._ctx.keys.wait()
     assert list((Path(cat.warehouse.root) / "u" / "_keys").glob("*.keys"))  # saved
     t.overwrite(rows(("x", DAY + 1, 1)), interval="2024-01-02/2024-01-03")  # b, e go
     want = by_key(truth(t))

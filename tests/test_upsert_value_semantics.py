@@ -132,8 +132,6 @@ def test_a_string_or_numeric_delete_column_marks_deletes_as_pinot_reads_them(
     """TableConfigUtilsTest.testValidateUpsertConfig: a delete column may be boolean,
     string or numeric; the flag is read with BooleanUtils.toBoolean. The same after the
     key index is rebuilt from the files."""
-    from lamina.meta import keys as key_index
-
     schema = pa.schema(
         [pa.field("key", pa.string(), nullable=False), ("ts", TS), ("v", pa.int64()), ("d", typ)]
     )
@@ -145,7 +143,7 @@ def test_a_string_or_numeric_delete_column_marks_deletes_as_pinot_reads_them(
     put(1, 1, None)
     put(2, 2, flag)
     assert [r["v"] for r in t.to_arrow().to_pylist()] == ([] if deletes else [2])
-    key_index.forget(str(t._handle.ctx.db.engine.url), t._handle.record.id)  # rebuilt: same reading
+    t._handle.ctx.keys.forget(t._handle.record.id)  # rebuilt: same reading
     put(0, 0, None)  # older than the flagged record: out of order either way
     assert [r["v"] for r in t.to_arrow().to_pylist()] == ([] if deletes else [2])
 

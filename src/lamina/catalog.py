@@ -6,7 +6,6 @@ import contextlib
 import datetime as dt
 import os
 import re
-import sys
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -301,9 +300,7 @@ class Catalog:
             wh.delete_dir(dst)
         if not wh.local:  # no atomic move: removed after the commit
             wh.delete_dir(wh.path(record.name))
-        keys = sys.modules.get("lamina.meta.keys")  # loaded: this process upserted
-        if keys is not None:
-            keys.forget(str(self.context.db.engine.url), record.id)
+        self.context.keys.forget(record.id)
 
     # -- SQL ----------------------------------------------------------------------
 
@@ -420,9 +417,7 @@ class Catalog:
     def close(self) -> None:
         """Wait for the key index snapshots this process is saving; release the
         catalog's connections and its DuckDB engine."""
-        snapshots = sys.modules.get("lamina.meta.key_snapshots")
-        if snapshots is not None:
-            snapshots.wait(str(self.engine.url))
+        self.context.keys.wait()
         if self._sql is not None:
             self._sql.close()
         self.engine.dispose()

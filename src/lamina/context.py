@@ -10,11 +10,13 @@ from lamina.core.model import TableRecord
 from lamina.errors import WarehouseError
 from lamina.io.warehouse import Warehouse, commit_dir
 from lamina.meta.db import Db
+from lamina.meta.keyindex import KeyIndexes
 
 
 @dataclass(frozen=True)
 class CatalogContext:
-    """The catalog database, the warehouse, and the writers' timing settings."""
+    """The catalog database, the warehouse, the writers' timing settings, and the key
+    indexes of the catalog's upsert tables held in this process."""
 
     db: Db
     warehouse: Warehouse
@@ -23,6 +25,8 @@ class CatalogContext:
     stale_after_s: float = 60.0
     #: tables whose files this warehouse was seen to hold (checked once per process)
     checked: set[int] = field(default_factory=set, compare=False)
+    #: the upsert tables' key indexes (see :class:`lamina.meta.keyindex.KeyIndexes`)
+    keys: KeyIndexes = field(default_factory=KeyIndexes, compare=False, repr=False)
 
     def check_warehouse(self, table: TableRecord) -> None:
         """Before the first write to ``table``: the warehouse holds its newest file, so

@@ -300,10 +300,11 @@ class WriteTransaction:
         is then aborted if it did not complete, and returned if it did (a retry would
         write its rows twice). Raises CatalogUnavailableError when the catalog cannot
         tell (the outcome is unknown), and what publish raises."""
+        ctx = self.ctx
         try:
             failpoint("write.publish.before", commit_id=self.id)
             self.commit = publishing.publish(
-                self.ctx.db, self.table, self.id, self.owner, plan, self.ctx.warehouse
+                ctx.db, self.table, self.id, self.owner, plan, ctx.warehouse, ctx.keys
             )
             # the publish's catalog transaction committed; its answer not yet returned
             failpoint("write.publish.after", commit_id=self.id)

@@ -478,7 +478,6 @@ def keys(
     long this process took to get the index (the newest saved snapshot caught up, else
     built from the table's files)."""
     from lamina.errors import UpsertError
-    from lamina.meta.key_snapshots import stats
     from lamina.meta.tables import get_table
     from lamina.operations.handle import TableHandle
 
@@ -488,7 +487,7 @@ def keys(
         spec = h.upsert_spec
         if spec is None:
             raise UpsertError(f"table {name!r} has no primary key: it has no key index")
-        got = stats(cat.context.db, h.record, spec, cat.warehouse)
+        got = cat.context.keys.stats(cat.context.db, h.record, spec, cat.warehouse)
     row = {
         "seq": got.seq,
         "keys": got.keys,

@@ -67,7 +67,7 @@ from lamina.meta.segments import (
 from lamina.meta.tables import lock_table
 
 if TYPE_CHECKING:
-    from lamina.meta.keys import Outcome
+    from lamina.meta.keyindex import KeyIndexes, Outcome
 
 _joined = tables.outerjoin(
     commits, and_(commits.c.id == bindparam("cid"), commits.c.table_id == tables.c.id)
@@ -116,23 +116,24 @@ def publish(
     owner: str,
     plan: PublishPlan,
     wh: Warehouse | None = None,
+    keys: KeyIndexes | None = None,
 ) -> Commit:
     """Assign identities to the new files and make them visible, atomically.
     ``owner``: the token the commit was opened with; ``wh``: where the table's files
-    are (an upsert reads the records it resolves against).
+    are (an upsert reads the records it resolves against); ``keys``: the catalog's key
+    indexes (an upsert resolves against the table's).
 
     Raises CommitError (the commit was aborted meanwhile, or segments it removes are
     gone), LineageError (its lineage entry was cleaned up, or it removes held segments),
     LaminaError (an append into a chunk of several versions), UpsertError.
     """
     if plan.upsert is None:
-        return db.write(lambda conn: _publish(conn, db, table, commit_id, owner, plan, None))
-    from lamina.meta import keys  # upsert tables only
-
+        return db.write(lambda conn: _publish(conn, db, table, commit_id, owner, plan, None, None))
     try:
-        return db.write(lambda conn: _publish(conn, db, table, commit_id, owner, plan, wh))
+        return db.write(lambda conn: _publish(conn, db, table, commit_id, owner, plan, wh, keys))
     except BaseException:
-        keys.forget(str(db.engine.url), table.id)  # it may hold what did not commit
+        if keys is not None:
+            keys.forget(table.id)  # it may hold what did not commit
         raise
 
 
@@ -144,11 +145,12 @@ def _publish(
     owner: str,
     plan: PublishPlan,
     wh: Warehouse | None,
+    keys: KeyIndexes | None,
 ) -> Commit:
     """:func:`publish`'s transaction, phase by phase."""
     trow, cleared = _lock_and_check(conn, db, table.id, commit_id, owner, plan)
     planned = _plan_identities(conn, table, commit_id, trow, plan, cleared)
-    outcome = _resolve_upserts(conn, db, table, trow, plan, planned, wh)
+    outcome = _resolve_upserts(conn, table, trow, plan, planned, wh, keys)
     action = plan.action_of(trow.action)
     done, meta = _record(conn, table.id, commit_id, trow, action, plan, planned)
     _side_rows(conn, table.id, commit_id, plan, planned, outcome, done.seq)
@@ -317,20 +319,21 @@ def _plan_carried(
 
 def _resolve_upserts(
     conn: Connection,
-    db: Db,
     table: TableRecord,
     trow: Any,
     plan: PublishPlan,
     planned: _Planned,
     wh: Warehouse | None,
+    keys: KeyIndexes | None,
 ) -> Outcome | None:
     """Resolve an upsert's records by key against every commit before it (None: no upsert)."""
     if plan.upsert is None:
         return None
-    from lamina.meta import keys
-
-    if wh is None:
-        raise CommitError("an upsert publishes with the table's warehouse; pass it")
+    if wh is None or keys is None:
+        raise CommitError(
+            "an upsert publishes with the table's warehouse and its catalog's key "
+            "indexes; pass them"
+        )
     locations = [f.location for f in plan.written()]
     kept = {s.location for s in planned.new}  # carried copies keep their files
     gone_files = {
@@ -338,7 +341,6 @@ def _resolve_upserts(
     } - kept
     return keys.resolve(
         conn,
-        str(db.engine.url),
         table.with_schema(bytes(trow.schema_ipc)),  # the writer's handle may be older
         wh,
         plan.upsert,

@@ -4,7 +4,7 @@ latest is visible (Pinot's upsert; see docs/upserts.md).
 An upsert is an append that its commit resolves by key: the records are written as
 new segments, resolved among themselves here (:func:`lamina.core.upsert.resolve_batch`),
 and against every earlier commit at publish, under the table lock
-(:mod:`lamina.meta.keys`), which records deletion vectors for the records that stop
+(:mod:`lamina.meta.keyindex`), which records deletion vectors for the records that stop
 being their key's latest. Two writers upserting the same keys both succeed: the one
 publishing second counts as the later.
 """
@@ -215,18 +215,14 @@ def _prefetch_keys(table: TableHandle) -> None:
     records into a 1M-key table took 134-182 ms (medians of three runs of 10) against
     132-151 ms one after the other, with twice the spread: the numpy steps of both
     threads wait on each other for the GIL."""
-    from lamina.meta import keys as key_index
-
-    db, url = table.ctx.db, str(table.ctx.db.engine.url)
-    if key_index.held(url, table.record.id) is None:
-        db.read(lambda conn: key_index.prefetch(conn, url, table.record, table.ctx.warehouse))
+    keys = table.ctx.keys
+    if keys.held(table.record.id) is None:
+        table.ctx.db.read(lambda conn: keys.prefetch(conn, table.record, table.ctx.warehouse))
 
 
 def _save_keys(table: TableHandle) -> None:
     """Snapshot the key index when due (a new process then starts from it)."""
-    from lamina.meta.key_snapshots import save_if_due
-
-    save_if_due(table.ctx.db, table.record, table.ctx.warehouse)
+    table.ctx.keys.save_if_due(table.ctx.db, table.record, table.ctx.warehouse)
 
 
 def _partial(
@@ -262,15 +258,12 @@ def _merge_and_write(
     """One attempt of :func:`_partial` (CommitConflictError, retryable: a key changed
     before it published)."""
     from lamina.core.upsert import resolve_against
-    from lamina.meta import keys as key_index
 
     ctx, rec, spec = table.ctx, table.record, read.spec
-    wh, url = ctx.warehouse, str(ctx.db.engine.url)
+    wh = ctx.warehouse
     same_schema(table)
     gone = _replaced_files(table, read, action, interval, remove)
-    current, expect = ctx.db.read(
-        lambda conn: key_index.read_current(conn, url, rec, wh, read, gone)
-    )
+    current, expect = ctx.db.read(lambda conn: ctx.keys.read_current(conn, rec, wh, read, gone))
     merged = resolve_against(current, read.resolved, spec).records
     merged_read = UpsertBatch(spec, resolve_batch(merged, spec), read.keys, ())
     return _write(

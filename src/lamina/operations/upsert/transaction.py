@@ -141,19 +141,16 @@ def merge_held(
     from lamina.core.keyhash import key_hashes
     from lamina.core.upsert import resolve_against
     from lamina.io.writer import split_by_chunk, write_parts
-    from lamina.meta import keys as key_index
 
     ctx, rec, spec = table.ctx, table.record, require(table)
-    wh, url = ctx.warehouse, str(ctx.db.engine.url)
+    wh = ctx.warehouse
     same_schema(table)  # else the merged records would lose the columns added since
     records = pa.concat_tables([h.records for h in held])
     read = UpsertBatch(
         spec, resolve_batch(records, spec), key_hashes(records, spec.primary_key), ()
     )
     gone = live_files(table, chunks, remove)
-    current, expect = ctx.db.read(
-        lambda conn: key_index.read_current(conn, url, rec, wh, read, gone)
-    )
+    current, expect = ctx.db.read(lambda conn: ctx.keys.read_current(conn, rec, wh, read, gone))
     merged = resolve_against(current, read.resolved, spec).records
     over = np.concatenate(
         [np.full(h.records.num_rows, h.overwrite) for h in held] or [np.zeros(0, bool)]

@@ -5,8 +5,8 @@ The index (:class:`lamina.core.keyindex.KeyIndex`) maps each key to its latest
 record: a data file (by a code standing for its location), the row in it, its
 comparison value and whether it is a tombstone. Every data file's latest records are
 its rows that no deletion vector (:mod:`lamina.meta.deletes`) supersedes, so any
-process can build the index. :mod:`lamina.meta.keys` keeps one per table and decides
-when to build, load or replay.
+process can build the index. ``KeyIndexes`` (:mod:`lamina.meta.keyindex`) keeps one
+per table and decides when to build, load or replay.
 """
 
 from __future__ import annotations
