@@ -245,7 +245,7 @@ def drop_indexes(cat: lamina.Catalog) -> None:
 
 def index_stats(t: lamina.Table) -> tuple[int, int]:
     """(keys, bytes) of the key index this process holds of ``t``."""
-    st = t._ctx.keys.held(t._record.id)
+    st = t._handle.ctx.keys.held(t._handle.record.id)
     return (0, 0) if st is None else (len(st.index), st.index.nbytes)
 
 

@@ -115,7 +115,7 @@ def test_an_upsert_table_saves_and_loads_its_key_index_in_the_object_store(
         t = cat.create_table("u", SCHEMA, time_column="ts", primary_key=["k"])
         t.upsert(_rows(range(60), 1))
         t.upsert(_rows(range(30, 120), 2))
-        t._ctx.keys.wait()
+        t._handle.ctx.keys.wait()
         saved = max(i.path for i in cat.warehouse.list_files(cat.warehouse.path("u/_keys")))
         assert saved.endswith(".keys") and "/u/_keys/000000000002-" in saved  # the newest
         keys, tid = t._handle.ctx.keys, t._handle.record.id

@@ -28,7 +28,7 @@ def test_a_stale_handle_upserts_after_its_comparison_column_was_widened(
     p.upsert(rows([1], 2, [2**40]))
     key = 1
     if index == "rebuilt":  # a process that holds no index yet (another process upserted)
-        cat.context.keys.forget(p._record.id)
+        cat.context.keys.forget(p._handle.record.id)
         key = 2
     stale.upsert(rows([key], 3, [11]))  # key 1: out of order (11 < 2**40); key 2: wins
     got = {r["id"]: r[C] for r in cat.load_table("p").to_arrow().to_pylist()}

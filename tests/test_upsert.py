@@ -497,7 +497,7 @@ def test_a_new_process_starts_from_the_saved_key_index(
     for b in range(4):  # 4 x 40 keys: a snapshot after the second batch
         t.upsert(rows(*[(f"k{i}", b, b * 1000 + i) for i in range(40 * b, 40 * b + 40)]))
     t.upsert(rows(("k1", 5, 7)))
-    t._ctx.keys.wait()  # saved in the background
+    t._handle.ctx.keys.wait()  # saved in the background
     saved = list((tmp_path / "wh" / "u" / "_keys").glob("*.keys"))
     assert len(saved) == 2  # at 80 and at 160 keys; older ones are deleted
     ctx = mp.get_context("fork")
@@ -576,7 +576,7 @@ def test_a_snapshot_is_written_in_the_background_from_a_copy(
 
     assert db.read(registered) == []
     gate.set()
-    t._ctx.keys.wait()
+    t._handle.ctx.keys.wait()
     [row] = db.read(registered)
     assert row.seq == due.seq
 
@@ -609,7 +609,7 @@ def test_retention_deletes_key_index_files_no_snapshot_row_names(
 
     monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 50)
     t.upsert(rows(*[(f"k{i}", 0, i) for i in range(60)]))
-    t._ctx.keys.wait()
+    t._handle.ctx.keys.wait()
     keys_dir = Path(cat.warehouse.root) / "u" / "_keys"
     [registered] = [p.name for p in keys_dir.iterdir()]
     (keys_dir / "000000000009-deadbeef.keys").write_bytes(b"never registered")
@@ -645,7 +645,7 @@ def test_a_new_process_reads_the_saved_key_index_at_publish_or_while_spark_write
     monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 50)
     for b in range(3):
         t.upsert(rows(*[(f"k{i}", b, b * 1000 + i) for i in range(40 * b, 40 * b + 40)]))
-    t._ctx.keys.wait()  # the snapshot at 80 keys, saved in the background
+    t._handle.ctx.keys.wait()  # the snapshot at 80 keys, saved in the background
     loads: list[tuple[str, int]] = []
     real = key_index._load
 

@@ -490,7 +490,7 @@ def test_a_process_starting_from_a_saved_key_index_after_retention(
     show."""
     _saving_key_indexes(monkeypatch)
     build(t)
-    t._ctx.keys.wait()
+    t._handle.ctx.keys.wait()
     assert list((Path(cat.warehouse.root) / "u" / "_keys").glob("*.keys"))  # saved
     t.overwrite(rows(("x", DAY + 1, 1)), interval="2024-01-02/2024-01-03")  # b, e go
     want = by_key(truth(t))
