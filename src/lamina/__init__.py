@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from lamina import errors
+
 if TYPE_CHECKING:
     from lamina.catalog import Catalog, connect
     from lamina.core.interval import Granularity, Interval
@@ -55,7 +57,6 @@ def __getattr__(name: str) -> Any:
 
 
 def _is_error(name: str) -> bool:
-    from lamina import errors
 
     return isinstance(getattr(errors, name, None), type)
 

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import math
 import os
 import re
 import threading
+import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy.engine import URL
+
 from lamina.context import CatalogContext
+from lamina.core.args import flag, names
+from lamina.core.autocompact import check_properties
 from lamina.core.interval import Granularity
+from lamina.core.properties import as_text, check_reserved
 from lamina.errors import (
     CatalogUnavailableError,
     InvalidGranularityError,
@@ -19,6 +26,7 @@ from lamina.errors import (
     PropertyError,
     SchemaError,
     SqlError,
+    UpsertError,
     WarehouseError,
 )
 from lamina.failpoints import failpoint
@@ -26,7 +34,9 @@ from lamina.io.warehouse import Warehouse
 from lamina.meta import tables as table_rows
 from lamina.meta.db import Db, create_catalog_engine
 from lamina.meta.schema import catalog_id, existing_catalog_id, migrate
-from lamina.operations.handle import TableHandle
+from lamina.operations.handle import DEFAULT_TARGET_ROWS, TableHandle
+from lamina.read import plan
+from lamina.table import Table
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -47,7 +57,6 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 def check_timing(writer_wait_s: float, heartbeat_s: float, stale_after_s: float) -> None:
     """Raise PropertyError unless the writers' timings are usable numbers: waits of at
     least 0 s, a heartbeat above 0 s and a staleness longer than the heartbeat."""
-    import math
 
     for name, value in (
         ("writer_wait_s", writer_wait_s),
@@ -100,7 +109,6 @@ def connect(
             raise WarehouseError(
                 "a remote warehouse needs an explicit catalog URL (catalog=postgresql://...)"
             )
-        from sqlalchemy.engine import URL
 
         # escaped: a '?', '%' or '#' in the warehouse path is part of the file's name
         url = URL.create("sqlite", database=f"{wh.root}/lamina.db").render_as_string()
@@ -178,11 +186,8 @@ class Catalog:
         ``delete_column`` marks a delete). See docs/upserts.md. Raises UpsertError for a
         bad definition (unknown or nullable key column, delete column not boolean...).
         """
-        from lamina.core.autocompact import check_properties
-        from lamina.core.properties import as_text, check_reserved
-        from lamina.io.arrow import check_time_column, table_schema
-        from lamina.operations.evolve import check_names
-        from lamina.table import Table
+        from lamina.io.arrow import check_time_column, table_schema  # loads numpy, pyarrow
+        from lamina.operations.evolve import check_names  # loads numpy, pyarrow
 
         check_table_name(name)
         arrow_schema = table_schema(_arrow_schema(schema))
@@ -204,7 +209,7 @@ class Catalog:
                     "ALL granularity is for tables without a time column; pick HOUR, DAY, "
                     "WEEK, MONTH, QUARTER or YEAR"
                 )
-            import pyarrow as pa
+            import pyarrow as pa  # loads numpy, pyarrow
 
             is_date = pa.types.is_date(arrow_schema.field(time_column).type)
             if is_date and granularity is Granularity.HOUR:
@@ -223,15 +228,14 @@ class Catalog:
         props = check_properties(props)
         if any(k.startswith("compaction.") for k in props):  # the policy, on this table
             from lamina.core.autocompact import check_policy, policy_of
-            from lamina.operations.handle import DEFAULT_TARGET_ROWS
 
             target = int(props.get("target_rows_per_segment", DEFAULT_TARGET_ROWS))
             policy = policy_of(props, target)
             check_policy(policy, arrow_schema, time_column, granularity, setting=True)
         if primary_key is not None:
-            from lamina.core.comparison import cmp_dtype
-            from lamina.core.upsert import UpsertSpec
-            from lamina.core.upsert_spec import refuse_consistent_push
+            from lamina.core.comparison import cmp_dtype  # loads numpy, pyarrow
+            from lamina.core.upsert import UpsertSpec  # loads numpy, pyarrow
+            from lamina.core.upsert_spec import refuse_consistent_push  # loads numpy, pyarrow
 
             spec = UpsertSpec.parse(
                 arrow_schema,
@@ -245,8 +249,6 @@ class Catalog:
             refuse_consistent_push(props)
             props.update(spec.to_properties())
         elif (comparison_column, delete_column, partial_upsert) != (None, None, None):
-            from lamina.errors import UpsertError
-
             raise UpsertError(
                 "comparison_column, delete_column and partial_upsert define an upsert "
                 "table: name its primary_key too"
@@ -258,7 +260,6 @@ class Catalog:
 
     def load_table(self, name: str) -> Table:
         """The table named ``name``. Raises TableNotFoundError, InvalidTableNameError."""
-        from lamina.table import Table
 
         return Table(self.context, table_rows.get_table(self.context.db, _a_name(name)))
 
@@ -270,7 +271,6 @@ class Catalog:
         folder is moved aside inside the catalog transaction (back if that fails), so a
         table created again under the name meanwhile keeps its own files, and the
         catalog waits for no deletion. Raises TableNotFoundError, WarehouseError."""
-        import uuid
 
         name = _a_name(name)
         wh = self.warehouse
@@ -318,8 +318,7 @@ class Catalog:
         than as Arrow tables)."""
         with self._sql_lock:
             if self._sql is None:
-                from lamina.engines.duckdb import SqlEngine
-                from lamina.read import plan
+                from lamina.engines.duckdb import SqlEngine  # loads duckdb
 
                 ctx = self.context
                 self._sql = SqlEngine(
@@ -358,8 +357,7 @@ class Catalog:
         table's folder if the drop never committed. ``now`` lets a caller catch up or
         test. Raises TableNotFoundError, WarehouseError.
         """
-        from lamina.core.args import flag
-        from lamina.maintenance import retention
+        from lamina.maintenance import retention  # loads numpy, pyroaring
 
         names = self._tables(tables)
         lineage_only = flag(lineage_only, "lineage_only")
@@ -374,8 +372,7 @@ class Catalog:
         """Files under the tables' data and key index directories that no catalog
         row names (relative paths). ``with_grace``: only those older than
         ``orphan_grace_period`` — a writer that is still writing is never robbed."""
-        from lamina.core.args import flag
-        from lamina.maintenance import retention
+        from lamina.maintenance import retention  # loads numpy, pyroaring
 
         names = self._tables(tables)
         return retention.find_orphans(self.context, names, now, flag(with_grace, "with_grace"))
@@ -389,8 +386,7 @@ class Catalog:
         ``dry_run``. A chunk whose compaction met a conflict or a busy lock carries
         the error and is retried next run. Raises PropertyError, CompactionError (a
         bad policy), TableNotFoundError."""
-        from lamina.core.args import flag
-        from lamina.operations.compaction.auto import compact_auto
+        from lamina.operations.compaction.auto import compact_auto  # loads numpy, pyarrow
 
         out: list[AutoResult] = []
         dry_run = flag(dry_run, "dry_run")
@@ -402,7 +398,6 @@ class Catalog:
     def _tables(self, tables: Sequence[str] | None) -> list[str]:
         """The tables a maintenance call names (None: all). Raises
         InvalidTableNameError (a lone string: it would be read as its characters)."""
-        from lamina.core.args import names
 
         if tables is None:
             return self.list_tables()
@@ -410,7 +405,7 @@ class Catalog:
 
     def clean_failed_writes(self) -> int:
         """Abort writes whose writer died, and delete every aborted write's files."""
-        from lamina.maintenance import retention
+        from lamina.maintenance import retention  # loads numpy, pyroaring
 
         return retention.clean_failed_writes(self.context, self.list_tables())
 
@@ -441,12 +436,12 @@ def check_table_name(name: str) -> None:
 
 
 def _arrow_schema(schema: Any) -> pa.Schema:
-    import pyarrow as pa
+    import pyarrow as pa  # loads numpy, pyarrow
 
     if isinstance(schema, pa.Schema):
         return schema
     if type(schema).__module__.startswith("pyspark."):
-        from lamina.engines.spark_schema import spark_to_arrow_schema
+        from lamina.engines.spark_schema import spark_to_arrow_schema  # loads numpy, pyarrow
 
         return spark_to_arrow_schema(schema)
 

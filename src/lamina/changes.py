@@ -17,6 +17,8 @@ from lamina.core.changes import diff
 from lamina.core.interval import Interval
 from lamina.core.scan import ScanPlan, ScanTask, task_for
 from lamina.core.segment import Segment
+from lamina.engines.spark_read import read_spark
+from lamina.engines.spark_schema import arrow_to_spark_schema
 from lamina.io.reader import check_columns, read_arrow
 from lamina.meta.changes import Changes, change_points
 from lamina.read import plan
@@ -61,9 +63,7 @@ def read_changes_spark(
 ) -> Any:
     """:func:`read_changes` as a Spark DataFrame (the files read by Spark's own
     Parquet reader). Raises as :func:`read_changes`."""
-    from pyspark.sql import functions as F
-
-    from lamina.engines.spark_read import read_spark
+    from pyspark.sql import functions as F  # loads pyspark
 
     changes = change_points(ctx.db, name, after_seq, until_seq)
     schema = changes.table.schema
@@ -93,7 +93,6 @@ def tagged(data: pa.Table, change: str, commit_id: int, seq: int) -> pa.Table:
 def union(spark: Any, frames: list[Any], schema: pa.Schema) -> Any:
     """The Spark DataFrames ``frames`` one after the other (by column name); an empty
     one of ``schema`` if there are none."""
-    from lamina.engines.spark_schema import arrow_to_spark_schema
 
     if not frames:
         return spark.createDataFrame([], arrow_to_spark_schema(schema))

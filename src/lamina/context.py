@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from lamina.core.model import TableRecord
 from lamina.errors import WarehouseError
 from lamina.io.warehouse import Warehouse, commit_dir
+from lamina.meta import writers
 from lamina.meta.db import Db
 from lamina.meta.keyindex import KeyIndexes
 
@@ -34,7 +35,7 @@ class CatalogContext:
         right one would find). Raises WarehouseError."""
         if table.id in self.checked:
             return
-        from lamina.meta.segments import newest_location
+        from lamina.meta.segments import newest_location  # loads sortedcontainers
 
         rel = self.db.read(lambda conn: newest_location(conn, table.id))
         if rel is not None and not self.warehouse.exists(self.warehouse.path(rel)):
@@ -53,7 +54,6 @@ class CatalogContext:
 
     def clean_commits(self, table: str, commit_ids: Sequence[int]) -> None:
         """Delete the files of aborted commits, then record that they are gone."""
-        from lamina.meta import writers
 
         for cid in commit_ids:
             self.warehouse.delete_dir(self.warehouse.path(commit_dir(table, cid)))

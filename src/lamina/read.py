@@ -48,9 +48,9 @@ def plan(
 
 def _attach_deletes(ctx: CatalogContext, plan: ScanPlan) -> None:
     """The plan's files' deletion vectors as of its snapshot."""
-    import numpy as np
+    import numpy as np  # loads numpy
 
-    from lamina.meta import deletes
+    from lamina.meta import deletes  # loads numpy, pyroaring
 
     root = ctx.db.root + "/"
     paths = {p: p.removeprefix(root) for p, _ in plan.reads()}
@@ -78,7 +78,7 @@ def _plan(ctx: CatalogContext, name: str, as_of: AsOf, interval: Interval | None
         if isinstance(got, Snapshot):
             return plan_scan(got, interval)
         segs = _segments(ctx, got, interval, cache)
-    from lamina.core.columnar import plan_columns, without
+    from lamina.core.columnar import plan_columns, without  # loads numpy, pyarrow
 
     segs = without(segs, got.hidden)
     return plan_columns(got.table, got.seq, got.commit_id, segs, interval, ctx.db.root)
@@ -89,10 +89,10 @@ def _segments(
 ) -> pa.Table:
     """The snapshot's live segments (lineage not applied) overlapping ``interval``;
     ``cache``: write them as a new manifest if enough changed."""
-    import pyarrow as pa
+    import pyarrow as pa  # loads numpy, pyarrow
 
-    from lamina.core.columnar import SEGMENT_SCHEMA, without
-    from lamina.io.manifest import read_manifest
+    from lamina.core.columnar import SEGMENT_SCHEMA, without  # loads numpy, pyarrow
+    from lamina.io.manifest import read_manifest  # loads numpy, pyarrow
 
     if got.manifest is None:
         segs = got.added
@@ -110,9 +110,9 @@ def _segments(
 
 def _write(ctx: CatalogContext, got: deltas.SnapshotDelta, segs: pa.Table) -> None:
     """Record ``segs`` as the manifest of the snapshot; never fails the read."""
-    import pyarrow.compute as pc
+    import pyarrow.compute as pc  # loads numpy, pyarrow
 
-    from lamina.io.manifest import write_manifest
+    from lamina.io.manifest import write_manifest  # loads numpy, pyarrow
 
     decored = pc.sum(pc.equal(segs.column("num_core_partitions"), 0)).as_py() or 0
     rel = ""

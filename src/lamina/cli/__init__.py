@@ -227,7 +227,7 @@ def connect(
     ctx: typer.Context, catalog: str | None, warehouse: str | None
 ) -> Iterator[lamina.Catalog]:
     """The catalog named by the command's options, else the global ones, else the env."""
-    from lamina.catalog import connect as open_catalog
+    from lamina.catalog import connect as open_catalog  # loads sortedcontainers, sqlalchemy
 
     if app.program:
         # The catalog's imports (SQLAlchemy) made most of the objects this short

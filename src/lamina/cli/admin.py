@@ -160,7 +160,9 @@ def serve(
     POST calls need `Authorization: Bearer $LAMINA_API_TOKEN` when that variable is set.
     OpenAPI at /openapi.json, docs at /docs.
     """
-    from lamina import rest as server
+    from lamina import (
+        rest as server,  # loads fastapi, pydantic, sortedcontainers, sqlalchemy, starlette
+    )
 
     if not os.environ.get(server.TOKEN_ENV) and host not in _LOOPBACK:
         warn(

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, get_args, get_origin
 
+from typer._param_types import coerce_cli_choice, routes_to_path
+
 Convert = Callable[[Any, Any], Any]  # (value, click context) -> value; raises to give up
 
 _INT = re.compile(r"-?(0|[1-9][0-9]{0,17})")
@@ -39,7 +41,6 @@ def _flag(value: Any, _ctx: Any) -> Any:
 
 def converter(annotation: Any, info: Any) -> Convert | None:
     """A direct conversion for ``annotation``, or None to keep typer's."""
-    from typer._param_types import coerce_cli_choice, routes_to_path
 
     if info.parser is not None:
         return None
@@ -88,8 +89,12 @@ def converter(annotation: Any, info: Any) -> Convert | None:
 def install() -> None:
     """Make typer convert plain values directly (see the module docstring)."""
     try:
-        from typer import core
-        from typer._coercion import RuntimeParam, TypeDescriptor, build_runtime_param
+        from typer import core  # optional: may be missing
+        from typer._coercion import (  # optional: may be missing
+            RuntimeParam,
+            TypeDescriptor,
+            build_runtime_param,
+        )
     except ImportError:
         return
     if getattr(core, "build_runtime_param", None) is not build_runtime_param:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -21,6 +22,7 @@ from lamina.cli import (
 from lamina.cli.output import (
     Column,
     OutputFormat,
+    console,
     count,
     emit,
     n_of,
@@ -29,6 +31,7 @@ from lamina.cli.output import (
     when,
 )
 from lamina.core.interval import Interval, format_us
+from lamina.errors import UpsertError
 
 if TYPE_CHECKING:
     from lamina.core.inspect import ChunkStatus
@@ -84,8 +87,8 @@ def segments(
     warehouse: WarehouseOpt = None,
 ) -> None:
     """List a table's visible segments (or, with --all, every published one)."""
-    from lamina.core.inspect import chunk_label, chunk_status, chunks
-    from lamina.core.timeline import Timeline
+    from lamina.core.inspect import chunk_label, chunk_status, chunks  # loads sortedcontainers
+    from lamina.core.timeline import Timeline  # loads sortedcontainers
 
     with connect(ctx, catalog, warehouse) as cat:
         t = load(cat, name)
@@ -209,8 +212,13 @@ def timeline(
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Draw the timeline: each chunk's versions, which is visible, what is overshadowed."""
-    from lamina.core.inspect import chunk_label, chunk_status, chunks, partitions_label
-    from lamina.core.timeline import Timeline
+    from lamina.core.inspect import (  # loads sortedcontainers
+        chunk_label,
+        chunk_status,
+        chunks,
+        partitions_label,
+    )
+    from lamina.core.timeline import Timeline  # loads sortedcontainers
 
     window = Interval.parse(interval) if interval is not None else None
     with connect(ctx, catalog, warehouse) as cat:
@@ -290,7 +298,7 @@ def timeline(
 def _groups(tl: Any, segments: Sequence[Any]) -> str:
     """The atomic update groups of a version's later generations: minor version, the
     root partitions they replace, their own partitions and their state."""
-    from lamina.core.inspect import partitions_label
+    from lamina.core.inspect import partitions_label  # loads sortedcontainers
 
     groups: dict[tuple[int, tuple[int, int]], list[Any]] = {}
     for s in segments:
@@ -320,7 +328,6 @@ _HISTORY = [
 
 
 def _json(value: Any) -> str:
-    import json
 
     return json.dumps(value, sort_keys=True, default=str)
 
@@ -438,8 +445,6 @@ def lineage(
     if fmt is not OutputFormat.table or not entries:
         return
     if show_segments:
-        from lamina.cli.output import console
-
         con = console()
         for e in entries:
             con.print(Text(e.id, style="bold"))
@@ -477,9 +482,8 @@ def keys(
     """Key index statistics of an upsert table: keys, memory, deletion vectors, and how
     long this process took to get the index (the newest saved snapshot caught up, else
     built from the table's files)."""
-    from lamina.errors import UpsertError
-    from lamina.meta.tables import get_table
-    from lamina.operations.handle import TableHandle
+    from lamina.meta.tables import get_table  # loads sqlalchemy
+    from lamina.operations.handle import TableHandle  # loads sortedcontainers, sqlalchemy
 
     with connect(ctx, catalog, warehouse) as cat:
         load(cat, name)  # a bad name or a missing table: the usual errors

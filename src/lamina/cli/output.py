@@ -228,7 +228,7 @@ def _emit_data(keys: Sequence[str], rows: Sequence[Row], fmt: OutputFormat) -> N
 def emit_arrow(result: pa.Table, fmt: OutputFormat, limit: int) -> None:
     """Print the first ``limit`` rows (0: all) of an Arrow table; in the table format,
     with a note of how many rows there are."""
-    import pyarrow as pa
+    import pyarrow as pa  # loads numpy, pyarrow
 
     names = result.column_names
     keys = unique_names(names)
@@ -248,8 +248,8 @@ def _pylist(col: pa.ChunkedArray) -> list[Any]:
     """The column's values as Python objects; times past Python's range as text:
     DuckDB's ``infinity`` and ``-infinity``, else as Arrow writes them (Python would
     raise OverflowError, or show -infinity as year 1)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    import pyarrow as pa  # loads numpy, pyarrow
+    import pyarrow.compute as pc  # loads numpy, pyarrow
 
     t = col.type
     if not (pa.types.is_timestamp(t) or pa.types.is_date32(t)):
@@ -314,7 +314,7 @@ def fetch_result(rel: duckdb.DuckDBPyRelation | None) -> Rows | pa.Table:
         return Rows([], [])
     types = [str(t) for t in rel.types]
     if not all(_NUMERIC.fullmatch(t) or _PLAIN.fullmatch(t) for t in types):
-        from lamina.engines.duckdb import to_arrow
+        from lamina.engines.duckdb import to_arrow  # loads duckdb, sortedcontainers
 
         return to_arrow(rel)
     columns = [

@@ -97,8 +97,8 @@ def create_table(
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Create a table from a schema string or from a sample file."""
-    from lamina.core.schema_text import parse_schema
-    from lamina.engines.local import infer_schema
+    from lamina.core.schema_text import parse_schema  # loads numpy, pyarrow
+    from lamina.engines.local import infer_schema  # loads numpy, pyarrow
 
     if (schema is None) == (like is None):
         raise typer.BadParameter("give exactly one of --schema and --like", param_hint="--schema")
@@ -208,7 +208,7 @@ def add_columns(
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Add nullable columns to a table (one commit; rows written before read nulls)."""
-    from lamina.core.schema_text import parse_schema
+    from lamina.core.schema_text import parse_schema  # loads numpy, pyarrow
 
     fields = parse_schema(schema)
     with connect(ctx, catalog, warehouse) as cat:
@@ -233,7 +233,7 @@ def widen_column(
 ) -> None:
     """Widen a column's type (int32 to int64, float32 to float64, a decimal to more
     digits; one commit, no file rewritten)."""
-    from lamina.core.schema_text import parse_type
+    from lamina.core.schema_text import parse_type  # loads numpy, pyarrow
 
     new = parse_type(type_)
     with connect(ctx, catalog, warehouse) as cat:

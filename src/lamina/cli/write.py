@@ -10,12 +10,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.console import Console
 from rich.text import Text
 
 from lamina.cli import CatalogOpt, TableArg, WarehouseOpt, command, connect, load
 from lamina.cli.output import console, done, n_of, warn
 from lamina.cli.tables import parse_properties
 from lamina.core.interval import Granularity, Interval
+from lamina.core.lineage import LineageState
 from lamina.engines.files import FileFormat, check_inputs, format_of, input_bytes, parse_size
 from lamina.errors import (
     CommitError,
@@ -23,6 +25,7 @@ from lamina.errors import (
     LineageEntryNotFoundError,
     LineageError,
     TableNotFoundError,
+    UpsertError,
 )
 
 if TYPE_CHECKING:
@@ -89,9 +92,8 @@ def choose_engine(engine: Engine, paths: Sequence[str], local_max: str | None) -
 
 def _start_spark(verbose: bool) -> Any:
     """The shared Spark session, started behind a spinner, its logs quiet unless verbose."""
-    from rich.console import Console
 
-    from lamina.engines.spark_io import quiet_session
+    from lamina.engines.spark_io import quiet_session  # loads numpy, pyarrow
 
     def spinner(stream: Any) -> Any:
         con = Console(file=stream, highlight=False)
@@ -122,18 +124,18 @@ def _write(
 ) -> int:
     """Read the inputs with ``engine`` and hand the data to ``write(data, schema)``
     (``schema``: the table's, or None to infer). Returns the Spark tasks run (0 locally)."""
-    from lamina.cli.progress import LocalProgress, SparkProgress
+    from lamina.cli.progress import LocalProgress, SparkProgress  # loads rich
 
     err = console(stderr=True)
     if engine is Engine.local:
-        from lamina.engines.local import read_batches
+        from lamina.engines.local import read_batches  # loads numpy, pyarrow
 
         with LocalProgress(err, input_bytes(paths)) as progress:
             reader = read_batches(fmt, paths, schema, on_progress=progress.update)
             progress.phase(phase)
             write(reader, reader.schema)
         return 0
-    from lamina.engines.spark_io import read_spark_files, spark_errors
+    from lamina.engines.spark_io import read_spark_files, spark_errors  # loads numpy, pyarrow
 
     spark = _start_spark(verbose)
     with SparkProgress(spark, err) as sp, spark_errors():
@@ -158,7 +160,6 @@ def upsert(
 ) -> None:
     """Upsert records from CSV, JSON-lines or Parquet files into a table with a primary
     key, in one commit: per key only the latest record shows."""
-    from lamina.errors import UpsertError
 
     with connect(ctx, catalog, warehouse) as cat:
         if load(cat, name).primary_key is None:
@@ -350,7 +351,6 @@ def revert(
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Roll back a push: readers see the segments its lineage entry replaced again."""
-    from lamina.core.lineage import LineageState
 
     with connect(ctx, catalog, warehouse) as cat:
         t = load(cat, name)

@@ -434,7 +434,7 @@ def nest(a: Granularity, b: Granularity) -> bool:
 def check_sort_by(schema: pa.Schema, columns: Sequence[str], what: str = "sort_by") -> None:
     """Raises CompactionError for a column the schema lacks or cannot sort by (a list,
     struct or map has no order)."""
-    import pyarrow as pa
+    import pyarrow as pa  # loads numpy, pyarrow
 
     for col in columns:
         if col not in schema.names:
@@ -481,7 +481,7 @@ def check_policy(
             )
     check_sort_by(schema, policy.sort_by, f"{PREFIX}sort_by")
     if policy.rollup is not None and granularity is not None:
-        from lamina.core.rollup import Rollup, check_query_granularity
+        from lamina.core.rollup import Rollup, check_query_granularity  # loads numpy, pyarrow
 
         spec = Rollup.parse(policy.rollup, schema, time_column)
         check_query_granularity(spec.query_granularity, target or granularity)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import json
+import operator
 from collections.abc import Mapping
 from dataclasses import FrozenInstanceError, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -114,7 +116,7 @@ class TableRecord:
     def schema(self) -> pa.Schema:
         found = self._schema
         if isinstance(found, bytes):
-            import pyarrow as pa
+            import pyarrow as pa  # loads numpy, pyarrow
 
             found = pa.ipc.read_schema(pa.py_buffer(found))
             object.__setattr__(self, "_schema", found)
@@ -232,7 +234,6 @@ RESERVED_METADATA = frozenset(
 
 def user_metadata(metadata: Any) -> dict[str, Any]:
     """A copy of a user's commit metadata (None: empty). Raises MetadataError."""
-    import json
 
     if metadata is None:
         return {}
@@ -260,7 +261,6 @@ def user_metadata(metadata: Any) -> dict[str, Any]:
 def seq_of(value: Any, what: str) -> int:
     """A snapshot seq argument as an int (numpy's integers too; not a bool, float,
     string or Commit). Raises SnapshotNotFoundError."""
-    import operator
 
     try:
         if isinstance(value, bool):

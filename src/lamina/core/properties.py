@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from lamina.core.args import is_bool, is_unicode
 from lamina.errors import PropertyError
 
 #: the property an upsert table's primary key is stored in (it makes the table one)
@@ -57,7 +58,6 @@ def as_text(props: Any) -> dict[str, str]:
     as something else)."""
     if not isinstance(props, Mapping):
         raise PropertyError(f"properties must be a dict of name -> value, not {props!r}")
-    from lamina.core.args import is_bool, is_unicode
 
     out = {}
     for key, value in props.items():

@@ -329,7 +329,7 @@ def delete_flags(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
     ``BooleanUtils.toBoolean`` reads them: true; a string equal to 'true' (any case) or
     '1'; a number whose Java ``intValue()`` is 1 (a fraction truncated toward zero, a
     long's low 32 bits). A null is no delete."""
-    import pyarrow.compute as pc
+    import pyarrow.compute as pc  # loads pyarrow
 
     t = values.type
     if pa.types.is_boolean(t):

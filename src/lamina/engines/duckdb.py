@@ -15,6 +15,7 @@ loading pyarrow.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -258,7 +259,6 @@ def _table_names(parser: duckdb.DuckDBPyConnection, query: str) -> set[str]:
     """The names of the tables ``query`` reads. DuckDB's own answer binds the query,
     which fails where binding needs the tables' columns (``JOIN ... USING``); then the
     table references of its parse tree (CTE names among them: they match no table)."""
-    import json
 
     try:
         return set(parser.get_table_names(query))
@@ -291,7 +291,7 @@ def _mentions(query: str, column: str) -> bool:
 
 def to_arrow(rel: duckdb.DuckDBPyRelation | None) -> pa.Table:
     """A result as an Arrow table (no columns for a statement without a result)."""
-    import pyarrow as pa
+    import pyarrow as pa  # loads numpy, pyarrow
 
     if rel is None:
         return pa.table({})

@@ -6,8 +6,12 @@ tables and empty files it needs; :mod:`lamina.engines.duckdb` runs queries over 
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 import threading
+import uuid
 from typing import TYPE_CHECKING
 
 import duckdb
@@ -31,7 +35,7 @@ def _files(paths: list[str]) -> str:
 
 
 def _literal(t: pa.DataType, us: int) -> str:
-    import pyarrow as pa
+    import pyarrow as pa  # loads numpy, pyarrow
 
     if pa.types.is_date(t):  # whole days: d >= b <=> d >= ceil(b), d < b <=> d < ceil(b)
         day = 86_400_000_000
@@ -61,8 +65,8 @@ def _mask_table(
     """A table in the database, visible to every cursor, with one row per file of
     ``masked`` (its index in a ``read_parquet`` list, its path): ``file`` and ``keep``,
     one bit per row of the file, set for the rows a reader keeps; its name."""
-    import numpy as np
-    import pyarrow as pa
+    import numpy as np  # loads numpy
+    import pyarrow as pa  # loads numpy, pyarrow
 
     counts = plan.row_counts()
     keeps = []
@@ -86,7 +90,6 @@ def _arrow_as_table(
 ) -> str:
     """``table`` (through ``select``) as a new table of the database, visible to every
     cursor (a registered Arrow table is private to ``con``); its quoted name."""
-    import uuid
 
     name = quote(f"{prefix}_{uuid.uuid4().hex[:12]}")
     arrow = f"__lamina_arrow_{uuid.uuid4().hex}"
@@ -182,7 +185,7 @@ _PAD = '"__lamina_pad"'  # a column name of lamina's own: no table has it
 
 def _first_columns(schema: pa.Schema, n: int) -> pa.Schema:
     """The schema of a table's first ``n`` columns."""
-    import pyarrow as pa
+    import pyarrow as pa  # loads numpy, pyarrow
 
     return pa.schema(list(schema)[:n])
 
@@ -234,14 +237,11 @@ def empty_file(schema: pa.Schema) -> str:
     """A Parquet file of no rows, written as segments are (one per schema, per
     process): DuckDB types its columns as it types the table's files (a duration as
     BIGINT, a decimal256 as DOUBLE), which an empty Arrow table would not."""
-    import atexit
-    import shutil
-    import tempfile
 
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # loads numpy, pyarrow
 
-    from lamina.io.arrow import storage_schema
-    from lamina.io.writer import dictionary_columns
+    from lamina.io.arrow import storage_schema  # loads numpy, pyarrow
+    from lamina.io.writer import dictionary_columns  # loads numpy, pyarrow
 
     stored = storage_schema(schema)
     key = stored.serialize().to_pybytes()

@@ -119,8 +119,8 @@ def check_inputs(files: Sequence[str]) -> list[str]:
 
 def input_bytes(paths: Sequence[str]) -> int | None:
     """Total size of the inputs (files in folders included); None if it cannot be told."""
-    import pyarrow as pa
-    import pyarrow.fs as pafs
+    import pyarrow as pa  # loads numpy, pyarrow
+    import pyarrow.fs as pafs  # loads numpy, pyarrow
 
     total = 0
     for p in data_files(paths):  # a folder's files that are read, not its notes

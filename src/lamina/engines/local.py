@@ -32,10 +32,10 @@ def infer_schema(path: str, fmt: FileFormat | None = None) -> pa.Schema:
 
     Raises :class:`InputFileError` if the file cannot be read as that format.
     """
-    import pyarrow.csv as pacsv
-    import pyarrow.dataset as pads
-    import pyarrow.json as pajson
-    import pyarrow.parquet as pq
+    import pyarrow.csv as pacsv  # loads pyarrow
+    import pyarrow.dataset as pads  # loads numpy, pandas, pyarrow
+    import pyarrow.json as pajson  # loads pyarrow
+    import pyarrow.parquet as pq  # loads pyarrow
 
     fmt = fmt or format_of([path])
     try:
@@ -89,7 +89,7 @@ def _array(path: str) -> bool:
 def _open(path: str, seekable: bool) -> Any:
     """A readable file of ``path``: random access (Parquet), else a stream decompressed
     as its extension says."""
-    import pyarrow.fs as pafs
+    import pyarrow.fs as pafs  # loads pyarrow
 
     fs, where = pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
     if seekable:
@@ -106,9 +106,9 @@ def _reader(
 ) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
     """The schema and record batches of an open file; CSV/JSON columns the ``target``
     has are parsed to its types (timestamps as text: :func:`_typed` parses them)."""
-    import pyarrow.csv as pacsv
-    import pyarrow.json as pajson
-    import pyarrow.parquet as pq
+    import pyarrow.csv as pacsv  # loads pyarrow
+    import pyarrow.json as pajson  # loads pyarrow
+    import pyarrow.parquet as pq  # loads pyarrow
 
     if fmt is FileFormat.parquet:
         pf = pq.ParquetFile(file)
@@ -283,7 +283,7 @@ def read_batches(
 
 
 def _size(path: str) -> int:
-    import pyarrow.fs as pafs
+    import pyarrow.fs as pafs  # loads pyarrow
 
     fs, where = pafs.FileSystem.from_uri(path) if "://" in path else (pafs.LocalFileSystem(), path)
     return int(fs.get_file_info(where).size or 0)

@@ -41,7 +41,7 @@ CHUNK_COLUMN = "__lamina_chunk"
 
 def get_spark(master: str | None = None, app_name: str = "lamina") -> SparkSession:
     """A Spark session set up for lamina (local[*] unless ``master`` or $SPARK_MASTER)."""
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # loads pyspark
 
     master = master or os.environ.get("SPARK_MASTER", "local[*]")
     # Python workers must run the driver's interpreter (same packages, same versions)
@@ -118,7 +118,7 @@ def _refined_expr(
     """The chunk column (a string) with the rows of the chunks ``refine`` names sent
     to the chunk it gives their hour: ``start_end`` in µs (runs of hours that go to
     the same chunk are one condition each)."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # loads pyspark
 
     out = chunk.cast("string")
     for c, chunk_of in sorted(refine.items()):
@@ -143,7 +143,7 @@ def _chunk_expr(column: str, field_type: pa.DataType, granularity: Granularity) 
     how the user's own expressions use it) is left alone: zoned timestamps go through
     ``unix_micros``, naive ones and dates through their own calendar fields.
     """
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # loads pyspark
 
     day_us, hour_us = 86_400_000_000, 3_600_000_000
     c = F.col(ref(column))

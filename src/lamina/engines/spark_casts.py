@@ -20,7 +20,7 @@ _LOSSY = "[lamina: lossy cast] "
 
 def conform(df: DataFrame, schema: pa.Schema) -> DataFrame:
     """Select and cast the DataFrame's columns to the table schema, or SchemaError."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # loads pyspark
 
     have = df.columns
     missing = [n for n in schema.names if n not in have]
@@ -61,7 +61,7 @@ def _fits(c: Any, src: pa.DataType, dst: pa.DataType, spark_dst: Any) -> Any:
     """Spark condition: the value casts to ``dst`` unchanged, as pyarrow's safe cast
     requires (Spark rounds decimals, and loses int64 digits in a float64, silently;
     None: every value does) — members of lists, maps and structs included."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # loads pyspark
 
     if pa.types.is_map(src) and pa.types.is_map(dst):
         keys = _every(F.map_keys(c), src.key_type, dst.key_type, spark_dst.keyType)
@@ -85,7 +85,7 @@ def _listed(t: pa.DataType) -> bool:
 
 def _every(array: Any, src: pa.DataType, dst: pa.DataType, spark_dst: Any) -> Any:
     """Spark condition: every element of ``array`` fits (None: every one does)."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # loads pyspark
 
     probe = _fits(F.lit(None), src, dst, spark_dst)  # does the member need a check?
     if probe is None:
@@ -108,7 +108,7 @@ def _fits_value(c: Any, src: pa.DataType, dst: pa.DataType, spark_dst: Any) -> A
         narrower = dst.scale < src.scale or dst.precision - dst.scale < src.precision - src.scale
         return c.try_cast(spark_dst) == c if narrower else None
     if pa.types.is_floating(src) and pa.types.is_floating(dst) and dst.bit_width < src.bit_width:
-        from pyspark.sql import functions as F
+        from pyspark.sql import functions as F  # loads pyspark
 
         def finite(x: Any) -> Any:
             return ~F.isnan(x) & (F.abs(x) != float("inf"))
@@ -116,7 +116,7 @@ def _fits_value(c: Any, src: pa.DataType, dst: pa.DataType, spark_dst: Any) -> A
         narrow = c.cast(spark_dst)  # as the pyarrow path: out of range, or to zero, is lost
         return ~((finite(c) & ~finite(narrow)) | ((c != 0) & (narrow == 0)))
     if pa.types.is_timestamp(dst) and dst.unit in ("s", "ms") and pa.types.is_timestamp(src):
-        from pyspark.sql import functions as F
+        from pyspark.sql import functions as F  # loads pyspark
 
         per = 1_000_000 if dst.unit == "s" else 1_000  # Spark holds microseconds
         return F.unix_micros(c.cast("timestamp")) % per == 0

@@ -4,6 +4,8 @@ Spark's failures as one-line :class:`InputFileError` messages."""
 from __future__ import annotations
 
 import contextlib
+import csv
+import functools
 import logging
 import os
 import sys
@@ -12,8 +14,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, TextIO
 
 import pyarrow as pa
+from py4j.protocol import Py4JJavaError
 
-from lamina.engines.files import FileFormat, is_tsv
+from lamina.engines.files import FileFormat, data_files, is_tsv
+from lamina.engines.spark_schema import arrow_to_spark_schema, ref
 from lamina.errors import InputFileError, LaminaError
 
 if TYPE_CHECKING:
@@ -52,7 +56,7 @@ def _jvm_stderr_hidden() -> Iterator[TextIO]:
 def quiet_spark(spark: SparkSession, verbose: bool = False) -> None:
     """Spark logs every failed task at length; callers report the cause themselves.
     ``verbose`` (or ``$LAMINA_SPARK_LOG_LEVEL``, e.g. WARN) brings the logs back."""
-    from pyspark.logger import PySparkLogger
+    from pyspark.logger import PySparkLogger  # loads pyspark
 
     level = os.environ.get(LOG_LEVEL_ENV, "WARN" if verbose else "FATAL").upper()
     spark.sparkContext.setLogLevel(level)
@@ -74,9 +78,9 @@ def quiet_session(
 
     Raises :class:`InputFileError` if Spark cannot start.
     """
-    from pyspark import SparkContext
+    from pyspark import SparkContext  # loads pyspark
 
-    from lamina.engines.spark import get_spark
+    from lamina.engines.spark import get_spark  # loads pyarrow
 
     hide = not verbose and SparkContext._gateway is None and LOG_LEVEL_ENV not in os.environ
     jvm_err = _jvm_stderr_hidden() if hide else contextlib.nullcontext(sys.stderr)
@@ -90,8 +94,7 @@ def quiet_session(
 
 def spark_error_message(exc: BaseException) -> str | None:
     """A one-line message for an error raised by Spark; None if it is not Spark's."""
-    from py4j.protocol import Py4JJavaError
-    from pyspark.errors import PySparkException
+    from pyspark.errors import PySparkException  # loads pyspark
 
     if isinstance(exc, Py4JJavaError):
         top = java = exc.java_exception
@@ -128,9 +131,7 @@ def spark_errors() -> Iterator[None]:
 
 def _cast_to(df: DataFrame, schema: pa.Schema) -> DataFrame:
     """Cast the (string) columns of ``df`` that the table has to the table's types."""
-    from pyspark.sql import functions as F
-
-    from lamina.engines.spark_schema import arrow_to_spark_schema, ref
+    from pyspark.sql import functions as F  # loads pyspark
 
     target = {f.name: f.dataType for f in arrow_to_spark_schema(schema).fields}
     cols = []
@@ -145,9 +146,6 @@ def read_spark_files(
 ) -> DataFrame:
     """Read the inputs. With a table ``schema``, CSV/JSON values are read as text and
     cast by column name to the table's types; without one, Spark infers the types."""
-    import functools
-
-    from lamina.engines.files import data_files
 
     reader = spark.read
     if len(paths) == 1 and "://" not in paths[0] and os.path.isdir(paths[0]):
@@ -187,7 +185,6 @@ def read_spark_files(
 def csv_headers(paths: Sequence[str]) -> list[tuple[str, ...] | None]:
     """Each local CSV file's header (decompressed as its extension says); None for a
     URI (Spark checks those: ``enforceSchema=False``)."""
-    import csv
 
     out: list[tuple[str, ...] | None] = []
     for path in paths:

@@ -46,7 +46,7 @@ def _hidden_rows(spark: SparkSession, plan: ScanPlan, wh: Warehouse) -> DataFram
 def _positioned(spark: SparkSession, rec: TableRecord, wh: Warehouse, paths: list[str]) -> Any:
     """The files' rows with ``__lamina_f`` (the file's URI as Spark's, normalized) and
     ``__lamina_r`` (the row's position in its file)."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # loads pyspark
 
     df = spark.read.schema(arrow_to_spark_schema(rec.schema)).parquet(*[wh.uri(p) for p in paths])
     return df.select(
@@ -61,7 +61,7 @@ def _union(
 ) -> DataFrame:
     """``read`` of the plan's whole files, and of each group of files read in part
     less the rows outside its interval, as one DataFrame of the columns ``names``."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # loads pyspark
 
     rec = plan.table
     frames = []
@@ -115,7 +115,7 @@ def read_spark_versions(
     columns ``names``: the seq that stored the row and the seq from which it no longer
     shows (null: it still shows), from ``marks`` (per path: the first seq, and per row
     the second or -1); each joined on the row's file and ``_metadata.row_index``."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # loads pyspark
 
     rec = plan.table
     valid_from, valid_until = names
@@ -160,7 +160,7 @@ def read_rows(
     """The table's rows at ``rows``' (``path``, ``row``) positions, those inside
     ``keep`` (None: all), with ``rows``' other columns beside them: the files read by
     Spark's Parquet reader, joined on the file and ``_metadata.row_index``."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # loads pyspark
 
     paths = sorted(set(rows.column("path").to_pylist()))
     uri = {p: re.sub(_LOCAL, "/", wh.uri(p)) for p in paths}  # as Spark's, normalized
@@ -182,7 +182,7 @@ def read_rows(
 
 def _spark_literal(t: pa.DataType, keep: Interval) -> tuple[Any, Any]:
     """Bounds as SQL literals that mean the same whatever the session time zone."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # loads pyspark
 
     def text(us: int) -> str:
         return format_us(us).rstrip("Z").replace("T", " ")

@@ -13,7 +13,7 @@ from lamina.io.arrow import storage_schema
 
 
 def spark_to_arrow_schema(schema: Any) -> pa.Schema:
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.pandas.types import to_arrow_schema  # loads pyspark
 
     return to_arrow_schema(schema, timezone="UTC")
 
@@ -63,7 +63,7 @@ def arrow_to_spark_schema(schema: pa.Schema) -> Any:
     """The Spark struct for a table schema, taken in its stored form (views -> large
     types -> Spark string/binary/array, dictionaries -> values; see ``storage_schema``).
     Raises SchemaError when a column has no Spark equivalent."""
-    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.pandas.types import from_arrow_schema  # loads pyspark
 
     stored = storage_schema(schema)
     fields = [pa.field(f.name, _spark_arrow_type(f.type), f.nullable) for f in stored]

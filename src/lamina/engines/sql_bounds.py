@@ -60,7 +60,7 @@ def time_bound(
 def _cast_type(t: pa.DataType) -> str:
     """The type DuckDB reads the time column as (a string literal compared with it is
     cast to this type)."""
-    import pyarrow as pa
+    import pyarrow as pa  # loads numpy, pyarrow
 
     if pa.types.is_date(t):
         return "DATE"

@@ -170,7 +170,7 @@ def storage_schema(schema: pa.Schema) -> pa.Schema:
 def table_schema(schema: pa.Schema) -> pa.Schema:
     """The schema a new table stores: :func:`storage_schema`, checked against the
     Parquet writer. Raises UnsupportedTypeError naming the first column it cannot write."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # loads pyarrow
 
     stored = storage_schema(schema)
     for f in stored:
@@ -240,7 +240,7 @@ def _mask(arr: pa.Array) -> pa.Array | None:
 
 def _own_values(arr: pa.Array) -> tuple[pa.Array, pa.Array]:
     """Offsets from 0 and the child values of a (possibly sliced) list or map array."""
-    import pyarrow.compute as pc
+    import pyarrow.compute as pc  # loads pyarrow
 
     offsets = arr.offsets
     first, last = offsets[0].as_py(), offsets[-1].as_py()
@@ -262,7 +262,7 @@ def _list_from_view(arr: pa.Array, t: pa.DataType) -> pa.Array:
 def _to_storage(arr: pa.Array) -> pa.Array:
     """``arr`` as its :func:`storage_type`, value for value. Built by hand for nested
     types: pyarrow can neither take from views nor cast list views correctly."""
-    import pyarrow.compute as pc
+    import pyarrow.compute as pc  # loads pyarrow
 
     t = storage_type(arr.type, "")
     if t == arr.type:
@@ -421,7 +421,7 @@ def chunk_starts(values_us: np.ndarray, granularity: Granularity) -> np.ndarray:
         step = width.end - width.start
         offset = width.start % step
         return values_us - (values_us - offset) % step
-    import pyarrow.compute as pc
+    import pyarrow.compute as pc  # loads pyarrow
 
     ts = int64_arrow(values_us).cast(pa.timestamp("us"))
     floored = pc.floor_temporal(ts, unit=_FLOOR_UNITS[granularity])
@@ -451,7 +451,7 @@ def _bound(field: pa.Field, us: int, op: str) -> pc.Expression:
 
             return pc.scalar((raw < 0) == (op == ">="))
         value = pa.scalar(raw, pa.int64()).cast(t)
-    import pyarrow.compute as pc
+    import pyarrow.compute as pc  # loads pyarrow
 
     col = pc.field(field.name)
     return col >= value if op == ">=" else col < value

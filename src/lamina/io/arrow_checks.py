@@ -23,7 +23,7 @@ def is_list_like(t: pa.DataType) -> bool:
 def check_zones(column: str, t: pa.DataType) -> None:
     """Raise SchemaError for a timestamp (at any depth) whose time zone Arrow cannot
     find: the table would take rows and fail every read that converts them."""
-    import pyarrow.compute as pc
+    import pyarrow.compute as pc  # loads pyarrow
 
     if pa.types.is_timestamp(t) and t.tz is not None:
         try:

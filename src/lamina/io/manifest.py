@@ -11,6 +11,7 @@ import uuid
 
 import numpy as np
 import pyarrow as pa
+import xxhash
 
 from lamina.core.columnar import SEGMENT_SCHEMA, overlapping, with_overwrite_columns
 from lamina.core.interval import Interval
@@ -26,7 +27,6 @@ class DamagedManifestError(OSError):
 
 
 def _digest(data: bytes | pa.Buffer) -> str:
-    import xxhash
 
     return xxhash.xxh3_64_hexdigest(memoryview(data))
 

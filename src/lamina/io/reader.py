@@ -12,7 +12,8 @@ import pyarrow as pa
 
 from lamina.core.interval import Interval
 from lamina.core.scan import ScanPlan
-from lamina.errors import SchemaError, SnapshotNotFoundError
+from lamina.core.widening import widens
+from lamina.errors import CommitConflictError, SchemaError, SnapshotNotFoundError
 from lamina.io.arrow import storage_schema, time_filter
 from lamina.io.warehouse import Warehouse
 
@@ -102,8 +103,6 @@ def padded(data: pa.Table, schema: pa.Schema) -> pa.Table:
     nulls for the columns added since a file was written (``t.add_columns``). Raises
     CommitConflictError for a column ``schema`` does not have, or has of a narrower type:
     it was added or widened after ``schema`` was read (do it again)."""
-    from lamina.core.widening import widens
-    from lamina.errors import CommitConflictError
 
     stored = storage_schema(schema)
     extra = [n for n in data.column_names if n not in stored.names]

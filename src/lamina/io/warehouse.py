@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import uuid
 from typing import TYPE_CHECKING
@@ -23,7 +24,7 @@ class Warehouse:
     def __init__(self, location: str) -> None:
         self._fs: pafs.FileSystem | None = None
         if "://" in location:
-            import pyarrow.fs as pafs
+            import pyarrow.fs as pafs  # loads numpy, pyarrow
 
             try:
                 self._fs, path = pafs.FileSystem.from_uri(location)
@@ -39,7 +40,7 @@ class Warehouse:
     @property
     def fs(self) -> pafs.FileSystem:
         if self._fs is None:
-            import pyarrow.fs as pafs
+            import pyarrow.fs as pafs  # loads numpy, pyarrow
 
             self._fs = pafs.LocalFileSystem()
         return self._fs
@@ -73,7 +74,6 @@ class Warehouse:
         warehouse take each other's files for their own (both number commit folders
         from 1; each deletes as orphans the files the other's rows name).
         Raises WarehouseError."""
-        import json
 
         marker = self.path(self.MARKER)
         try:
@@ -119,7 +119,6 @@ class Warehouse:
         )
 
     def _read_marker(self, marker: str) -> dict[str, str] | None:
-        import json
 
         try:
             if self._fs is None:
@@ -148,7 +147,7 @@ class Warehouse:
         return int(info.size or 0)
 
     def exists(self, path: str) -> bool:
-        import pyarrow.fs as pafs
+        import pyarrow.fs as pafs  # loads numpy, pyarrow
 
         return self.fs.get_file_info(path).type != pafs.FileType.NotFound
 
@@ -163,7 +162,7 @@ class Warehouse:
                 raise WarehouseError(f"cannot remove {path}: {exc}") from None
 
     def list_files(self, path: str) -> list[pafs.FileInfo]:
-        import pyarrow.fs as pafs
+        import pyarrow.fs as pafs  # loads numpy, pyarrow
 
         try:
             infos = self.fs.get_file_info(pafs.FileSelector(path, recursive=True))

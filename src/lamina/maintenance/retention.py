@@ -10,6 +10,7 @@ from lamina.context import CatalogContext
 from lamina.core.interval import to_us
 from lamina.core.properties import setting
 from lamina.io.warehouse import commit_dir
+from lamina.maintenance.drops import settle_drops
 from lamina.meta import retention as rows
 from lamina.meta import tables, writers
 from lamina.meta.tables import now_us
@@ -38,7 +39,6 @@ def run_retention(
     the tables ``names`` (see ``Catalog.run_retention``), and settle the folders of
     their unfinished drops (``every_name``: of any name, a table's or not). Raises
     TableNotFoundError, WarehouseError."""
-    from lamina.maintenance.drops import settle_drops
 
     at = now_us() if now is None else to_us(now)
     never = 2**62

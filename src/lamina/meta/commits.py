@@ -92,7 +92,7 @@ def _complete_and_bump() -> Any:
     """PostgreSQL: complete the commit, insert its segments (arrays, any number) and
     move the table's counters in one statement; the caller rolls back when no row
     returns. (Built on first use: the PostgreSQL dialect takes ~40 ms to import.)"""
-    from sqlalchemy.dialects.postgresql import ARRAY
+    from sqlalchemy.dialects.postgresql import ARRAY  # loads sqlalchemy
 
     unnest = (
         func.unnest(*(bindparam(f"s_{c.name}", type_=ARRAY(c.type)) for c in _SEGMENT_COLS))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import random
+import sqlite3
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -95,7 +96,6 @@ _SQLITE_WRITE_WAIT_S = 60.0
 def _begin_immediate(dbapi_conn: Any) -> None:
     """``BEGIN IMMEDIATE``, polling for the write lock (see above) for up to a minute;
     then the last SQLITE_BUSY error is raised (retried by :func:`run`)."""
-    import sqlite3
 
     dbapi_conn.execute("PRAGMA busy_timeout=0")
     try:

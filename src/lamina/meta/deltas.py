@@ -135,7 +135,7 @@ _IDENTITY = (segments.c.start_us, segments.c.end_us, segments.c.version, segment
 
 def _columns(rows: Sequence[Any]) -> pa.Table:
     """Segment rows (of :data:`COLUMNS`) as a :data:`SEGMENT_SCHEMA` table."""
-    from lamina.core.columnar import SEGMENT_SCHEMA, segment_table
+    from lamina.core.columnar import SEGMENT_SCHEMA, segment_table  # loads numpy, pyarrow
 
     names = [c.name for c in COLUMNS[:-1]]  # the segment id is not kept
     if not rows:

@@ -39,8 +39,11 @@ from lamina.core.model import CommitAction
 from lamina.core.planner import hidden_by_newer
 from lamina.core.plans import LineagePlan
 from lamina.errors import LineageEntryNotFoundError, LineageError, LineageRequestError
+from lamina.meta.commits import record_commit
+from lamina.meta.conflicts import encode, keep_lists
 from lamina.meta.db import Db
 from lamina.meta.lineage_lists import entries, entry_row, lists, put_list
+from lamina.meta.publish_checks import check
 from lamina.meta.rows import segment_of
 from lamina.meta.schema import commits, lineage, lineage_ids, segments
 from lamina.meta.segments import (
@@ -70,9 +73,6 @@ def _record_commit(
     it moved and the lists it showed and swapped (see
     :func:`lamina.meta.conflicts.encode`). Both imported by the first write (reading
     lineage needs none of the commit modules)."""
-    from lamina.meta.commits import record_commit
-    from lamina.meta.conflicts import encode
-    from lamina.meta.publish_checks import check
 
     check(db, conn, row, plan)
     footprint = encode(lineage=plan.moved, shown=plan.shown, swapped=plan.swapped)
@@ -91,7 +91,6 @@ def set_state(conn: Connection, entry_id: str, state: LineageState, **seqs: int)
 def drop_entry(conn: Connection, entry_id: str) -> None:
     """Delete an entry and its id lists (its commits stay in the history, their
     footprints with the ids of the lists they named)."""
-    from lamina.meta.conflicts import keep_lists
 
     row = conn.execute(
         select(lineage.c.table_id, lineage.c.completed_seq, lineage.c.reverted_seq).where(

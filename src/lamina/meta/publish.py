@@ -399,7 +399,7 @@ def _side_rows(
 ) -> None:
     """Write what goes with the commit: deletion vectors, app version, locks, lineage, removals."""
     if outcome is not None:
-        from lamina.meta import deletes
+        from lamina.meta import deletes  # loads numpy, pyroaring
 
         # the upsert is resolved; its deletion vectors are not written yet
         failpoint("publish.before_deletes", table_id=table_id, commit_id=commit_id)

@@ -9,6 +9,8 @@ existing catalogs upgrade in place on their next connect.
 
 from __future__ import annotations
 
+import os
+import uuid
 from collections.abc import Callable
 
 from sqlalchemy import (
@@ -32,7 +34,9 @@ from sqlalchemy import (
     text,
     update,
 )
+from sqlalchemy.exc import IntegrityError
 
+from lamina.errors import CatalogUnavailableError
 from lamina.meta.db import is_sqlite, run
 
 metadata = MetaData()
@@ -424,8 +428,6 @@ def migrate(engine: Engine) -> int:
             conn.execute(text("SELECT pg_advisory_xact_lock(7420931)"))
         found = _current(conn)
         if found > SCHEMA_VERSION:
-            from lamina.errors import CatalogUnavailableError
-
             raise CatalogUnavailableError(
                 f"catalog schema version {found} is newer than this lamina "
                 f"({SCHEMA_VERSION}); upgrade lamina"
@@ -446,7 +448,6 @@ def migrate(engine: Engine) -> int:
 def existing_catalog_id(engine: Engine) -> str | None:
     """The catalog's identity if it has one, without creating anything (a SQLite
     file that does not exist is not made)."""
-    import os
 
     if is_sqlite(engine):
         path = engine.url.database
@@ -464,9 +465,6 @@ def existing_catalog_id(engine: Engine) -> str | None:
 
 def catalog_id(engine: Engine) -> str:
     """The catalog's identity (made by the first caller)."""
-    import uuid
-
-    from sqlalchemy.exc import IntegrityError
 
     def read(conn: Connection) -> str | None:
         return conn.execute(select(identity.c.uuid).where(identity.c.id == 1)).scalar()

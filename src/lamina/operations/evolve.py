@@ -6,12 +6,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from lamina.changes import CHANGE, COMMIT_ID, COMMIT_SEQ
 from lamina.core.autocompact import check_policy, check_properties, policy_of
+from lamina.core.comparison import cmp_dtype
 from lamina.core.model import Commit, TableRecord
 from lamina.core.properties import as_text, check_reserved
-from lamina.core.upsert_spec import refuse_consistent_push
-from lamina.errors import SchemaError
+from lamina.core.upsert_spec import UpsertSpec, refuse_consistent_push
+from lamina.core.widening import widenings, widens
+from lamina.errors import SchemaError, UpsertError
+from lamina.io.arrow import storage_type, table_schema
 from lamina.meta import tables
 from lamina.meta.schemas import change_schema
 from lamina.operations.handle import TableHandle
@@ -82,7 +87,6 @@ def check_names(names: list[str]) -> None:
 def new_fields(fields: Any) -> list[pa.Field]:
     """The columns ``t.add_columns`` was given: ``pa.field``s, or one ``pa.Schema`` or
     list of them. Raises SchemaError for anything else, or for none."""
-    import pyarrow as pa
 
     out: list[pa.Field] = []
     for item in fields:
@@ -111,10 +115,6 @@ def added(rec: TableRecord, fields: list[pa.Field]) -> tuple[pa.Schema, dict[str
     reserved, or whose type lamina cannot store; UpsertError for one an upsert table
     cannot take (a ``$`` name, the reader's row position names, a type the default
     partial-upsert strategy cannot merge)."""
-    import pyarrow as pa
-
-    from lamina.core.upsert_spec import UpsertSpec
-    from lamina.io.arrow import table_schema
 
     fixed = [f.name for f in fields if not f.nullable]
     if fixed:
@@ -146,12 +146,6 @@ def widened(rec: TableRecord, column: Any, new_type: Any) -> tuple[pa.Schema, di
     UpsertError for a primary key column (its values are hashed as typed), a
     comparison column whose values the key index would hold otherwise, or a type the
     column's partial-upsert strategy cannot merge."""
-    import pyarrow as pa
-
-    from lamina.core.upsert_spec import UpsertSpec
-    from lamina.core.widening import widenings, widens
-    from lamina.errors import UpsertError
-    from lamina.io.arrow import storage_type
 
     names = rec.schema.names
     if not isinstance(column, str) or column not in names:
@@ -175,14 +169,11 @@ def widened(rec: TableRecord, column: Any, new_type: Any) -> tuple[pa.Schema, di
             f"{column!r} is a primary key column: keys are hashed as typed, so a wider type "
             "would give stored keys other hashes; create a new table to change it"
         )
-    if spec is not None and column == spec.comparison_column:
-        from lamina.core.comparison import cmp_dtype
-
-        if cmp_dtype(new) != cmp_dtype(old):
-            raise UpsertError(
-                f"comparison column {column!r} cannot become {new}: the key index holds its "
-                f"values as {cmp_dtype(old)}"
-            )
+    if spec is not None and column == spec.comparison_column and cmp_dtype(new) != cmp_dtype(old):
+        raise UpsertError(
+            f"comparison column {column!r} cannot become {new}: the key index holds its "
+            f"values as {cmp_dtype(old)}"
+        )
     schema = rec.schema.set(names.index(column), old_field.with_type(new))
     UpsertSpec.from_properties(rec.properties, schema, rec.time_column)  # still fits
     return schema, {"widen_column": {"name": column, "from": str(old), "to": str(new)}}

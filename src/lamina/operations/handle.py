@@ -16,7 +16,8 @@ from lamina.context import CatalogContext
 from lamina.core.interval import Granularity, Interval
 from lamina.core.model import AsOf, Commit, Snapshot, TableRecord
 from lamina.errors import SnapshotNotFoundError
-from lamina.meta import commits, snapshots, tables
+from lamina.meta import commits, lineage, snapshots, tables
+from lamina.meta.locks import list_locks
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -140,13 +141,11 @@ class TableHandle:
 
     def lineage(self) -> list[LineageEntry]:
         """The table's lineage entries (oldest first)."""
-        from lamina.meta import lineage
 
         return lineage.list_entries(self.ctx.db, self.name)
 
     def locks(self) -> list[LockInfo]:
         """The table's task locks and waiting requests."""
-        from lamina.meta.locks import list_locks
 
         return list_locks(self.ctx.db, self.name)
 

@@ -11,9 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from lamina.core.args import whole_number
 from lamina.core.interval import ETERNITY, Granularity, Interval
-from lamina.core.model import Commit, CommitAction, NewSegment
+from lamina.core.model import Commit, CommitAction, NewSegment, txn_of
+from lamina.core.planner import allocate
 from lamina.core.plans import LineageBatch, write_plan
+from lamina.core.timeline import Timeline
 from lamina.errors import (
+    AlreadyAppliedError,
     ChunkLayoutError,
     CommitConflictError,
     DataOutsideIntervalError,
@@ -21,6 +24,8 @@ from lamina.errors import (
     LaminaError,
     SchemaError,
 )
+from lamina.meta import app_txns
+from lamina.meta.segments import live_spans
 from lamina.operations.handle import TableHandle
 from lamina.operations.retry import retrying
 
@@ -92,14 +97,19 @@ def producer(
     read and checked here, before the commit opens; a later piece that fails
     aborts the commit (its files are deleted). Raises SchemaError, TimeColumnError,
     DataOutsideIntervalError."""
-    import pyarrow as pa
+    import pyarrow as pa  # loads numpy, pyarrow
 
-    from lamina.io.arrow import conform, gathered, is_spark_dataframe, to_arrow_table
-    from lamina.io.writer import split_by_chunk, write_parts
+    from lamina.io.arrow import (  # loads numpy, pyarrow
+        conform,
+        gathered,
+        is_spark_dataframe,
+        to_arrow_table,
+    )
+    from lamina.io.writer import split_by_chunk, write_parts  # loads numpy, pyarrow
 
     ctx = table.ctx
     if is_spark_dataframe(data):
-        from lamina.engines.spark import spark_producer
+        from lamina.engines.spark import spark_producer  # loads numpy, pyarrow
 
         target = table.target_rows_per_segment
         return spark_producer(table.record, ctx.warehouse, target, data, refine)
@@ -179,9 +189,7 @@ def write(
     (called with ``refine=``), or by :func:`producer` for data that can be read twice.
     Raises CommitConflictError, SchemaError, TimeColumnError, DataOutsideIntervalError,
     ChunkLayoutError."""
-    from lamina.core.model import txn_of
-    from lamina.errors import AlreadyAppliedError
-    from lamina.write import WriteTransaction
+    from lamina.write import WriteTransaction  # loads numpy, pyarrow
 
     ctx = table.ctx
     if txn is not None:
@@ -234,7 +242,7 @@ def write(
 
 def refinable(data: Any) -> bool:
     """Whether ``data`` can be written again after a first try (not a stream)."""
-    import pyarrow as pa
+    import pyarrow as pa  # loads numpy, pyarrow
 
     return not isinstance(data, pa.RecordBatchReader)
 
@@ -246,8 +254,6 @@ def refinement(
     its day into hours, say): the chunk appended rows of each of its hours go to
     (:func:`lamina.core.planner.allocate`, Druid's allocation, over the timeline's
     visible pieces)."""
-    from lamina.core.planner import allocate
-    from lamina.core.timeline import Timeline
 
     if not chunks or table.time_column is None:
         return {}
@@ -264,8 +270,6 @@ def refinement(
 def applied(table: TableHandle, txn: tuple[str, int]) -> Commit | None:
     """The commit that recorded ``txn``'s app version or a later one (None: not
     applied yet). Raises MetadataError for a malformed ``txn``."""
-    from lamina.core.model import txn_of
-    from lamina.meta import app_txns
 
     app, version = txn_of(txn)
     got = app_txns.latest(table.ctx.db, table.record.id, app)
@@ -297,7 +301,6 @@ def overwrite_chunks(
         return tuple(sorted(set(chunks)))
     if interval == ETERNITY:
         return (ETERNITY,)
-    from lamina.meta.segments import live_spans
 
     gran = granularity or table.granularity
     gran.check_aligned(interval)

@@ -272,7 +272,7 @@ def compaction_status(
 ) -> list[ChunkCompactionInfo]:
     """Each chunk's compaction status under the table's ``compaction.*`` policy, newest
     first, with the reason (what ``lamina compact --auto --dry-run`` lists)."""
-    from lamina.operations.compaction.auto import auto_status
+    from lamina.operations.compaction.auto import auto_status  # loads numpy, pyarrow
 
     h = TableHandle(cat.context, get_table(cat.context.db, t.name))
     return [
@@ -376,7 +376,7 @@ def serve(
 ) -> None:
     """Connect to the catalog and serve the REST API with uvicorn until interrupted.
     Raises ServeError when it cannot listen at ``host``:``port``."""
-    import uvicorn
+    import uvicorn  # loads click, uvicorn
 
     sock = _listen(host, port)
     try:

@@ -93,7 +93,7 @@ class TableReads:
     ) -> pd.DataFrame:
         """:meth:`to_arrow` as a pandas DataFrame. Raises SchemaError for values
         pandas cannot hold (a time with nanoseconds, a list of fixed-size binaries)."""
-        import pyarrow as pa
+        import pyarrow as pa  # loads numpy, pyarrow
 
         data = self.to_arrow(as_of, columns, interval)
         try:

@@ -20,13 +20,14 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, select
 
-from lamina.errors import CommitConflictError
+from lamina.errors import CommitConflictError, KeyIndexFileError
 from lamina.meta.schema import key_snapshots, tables
 
 if TYPE_CHECKING:
@@ -130,7 +131,6 @@ class KeyIndexes:
     ) -> KeyState | None:
         """The newest saved snapshot of the index at or before ``seq`` (None: none
         usable); the one :meth:`prefetch` read if it is that one."""
-        from lamina.errors import KeyIndexFileError
 
         loading = self._loading.pop(table.id, None)
         row = _snapshot_row(conn, table, seq)
@@ -241,7 +241,6 @@ class KeyIndexes:
     def stats(self, db: Db, table: TableRecord, spec: UpsertSpec, wh: Warehouse) -> KeyStats:
         """What ``lamina keys`` reports: the table's index as of its latest snapshot
         (built or caught up now)."""
-        import time
 
         from lamina.meta.keyindex import snapshots  # numpy, pyarrow, pyroaring
 
@@ -274,11 +273,15 @@ def _snapshot_row(conn: Connection, table: TableRecord, seq: int | None) -> Any:
 def _load(wh: Warehouse, row: Any, table: TableRecord) -> KeyState:
     """The snapshot catalog row ``row`` names, read (it must be that snapshot, with the
     table's comparison type). Raises KeyIndexFileError, OSError."""
-    from lamina.core.comparison import cmp_dtype
-    from lamina.core.upsert_spec import UpsertSpec
-    from lamina.io.keyindex import read_index
-    from lamina.meta.keyindex.replay import KeyState
-    from lamina.meta.keyindex.snapshots import stamp_of
+    from lamina.core.comparison import cmp_dtype  # loads numpy, pyarrow
+    from lamina.core.upsert_spec import UpsertSpec  # loads numpy, pyarrow
+    from lamina.io.keyindex import read_index  # loads numpy, pyarrow
+    from lamina.meta.keyindex.replay import (
+        KeyState,  # loads numpy, pyarrow, pyroaring, sortedcontainers
+    )
+    from lamina.meta.keyindex.snapshots import (
+        stamp_of,  # loads numpy, pyarrow, pyroaring, sortedcontainers
+    )
 
     spec = UpsertSpec.from_properties(table.properties, table.schema, table.time_column)
     assert spec is not None, "an upsert table's"
@@ -308,11 +311,11 @@ def _current(
     as :func:`lamina.core.upsert.resolve_against` takes it; with the stored values of
     the other columns when ``values`` (partial upserts merge with them). Records in
     files ``gone`` count as absent."""
-    import numpy as np
-    import pyarrow as pa
+    import numpy as np  # loads numpy
+    import pyarrow as pa  # loads numpy, pyarrow
 
-    from lamina.core.comparison import cmp_arrow
-    from lamina.core.upsert import DELETED, ROW, SEGMENT
+    from lamina.core.comparison import cmp_arrow  # loads numpy, pyarrow
+    from lamina.core.upsert import DELETED, ROW, SEGMENT  # loads numpy, pyarrow
 
     spec, res = batch.spec, batch.resolved
     data = res.batch
@@ -341,9 +344,9 @@ def _stored(
     st: KeyState, wh: Warehouse, found: Lookup, names: list[str], schema: pa.Schema
 ) -> dict[str, pa.Array]:
     """The stored values of columns ``names`` of the records ``found`` points at."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.dataset as ds
+    import numpy as np  # loads numpy
+    import pyarrow as pa  # loads numpy, pyarrow
+    import pyarrow.dataset as ds  # loads numpy, pandas, pyarrow
 
     seg, row = found.segment[found.found], found.row[found.found].astype(np.int64)
     pieces: list[tuple[np.ndarray, pa.Table]] = []
@@ -372,8 +375,8 @@ def _stored(
 def _group(into: dict[str, BitMap], names: list[str], which: np.ndarray, rows: np.ndarray) -> None:
     """Add ``rows`` to the bitmaps of ``into`` by file: row i is in file
     ``names[which[i]]``."""
-    import numpy as np
-    from pyroaring import BitMap
+    import numpy as np  # loads numpy
+    from pyroaring import BitMap  # loads pyroaring
 
     for value in np.unique(which):
         bm = into.setdefault(names[int(value)], BitMap())
@@ -411,11 +414,16 @@ def _resolve(
     gone: set[str] | None,
 ) -> Outcome:
     """:meth:`KeyIndexes.resolve` against ``st``, the index as of ``seq``."""
-    import numpy as np
-    import pyarrow as pa
+    import numpy as np  # loads numpy
+    import pyarrow as pa  # loads numpy, pyarrow
 
-    from lamina.core.comparison import cmp_values
-    from lamina.core.upsert import ROW, SEGMENT, resolve_against, resolve_rewrite
+    from lamina.core.comparison import cmp_values  # loads numpy, pyarrow
+    from lamina.core.upsert import (  # loads numpy, pyarrow
+        ROW,
+        SEGMENT,
+        resolve_against,
+        resolve_rewrite,
+    )
 
     spec = batch.spec
     batch = _widened(batch, table)

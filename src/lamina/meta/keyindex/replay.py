@@ -32,7 +32,9 @@ from lamina.core.upsert_spec import delete_flags
 from lamina.errors import UpsertError
 from lamina.io.warehouse import Warehouse
 from lamina.meta import deletes
+from lamina.meta.lineage_lists import hidden_at
 from lamina.meta.schema import commits, segments
+from lamina.meta.snapshots import COLUMNS, segments_of
 
 __all__ = ["KeyState", "add_files", "catch_up", "rebuild", "visible_files"]
 
@@ -128,8 +130,6 @@ def add_files(
 
 def _visible(conn: Connection, table: TableRecord, seq: int) -> list[Segment]:
     """The data segments visible at ``seq`` (lineage and timeline applied)."""
-    from lamina.meta.lineage_lists import hidden_at
-    from lamina.meta.snapshots import COLUMNS, segments_of
 
     rows = conn.execute(
         select(*COLUMNS).where(

@@ -11,19 +11,24 @@ and the interpreter waits for them at exit)."""
 from __future__ import annotations
 
 import contextlib
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+import pyarrow as pa
 from sqlalchemy import Connection, func, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from lamina.core.model import TableRecord
 from lamina.errors import LaminaError
+from lamina.io.keyindex import write_index
 from lamina.io.warehouse import Warehouse
 from lamina.meta import deletes
 from lamina.meta.db import Db
 from lamina.meta.keyindex.replay import KeyState, visible_files
 from lamina.meta.schema import key_snapshots, segments
+from lamina.meta.tables import now_us
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -99,8 +104,6 @@ def due(db: Db, table: TableRecord, size: int, started: tuple[int, int] | None) 
 def copy_of(index: KeyIndex) -> pa.Table:
     """The index's entries as an Arrow table of their own (the index's arrays change in
     place with the upserts that follow, while the copy is written)."""
-    import numpy as np
-    import pyarrow as pa
 
     view = index.to_arrow()  # over the index's arrays
     return pa.Table.from_arrays(
@@ -121,10 +124,6 @@ def save(
     ``files`` (JSON: the data file of each file code) and ``keys`` (its key count), and
     register it; delete the snapshots it makes too old. Failures are ignored (it runs
     in a background thread)."""
-    import uuid
-
-    from lamina.io.keyindex import write_index
-    from lamina.meta.tables import now_us
 
     rel = f"{table.name}/_keys/{seq:012d}-{uuid.uuid4().hex[:8]}.keys"
     try:

@@ -26,6 +26,7 @@ from lamina.core.args import names, seconds, whole_number
 from lamina.core.autocompact import (
     DEFAULT_NICE,
     Policy,
+    check_sort_by,
     fingerprint_of,
     nice_of,
     policy_of,
@@ -45,11 +46,16 @@ from lamina.core.model import (
 from lamina.core.plans import MinorCompactionPlan
 from lamina.core.rollup import Rollup, check_query_granularity
 from lamina.core.segment import Segment
+from lamina.engines.files import parse_size
+from lamina.engines.spark import get_spark, spark_rewrite
+from lamina.engines.spark_schema import spark_problem
 from lamina.errors import (
     CommitConflictError,
     CompactionError,
     InvalidGranularityError,
+    UnsupportedTypeError,
     UpsertError,
+    WarehouseError,
 )
 from lamina.failpoints import failpoint
 from lamina.io.arrow import time_values_us
@@ -58,6 +64,7 @@ from lamina.io.reader import padded
 from lamina.io.rollup import roll_up
 from lamina.io.writer import ChunkPart, pieces, write_parts
 from lamina.meta import commits
+from lamina.meta.segments import rows_by_id
 from lamina.operations import steps as tw
 from lamina.operations.compaction.scope import candidates
 from lamina.operations.compaction.span import major_interval
@@ -159,7 +166,7 @@ def purge(table: TableHandle, segs: list[Segment]) -> tuple[frozenset[str], dict
     Raises PropertyError."""
     if not table.is_upsert or not segs:
         return frozenset(), {}
-    from lamina.meta import deletes
+    from lamina.meta import deletes  # loads pyroaring
 
     root = table.ctx.db.root + "/"
     by_path = {str(s.location).removeprefix(root): s.id for s in segs if s.location}
@@ -213,8 +220,6 @@ def _gone(table: TableHandle, segment_id: str, location: str) -> NoReturn:
     """Raise for an input whose file is gone: CommitConflictError when its segment was
     removed meanwhile (retention may delete its file), WarehouseError when it is still
     live (the file was lost: no retry helps)."""
-    from lamina.errors import WarehouseError
-    from lamina.meta.segments import rows_by_id
 
     rows = table.ctx.db.read(lambda conn: rows_by_id(conn, table.record.id, [segment_id]))
     if rows and rows[0].removed_seq is None:
@@ -243,20 +248,16 @@ def engine_of(run: MinorRun, engine: str, schema: pa.Schema | None = None) -> st
     ``auto``, Spark for a run too big for this process, unless the table has a column
     Spark cannot write back as it is (``schema``). Raises UnsupportedTypeError for
     ``spark`` then."""
-    from lamina.engines.spark_schema import spark_problem
 
     why = None if schema is None or engine == "local" else spark_problem(schema, exact=True)
     if why is not None:
         if engine == "spark":
-            from lamina.errors import UnsupportedTypeError
-
             raise UnsupportedTypeError(
                 f"Spark cannot compact this table: {why}; use engine='local'"
             )
         return "local"
     if engine != "auto":
         return engine
-    from lamina.engines.files import parse_size
 
     limit = parse_size(os.environ.get(LOCAL_MAX_ENV) or DEFAULT_LOCAL_MAX, f"${LOCAL_MAX_ENV}")
     return "spark" if sum(s.size_bytes for s in run.inputs) > limit else "local"
@@ -274,8 +275,6 @@ def _write_run(
     (always here for an upsert table: ``drop``, see :func:`_rewrite`)."""
     maps: tuple[RowMap, ...] = ()
     if drop is None and engine_of(run, engine, table.schema) == "spark":
-        from lamina.engines.spark import get_spark, spark_rewrite
-
         rel = f"{commit_rel}/run-{run.root_range[0]}-{run.chunk.start}"
         paths = [s.location for s in run.inputs if s.location is not None]
         wrote = spark_rewrite(
@@ -379,7 +378,7 @@ def _superseded(table: TableHandle, runs: list[MinorRun]) -> dict[str, np.ndarra
     comparisons); None for other tables."""
     if not table.is_upsert:
         return None
-    from lamina.meta import deletes
+    from lamina.meta import deletes  # loads pyroaring
 
     ctx, tid = table.ctx, table.record.id
     root = ctx.db.root + "/"
@@ -418,7 +417,6 @@ def compact_major(
         )
     except InvalidGranularityError as exc:
         raise CompactionError(f"segment_granularity: {exc}") from None
-    from lamina.core.autocompact import check_sort_by
 
     check_sort_by(table.schema, sort_by or ())
     spec = None if rollup is None else Rollup.parse(rollup, table.schema, table.time_column)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lamina.core.autocompact import nest
 from lamina.core.interval import ETERNITY, Granularity, Interval
 from lamina.errors import CompactionError, InvalidIntervalError
 
@@ -29,7 +30,6 @@ def whole_segments(table: TableHandle, iv: Interval, granularity: Granularity) -
     record as in its file or gone: a segment a compaction hid in part (a WEEK segment
     under one day of HOUR segments) would hide the records of the part it covers,
     whose copies would not show either (they show only where the file they copy went)."""
-    from lamina.core.autocompact import nest
 
     if not nest(table.granularity, granularity):  # no interval aligns with both
         return iv
@@ -79,7 +79,6 @@ def _clipped(table: TableHandle, iv: Interval, granularity: Granularity) -> Inte
     None without any. A chunk without data needs no rewrite, and the empty segment a
     compaction leaves in each chunk it rewrites is a catalog row: 0001/9999 made
     millions of them."""
-    from lamina.core.autocompact import nest
 
     held = [
         s.interval

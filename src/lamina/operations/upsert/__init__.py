@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
+from lamina.core.keyhash import key_hashes
 from lamina.core.model import Commit, CommitAction
-from lamina.core.upsert import UpsertBatch, UpsertSpec, resolve_batch
-from lamina.errors import SchemaError, UpsertError
+from lamina.core.upsert import UpsertBatch, UpsertSpec, resolve_against, resolve_batch
+from lamina.core.upsert_spec import no_delete
+from lamina.errors import ChunkLayoutError, SchemaError, UpsertError
+from lamina.io.arrow import conform, is_spark_dataframe, storage_schema, to_arrow_table
 from lamina.operations import steps as tw
 from lamina.operations.handle import TableHandle
 from lamina.operations.retry import MERGE_ATTEMPTS, retrying
@@ -59,8 +63,6 @@ def records_of(spec: UpsertSpec, rec: TableRecord, data: Any) -> pa.Table:
     null); a delete column left out comes as false (not a delete, and kept by SQL's
     ``WHERE NOT deleted``). Raises SchemaError (a column missing elsewhere, an unknown
     one, a type)."""
-    from lamina.core.upsert_spec import no_delete
-    from lamina.io.arrow import conform, is_spark_dataframe, storage_schema, to_arrow_table
 
     # a Spark DataFrame's Arrow stream takes no time zone (pyspark asserts on timestamps)
     batch = to_arrow_table(data.toArrow() if is_spark_dataframe(data) else data)
@@ -85,8 +87,6 @@ def upsert(
     """Write ``data``'s records; per key the latest wins. Raises UpsertError,
     SchemaError, TimeColumnError, CommitConflictError (a partial upsert whose keys kept
     changing under it)."""
-    from lamina.core.keyhash import key_hashes
-    from lamina.io.arrow import is_spark_dataframe
 
     spec = require(table)
     rec = table.record
@@ -141,7 +141,6 @@ def overwrite(
     older records elsewhere stay superseded, as when Pinot removes a segment). Raises
     UpsertError, SchemaError, DataOutsideIntervalError, CommitConflictError (another
     overwrite of the chunks)."""
-    from lamina.core.keyhash import key_hashes
 
     spec = require(table)
     batch = records_of(spec, table.record, data)
@@ -169,8 +168,7 @@ def _write(
 ) -> Commit:
     """One commit storing ``records`` (``read``: them resolved on their own): an UPSERT,
     or an OVERWRITE (REFRESH) of ``interval`` (and of the segments ``remove``)."""
-    from lamina.errors import ChunkLayoutError
-    from lamina.io.writer import split_by_chunk, write_parts
+    from lamina.io.writer import split_by_chunk, write_parts  # loads pyarrow
 
     rec, wh = table.record, table.ctx.warehouse
     refine = None
@@ -257,7 +255,6 @@ def _merge_and_write(
 ) -> Commit:
     """One attempt of :func:`_partial` (CommitConflictError, retryable: a key changed
     before it published)."""
-    from lamina.core.upsert import resolve_against
 
     ctx, rec, spec = table.ctx, table.record, read.spec
     wh = ctx.warehouse
@@ -294,7 +291,7 @@ def _replaced_files(
 ) -> set[str]:
     """The files (catalog locations) of the live segments an overwrite or refresh
     removes, as of now: those inside its chunks, and ``remove``. Empty for an upsert."""
-    from lamina.io.writer import split_by_chunk
+    from lamina.io.writer import split_by_chunk  # loads pyarrow
 
     if action == CommitAction.UPSERT:
         return set()
@@ -322,7 +319,6 @@ def rewritten(
     """A major compaction's records, read back from the files it wrote: stored as they
     are (no partial merge), each showing at publish exactly when the record it copies
     still would (:func:`lamina.core.upsert.resolve_rewrite`). Raises UpsertError."""
-    from dataclasses import replace
 
     written = _written(replace(spec, partial=None), wh, locations, schema)
     return replace(written, rewrite=True)
@@ -340,7 +336,7 @@ def read_back(
     """The resolving columns of files written (by Spark, a compaction), in file order,
     typed by the table's ``schema`` as records were when they were upserted, and per
     file its rows there."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # loads pyarrow
 
     cols = resolving_columns(spec)
     # as the table types them (Spark writes microseconds into a millisecond column)
@@ -362,7 +358,6 @@ def _written(
 ) -> UpsertBatch:
     """The records of files an engine wrote (Spark), read back (key, comparison and
     delete columns only) in file order. Raises UpsertError (null keys...)."""
-    from lamina.core.keyhash import key_hashes
 
     batch, file_rows = read_back(spec, wh, locations, schema)
     return UpsertBatch(

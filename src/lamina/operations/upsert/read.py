@@ -11,9 +11,15 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 import pyarrow as pa
 
+from lamina.changes import CHANGE, COMMIT_ID, COMMIT_SEQ, change_schema, tagged, union
+from lamina.engines.spark_read import read_rows, read_spark_versions
 from lamina.failpoints import failpoint
-from lamina.io.reader import snapshot_files
+from lamina.io.arrow import time_filter
+from lamina.io.reader import check_columns, snapshot_files
+from lamina.meta.changes import change_points
+from lamina.meta.segments import first_added
 from lamina.operations.upsert import require
+from lamina.read import plan
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -28,11 +34,10 @@ def latest_records(table: TableHandle, as_of: AsOf, interval: Interval | None) -
     """The records stored in the snapshot's segments of ``interval`` that are their
     key's latest (live tombstones included: hidden, they still decide later
     comparisons): what a major compaction rewrites. Raises SnapshotNotFoundError."""
-    import pyarrow.dataset as ds
-    import pyarrow.parquet as pq
+    import pyarrow.dataset as ds  # loads numpy, pandas, pyarrow
+    import pyarrow.parquet as pq  # loads pyarrow
 
-    from lamina.io.arrow import time_filter
-    from lamina.meta import deletes
+    from lamina.meta import deletes  # loads pyroaring
 
     wh = table.ctx.warehouse
     plan = table.scan(as_of, interval)
@@ -68,8 +73,7 @@ def validity(table: TableHandle, plan: ScanPlan) -> dict[str, tuple[int, np.ndar
     """Per file of ``plan`` (by path): the seq of the commit that stored its records
     and, per row, the seq from which the row no longer shows at the plan's seq (-1:
     it still shows). Raises SnapshotNotFoundError."""
-    from lamina.meta import deletes
-    from lamina.meta.segments import first_added
+    from lamina.meta import deletes  # loads pyroaring
 
     failpoint("upsert.read.validity.before", table=table, plan=plan)
     rec = table.record
@@ -112,11 +116,8 @@ def all_versions(
     key, or a delete; null while it still shows). A record that never showed (out of
     order, superseded in its own input, a tombstone) has both equal.
     Raises UpsertError (not an upsert table), SnapshotNotFoundError, SchemaError."""
-    import pyarrow.dataset as ds
-    import pyarrow.parquet as pq
-
-    from lamina.io.arrow import time_filter
-    from lamina.io.reader import check_columns
+    import pyarrow.dataset as ds  # loads numpy, pandas, pyarrow
+    import pyarrow.parquet as pq  # loads pyarrow
 
     require(table)
     wh = table.ctx.warehouse
@@ -157,7 +158,6 @@ def all_versions_spark(
     """:func:`all_versions` as a Spark DataFrame: the files read by Spark's own Parquet
     reader, each row's validity joined on its file and ``_metadata.row_index``.
     Raises UpsertError, SnapshotNotFoundError."""
-    from lamina.engines.spark_read import read_spark_versions
 
     require(table)
     plan = table.scan(as_of, interval)
@@ -202,8 +202,6 @@ def changed_rows(
     """The change feed of an upsert table as row positions (catalog only, no file
     read), in feed order: per commit, deletes, then inserts; and the table as the
     catalog has it now (the feed's schema). Raises SnapshotNotFoundError."""
-    from lamina.meta.changes import change_points
-    from lamina.read import plan
 
     ctx = table.ctx
     changes = change_points(ctx.db, table.name, after_seq, until_seq)
@@ -237,8 +235,6 @@ def _feed_columns(
 ) -> tuple[pa.Schema, list[str] | None]:
     """The feed's schema, and the columns to read (the time column too when a column
     subset leaves it out: partly shown files filter on it). Raises SchemaError."""
-    from lamina.changes import change_schema
-    from lamina.io.reader import check_columns
 
     schema, tc = rec.schema, rec.time_column
     columns = check_columns(schema, columns)
@@ -259,11 +255,8 @@ def read_changes(
     records that stopped showing ('delete': superseded by a newer record of their key,
     deleted, or in removed segments) and those that started ('insert'); an update is a
     delete and an insert. Raises SnapshotNotFoundError, SchemaError."""
-    import pyarrow.dataset as ds
-    import pyarrow.parquet as pq
-
-    from lamina.changes import tagged
-    from lamina.io.arrow import time_filter
+    import pyarrow.dataset as ds  # loads numpy, pandas, pyarrow
+    import pyarrow.parquet as pq  # loads pyarrow
 
     fs = table.ctx.warehouse.fs
     rec, pieces = changed_rows(table, after_seq, until_seq)
@@ -295,8 +288,6 @@ def read_changes_spark(
     """:func:`read_changes` as a Spark DataFrame: the files read by Spark's Parquet
     reader, joined with the changed rows' positions on ``_metadata.row_index``. Raises
     SnapshotNotFoundError, SchemaError."""
-    from lamina.changes import CHANGE, COMMIT_ID, COMMIT_SEQ, union
-    from lamina.engines.spark_read import read_rows
 
     rec, pieces = changed_rows(table, after_seq, until_seq)
     out_schema, _ = _feed_columns(rec, columns)

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from lamina.core.upsert import UpsertBatch, resolve_batch
+from lamina.core.keyhash import key_hashes
+from lamina.core.upsert import UpsertBatch, resolve_against, resolve_batch
+from lamina.io.arrow import is_spark_dataframe, storage_schema
 from lamina.operations import steps as tw
 from lamina.operations.upsert import (
     live_files,
@@ -46,13 +48,12 @@ def store(
     an overwrite of ``interval``); they are resolved when it commits
     (:func:`combined`). Raises UpsertError (null keys or comparison values),
     SchemaError, TimeColumnError, DataOutsideIntervalError."""
-    from lamina.io.arrow import is_spark_dataframe, storage_schema
-    from lamina.io.writer import split_by_chunk, write_parts
+    from lamina.io.writer import split_by_chunk, write_parts  # loads pyarrow
 
     spec = require(table)
     rec, wh = table.record, table.ctx.warehouse
     if is_spark_dataframe(data):
-        from lamina.engines.spark import spark_producer
+        from lamina.engines.spark import spark_producer  # loads pyarrow
 
         files = spark_producer(rec, wh, table.target_rows_per_segment, data)(commit_dir)
         tw.check_inside(action, [f.chunk for f in files], interval)
@@ -81,7 +82,6 @@ def combined(spec: UpsertSpec, ops: list[Stored], files: list[NewSegment]) -> Up
     later operation's record is the later one on a tie), ``files`` in the commit's
     order. An operation refused after it wrote (its files are not among ``files``)
     is left out."""
-    from lamina.core.keyhash import key_hashes
 
     held = {f.location for f in files}
     ops = [op for op in ops if all(f.location in held for f in op.files)]
@@ -115,8 +115,7 @@ def hold(table: TableHandle, data: Any, action: str, interval: Interval | None) 
     """Check an operation of a transaction on a partial-upsert table and hold its
     records (a Spark DataFrame comes to the driver, as for ``t.upsert``). Raises
     UpsertError, SchemaError, TimeColumnError, DataOutsideIntervalError."""
-    from lamina.io.arrow import is_spark_dataframe
-    from lamina.io.writer import split_by_chunk
+    from lamina.io.writer import split_by_chunk  # loads pyarrow
 
     spec, rec = require(table), table.record
     if is_spark_dataframe(data):
@@ -138,9 +137,7 @@ def merge_held(
     and its deletion of ``remove`` leave), written under ``where``: the overwrites'
     files, the appends' files, and the upsert to resolve at publish (which refuses it,
     retryable, if a key changed since the merge). Raises UpsertError."""
-    from lamina.core.keyhash import key_hashes
-    from lamina.core.upsert import resolve_against
-    from lamina.io.writer import split_by_chunk, write_parts
+    from lamina.io.writer import split_by_chunk, write_parts  # loads pyarrow
 
     ctx, rec, spec = table.ctx, table.record, require(table)
     wh = ctx.warehouse
