@@ -553,30 +553,30 @@ def test_a_snapshot_is_written_in_the_background_from_a_copy(
 
     from sqlalchemy import select
 
+    from lamina import failpoints
     from lamina.io import keyindex as io_keys
     from lamina.meta.keyindex import replay as key_replay
     from lamina.meta.keyindex import snapshots as key_snapshots
     from lamina.meta.schema import key_snapshots as snapshots
 
     monkeypatch.setattr(key_snapshots, "SAVE_EVERY", 50)
-    gate, real = threading.Event(), io_keys.write_index
+    gate = threading.Event()
 
-    def held_back(index: Any, path: Any, fs: Any = None, stamp: Any = None) -> int:
+    def held_back(seq: int) -> None:  # the snapshot's file is not written until the gate
         assert gate.wait(30)
-        return real(index, path, fs, stamp)
 
-    monkeypatch.setattr(io_keys, "write_index", held_back)
-    due = t.upsert(rows(*[(f"k{i}", 0, i) for i in range(60)]))  # returns, file unwritten
-    for b in (1, 2):  # the same keys again: the index's entries change in place
-        t.upsert(rows(*[(f"k{i}", b, b * 100 + i) for i in range(0, 60, 3)]))
     db, rec, wh = t._handle.ctx.db, t._handle.record, t._handle.ctx.warehouse
 
     def registered(conn: Any) -> list[Any]:
         return conn.execute(select(snapshots).where(snapshots.c.table_id == rec.id)).all()
 
-    assert db.read(registered) == []
-    gate.set()
-    t._handle.ctx.keys.wait()
+    with failpoints.armed("keyindex.snapshot.before_write", held_back):
+        due = t.upsert(rows(*[(f"k{i}", 0, i) for i in range(60)]))  # returns, file unwritten
+        for b in (1, 2):  # the same keys again: the index's entries change in place
+            t.upsert(rows(*[(f"k{i}", b, b * 100 + i) for i in range(0, 60, 3)]))
+        assert db.read(registered) == []
+        gate.set()
+        t._handle.ctx.keys.wait()
     [row] = db.read(registered)
     assert row.seq == due.seq
 

@@ -22,6 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from lamina.core.model import TableRecord
 from lamina.errors import LaminaError
+from lamina.failpoints import failpoint
 from lamina.io.keyindex import write_index
 from lamina.io.warehouse import Warehouse
 from lamina.meta import deletes
@@ -124,10 +125,10 @@ def save(
     ``files`` (JSON: the data file of each file code) and ``keys`` (its key count), and
     register it; delete the snapshots it makes too old. Failures are ignored (it runs
     in a background thread)."""
-
     rel = f"{table.name}/_keys/{seq:012d}-{uuid.uuid4().hex[:8]}.keys"
     try:
         wh.fs.create_dir(wh.path(f"{table.name}/_keys"), recursive=True)
+        failpoint("keyindex.snapshot.before_write", seq=seq)  # in the background thread
         write_index(index, wh.path(rel), None if wh.local else wh.fs, stamp_of(table.id, seq))
     except (OSError, LaminaError):
         return
