@@ -219,7 +219,7 @@ def write(
             )
             return w.publish(plan)
     except AlreadyAppliedError as exc:  # a twin published first: nothing of ours shows
-        return commit_of(table, exc.commit_id)
+        return table.commit(exc.commit_id)
     except ChunkLayoutError:
         refine = None if remake is None else refinement(table, chunks)
         if not refine:
@@ -273,12 +273,7 @@ def applied(table: TableHandle, txn: tuple[str, int]) -> Commit | None:
 
     app, version = txn_of(txn)
     got = app_txns.latest(table.ctx.db, table.record.id, app)
-    return commit_of(table, got[1]) if got is not None and version <= got[0] else None
-
-
-def commit_of(table: TableHandle, commit_id: int) -> Commit:
-    """The table's commit ``commit_id``."""
-    return table.commit(commit_id)
+    return table.commit(got[1]) if got is not None and version <= got[0] else None
 
 
 def overwrite_chunks(

@@ -273,7 +273,7 @@ class Transaction:
         except AlreadyAppliedError as exc:  # the application wrote this version already
             self._state = "skipped"
             self._write.__exit__(type(exc), exc, exc.__traceback__)
-            commit = tw.commit_of(self._table, exc.commit_id)
+            commit = self._table.commit(exc.commit_id)
             self.commit_result = commit
             return commit
         except BaseException as exc:

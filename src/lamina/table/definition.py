@@ -7,13 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 from lamina.core.args import names as name_list
 from lamina.errors import PropertyError
-from lamina.operations.handle import DEFAULT_TARGET_ROWS, TableHandle
+from lamina.operations.handle import TableHandle
 from lamina.table.reads import TableReads
 
 if TYPE_CHECKING:
     from lamina.core.model import Commit
-
-__all__ = ["DEFAULT_TARGET_ROWS", "TableDefinition"]
 
 
 class TableDefinition(TableReads):
