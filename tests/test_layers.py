@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("lamina.operations",),
     ("lamina.table",),
     ("lamina.catalog",),
-    ("lamina.cli", "lamina.rest", "lamina"),
+    ("lamina.cli", "lamina.rest", "lamina.datasource", "lamina"),
 ]
 
 #: What the pure layer may import from outside lamina (besides the standard library).

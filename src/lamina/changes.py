@@ -8,7 +8,8 @@ the pieces of segments that appeared or disappeared are read.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -22,6 +23,11 @@ from lamina.engines.spark_schema import arrow_to_spark_schema
 from lamina.io.reader import check_columns, read_arrow
 from lamina.meta.changes import Changes, change_points
 from lamina.read import plan
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from lamina.core.model import TableRecord
 
 CHANGE = "_change"
 COMMIT_ID = "_commit_id"
@@ -78,6 +84,36 @@ def read_changes_spark(
             .withColumn(COMMIT_SEQ, F.lit(seq).cast("long"))
         )
     return union(spark, frames, change_schema(pa.schema([schema.field(c) for c in keep])))
+
+
+@dataclass(frozen=True)
+class ChangedPiece:
+    """Rows of one file that one commit showed ('insert') or stopped showing
+    ('delete'): those at ``positions`` (None: every row), of them those inside ``keep``
+    (None: all) — the change feed as a plan, read by whoever reads files (Spark's
+    tasks, say) without the catalog."""
+
+    change: str
+    commit_id: int
+    seq: int
+    path: str
+    keep: Interval | None
+    positions: np.ndarray | None = None
+
+
+def change_plan(
+    ctx: CatalogContext, name: str, after_seq: int, until_seq: int | None = None
+) -> tuple[TableRecord, list[ChangedPiece]]:
+    """:func:`read_changes` as pieces of files, in feed order (catalog only: no file
+    is read), and the table as the catalog has it now. Raises TableNotFoundError,
+    SnapshotNotFoundError."""
+    changes = change_points(ctx.db, name, after_seq, until_seq)
+    out = [
+        ChangedPiece(tag, commit_id, seq, str(t.segment.location), t.keep)
+        for tag, commit_id, seq, tasks in _pieces(ctx, name, changes)
+        for t in tasks
+    ]
+    return changes.table, out
 
 
 def tagged(data: pa.Table, change: str, commit_id: int, seq: int) -> pa.Table:

@@ -79,6 +79,10 @@ class SnapshotNotFoundError(LaminaError):
     """The requested snapshot (as_of commit) does not exist or cannot be read any more."""
 
 
+class ChangeFeedError(LaminaError):
+    """A stream of a table's appended rows met a commit that deleted or replaced rows."""
+
+
 class InvalidArgumentError(LaminaError, ValueError):
     """An argument of a call has a type or value the call cannot take (a flag that is
     not a bool, a count that is not a whole number)."""

@@ -18,6 +18,8 @@ from lamina.operations.upsert import read as upsert_read
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from lamina.core.model import TableRecord
+
 
 class TableKind(Protocol):
     """What differs between the kinds of table: how rows are written and how the
@@ -50,6 +52,10 @@ class TableKind(Protocol):
         self, h: TableHandle, after: int, until: int | None, columns: list[str] | None
     ) -> pa.Table: ...
 
+    def change_plan(
+        self, h: TableHandle, after: int, until: int | None
+    ) -> tuple[TableRecord, list[changes.ChangedPiece]]: ...
+
     def read_changes_spark(
         self,
         spark: Any,
@@ -73,6 +79,13 @@ class PlainTable:
     ) -> pa.Table:
         """Rows each commit made visible or invisible, segment by segment."""
         return changes.read_changes(h.ctx, h.name, after, until, columns)
+
+    @staticmethod
+    def change_plan(
+        h: TableHandle, after: int, until: int | None
+    ) -> tuple[TableRecord, list[changes.ChangedPiece]]:
+        """The change feed as pieces of files (:func:`lamina.changes.change_plan`)."""
+        return changes.change_plan(h.ctx, h.name, after, until)
 
     @staticmethod
     def read_changes_spark(
@@ -116,6 +129,19 @@ class UpsertTable:
         return upsert.overwrite(h, data, interval, metadata, action=action, remove=gone)
 
     read_changes = staticmethod(upsert_read.read_changes)
+
+    @staticmethod
+    def change_plan(
+        h: TableHandle, after: int, until: int | None
+    ) -> tuple[TableRecord, list[changes.ChangedPiece]]:
+        """The record-level change feed as pieces of files (rows at positions)."""
+        rec, rows = upsert_read.changed_rows(h, after, until)
+        pieces = [
+            changes.ChangedPiece(r.change, r.commit_id, r.seq, r.path, r.keep, r.positions)
+            for r in rows
+        ]
+        return rec, pieces
+
     read_changes_spark = staticmethod(upsert_read.read_changes_spark)
 
 

@@ -41,10 +41,13 @@ STREAM_FLUSH_BYTES = 256 * 1024 * 1024
 
 @dataclass(frozen=True)
 class Produced:
-    """Files lamina's own code writes into a commit's directory, given to :func:`write`
-    in place of a caller's data (a caller's function is refused, not run)."""
+    """Files lamina's own code writes into a commit's directory (or wrote already, e.g.
+    Spark's tasks), given to :func:`write` in place of a caller's data (a caller's
+    function is refused, not run). ``again``: writes the same rows again split by a
+    ``refine`` (see :func:`refinement`; None: the files cannot be split again)."""
 
     files: Callable[[str], list[NewSegment]]
+    again: Callable[..., Callable[[str], list[NewSegment]]] | None = None
 
 
 def retried(retries: int, write: Callable[[], Commit], data: Any = None) -> Commit:
@@ -108,6 +111,8 @@ def producer(
     from lamina.io.writer import split_by_chunk, write_parts  # loads numpy, pyarrow
 
     ctx = table.ctx
+    if isinstance(data, Produced):
+        return data.files
     if is_spark_dataframe(data):
         from lamina.engines.spark import spark_producer  # loads numpy, pyarrow
 
@@ -198,6 +203,8 @@ def write(
         if done is not None:  # applied already: write nothing
             return done
     own = isinstance(data, Produced)
+    if remake is None and own:
+        remake = data.again
     if remake is None and upsert is None and not own and refinable(data):
         remake = functools.partial(producer, table, data, action, interval)
     produce = data.files if own else producer(table, data, action, interval)

@@ -124,6 +124,37 @@ def upsert(
     return done
 
 
+def upsert_files(
+    table: TableHandle,
+    files: tw.Produced,
+    metadata: dict[str, Any] | None = None,
+    txn: tuple[str, int] | None = None,
+) -> Commit:
+    """An upsert of records written as segment files already (by Spark's tasks), in
+    the order of ``files``: their keys are read back and resolved at publish, as for
+    any upsert. Not for a partial-upsert table, whose records are merged before they
+    are written (upsert them as Arrow). Raises UpsertError, CommitConflictError."""
+
+    spec = require(table)
+    if spec.is_partial:
+        raise UpsertError(
+            f"table {table.name!r} merges partial records before writing them: upsert "
+            "them as data (t.upsert), not as files written already"
+        )
+    rec, wh = table.record, table.ctx.warehouse
+    done = tw.write(
+        table,
+        CommitAction.UPSERT,
+        files,
+        None,
+        metadata,
+        txn=txn,
+        upsert=lambda got: _written(spec, wh, [f.location for f in got], rec.schema),
+    )
+    _save_keys(table)
+    return done
+
+
 def overwrite(
     table: TableHandle,
     data: Any,

@@ -1,0 +1,258 @@
+"""lamina as a Spark data source: ``format("lamina")`` batch reads and writes, streams,
+Spark SQL, on plain, upsert and consistent-push tables (docs/spark.md)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import lamina
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = pa.schema(
+    [
+        pa.field("k", pa.int64(), nullable=False),
+        pa.field("ts", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("v", pa.int64()),
+    ]
+)
+T0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+HOUR_US = 3_600_000_000
+T0_US = int(T0.timestamp()) * 1_000_000
+
+
+def _rows(keys: range, v: int) -> pa.Table:
+    ks = list(keys)
+    return pa.table(
+        {"k": ks, "ts": [T0_US + k * HOUR_US for k in ks], "v": [v] * len(ks)}, schema=SCHEMA
+    )
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> tuple[str, str]:
+    """(catalog URL, warehouse) of a new lake."""
+    wh = tmp_path / "wh"
+    cat = lamina.connect(f"sqlite:///{tmp_path}/cat.db", str(wh))
+    cat.close()
+    return f"sqlite:///{tmp_path}/cat.db", str(wh)
+
+
+def _opts(lake: tuple[str, str], table: str) -> dict[str, str]:
+    return {"table": table, "catalog": lake[0], "warehouse": lake[1]}
+
+
+def _connect(lake: tuple[str, str]) -> lamina.Catalog:
+    return lamina.connect(lake[0], lake[1])
+
+
+def _read(spark: Any, lake: tuple[str, str], table: str, **extra: str) -> list[tuple[int, int]]:
+    df = spark.read.format("lamina").options(**_opts(lake, table), **extra).load()
+    return sorted((r["k"], r["v"]) for r in df.collect())
+
+
+def test_spark_source_is_found_by_name_once_installed(spark: Any, lake: tuple[str, str]) -> None:
+    with _connect(lake) as cat:
+        t = cat.create_table("ev", SCHEMA, time_column="ts", segment_granularity="DAY")
+        t.append(_rows(range(30), 1))
+    assert _read(spark, lake, "ev") == [(k, 1) for k in range(30)]
+
+
+def test_spark_source_batch_write_is_one_commit(spark: Any, lake: tuple[str, str]) -> None:
+    with _connect(lake) as cat:
+        t = cat.create_table("ev", SCHEMA, time_column="ts", segment_granularity="DAY")
+        df = spark.createDataFrame(_rows(range(48), 7).to_pandas()).repartition(4)
+        df.write.format("lamina").options(**_opts(lake, "ev")).mode("append").save()
+        t = cat.load_table("ev")
+        assert [c.action for c in t.history()] == ["APPEND"]
+        got = t.to_arrow()
+        assert sorted(got.column("k").to_pylist()) == list(range(48))
+        chunks = {s.interval for s in t.snapshot().segments}
+        assert len(chunks) == 2  # two days
+
+
+def test_spark_source_overwrite_replaces_the_chunks_touched(
+    spark: Any, lake: tuple[str, str]
+) -> None:
+    with _connect(lake) as cat:
+        t = cat.create_table("ev", SCHEMA, time_column="ts", segment_granularity="DAY")
+        t.append(_rows(range(48), 1))
+        df = spark.createDataFrame(_rows(range(24, 30), 2).to_pandas())
+        df.write.format("lamina").options(**_opts(lake, "ev")).mode("overwrite").save()
+    assert _read(spark, lake, "ev") == [(k, 1) for k in range(24)] + [(k, 2) for k in range(24, 30)]
+
+
+def test_spark_source_upsert_table_shows_latest_records(spark: Any, lake: tuple[str, str]) -> None:
+    with _connect(lake) as cat:
+        cat.create_table(
+            "u", SCHEMA, time_column="ts", segment_granularity="DAY", primary_key=["k"]
+        )
+        for v in (1, 2):
+            df = spark.createDataFrame(_rows(range(10 * v), v).to_pandas())
+            df.write.format("lamina").options(**_opts(lake, "u")).mode("append").save()
+        assert cat.load_table("u").count() == 20
+    assert _read(spark, lake, "u") == [(k, 2) for k in range(20)]
+
+
+def test_spark_source_reads_as_of_columns_and_interval(spark: Any, lake: tuple[str, str]) -> None:
+    with _connect(lake) as cat:
+        t = cat.create_table("ev", SCHEMA, time_column="ts", segment_granularity="DAY")
+        first = t.append(_rows(range(24), 1))
+        t.append(_rows(range(24, 48), 2))
+    assert len(_read(spark, lake, "ev", asOf=str(first.id))) == 24
+    assert len(_read(spark, lake, "ev", asOf=f"seq:{first.seq}")) == 24
+    day2 = _read(spark, lake, "ev", interval="2024-01-02/2024-01-03")
+    assert day2 == [(k, 2) for k in range(24, 48)]
+    df = spark.read.format("lamina").options(**_opts(lake, "ev"), columns="v").load()
+    assert df.columns == ["v"]
+    assert df.count() == 48
+
+
+def test_spark_source_time_filter_prunes_chunks(spark: Any, lake: tuple[str, str]) -> None:
+    with _connect(lake) as cat:
+        t = cat.create_table("ev", SCHEMA, time_column="ts", segment_granularity="DAY")
+        t.append(_rows(range(24 * 5), 1))
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    try:
+        df = spark.read.format("lamina").options(**_opts(lake, "ev")).load()
+        day = df.where("ts >= timestamp'2024-01-03 00:00:00+00:00'").where(
+            "ts < timestamp'2024-01-04 00:00:00+00:00'"
+        )
+        rows = sorted(r["k"] for r in day.collect())
+        assert rows == list(range(48, 72))
+        files = day.inputFiles() if hasattr(day, "inputFiles") else []
+        assert files == [] or len(files) <= 5
+    finally:
+        spark.conf.unset("spark.sql.python.filterPushdown.enabled")
+
+
+def test_spark_source_stream_write_commits_each_batch_once(
+    spark: Any, lake: tuple[str, str], tmp_path: Path
+) -> None:
+    with _connect(lake) as cat:
+        cat.create_table("ev", SCHEMA, time_column="ts", segment_granularity="DAY")
+    src = tmp_path / "src"
+    src.mkdir()
+    import pyarrow.parquet as pq
+
+    pq.write_table(_rows(range(10), 1), src / "a.parquet")
+    stream = spark.readStream.schema("k long, ts timestamp, v long").parquet(str(src))
+    q = (
+        stream.writeStream.format("lamina")
+        .options(**_opts(lake, "ev"))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination()
+    pq.write_table(_rows(range(10, 20), 2), src / "b.parquet")
+    q = (
+        stream.writeStream.format("lamina")
+        .options(**_opts(lake, "ev"))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination()
+    with _connect(lake) as cat:
+        t = cat.load_table("ev")
+        assert sorted(t.to_arrow().column("k").to_pylist()) == list(range(20))
+        assert len(t.history()) == 2
+
+
+def test_spark_source_stream_reads_the_change_feed(
+    spark: Any, lake: tuple[str, str], tmp_path: Path
+) -> None:
+    with _connect(lake) as cat:
+        t = cat.create_table("ev", SCHEMA, time_column="ts", segment_granularity="DAY")
+        t.append(_rows(range(5), 1))
+        t.overwrite(_rows(range(3), 2))
+    stream = (
+        spark.readStream.format("lamina").options(**_opts(lake, "ev"), readChangeFeed="true").load()
+    )
+    q = (
+        stream.writeStream.format("memory")
+        .queryName("feed")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination()
+    got = spark.sql("select k, v, _change, _commit_seq from feed").collect()
+    with _connect(lake) as cat:
+        want = cat.load_table("ev").read_changes(0)
+    assert sorted(tuple(r) for r in got) == sorted(
+        zip(
+            want.column("k").to_pylist(),
+            want.column("v").to_pylist(),
+            want.column("_change").to_pylist(),
+            want.column("_commit_seq").to_pylist(),
+            strict=True,
+        )
+    )
+
+
+def test_spark_source_sql_view_select_insert_overwrite(spark: Any, lake: tuple[str, str]) -> None:
+    with _connect(lake) as cat:
+        cat.create_table("ev", SCHEMA, time_column="ts", segment_granularity="DAY")
+    view = (
+        f"CREATE OR REPLACE TEMPORARY VIEW ev_sql USING lamina OPTIONS (table 'ev', "
+        f"catalog '{lake[0]}', warehouse '{lake[1]}')"
+    )
+    spark.sql(view)
+    try:
+        spark.sql(
+            "INSERT INTO ev_sql VALUES (1, timestamp'2024-01-01 01:00:00+00:00', 5), "
+            "(2, timestamp'2024-01-02 02:00:00+00:00', 6)"
+        )
+        assert sorted(tuple(r) for r in spark.sql("select k, v from ev_sql").collect()) == [
+            (1, 5),
+            (2, 6),
+        ]
+        spark.sql("INSERT OVERWRITE ev_sql VALUES (3, timestamp'2024-01-02 03:00:00+00:00', 7)")
+        spark.sql(view)  # a view's first query pins its snapshot, as a DataFrame does
+        assert sorted(tuple(r) for r in spark.sql("select k, v from ev_sql").collect()) == [
+            (1, 5),
+            (3, 7),
+        ]
+    finally:
+        spark.sql("DROP VIEW IF EXISTS ev_sql")
+
+
+def test_spark_source_sql_catalog_table_takes_options_per_statement(
+    spark: Any, lake: tuple[str, str]
+) -> None:
+    with _connect(lake) as cat:
+        t = cat.create_table("ev", SCHEMA, time_column="ts", segment_granularity="DAY")
+        t.append(_rows(range(3), 1))
+    spark.sql(
+        f"CREATE TABLE ev_tbl USING lamina OPTIONS (table 'ev', catalog '{lake[0]}', "
+        f"warehouse '{lake[1]}')"
+    )
+    with_ = f"WITH ('table' = 'ev', 'catalog' = '{lake[0]}', 'warehouse' = '{lake[1]}')"
+    try:
+        with pytest.raises(Exception, match="CREATE TEMPORARY VIEW"):
+            spark.sql("SELECT * FROM ev_tbl").collect()
+        spark.sql(f"INSERT INTO ev_tbl {with_} VALUES (9, timestamp'2024-01-01 09:00:00Z', 9)")
+        got = spark.sql(f"SELECT k, v FROM ev_tbl {with_}").collect()
+        assert sorted(tuple(r) for r in got) == [(0, 1), (1, 1), (2, 1), (9, 9)]
+    finally:
+        spark.sql("DROP TABLE IF EXISTS ev_tbl")
+
+
+def test_spark_source_refuses_bad_options_with_lamina_errors(
+    spark: Any, lake: tuple[str, str]
+) -> None:
+    with _connect(lake) as cat:
+        cat.create_table("ev", SCHEMA, time_column="ts", segment_granularity="DAY")
+    with pytest.raises(Exception, match="unknown option"):
+        spark.read.format("lamina").options(**_opts(lake, "ev"), colums="v").load()
+    with pytest.raises(Exception, match="no table named|not found|TableNotFound"):
+        spark.read.format("lamina").options(**_opts(lake, "nope")).load()
+    df = spark.createDataFrame([(1, 2)], "k long, w long")
+    with pytest.raises(Exception, match="does not match table"):
+        df.write.format("lamina").options(**_opts(lake, "ev")).mode("append").save()
