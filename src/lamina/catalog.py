@@ -323,20 +323,10 @@ class Catalog:
                 ctx = self.context
                 self._sql = SqlEngine(
                     lambda names: table_rows.latest_seqs(ctx.db, names),
-                    lambda name: plan(ctx, self._local_for_sql(name)),
+                    lambda name: plan(ctx, name),
+                    filesystem=self.warehouse.fsspec(),  # remote: DuckDB reads through it
                 )
             return self._sql
-
-    def _local_for_sql(self, name: str) -> str:
-        """``name``, if DuckDB can read the table's files here; else raises SqlError."""
-        if not self.warehouse.local:
-            raise SqlError(
-                f"cat.sql cannot read table {name!r}: its files are in "
-                f"{self.warehouse.location.split('?')[0]!r}, and cat.sql reads tables of "
-                "a local warehouse only (DuckDB would need its httpfs extension); read it "
-                "with t.to_arrow() or t.scan() instead"
-            )
-        return name
 
     # -- maintenance ----------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import uuid
@@ -12,6 +13,7 @@ from lamina.errors import WarehouseError
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
+    from fsspec import AbstractFileSystem
 
 
 class Warehouse:
@@ -23,6 +25,7 @@ class Warehouse:
 
     def __init__(self, location: str) -> None:
         self._fs: pafs.FileSystem | None = None
+        self._fsspec: AbstractFileSystem | None = None
         if "://" in location:
             import pyarrow.fs as pafs  # loads numpy, pyarrow
 
@@ -44,6 +47,33 @@ class Warehouse:
 
             self._fs = pafs.LocalFileSystem()
         return self._fs
+
+    def fsspec(self) -> AbstractFileSystem | None:
+        """The warehouse's own pyarrow filesystem (same endpoint, same credentials) as
+        an fsspec filesystem for engines that read files through one (DuckDB's
+        ``register_filesystem``); None for a local warehouse, which engines read
+        directly. Its protocol is this warehouse's own (``laminawh<hash>``, no real
+        one's): the engine names a file ``PROTOCOL://`` + its path."""
+        if self.local:
+            return None
+        if self._fsspec is None:
+            from fsspec.implementations.arrow import ArrowFSWrapper  # loads fsspec
+            from fsspec.spec import AbstractFileSystem
+
+            protocol = "laminawh" + hashlib.sha256(self.location.encode()).hexdigest()[:16]
+            # one class per protocol: fsspec strips paths and caches instances by class
+            wrapper = type(
+                "WarehouseFS",
+                (ArrowFSWrapper,),
+                {
+                    "protocol": protocol,
+                    # "PROTOCOL://bucket/key" -> "bucket/key" (ArrowFSWrapper's own
+                    # parsing takes the bucket for a host and drops it)
+                    "_strip_protocol": classmethod(AbstractFileSystem._strip_protocol.__func__),
+                },
+            )
+            self._fsspec = wrapper(self.fs, skip_instance_cache=True)
+        return self._fsspec
 
     def ensure_writable(self) -> None:
         """Create the root if needed and prove a file can be written there."""
