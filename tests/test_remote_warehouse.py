@@ -171,3 +171,48 @@ def test_cat_sql_over_the_object_store_applies_deletion_vectors_and_added_column
             {"k": 4, "w": "x"},
             {"k": 5, "w": "y"},
         ]
+
+
+def test_cat_sql_plans_again_when_retention_deleted_files_it_had_read(
+    remote: tuple[str, str],
+) -> None:
+    """Files the engine's filesystem has opened before (it keeps them open) and that
+    retention deleted under a plan: the read fails as a missing file, and the query
+    is planned again on the newer snapshot."""
+    import datetime as dt
+
+    from lamina.engines.duckdb import SqlEngine
+    from lamina.meta.tables import latest_seqs
+    from lamina.read import plan
+
+    catalog, uri = remote
+    with lamina.connect(catalog=catalog, warehouse=uri) as cat:
+        t = cat.create_table("e", SCHEMA, time_column="ts")
+        t.set_properties(replaced_segments_retention="0s")
+        t.append(_rows(range(48), 1))
+        later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=5)
+        calls = 0
+
+        def plan_then_replace(name: str) -> Any:
+            """Plans; the second time, an overwrite and retention delete its files."""
+            nonlocal calls
+            calls += 1
+            got = plan(cat.context, name)
+            if calls == 2:
+                t.overwrite(_rows(range(48), 2))
+                assert cat.run_retention(now=later).segment_files == 2
+            return got
+
+        engine = SqlEngine(
+            lambda names: latest_seqs(cat.context.db, names),
+            plan_then_replace,
+            filesystem=cat.warehouse.fsspec(),
+        )
+        try:
+            query = "SELECT v, count(*) AS n FROM e GROUP BY v ORDER BY v"
+            assert engine.sql(query).to_pylist() == [{"v": 1, "n": 48}]  # files opened
+            t.append(_rows([100], 3))  # a day of its own; a new version: planned again
+            assert engine.sql(query).to_pylist() == [{"v": 2, "n": 48}, {"v": 3, "n": 1}]
+            assert calls == 3
+        finally:
+            engine.close()

@@ -94,7 +94,9 @@ class SqlEngine:
         for attempt in range(self._attempts):
             try:
                 return self._run_once(query, fetch, stale=attempt > 0)
-            except duckdb.IOException as exc:
+            except duckdb.Error as exc:
+                if not _vanished(exc):
+                    raise
                 if attempt == self._attempts - 1:
                     raise SqlError(f"query failed: {exc}") from None
         raise AssertionError("unreachable")
@@ -326,10 +328,17 @@ def to_arrow(rel: duckdb.DuckDBPyRelation | None) -> pa.Table:
     return result
 
 
+def _vanished(exc: duckdb.Error) -> bool:
+    """Whether ``exc`` may be a file under the query gone (a push or retention removed
+    it: plan again): DuckDB's own IO error, or a FileNotFoundError of a registered
+    filesystem (DuckDB raises those as plain errors naming them)."""
+    return isinstance(exc, duckdb.IOException) or "FileNotFoundError" in str(exc)
+
+
 def _execute(con: duckdb.DuckDBPyConnection, query: str, fetch: Fetch[T]) -> T:
     try:
         return fetch(con.sql(query))  # None: a statement without a result
-    except duckdb.IOException:
-        raise
     except duckdb.Error as exc:
+        if _vanished(exc):
+            raise  # planned again
         raise SqlError(f"query failed: {exc}") from None

@@ -57,22 +57,10 @@ class Warehouse:
         if self.local:
             return None
         if self._fsspec is None:
-            from fsspec.implementations.arrow import ArrowFSWrapper  # loads fsspec
-            from fsspec.spec import AbstractFileSystem
+            from lamina.io.remote_files import warehouse_files  # loads fsspec, pyarrow
 
-            protocol = "laminawh" + hashlib.sha256(self.location.encode()).hexdigest()[:16]
-            # one class per protocol: fsspec strips paths and caches instances by class
-            wrapper = type(
-                "WarehouseFS",
-                (ArrowFSWrapper,),
-                {
-                    "protocol": protocol,
-                    # "PROTOCOL://bucket/key" -> "bucket/key" (ArrowFSWrapper's own
-                    # parsing takes the bucket for a host and drops it)
-                    "_strip_protocol": classmethod(AbstractFileSystem._strip_protocol.__func__),
-                },
-            )
-            self._fsspec = wrapper(self.fs, skip_instance_cache=True)
+            digest = hashlib.sha256(self.location.encode()).hexdigest()[:16]
+            self._fsspec = warehouse_files(self.fs, f"laminawh{digest}")
         return self._fsspec
 
     def ensure_writable(self) -> None:
