@@ -270,11 +270,19 @@ class Catalog:
         """Remove a table from the catalog, then its files. In a local warehouse its
         folder is moved aside inside the catalog transaction (back if that fails), so a
         table created again under the name meanwhile keeps its own files, and the
-        catalog waits for no deletion. Raises TableNotFoundError, WarehouseError."""
+        catalog waits for no deletion. A remote one (no atomic move) deletes after the
+        commit the files it listed before it: a table created again under the name
+        keeps its own; files a writer added meanwhile are left to retention. Raises
+        TableNotFoundError, WarehouseError."""
 
         name = _a_name(name)
         wh = self.warehouse
         moved: list[tuple[str, str]] = []  # (folder, where it went)
+        # remote: the table's files, listed while no other table can have its name
+        listed: list[str] = []
+        if not wh.local:
+            folder = wh.path(table_rows.get_table(self.context.db, name).name)
+            listed = [i.path for i in wh.list_files(folder)]
 
         def move_aside(rec: TableRecord) -> None:
             src = wh.path(rec.name)
@@ -299,7 +307,7 @@ class Catalog:
         for _, dst in moved:
             wh.delete_dir(dst)
         if not wh.local:  # no atomic move: removed after the commit
-            wh.delete_dir(wh.path(record.name))
+            self.context.delete_files([p[len(wh.root) + 1 :] for p in listed])
         self.context.keys.forget(record.id)
 
     # -- SQL ----------------------------------------------------------------------

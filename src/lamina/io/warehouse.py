@@ -179,6 +179,16 @@ class Warehouse:
             if self.exists(path):
                 raise WarehouseError(f"cannot remove {path}: {exc}") from None
 
+    def list_dirs(self, path: str) -> list[str]:
+        """The names of the folders directly under ``path`` (none if it is missing)."""
+        import pyarrow.fs as pafs  # loads numpy, pyarrow
+
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(path, recursive=False))
+        except FileNotFoundError:
+            return []
+        return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
+
     def list_files(self, path: str) -> list[pafs.FileInfo]:
         import pyarrow.fs as pafs  # loads numpy, pyarrow
 
