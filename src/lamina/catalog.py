@@ -352,8 +352,9 @@ class Catalog:
         ``lineage_cleanup_retention``; files no catalog row names, older than
         ``orphan_grace_period``; the folder of a drop whose process died before it
         finished, older than ``orphan_grace_period``: deleted, or moved back into its
-        table's folder if the drop never committed. ``now`` lets a caller catch up or
-        test. Raises TableNotFoundError, WarehouseError.
+        table's folder if the drop never committed (in a remote warehouse, by a run
+        over every table: the old files under names no table has). ``now`` lets a
+        caller catch up or test. Raises TableNotFoundError, WarehouseError.
         """
         from lamina.maintenance import retention  # loads numpy, pyroaring
 
