@@ -270,11 +270,19 @@ class Catalog:
         """Remove a table from the catalog, then its files. In a local warehouse its
         folder is moved aside inside the catalog transaction (back if that fails), so a
         table created again under the name meanwhile keeps its own files, and the
-        catalog waits for no deletion. Raises TableNotFoundError, WarehouseError."""
+        catalog waits for no deletion. A remote one (no atomic move) deletes after the
+        commit the files it listed before it: a table created again under the name
+        keeps its own; files a writer added meanwhile are left to retention. Raises
+        TableNotFoundError, WarehouseError."""
 
         name = _a_name(name)
         wh = self.warehouse
         moved: list[tuple[str, str]] = []  # (folder, where it went)
+        # remote: the table's files, listed while no other table can have its name
+        listed: list[str] = []
+        if not wh.local:
+            folder = wh.path(table_rows.get_table(self.context.db, name).name)
+            listed = [i.path for i in wh.list_files(folder)]
 
         def move_aside(rec: TableRecord) -> None:
             src = wh.path(rec.name)
@@ -299,7 +307,7 @@ class Catalog:
         for _, dst in moved:
             wh.delete_dir(dst)
         if not wh.local:  # no atomic move: removed after the commit
-            wh.delete_dir(wh.path(record.name))
+            self.context.delete_files([p[len(wh.root) + 1 :] for p in listed])
         self.context.keys.forget(record.id)
 
     # -- SQL ----------------------------------------------------------------------
@@ -323,20 +331,10 @@ class Catalog:
                 ctx = self.context
                 self._sql = SqlEngine(
                     lambda names: table_rows.latest_seqs(ctx.db, names),
-                    lambda name: plan(ctx, self._local_for_sql(name)),
+                    lambda name: plan(ctx, name),
+                    filesystem=self.warehouse.fsspec(),  # remote: DuckDB reads through it
                 )
             return self._sql
-
-    def _local_for_sql(self, name: str) -> str:
-        """``name``, if DuckDB can read the table's files here; else raises SqlError."""
-        if not self.warehouse.local:
-            raise SqlError(
-                f"cat.sql cannot read table {name!r}: its files are in "
-                f"{self.warehouse.location.split('?')[0]!r}, and cat.sql reads tables of "
-                "a local warehouse only (DuckDB would need its httpfs extension); read it "
-                "with t.to_arrow() or t.scan() instead"
-            )
-        return name
 
     # -- maintenance ----------------------------------------------------------------
 
@@ -354,8 +352,9 @@ class Catalog:
         ``lineage_cleanup_retention``; files no catalog row names, older than
         ``orphan_grace_period``; the folder of a drop whose process died before it
         finished, older than ``orphan_grace_period``: deleted, or moved back into its
-        table's folder if the drop never committed. ``now`` lets a caller catch up or
-        test. Raises TableNotFoundError, WarehouseError.
+        table's folder if the drop never committed (in a remote warehouse, by a run
+        over every table: the old files under names no table has). ``now`` lets a
+        caller catch up or test. Raises TableNotFoundError, WarehouseError.
         """
         from lamina.maintenance import retention  # loads numpy, pyroaring
 

@@ -32,6 +32,7 @@ from lamina.failpoints import failpoint
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from fsspec import AbstractFileSystem
 
 T = TypeVar("T")
 Versions = Callable[[Sequence[str]], Mapping[str, Hashable]]
@@ -47,12 +48,24 @@ class SqlEngine:
     ``versions(names)``: ``{catalog name: version}`` of the existing tables among
     ``names`` (matched regardless of case); a table's view is rebuilt when its version
     changes. ``plan(name)``: the scan plan of a table's latest snapshot.
+    ``filesystem``: an fsspec filesystem the plans' file paths are read through (a
+    remote warehouse's, under a protocol of its own), registered on every DuckDB
+    connection; None: local paths DuckDB opens itself.
     """
 
-    def __init__(self, versions: Versions, plan: Planner, attempts: int = 5) -> None:
+    def __init__(
+        self,
+        versions: Versions,
+        plan: Planner,
+        attempts: int = 5,
+        filesystem: AbstractFileSystem | None = None,
+    ) -> None:
         self._versions = versions
         self._planner = plan
         self._attempts = attempts
+        self._filesystem = filesystem
+        #: what the plans' paths are prefixed with in SQL ("PROTOCOL://", or nothing)
+        self._scheme = "" if filesystem is None else f"{_protocol(filesystem)}://"
         self._lock = threading.Lock()  # the connection, the cache, DDL on shared views
         self._con: duckdb.DuckDBPyConnection | None = None
         # parsing on a database without views (a connection holding views resolves them)
@@ -81,7 +94,9 @@ class SqlEngine:
         for attempt in range(self._attempts):
             try:
                 return self._run_once(query, fetch, stale=attempt > 0)
-            except duckdb.IOException as exc:
+            except duckdb.Error as exc:
+                if not _vanished(exc):
+                    raise
                 if attempt == self._attempts - 1:
                     raise SqlError(f"query failed: {exc}") from None
         raise AssertionError("unreachable")
@@ -97,6 +112,13 @@ class SqlEngine:
 
     # -- one attempt ------------------------------------------------------------------
 
+    def _connect(self) -> duckdb.DuckDBPyConnection:
+        """A new DuckDB database, reading the plans' files through the filesystem."""
+        con = duckdb.connect()
+        if self._filesystem is not None:
+            con.register_filesystem(self._filesystem)
+        return con
+
     def _parse(self, query: str) -> tuple[duckdb.DuckDBPyConnection, set[str], set[Any]]:
         """A new cursor on the shared connection, and the query's table names and
         statement kinds. Parsing needs a database without views (one holding views
@@ -105,7 +127,7 @@ class SqlEngine:
         to open: a one-query process opens one)."""
         with self._lock:
             if self._con is None:
-                con = duckdb.connect()
+                con = self._connect()
                 con.execute("SET GLOBAL TimeZone='UTC'")
                 self._con = con
             cur = self._con.cursor()
@@ -123,11 +145,11 @@ class SqlEngine:
                 return self._select(cur, query, fetch, named, stale)
         finally:
             cur.close()
-        con = duckdb.connect()  # DDL, DML, SET, ...: a throwaway connection
+        con = self._connect()  # DDL, DML, SET, ...: a throwaway connection
         try:
             con.execute("SET TimeZone='UTC'")
             for name, plan in self._plans(named, stale).items():
-                register_view(con, name, self._narrow(con, query, name, plan))
+                register_view(con, name, self._narrow(con, query, name, plan), self._scheme)
             return _execute(con, query, fetch)
         finally:
             con.close()
@@ -145,7 +167,7 @@ class SqlEngine:
             for name, plan in self._plans(named, stale).items():
                 narrowed = self._narrow(cur, query, name, plan)
                 if narrowed is not plan:  # else the shared view answers
-                    sql = view_sql(cur, name, narrowed, made)
+                    sql = view_sql(cur, name, narrowed, made, self._scheme)
                     cur.execute(f"CREATE TEMP VIEW {quote(name)} AS {sql}")
             return _execute(cur, query, fetch)
         finally:
@@ -177,7 +199,7 @@ class SqlEngine:
                 return plan
             if stale or not same:
                 made: list[str] = []
-                sql = view_sql(self._con, name, plan, made)
+                sql = view_sql(self._con, name, plan, made, self._scheme)
                 self._con.execute(f"CREATE OR REPLACE VIEW {quote(name)} AS {sql}")
                 for hidden in self._hidden.pop(name, []):  # the old view's: unused now
                     self._con.execute(f"DROP TABLE IF EXISTS {hidden}")
@@ -213,6 +235,12 @@ class SqlEngine:
                 if len(self._bounds) > _BOUNDS_KEPT:
                     del self._bounds[next(iter(self._bounds))]
         return plan if bound is None else prune_plan(plan, bound)
+
+
+def _protocol(filesystem: AbstractFileSystem) -> str:
+    """The one protocol ``filesystem`` answers for (DuckDB routes its paths to it)."""
+    protocol = filesystem.protocol
+    return protocol if isinstance(protocol, str) else protocol[0]
 
 
 def _parsed(
@@ -300,10 +328,17 @@ def to_arrow(rel: duckdb.DuckDBPyRelation | None) -> pa.Table:
     return result
 
 
+def _vanished(exc: duckdb.Error) -> bool:
+    """Whether ``exc`` may be a file under the query gone (a push or retention removed
+    it: plan again): DuckDB's own IO error, or a FileNotFoundError of a registered
+    filesystem (DuckDB raises those as plain errors naming them)."""
+    return isinstance(exc, duckdb.IOException) or "FileNotFoundError" in str(exc)
+
+
 def _execute(con: duckdb.DuckDBPyConnection, query: str, fetch: Fetch[T]) -> T:
     try:
         return fetch(con.sql(query))  # None: a statement without a result
-    except duckdb.IOException:
-        raise
     except duckdb.Error as exc:
+        if _vanished(exc):
+            raise  # planned again
         raise SqlError(f"query failed: {exc}") from None

@@ -102,7 +102,11 @@ def _arrow_as_table(
 
 
 def view_sql(
-    con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan, made: list[str] | None = None
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    plan: ScanPlan,
+    made: list[str] | None = None,
+    scheme: str = "",
 ) -> str:
     """SQL of a relation holding exactly the plan's rows (an upsert table's files less
     the rows their deletion vectors hide: each file's bitmap of kept rows, joined on
@@ -110,7 +114,9 @@ def view_sql(
     creates and names in ``made`` for the caller to drop once the relation is no longer
     used. One bitmap per file, looked up by a join on a handful of rows, not one
     constant for all: DuckDB copies a constant into every vector of 2,048 rows, so a
-    table-wide bitmap costs time in proportion to the table's size on every vector."""
+    table-wide bitmap costs time in proportion to the table's size on every vector.
+    ``scheme`` prefixes the plan's paths (``PROTOCOL://`` of a filesystem registered on
+    ``con``: a remote warehouse's files)."""
     evolved = SCHEMA_CHANGED_SEQ in plan.table.properties  # files may lack columns
     # one scan per set of files: (files, how many columns they hold, the times they keep);
     # None: every column (the schema stays undecoded: the command line reads no Arrow)
@@ -123,7 +129,7 @@ def view_sql(
         schema = plan.table.schema
         # columns were added (t.add_columns) after some files were written: a file
         # holds a first part of the columns; one scan per part, nulls for the rest
-        held = _columns_held(con, paths)
+        held = _columns_held(con, paths, scheme)
         parts: dict[int, list[str]] = {}
         for p in paths:
             parts.setdefault(min(held[p], len(schema)), []).append(p)
@@ -156,7 +162,8 @@ def view_sql(
         if n is not None:  # after a schema change
             first = [empty_file(_first_columns(plan.table.schema, n))]
             lacking = _column_types(con, plan.table.schema)[n:]
-        files = f"read_parquet({_files([*first, *paths])}, hive_partitioning=false)"
+        named = [scheme + p for p in paths]
+        files = f"read_parquet({_files([*first, *named])}, hive_partitioning=false)"
         nulls = "".join(f", NULL::{t} AS {quote(c)}" for c, t in lacking)
         masked = [(i + len(first), p) for i, p in enumerate(paths) if p in plan.deletes]
         if not masked:
@@ -190,16 +197,19 @@ def _first_columns(schema: pa.Schema, n: int) -> pa.Schema:
     return pa.schema(list(schema)[:n])
 
 
-_HELD: dict[str, int] = {}  # a data file -> how many columns it holds (files never change)
+_HELD: dict[str, int] = {}  # a data file's URI -> how many columns it holds (never changes)
 _HELD_KEPT = 1_000_000  # files remembered at most (then forgotten and read again)
 _TYPES: dict[bytes, list[tuple[str, str]]] = {}  # a schema -> its columns' DuckDB types
 
 
-def _columns_held(con: duckdb.DuckDBPyConnection, paths: list[str]) -> dict[str, int]:
-    """How many (top-level) columns each file holds, from its footer (once a file).
-    Raises SqlError if DuckDB names a file otherwise than it was given."""
-    held = {p: _HELD[p] for p in paths if p in _HELD}
-    unknown = [p for p in paths if p not in held]
+def _columns_held(
+    con: duckdb.DuckDBPyConnection, paths: list[str], scheme: str = ""
+) -> dict[str, int]:
+    """How many (top-level) columns each file holds, from its footer (once a file;
+    read as ``scheme`` + its path). Raises SqlError if DuckDB names a file otherwise
+    than it was given."""
+    held = {p: _HELD[scheme + p] for p in paths if scheme + p in _HELD}
+    unknown = [scheme + p for p in paths if p not in held]
     if unknown:
         rows = con.execute(
             f"SELECT file_name, num_children FROM parquet_schema({_files(unknown)}) "
@@ -209,7 +219,7 @@ def _columns_held(con: duckdb.DuckDBPyConnection, paths: list[str]) -> dict[str,
         lost = [p for p in unknown if p not in got]
         if lost:
             raise SqlError(f"cannot read the columns of {lost[0]}: DuckDB did not list it")
-        held.update(got)
+        held.update((p.removeprefix(scheme), n) for p, n in got.items())
         with _EMPTY_LOCK:
             if len(_HELD) + len(got) > _HELD_KEPT:
                 _HELD.clear()
@@ -258,5 +268,8 @@ def empty_file(schema: pa.Schema) -> str:
     return path
 
 
-def register_view(con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan) -> None:
-    con.execute(f"CREATE OR REPLACE VIEW {quote(name)} AS {view_sql(con, name, plan)}")
+def register_view(
+    con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan, scheme: str = ""
+) -> None:
+    sql = view_sql(con, name, plan, scheme=scheme)
+    con.execute(f"CREATE OR REPLACE VIEW {quote(name)} AS {sql}")

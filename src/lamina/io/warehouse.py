@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import uuid
@@ -12,6 +13,7 @@ from lamina.errors import WarehouseError
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
+    from fsspec import AbstractFileSystem
 
 
 class Warehouse:
@@ -23,6 +25,7 @@ class Warehouse:
 
     def __init__(self, location: str) -> None:
         self._fs: pafs.FileSystem | None = None
+        self._fsspec: AbstractFileSystem | None = None
         if "://" in location:
             import pyarrow.fs as pafs  # loads numpy, pyarrow
 
@@ -44,6 +47,21 @@ class Warehouse:
 
             self._fs = pafs.LocalFileSystem()
         return self._fs
+
+    def fsspec(self) -> AbstractFileSystem | None:
+        """The warehouse's own pyarrow filesystem (same endpoint, same credentials) as
+        an fsspec filesystem for engines that read files through one (DuckDB's
+        ``register_filesystem``); None for a local warehouse, which engines read
+        directly. Its protocol is this warehouse's own (``laminawh<hash>``, no real
+        one's): the engine names a file ``PROTOCOL://`` + its path."""
+        if self.local:
+            return None
+        if self._fsspec is None:
+            from lamina.io.remote_files import warehouse_files  # loads fsspec, pyarrow
+
+            digest = hashlib.sha256(self.location.encode()).hexdigest()[:16]
+            self._fsspec = warehouse_files(self.fs, f"laminawh{digest}")
+        return self._fsspec
 
     def ensure_writable(self) -> None:
         """Create the root if needed and prove a file can be written there."""
@@ -160,6 +178,16 @@ class Warehouse:
         except OSError as exc:
             if self.exists(path):
                 raise WarehouseError(f"cannot remove {path}: {exc}") from None
+
+    def list_dirs(self, path: str) -> list[str]:
+        """The names of the folders directly under ``path`` (none if it is missing)."""
+        import pyarrow.fs as pafs  # loads numpy, pyarrow
+
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(path, recursive=False))
+        except FileNotFoundError:
+            return []
+        return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
 
     def list_files(self, path: str) -> list[pafs.FileInfo]:
         import pyarrow.fs as pafs  # loads numpy, pyarrow

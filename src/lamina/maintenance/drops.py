@@ -8,6 +8,14 @@ table wrote since; a folder of an older drop whose name a new table took goes th
 too, where its files are orphans of that table, which retention deletes). A folder is
 settled only once it is older than the grace period of orphan files, and in any case
 ten minutes old by the clock, so a drop still committing is never touched.
+
+A remote warehouse (an object store) cannot move a folder atomically: a drop deletes
+the table's files by name after its commit. A process that dies in between leaves them
+under the name. Under a name a table took again they are that table's orphans (files no
+row names), which retention deletes; under a name no table has, the files of its data,
+key index and manifest folders are deleted here, each once it is older than the grace
+period and ten minutes by the clock (a table created under the name meanwhile writes
+only younger files).
 """
 
 from __future__ import annotations
@@ -43,7 +51,9 @@ def settle_drops(ctx: CatalogContext, names: Sequence[str] | None, at_us: int) -
     name, listed or not) older than their grace period at ``at_us``. Raises
     WarehouseError (a folder that cannot be moved or removed)."""
     wh = ctx.warehouse
-    if not wh.local or not os.path.isdir(wh.root):
+    if not wh.local:
+        return _settle_remote(ctx, names, at_us)
+    if not os.path.isdir(wh.root):
         return SettledDrops()
     wanted = None if names is None else {n.lower() for n in names}
     deleted = restored = 0
@@ -73,6 +83,41 @@ def settle_drops(ctx: CatalogContext, names: Sequence[str] | None, at_us: int) -
             wh.delete_dir(path)
             deleted += 1
     return SettledDrops(deleted, restored)
+
+
+#: the folders of a table that lamina writes (only these are deleted in a remote one)
+TABLE_FOLDERS = ("data", "_keys", "_manifests")
+_TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def _settle_remote(ctx: CatalogContext, names: Sequence[str] | None, at_us: int) -> SettledDrops:
+    """Delete the old files of the folders of names no table has (``names`` given: all
+    are tables, whose leftovers are orphans). A folder counts as deleted when files of
+    it were."""
+    if names is not None:
+        return SettledDrops()
+    wh = ctx.warehouse
+    grace = setting({}, "orphan_grace_period")
+    deleted = 0
+    for name in wh.list_dirs(wh.root):
+        if not _TABLE_NAME.fullmatch(name):
+            continue
+        try:
+            if tables.get_table(ctx.db, name).name == name:
+                continue  # a table's folder
+        except TableNotFoundError:
+            pass
+        now_ns = time.time_ns()
+        old = [
+            info.path
+            for sub in TABLE_FOLDERS
+            for info in wh.list_files(wh.path(f"{name}/{sub}"))
+            if now_ns - (info.mtime_ns or now_ns) >= MIN_AGE_S * 10**9
+            and at_us - (info.mtime_ns or now_ns) // 1000 >= grace
+        ]
+        ctx.delete_files([p[len(wh.root) + 1 :] for p in old])
+        deleted += bool(old)
+    return SettledDrops(deleted=deleted)
 
 
 def _move_back(src: str, dst: str) -> None:
