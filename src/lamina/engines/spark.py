@@ -115,13 +115,19 @@ def quiet_logs(spark: SparkSession) -> None:
     if os.environ.get(LOGS_ENV, "").strip().lower() == "full":
         return
     spark.sparkContext.setLogLevel("ERROR")
+    task_failure_logs(spark, "OFF")
+
+
+def task_failure_logs(spark: SparkSession, level: str) -> None:
+    """Set the level (log4j's: OFF, ERROR, WARN...) of the loggers that print failed
+    tasks' stack traces in this JVM (the driver, and the executors of local mode)."""
     jvm = spark.sparkContext._jvm
     if jvm is None:
         return
     configurator = jvm.org.apache.logging.log4j.core.config.Configurator
-    off = jvm.org.apache.logging.log4j.Level.OFF
+    to = jvm.org.apache.logging.log4j.Level.toLevel(level.upper())
     for name in _TASK_FAILURE_LOGGERS:
-        configurator.setLevel(name, off)
+        configurator.setLevel(name, to)
 
 
 #: Parquet timestamps as INT64 microseconds (with min/max statistics, readable by
