@@ -153,6 +153,12 @@ class TransactionError(LaminaError):
     append and an overwrite of one chunk in it."""
 
 
+class StreamCheckpointError(TransactionError):
+    """A ``foreach_batch`` micro-batch from a streaming query other than the one that
+    last wrote under its app id: a new checkpoint under an old app id, whose batch
+    ids start again at 0 and would be skipped as written already."""
+
+
 class AlreadyAppliedError(LaminaError):
     """An exactly-once write whose version its application already recorded: skipped.
     ``commit_id``: the commit that recorded it. Writes return that commit instead of

@@ -70,6 +70,9 @@ class Commit:
     base_seq: int | None = None
     #: when it went REQUESTED -> INFLIGHT (``started_at`` is when it was REQUESTED)
     inflight_at: dt.datetime | None = field(default=None, compare=False)
+    #: True on what an exactly-once write (``txn=``) returns when it wrote nothing:
+    #: its application had recorded that version, or a later one, in this commit
+    already_applied: bool = field(default=False, compare=False)
 
     @staticmethod
     def time(us: int | None) -> dt.datetime | None:
@@ -227,6 +230,7 @@ RESERVED_METADATA = frozenset(
         "segments_from",
         "segments_to",
         "sort_by",
+        "spark_query_id",
         "state",
     }
 )

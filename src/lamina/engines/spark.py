@@ -40,9 +40,18 @@ CHUNK_COLUMN = "__lamina_chunk"
 
 
 def get_spark(master: str | None = None, app_name: str = "lamina") -> SparkSession:
-    """A Spark session set up for lamina (local[*] unless ``master`` or $SPARK_MASTER)."""
-    from pyspark.sql import SparkSession  # loads pyspark
+    """The running Spark session, left as it is, if there is one (lamina passes what its
+    writes need with each write, and never changes a session it did not create); else a
+    new one set up for lamina: local[*] unless ``master`` or $SPARK_MASTER, UTC, logs
+    quiet unless ``$LAMINA_SPARK_LOGS=full`` (see :func:`quiet_logs`)."""
+    from pyspark import SparkContext  # loads pyspark
+    from pyspark.sql import SparkSession
 
+    running = SparkSession.getActiveSession()  # this thread's
+    if running is None and SparkContext._active_spark_context is not None:
+        running = SparkSession.builder.getOrCreate()  # the default one: no options, unchanged
+    if running is not None:
+        return running
     master = master or os.environ.get("SPARK_MASTER", "local[*]")
     # Python workers must run the driver's interpreter (same packages, same versions)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -61,22 +70,70 @@ def get_spark(master: str | None = None, app_name: str = "lamina") -> SparkSessi
         builder = builder.config("spark.driver.host", "127.0.0.1").config(
             "spark.driver.bindAddress", "127.0.0.1"
         )
-    return builder.getOrCreate()
+    spark = builder.getOrCreate()
+    quiet_logs(spark)
+    return spark
 
 
-@contextlib.contextmanager
-def _micros_parquet(spark: SparkSession) -> Iterator[None]:
-    """Write Parquet timestamps as INT64 microseconds (readable by pyarrow and DuckDB)."""
-    key = "spark.sql.parquet.outputTimestampType"
-    old = spark.conf.get(key, None)
-    spark.conf.set(key, "TIMESTAMP_MICROS")
+def streaming_query_id(df: DataFrame) -> str | None:
+    """The id of the streaming query whose micro-batch ``df`` is, inside its
+    ``foreachBatch`` function: kept in the query's checkpoint (the same after a
+    restart from it; a new checkpoint is a new query). None outside one, or where
+    Spark does not say (Spark Connect)."""
+    spark = getattr(df, "sparkSession", None)  # None: not a Spark DataFrame
+    if spark is None:
+        return None
     try:
-        yield
-    finally:
-        if old is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, old)
+        sc = spark.sparkContext
+    except Exception:  # Spark Connect: no SparkContext on the client
+        return None
+    got = sc.getLocalProperty("sql.streaming.queryId")  # set by the query's thread
+    return str(got) if got else None
+
+
+#: ``full``: the Spark sessions lamina creates keep Spark's own logging (WARN, every
+#: failed task's stack trace); by default they log errors only, and no task failures
+LOGS_ENV = "LAMINA_SPARK_LOGS"
+
+#: the loggers that print a failed task's stack trace on the executors and the driver
+#: (a lossy cast lamina reports as a SchemaError comes with ~180 lines of them)
+_TASK_FAILURE_LOGGERS = (
+    "org.apache.spark.executor.Executor",
+    "org.apache.spark.scheduler.TaskSetManager",
+    "org.apache.spark.scheduler.TaskSchedulerImpl",
+    "org.apache.spark.sql.execution.datasources.FileFormatWriter",
+    "org.apache.spark.util.Utils",
+    "org.apache.spark.storage.ShuffleBlockFetcherIterator",  # the other tasks, cancelled
+)
+
+
+def quiet_logs(spark: SparkSession) -> None:
+    """Spark's logs at ERROR, and failed tasks not logged at all (lamina reports the
+    cause of a failed write itself), unless ``$LAMINA_SPARK_LOGS`` is ``full``.
+    Called for the sessions lamina creates only; for a session of yours, call it
+    yourself (it changes the whole application's log levels)."""
+    if os.environ.get(LOGS_ENV, "").strip().lower() == "full":
+        return
+    spark.sparkContext.setLogLevel("ERROR")
+    task_failure_logs(spark, "OFF")
+
+
+def task_failure_logs(spark: SparkSession, level: str) -> None:
+    """Set the level (log4j's: OFF, ERROR, WARN...) of the loggers that print failed
+    tasks' stack traces in this JVM (the driver, and the executors of local mode)."""
+    jvm = spark.sparkContext._jvm
+    if jvm is None:
+        return
+    configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+    to = jvm.org.apache.logging.log4j.Level.toLevel(level.upper())
+    for name in _TASK_FAILURE_LOGGERS:
+        configurator.setLevel(name, to)
+
+
+#: Parquet timestamps as INT64 microseconds (with min/max statistics, readable by
+#: pyarrow and DuckDB), asked for by each write: Spark takes a SQL conf as a write
+#: option, so the session's own conf (INT96 by default) is left alone
+MICROS_PARQUET = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
 
 
 @contextlib.contextmanager
@@ -205,9 +262,9 @@ def spark_producer(
         if partitioned:
             writer = writer.partitionBy(CHUNK_COLUMN)
         path = wh.path(commit_rel)
-        with _micros_parquet(spark), _cancelled_when_lost(spark, guard_of(path), commit_rel):
+        with _cancelled_when_lost(spark, guard_of(path), commit_rel):
             try:
-                writer.parquet(wh.uri(path))
+                writer.options(**MICROS_PARQUET).parquet(wh.uri(path))
             except Exception as exc:
                 lossy = lossy_cast_error(exc)
                 if lossy is None:
@@ -235,8 +292,8 @@ def spark_rewrite(
     df = read.parquet(*(wh.uri(p) for p in paths))
     data = conform(df, rec.schema).repartition(max(1, outputs))
     path = wh.path(commit_rel)
-    with _micros_parquet(spark), _cancelled_when_lost(spark, guard_of(path), commit_rel):
-        data.write.mode("errorifexists").parquet(wh.uri(path))
+    with _cancelled_when_lost(spark, guard_of(path), commit_rel):
+        data.write.options(**MICROS_PARQUET).mode("errorifexists").parquet(wh.uri(path))
     out = []
     for info in wh.list_files(path):
         name = info.base_name

@@ -58,8 +58,11 @@ def quiet_spark(spark: SparkSession, verbose: bool = False) -> None:
     ``verbose`` (or ``$LAMINA_SPARK_LOG_LEVEL``, e.g. WARN) brings the logs back."""
     from pyspark.logger import PySparkLogger  # loads pyspark
 
+    from lamina.engines.spark import task_failure_logs  # loads pyarrow.parquet
+
     level = os.environ.get(LOG_LEVEL_ENV, "WARN" if verbose else "FATAL").upper()
     spark.sparkContext.setLogLevel(level)
+    task_failure_logs(spark, "OFF" if level in ("FATAL", "OFF") else level)
     if level in ("FATAL", "OFF"):
         for name in ("DataFrameQueryContextLogger", "SQLQueryContextLogger"):
             PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)

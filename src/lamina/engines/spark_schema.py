@@ -8,14 +8,60 @@ from typing import Any
 
 import pyarrow as pa
 
-from lamina.errors import SchemaError
+from lamina.errors import SchemaError, UnsupportedTypeError
 from lamina.io.arrow import storage_schema
+
+#: Spark types lamina cannot store, and what to do instead
+_SPARK_UNSUPPORTED = {
+    "VariantType": "a variant, which lamina cannot store: turn it into a string "
+    "(to_json(c)) or into typed columns (variant_get(c, '$.field', 'type'))",
+    "YearMonthIntervalType": "a year-month interval, which lamina cannot store: store "
+    "its months as an integer (extract(YEAR FROM c) * 12 + extract(MONTH FROM c))",
+    "CalendarIntervalType": "a calendar interval, which lamina cannot store: split it "
+    "into columns (extract(MONTH FROM c), extract(DAY FROM c), ...) or use a day-time "
+    "interval",
+}
+
+
+def _spark_unsupported(t: Any, path: str) -> UnsupportedTypeError | None:
+    """The error for the first type in ``t`` (a Spark type, nested types searched too)
+    lamina cannot store; None when there is none."""
+    why = _SPARK_UNSUPPORTED.get(type(t).__name__)
+    if why is not None:
+        return UnsupportedTypeError(f"column {path!r} is {why}")
+    if hasattr(t, "fields"):  # a struct
+        members = [(f.dataType, f"{path}.{f.name}") for f in t.fields]
+    elif hasattr(t, "elementType"):  # an array
+        members = [(t.elementType, f"{path}[]")]
+    elif hasattr(t, "keyType"):  # a map
+        members = [(t.keyType, f"{path} (keys)"), (t.valueType, f"{path} (values)")]
+    else:
+        members = []
+    for member, where in members:
+        err = _spark_unsupported(member, where)
+        if err is not None:
+            return err
+    return None
 
 
 def spark_to_arrow_schema(schema: Any) -> pa.Schema:
-    from pyspark.sql.pandas.types import to_arrow_schema  # loads pyspark
+    """The Arrow schema of a Spark struct. Raises UnsupportedTypeError, naming the
+    column, for a type lamina cannot store (variants, year-month and calendar
+    intervals, anything else pyspark cannot map to Arrow)."""
+    from pyspark.errors import PySparkException  # loads pyspark
+    from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(schema, timezone="UTC")
+    for f in getattr(schema, "fields", ()):
+        err = _spark_unsupported(f.dataType, f.name)
+        if err is not None:
+            raise err
+    try:
+        return to_arrow_schema(schema, timezone="UTC")
+    except (PySparkException, TypeError) as exc:
+        raise UnsupportedTypeError(
+            f"a column's Spark type has no Arrow equivalent lamina can store ({exc}): cast "
+            "it to a supported type (see Column types in the docs)"
+        ) from None
 
 
 def _spark_arrow_type(t: pa.DataType) -> pa.DataType:

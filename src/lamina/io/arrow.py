@@ -23,7 +23,26 @@ if TYPE_CHECKING:  # pyarrow.compute is imported where it is used: the CLI start
 
 
 def is_spark_dataframe(data: Any) -> bool:
-    return type(data).__module__.startswith("pyspark.") and type(data).__name__ == "DataFrame"
+    """Whether ``data`` is a Spark DataFrame (classic or Connect) to write. Raises
+    UnsupportedInputError for a pandas-on-Spark DataFrame or a streaming DataFrame,
+    which a write cannot take as they are."""
+    module = type(data).__module__
+    if module.startswith("pyspark.pandas"):
+        raise UnsupportedInputError(
+            f"cannot write a pandas-on-Spark {type(data).__name__}: pass its Spark "
+            "DataFrame (psdf.to_spark()), or the Spark DataFrame you made it from"
+        )
+    if not (module.startswith("pyspark.") and type(data).__name__ == "DataFrame"):
+        return False
+    if data.isStreaming:
+        raise UnsupportedInputError(
+            "cannot write a streaming DataFrame in one call: start a streaming query "
+            "that writes each micro-batch exactly once, "
+            'df.writeStream.foreachBatch(t.foreach_batch("app-id")).option('
+            '"checkpointLocation", ...).start() (or df.writeStream.format("lamina") '
+            "where that data source is installed)"
+        )
+    return True
 
 
 def to_arrow_table(data: Any) -> pa.Table:

@@ -39,7 +39,7 @@ def push_append(
     if txn is not None:
         done = tw.applied(h, txn)
         if done is not None:
-            return done
+            return tw.skipped(h, txn, done)
     produce = tw.producer(h, data, CommitAction.APPEND, None)  # validate before the entry
     entry = lineage.start_replace(h, [], [])
     try:

@@ -4,7 +4,9 @@ the chunks an overwrite replaces, and the interval arguments they take."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,6 +25,7 @@ from lamina.errors import (
     InvalidArgumentError,
     LaminaError,
     SchemaError,
+    StreamCheckpointError,
 )
 from lamina.meta import app_txns
 from lamina.meta.segments import live_spans
@@ -34,6 +37,8 @@ if TYPE_CHECKING:
 
     from lamina.core.upsert import UpsertBatch
     from lamina.io.writer import ChunkPart
+
+log = logging.getLogger("lamina")
 
 #: A RecordBatchReader is written in pieces of about this many bytes of Arrow data.
 STREAM_FLUSH_BYTES = 256 * 1024 * 1024
@@ -201,7 +206,7 @@ def write(
         txn = txn_of(txn)
         done = applied(table, txn)
         if done is not None:  # applied already: write nothing
-            return done
+            return skipped(table, txn, done)
     own = isinstance(data, Produced)
     if remake is None and own:
         remake = data.again
@@ -226,7 +231,8 @@ def write(
             )
             return w.publish(plan)
     except AlreadyAppliedError as exc:  # a twin published first: nothing of ours shows
-        return table.commit(exc.commit_id)
+        assert txn is not None
+        return skipped(table, txn, table.commit(exc.commit_id))
     except ChunkLayoutError:
         refine = None if remake is None else refinement(table, chunks)
         if not refine:
@@ -281,6 +287,49 @@ def applied(table: TableHandle, txn: tuple[str, int]) -> Commit | None:
     app, version = txn_of(txn)
     got = app_txns.latest(table.ctx.db, table.record.id, app)
     return table.commit(got[1]) if got is not None and version <= got[0] else None
+
+
+#: commit metadata of a ``foreach_batch`` write: the streaming query's id (kept in its
+#: checkpoint: the same after a restart from it, new with a new checkpoint)
+QUERY_ID_KEY = "spark_query_id"
+
+
+def same_stream(table: TableHandle, app_id: str, query_id: str, batch_id: int) -> None:
+    """Raises StreamCheckpointError if the commit that recorded ``app_id``'s latest
+    version came from another streaming query than ``query_id`` (writes without a
+    query id, e.g. ``txn=`` appends, pass)."""
+    prior = applied(table, (app_id, 0))  # the commit of the app's latest version
+    last = None if prior is None else prior.metadata.get(QUERY_ID_KEY)
+    if last is None or last == query_id:
+        return
+    raise StreamCheckpointError(
+        f"foreach_batch({app_id!r}) on {table.name!r}: batch {batch_id} comes from streaming "
+        f"query {query_id}, but {app_id!r} was last written by query {last} (commit "
+        f"{prior.id if prior else '?'}): a new checkpoint under an old app id, whose batch "
+        "ids start again at 0 and would be skipped as written; nothing was written. Give "
+        "this query its own app id (t.foreach_batch('<new-id>')), or restart it from its "
+        "old checkpoint"
+    )
+
+
+def skipped(table: TableHandle, txn: tuple[str, int], commit: Commit) -> Commit:
+    """What an exactly-once write that wrote nothing returns: ``commit``, the one that
+    recorded its application's version, marked ``already_applied`` — and says so in
+    a warning on the ``lamina`` logger (a replay is expected; a new stream reusing an
+    old app id, whose versions start again at 0, is not)."""
+    app, version = txn
+    log.warning(
+        "%s: write skipped, nothing written: application %r had recorded version %d or a "
+        "later one (commit %d) before this txn=(%r, %d); pass a new app id if these rows "
+        "are new",
+        table.name,
+        app,
+        version,
+        commit.id,
+        app,
+        version,
+    )
+    return dataclasses.replace(commit, already_applied=True)
 
 
 def overwrite_chunks(

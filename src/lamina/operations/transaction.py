@@ -273,7 +273,8 @@ class Transaction:
         except AlreadyAppliedError as exc:  # the application wrote this version already
             self._state = "skipped"
             self._write.__exit__(type(exc), exc, exc.__traceback__)
-            commit = self._table.commit(exc.commit_id)
+            assert self.txn is not None
+            commit = tw.skipped(self._table, self.txn, self._table.commit(exc.commit_id))
             self.commit_result = commit
             return commit
         except BaseException as exc:

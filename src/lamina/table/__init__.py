@@ -181,8 +181,11 @@ class Table(TableDefinition):
     def foreach_batch(self, app_id: str, mode: str = "append") -> Callable[[Any, int], None]:
         """A Spark Structured Streaming ``foreachBatch`` function writing each
         micro-batch exactly once (``txn=(app_id, batch_id)``): a query restarted from
-        its checkpoint never applies a batch twice. ``mode``: "append" (an upsert on
-        an upsert table) or "overwrite" (each batch replaces the chunks it touches).
+        its checkpoint never applies a batch twice. The app id belongs to one query
+        (one checkpoint): a batch of another query under an app id a query wrote
+        last raises StreamCheckpointError (its batch ids start at 0 again: they
+        would be skipped as written). ``mode``: "append" (an upsert on an upsert
+        table) or "overwrite" (each batch replaces the chunks it touches).
         ``df.writeStream.foreachBatch(t.foreach_batch("orders-stream")).start()``
         Raises TransactionError for an unknown mode or an empty ``app_id``."""
         if mode not in ("append", "overwrite") or not app_id:
@@ -191,11 +194,23 @@ class Table(TableDefinition):
                 "and mode 'append' or 'overwrite'"
             )
         txn_of((app_id, 0))  # a bad app id now, not at the first batch
-        write = self.append if mode == "append" else self.overwrite
+        h = self._handle
 
         def batch(df: Any, batch_id: int) -> None:
+            from lamina.engines.spark import streaming_query_id  # loads pyarrow
+            from lamina.operations.kinds import kind_of  # the write path: pyarrow, numpy
+            from lamina.operations.steps import QUERY_ID_KEY, same_stream
+
             version = whole_number(batch_id, "batch_id", TransactionError, most=2**63 - 1)
-            write(df, txn=(app_id, version), retries=3)
+            txn = (app_id, version)
+            query = streaming_query_id(df)
+            meta = {} if query is None else {QUERY_ID_KEY: query}
+            if query is not None:
+                same_stream(h, app_id, query, version)
+            if mode == "append":
+                kind_of(h).append(h, df, meta, txn, 3)
+            else:
+                kind_of(h).overwrite(h, df, aligned(h, None), meta, txn, 3)
 
         return batch
 
