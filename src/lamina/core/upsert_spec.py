@@ -348,3 +348,14 @@ def delete_flags(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
         )
     filled = pc.fill_null(flags, False)
     return np.asarray(filled.to_numpy(zero_copy_only=False), bool)
+
+
+def ties_stay_in_chunk(
+    props: Mapping[str, str], schema: pa.Schema, time_column: str | None
+) -> bool:
+    """Whether the order of a write's rows matters only within each time chunk: true
+    for a table without a primary key, and for an upsert table whose comparison column
+    is its time column (two records of a key that tie on it lie in one chunk); false
+    where a tie between chunks goes to the later row of the write."""
+    spec = UpsertSpec.from_properties(props, schema, time_column)
+    return spec is None or (time_column is not None and spec.comparison_column == time_column)

@@ -26,11 +26,12 @@ import pyarrow.parquet as pq
 from lamina.core.interval import ETERNITY, US_PER_HOUR, Granularity, Interval, to_us
 from lamina.core.model import NewSegment, TableRecord
 from lamina.core.properties import SCHEMA_CHANGED_SEQ
+from lamina.core.upsert_spec import ties_stay_in_chunk
 from lamina.engines.spark_casts import conform, lossy_cast_error
 from lamina.engines.spark_schema import arrow_to_spark_schema, ref
 from lamina.errors import SchemaError, TimeColumnError
 from lamina.io.warehouse import Warehouse
-from lamina.io.writer import Guard, guard_of
+from lamina.io.writer import Guard, guard_of, merge_small
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -270,7 +271,10 @@ def spark_producer(
                 if lossy is None:
                     raise
                 raise lossy from None
-        return _collect_files(wh, commit_rel, rec.granularity, rec.time_column, rec.schema)
+        files = _collect_files(wh, commit_rel, rec.granularity, rec.time_column, rec.schema)
+        if ties_stay_in_chunk(rec.properties, rec.schema, rec.time_column):
+            files = merge_small(wh, files, target_rows, commit_rel)  # a task's file per chunk
+        return files
 
     return produce
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Callable, Mapping
@@ -262,3 +263,72 @@ def write_parts(wh: Warehouse, commit_rel: str, parts: list[ChunkPart]) -> list[
         return [write(x) for x in enumerate(parts)]
     with ThreadPoolExecutor(max_workers=min(len(parts), os.cpu_count() or 2)) as pool:
         return list(pool.map(write, enumerate(parts)))
+
+
+#: A file of fewer rows than this share of the target is small: merged with its
+#: chunk's other small files of the same write (:func:`merge_small`).
+SMALL_SHARE = 0.5
+
+
+def merge_small(
+    wh: Warehouse, files: list[NewSegment], target_rows: int, into_rel: str
+) -> list[NewSegment]:
+    """``files`` (one write's, in row order) with each chunk's small files merged: runs
+    of them, in order, of up to ``target_rows`` rows become one file under
+    ``into_rel``, placed where the run's first file was; the merged files are deleted.
+    What Spark's tasks write is one file per task and chunk, however few rows a task
+    holds for it (200 tasks after a shuffle: 200 files of a day); this brings them to
+    the table's target size in the same commit. Rows keep their order within a chunk;
+    across chunks, a merged run's rows move up to its first file's place (the caller
+    does not merge where that order matters: an upsert table whose ties may span
+    chunks)."""
+    small = int(target_rows * SMALL_SHARE)
+    by_chunk: dict[Interval, list[int]] = {}
+    for i, f in enumerate(files):
+        if f.row_count < small:
+            by_chunk.setdefault(f.chunk, []).append(i)
+    runs: list[list[int]] = []
+    for members in by_chunk.values():
+        if len(members) < 2:
+            continue
+        run: list[int] = []
+        held = 0
+        for i in members:
+            if run and held + files[i].row_count > target_rows:
+                runs.append(run)
+                run, held = [], 0
+            run.append(i)
+            held += files[i].row_count
+        runs.append(run)
+    runs = [r for r in runs if len(r) > 1]
+    if not runs:
+        return files
+
+    def merge(run: list[int]) -> NewSegment:
+        parts = [pq.read_table(wh.path(files[i].location), filesystem=wh.fs) for i in run]
+        table = pa.concat_tables(parts, promote_options="permissive")
+        chunk = files[run[0]].chunk
+        rel = f"{into_rel}/__lamina_chunk={chunk.start}/merged-{uuid.uuid4().hex[:12]}.parquet"
+        path = wh.path(rel)
+        wh.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        pq.write_table(
+            table, path, filesystem=wh.fs, use_dictionary=dictionary_columns(table.schema)
+        )
+        los = [files[i].min_time for i in run]
+        his = [files[i].max_time for i in run]
+        lo = None if any(v is None for v in los) else min(v for v in los if v is not None)
+        hi = None if any(v is None for v in his) else max(v for v in his if v is not None)
+        return NewSegment(chunk, rel, table.num_rows, wh.size(path), lo, hi)
+
+    with ThreadPoolExecutor(max_workers=min(len(runs), os.cpu_count() or 2)) as pool:
+        merged = list(pool.map(merge, runs))
+    out: list[NewSegment | None] = list(files)
+    for run, seg in zip(runs, merged, strict=True):
+        out[run[0]] = seg
+        for i in run[1:]:
+            out[i] = None
+    for run in runs:
+        for i in run:
+            with contextlib.suppress(FileNotFoundError):
+                wh.fs.delete_file(wh.path(files[i].location))
+    return [f for f in out if f is not None]

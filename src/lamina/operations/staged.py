@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from lamina.core.interval import Interval
 from lamina.core.model import Commit, CommitAction, NewSegment
+from lamina.core.upsert_spec import ties_stay_in_chunk
 from lamina.errors import LaminaError
+from lamina.io.writer import merge_small
 from lamina.operations import steps as tw
 from lamina.operations import upsert
 from lamina.operations.append import append
@@ -85,6 +87,10 @@ def discard(h: TableHandle, staging: str) -> None:
 
 
 def _publish(h: TableHandle, w: StagedWrite, read_back: _Reader) -> Commit:
+    rec = h.record
+    if ties_stay_in_chunk(rec.properties, rec.schema, rec.time_column):
+        w.files = merge_small(h.ctx.warehouse, w.files, h.target_rows_per_segment, w.staging)
+        read_back.files = w.files
     meta = dict(w.metadata or {})
     files = tw.Produced(lambda _: list(w.files), again=read_back.again)
     kind = kind_of(h)
