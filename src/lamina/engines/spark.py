@@ -43,8 +43,9 @@ CHUNK_COLUMN = "__lamina_chunk"
 def get_spark(master: str | None = None, app_name: str = "lamina") -> SparkSession:
     """The running Spark session, left as it is, if there is one (lamina passes what its
     writes need with each write, and never changes a session it did not create); else a
-    new one set up for lamina: local[*] unless ``master`` or $SPARK_MASTER, UTC, logs
-    quiet unless ``$LAMINA_SPARK_LOGS=full`` (see :func:`quiet_logs`)."""
+    new one set up for lamina: local[*] unless ``master`` or $SPARK_MASTER, UTC, filters
+    pushed to Python data sources (``format("lamina")`` prunes time chunks by them),
+    logs quiet unless ``$LAMINA_SPARK_LOGS=full`` (see :func:`quiet_logs`)."""
     from pyspark import SparkContext  # loads pyspark
     from pyspark.sql import SparkSession
 
@@ -66,6 +67,8 @@ def get_spark(master: str | None = None, app_name: str = "lamina") -> SparkSessi
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.adaptive.enabled", "true")
+        # format("lamina") prunes chunks by the filters on the time column Spark pushes
+        .config("spark.sql.python.filterPushdown.enabled", "true")
     )
     if master.startswith("local"):
         builder = builder.config("spark.driver.host", "127.0.0.1").config(
