@@ -37,6 +37,7 @@ from _common import (  # noqa: E402
 BENCHMARKS = {
     "local_append": "bench_local_append.py",
     "spark_append": "bench_spark_append.py",
+    "spark_source": "bench_spark_source.py",
     "sql": "bench_sql.py",
     "catalog": "bench_catalog.py",
     "writers": "bench_writers.py",
