@@ -115,8 +115,17 @@ class TableReads:
         """A Spark DataFrame over exactly the snapshot's visible rows; ``all_versions``
         (upsert tables): every stored record with its validity seqs, as :meth:`to_arrow`.
         Raises SnapshotNotFoundError, UpsertError (``all_versions`` of another table),
-        UnsupportedTypeError (a column Spark cannot read)."""
+        UnsupportedTypeError (a column Spark cannot read). A Spark Connect session reads
+        through ``spark.read.format("lamina")`` (``all_versions``: UnsupportedInputError)."""
+        from lamina.table.connect import is_spark_connect  # loads pyarrow
+
         self._spark_readable()
+        if is_spark_connect(spark):
+            from lamina.table.connect import read_through_source, refuse_connect  # pyarrow
+
+            if all_versions:
+                raise refuse_connect("t.to_spark(spark, all_versions=True)")
+            return read_through_source(self._handle, spark, as_of, interval)
         if all_versions:
             from lamina.operations.upsert.read import all_versions_spark  # numpy, pyarrow
 
@@ -172,7 +181,13 @@ class TableReads:
     ) -> Any:
         """:meth:`read_changes` as a Spark DataFrame (read by Spark's Parquet reader;
         rows in no guaranteed order — sort by ``_commit_seq`` for a feed). Raises what
-        :meth:`read_changes` and :meth:`to_spark` raise."""
+        :meth:`read_changes` and :meth:`to_spark` raise; UnsupportedInputError for a
+        Spark Connect session (stream the feed: ``spark.readStream.format("lamina")``
+        with ``readChangeFeed``)."""
+        from lamina.table.connect import is_spark_connect, refuse_connect  # loads pyarrow
+
+        if is_spark_connect(spark):
+            raise refuse_connect("t.read_changes_spark")
         self._spark_readable()
         after_seq = seq_of(after_seq, "after_seq")
         until_seq = None if until_seq is None else seq_of(until_seq, "until_seq")
