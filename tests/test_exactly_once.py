@@ -96,6 +96,17 @@ def test_foreach_batch_writes_each_batch_once(t: lamina.Table) -> None:
         t.foreach_batch("orders", mode="upsert")
 
 
+def test_foreach_batch_function_pickles_and_still_writes_once(t: lamina.Table) -> None:
+    """Spark Connect pickles the function to its server: it holds plain values and
+    opens the catalog where it runs."""
+    import pickle
+
+    write = pickle.loads(pickle.dumps(t.foreach_batch("orders")))
+    write(events(days=1, per_day=2), 0)
+    write(events(days=1, per_day=2), 0)
+    assert t.count() == 2 and len(t.history()) == 1
+
+
 def test_a_consistent_push_append_is_applied_once(cat: lamina.Catalog) -> None:
     """Appends of a consistent_push table go through a lineage entry; their txn was
     dropped on that path (a hunt: a replayed stream batch landed again)."""
