@@ -200,3 +200,29 @@ def _spark_literal(t: pa.DataType, keep: Interval) -> tuple[Any, Any]:
         F.expr(f"TIMESTAMP_LTZ '{text(keep.start)}+00:00'"),
         F.expr(f"TIMESTAMP_LTZ '{text(keep.end)}+00:00'"),
     )
+
+
+def read_source(
+    spark: SparkSession,
+    catalog_url: str,
+    warehouse: str,
+    table: str,
+    commit_id: int | None,
+    interval: Interval | None,
+) -> DataFrame:
+    """A DataFrame over one snapshot read through lamina's data source
+    (``format("lamina")``): tasks read the files with pyarrow, wherever the warehouse
+    is, and apply deletion vectors themselves."""
+    reader = spark.read.format("lamina").options(
+        table=table, catalog=catalog_url, warehouse=warehouse
+    )
+    if commit_id is not None:
+        reader = reader.option("asOf", str(commit_id))
+    if interval is not None:
+        reader = reader.option("interval", str(interval))
+    return reader.load()
+
+
+def is_connect(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect session (or DataFrame)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")

@@ -1,7 +1,7 @@
-"""A table's Spark entry points over Spark Connect: a Connect client has no JVM and
-no driver filesystem of its own, so its writes and reads go through the ``lamina``
-data source (``format("lamina")``), which runs on the Connect server; and
-``foreach_batch``'s function pickles (plain values) to run there (docs/spark.md)."""
+"""A table's Spark writes over Spark Connect: a Connect client has no JVM and no
+driver filesystem of its own, so its writes go through the ``lamina`` data source
+(``format("lamina")``), which runs on the Connect server; and ``foreach_batch``'s
+function pickles (plain values) to run there (docs/spark.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 from lamina.context import CatalogContext
 from lamina.core.args import whole_number
 from lamina.core.interval import Interval
-from lamina.core.model import AsOf, Commit
+from lamina.core.model import Commit
 from lamina.errors import CommitError, MetadataError, TransactionError, UnsupportedInputError
 from lamina.io.arrow import is_spark_connect
 from lamina.io.warehouse import Warehouse
@@ -22,7 +22,7 @@ from lamina.meta.db import Db, create_catalog_engine
 from lamina.operations.handle import TableHandle
 from lamina.operations.steps import aligned, applied, skipped
 
-__all__ = ["ForeachBatch", "is_spark_connect", "read_through_source", "write_through_source"]
+__all__ = ["ForeachBatch", "is_spark_connect", "refuse_connect", "write_through_source"]
 
 
 def source_options(ctx: CatalogContext, table: str) -> dict[str, str]:
@@ -86,19 +86,6 @@ def write_through_source(
             f"under txn {use}: check the Connect server's log"
         )
     return commit
-
-
-def read_through_source(h: TableHandle, spark: Any, as_of: AsOf, interval: Any) -> Any:
-    """The snapshot ``as_of`` (planned here: a later commit does not show) as a
-    DataFrame of a Spark Connect session, read by ``spark.read.format("lamina")``.
-    Raises SnapshotNotFoundError, InvalidIntervalError."""
-    options = source_options(h.ctx, h.name)
-    snap = h.snapshot(as_of)
-    if snap.commit_id is not None:
-        options["asOf"] = str(snap.commit_id)
-    if interval is not None:
-        options["interval"] = str(Interval.coerce(interval))
-    return spark.read.format("lamina").options(**options).load()
 
 
 #: per process: the catalog contexts foreach_batch functions reconnected with

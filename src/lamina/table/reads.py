@@ -114,25 +114,33 @@ class TableReads:
     ) -> Any:
         """A Spark DataFrame over exactly the snapshot's visible rows; ``all_versions``
         (upsert tables): every stored record with its validity seqs, as :meth:`to_arrow`.
-        Raises SnapshotNotFoundError, UpsertError (``all_versions`` of another table),
-        UnsupportedTypeError (a column Spark cannot read). A Spark Connect session reads
-        through ``spark.read.format("lamina")`` (``all_versions``: UnsupportedInputError)."""
-        from lamina.table.connect import is_spark_connect  # loads pyarrow
+
+        Spark's own Parquet reader reads a local warehouse's plain tables; an upsert
+        table (its deletion vectors applied in the tasks), a warehouse on an object
+        store (which Spark's filesystems do not reach without S3A) and a Spark Connect
+        session read through lamina's data source (``format("lamina")``). Both give the
+        same rows. Raises SnapshotNotFoundError, UpsertError (``all_versions`` of
+        another table), UnsupportedTypeError (a column Spark cannot read),
+        UnsupportedInputError (``all_versions`` with a Spark Connect session)."""
+        from lamina.engines.spark_read import is_connect, read_source, read_spark  # pyspark
 
         self._spark_readable()
-        if is_spark_connect(spark):
-            from lamina.table.connect import read_through_source, refuse_connect  # pyarrow
+        if all_versions and is_connect(spark):
+            from lamina.table.connect import refuse_connect  # loads pyarrow
 
-            if all_versions:
-                raise refuse_connect("t.to_spark(spark, all_versions=True)")
-            return read_through_source(self._handle, spark, as_of, interval)
+            raise refuse_connect("t.to_spark(spark, all_versions=True)")
         if all_versions:
             from lamina.operations.upsert.read import all_versions_spark  # numpy, pyarrow
 
             return all_versions_spark(self._handle, spark, as_of, interval)
-        from lamina.engines.spark_read import read_spark  # pyspark
-
-        return read_spark(spark, self.scan(as_of, interval), self._handle.ctx.warehouse)
+        h = self._handle
+        wh = h.ctx.warehouse
+        if h.is_upsert or not wh.local or is_connect(spark):
+            iv = None if interval is None else Interval.coerce(interval)
+            commit_id = h.snapshot(as_of).commit_id
+            url = h.ctx.db.engine.url.render_as_string(hide_password=False)
+            return read_source(spark, url, wh.location, h.name, commit_id, iv)
+        return read_spark(spark, self.scan(as_of, interval), wh)
 
     def _spark_readable(self) -> None:
         """Raises UnsupportedTypeError for a column Spark cannot read (it would fail
