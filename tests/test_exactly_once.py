@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 import lamina
@@ -94,6 +97,38 @@ def test_foreach_batch_writes_each_batch_once(t: lamina.Table) -> None:
     assert t.count() == 5
     with pytest.raises(TransactionError, match="mode"):
         t.foreach_batch("orders", mode="upsert")
+
+
+def test_foreach_batch_function_pickles_and_still_writes_once(t: lamina.Table) -> None:
+    """Spark Connect pickles the function to its server: it holds plain values and
+    opens the catalog where it runs."""
+    import pickle
+
+    write = pickle.loads(pickle.dumps(t.foreach_batch("orders")))
+    write(events(days=1, per_day=2), 0)
+    write(events(days=1, per_day=2), 0)
+    assert t.count() == 2 and len(t.history()) == 1
+
+
+def test_foreach_batch_function_reconnects_in_another_process(t: lamina.Table) -> None:
+    """Where Spark Connect runs it (the server's Python worker), the function opens the
+    catalog and warehouse it names: a replayed batch is skipped there too."""
+    import pickle
+    import subprocess
+    import sys
+
+    code = (
+        "import pickle, sys; from tests.helpers import events; "
+        "f = pickle.loads(sys.stdin.buffer.read()); "
+        "f(events(days=1, per_day=3), 0); f(events(days=1, per_day=3), 0)"
+    )
+    src = str(Path(lamina.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, str(Path(src).parent)])}
+    subprocess.run(
+        [sys.executable, "-c", code], input=pickle.dumps(t.foreach_batch("far")),
+        env=env, check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    assert t.count() == 3 and len(t.history()) == 1
 
 
 def test_a_consistent_push_append_is_applied_once(cat: lamina.Catalog) -> None:

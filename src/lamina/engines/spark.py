@@ -29,7 +29,8 @@ from lamina.core.properties import SCHEMA_CHANGED_SEQ
 from lamina.core.upsert_spec import ties_stay_in_chunk
 from lamina.engines.spark_casts import conform, lossy_cast_error
 from lamina.engines.spark_schema import arrow_to_spark_schema, ref
-from lamina.errors import SchemaError, TimeColumnError
+from lamina.errors import SchemaError, TimeColumnError, UnsupportedInputError
+from lamina.io.arrow import is_spark_connect
 from lamina.io.warehouse import Warehouse
 from lamina.io.writer import Guard, guard_of, merge_small
 
@@ -147,7 +148,7 @@ def _cancelled_when_lost(spark: SparkSession, g: Guard | None, name: str) -> Ite
     lost; the block then raises the commit's error (CommitError, LockRevokedError), not
     Spark's. The thread's tags and interrupt setting are restored afterwards.
     Spark Connect sessions are not cancelled (they fail at the check or publish)."""
-    if g is None or type(spark).__module__.startswith("pyspark.sql.connect"):
+    if g is None or is_spark_connect(spark):
         yield
         return
     sc = spark.sparkContext
@@ -241,7 +242,16 @@ def spark_producer(
     """Check ``df`` against the table now; return the step that writes it into a
     commit's directory (relative to the warehouse). ``refine``: for the chunks it
     names, the chunk each hour's rows go to instead (see
-    :func:`lamina.operations.steps.refinement`)."""
+    :func:`lamina.operations.steps.refinement`). Raises UnsupportedInputError for a
+    Spark Connect DataFrame (its writes go through ``format("lamina")``)."""
+    if is_spark_connect(df):
+        raise UnsupportedInputError(
+            "this write cannot take a Spark Connect DataFrame (lamina's own Spark writes "
+            "need the driver's filesystem): t.append, t.upsert and t.overwrite take one "
+            '(through format("lamina")), or write it with df.write.format("lamina"); for '
+            "a refresh, a transaction or a push, use a classic Spark session or pass "
+            "df.toArrow()"
+        )
     spark = df.sparkSession
     data = conform(df, rec.schema)
     partitioned = rec.time_column is not None

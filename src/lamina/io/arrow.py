@@ -45,6 +45,12 @@ def is_spark_dataframe(data: Any) -> bool:
     return True
 
 
+def is_spark_connect(obj: Any) -> bool:
+    """Whether ``obj`` (a DataFrame or a session) is Spark Connect's: a client without
+    a JVM, whose work runs on a Connect server."""
+    return type(obj).__module__.startswith("pyspark.sql.connect")
+
+
 def to_arrow_table(data: Any) -> pa.Table:
     """Read a pyarrow Table/RecordBatch/RecordBatchReader, pandas DataFrame or any
     object exporting ``__arrow_c_stream__`` (Polars, DuckDB, DataFusion...) into one Arrow

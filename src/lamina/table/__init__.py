@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from lamina.core.args import flag, names, whole_number
+from lamina.core.args import flag, names
 from lamina.core.interval import Interval
 from lamina.core.model import Commit, txn_of, user_metadata
 from lamina.errors import (
@@ -67,8 +67,11 @@ class Table(TableDefinition):
         Raises CommitConflictError, SchemaError, TimeColumnError, MetadataError.
         """
         from lamina.operations.kinds import kind_of  # the write path: pyarrow, numpy
+        from lamina.table.connect import is_spark_connect, write_through_source  # pyarrow
 
         h = self._handle
+        if is_spark_connect(data):
+            return write_through_source(h, data, "append", user_metadata(metadata), txn)
         return kind_of(h).append(h, data, user_metadata(metadata), txn, retries)
 
     def upsert(
@@ -84,7 +87,11 @@ class Table(TableDefinition):
         table, null keys or comparison values), SchemaError, TimeColumnError,
         MetadataError."""
         from lamina.operations.upsert import upsert  # the write path: pyarrow, numpy
+        from lamina.table.connect import is_spark_connect, write_through_source  # pyarrow
 
+        if is_spark_connect(data):
+            meta = user_metadata(metadata)
+            return write_through_source(self._handle, data, "upsert", meta, txn)
         return upsert(self._handle, data, user_metadata(metadata), txn)
 
     @property
@@ -108,8 +115,12 @@ class Table(TableDefinition):
         never retried: that would silently drop the other's rows).
         Raises CommitConflictError, DataOutsideIntervalError, MetadataError."""
         from lamina.operations.kinds import kind_of  # the write path: pyarrow, numpy
+        from lamina.table.connect import is_spark_connect, write_through_source  # pyarrow
 
         h = self._handle
+        if is_spark_connect(data):
+            meta = user_metadata(metadata)
+            return write_through_source(h, data, "overwrite", meta, txn, interval)
         iv = aligned(h, interval)
         return kind_of(h).overwrite(h, data, iv, user_metadata(metadata), txn, retries)
 
@@ -193,26 +204,10 @@ class Table(TableDefinition):
                 f"foreach_batch(app_id={app_id!r}, mode={mode!r}): give a non-empty app id "
                 "and mode 'append' or 'overwrite'"
             )
+        from lamina.table.connect import ForeachBatch  # the write path: pyarrow, numpy
+
         txn_of((app_id, 0))  # a bad app id now, not at the first batch
-        h = self._handle
-
-        def batch(df: Any, batch_id: int) -> None:
-            from lamina.engines.spark import streaming_query_id  # loads pyarrow
-            from lamina.operations.kinds import kind_of  # the write path: pyarrow, numpy
-            from lamina.operations.steps import QUERY_ID_KEY, same_stream
-
-            version = whole_number(batch_id, "batch_id", TransactionError, most=2**63 - 1)
-            txn = (app_id, version)
-            query = streaming_query_id(df)
-            meta = {} if query is None else {QUERY_ID_KEY: query}
-            if query is not None:
-                same_stream(h, app_id, query, version)
-            if mode == "append":
-                kind_of(h).append(h, df, meta, txn, 3)
-            else:
-                kind_of(h).overwrite(h, df, aligned(h, None), meta, txn, 3)
-
-        return batch
+        return ForeachBatch.of(self._handle, app_id, mode)
 
     def compact(
         self,

@@ -120,14 +120,19 @@ class TableReads:
         store (which Spark's filesystems do not reach without S3A) and a Spark Connect
         session read through lamina's data source (``format("lamina")``). Both give the
         same rows. Raises SnapshotNotFoundError, UpsertError (``all_versions`` of
-        another table), UnsupportedTypeError (a column Spark cannot read)."""
+        another table), UnsupportedTypeError (a column Spark cannot read),
+        UnsupportedInputError (``all_versions`` with a Spark Connect session)."""
+        from lamina.engines.spark_read import is_connect, read_source, read_spark  # pyspark
+
         self._spark_readable()
+        if all_versions and is_connect(spark):
+            from lamina.table.connect import refuse_connect  # loads pyarrow
+
+            raise refuse_connect("t.to_spark(spark, all_versions=True)")
         if all_versions:
             from lamina.operations.upsert.read import all_versions_spark  # numpy, pyarrow
 
             return all_versions_spark(self._handle, spark, as_of, interval)
-        from lamina.engines.spark_read import is_connect, read_source, read_spark  # pyspark
-
         h = self._handle
         wh = h.ctx.warehouse
         if h.is_upsert or not wh.local or is_connect(spark):
@@ -184,7 +189,13 @@ class TableReads:
     ) -> Any:
         """:meth:`read_changes` as a Spark DataFrame (read by Spark's Parquet reader;
         rows in no guaranteed order — sort by ``_commit_seq`` for a feed). Raises what
-        :meth:`read_changes` and :meth:`to_spark` raise."""
+        :meth:`read_changes` and :meth:`to_spark` raise; UnsupportedInputError for a
+        Spark Connect session (stream the feed: ``spark.readStream.format("lamina")``
+        with ``readChangeFeed``)."""
+        from lamina.table.connect import is_spark_connect, refuse_connect  # loads pyarrow
+
+        if is_spark_connect(spark):
+            raise refuse_connect("t.read_changes_spark")
         self._spark_readable()
         after_seq = seq_of(after_seq, "after_seq")
         until_seq = None if until_seq is None else seq_of(until_seq, "until_seq")
