@@ -32,9 +32,11 @@ working directory hidden, their own address the namespace's, PostgreSQL refused.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -232,6 +234,8 @@ def test_spark_worker_namespace_reaches_master_and_s3_but_not_the_catalog(
 ) -> None:
     master_port = int(topo.master_url.rsplit(":", 1)[1])
     s3_host, s3_port = topo.s3_endpoint.split(":")
+    routes = topology.routes(topo.ns)  # the veth's subnet only: no way past the host end
+    assert [r.split()[0] for r in routes] == [topo.host_ip.rsplit(".", 1)[0] + ".0/24"]
     assert topology.reachable(topo.ns, topo.host_ip, master_port)
     assert topology.reachable(topo.ns, s3_host, int(s3_port))
     addresses = topology.host_ipv4_addresses()
@@ -262,11 +266,17 @@ def test_spark_pipeline_on_the_cluster_equals_the_local_run(
         **topology.AWS_ENV,
         **{k: os.environ[k] for k in ("JAVA_HOME", "TZ") if k in os.environ},
     }
-    driver = subprocess.run(
+    driver = subprocess.Popen(
         [sys.executable, "-m", "tests.test_spark_topology", json.dumps(spec)],
-        cwd=ROOT, env=env, capture_output=True, text=True,
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
     )  # fmt: skip
-    assert driver.returncode == 0, f"the driver failed:\n{driver.stderr[-6000:]}\n{topo.log_tail()}"
+    try:
+        _, err = driver.communicate(timeout=600)  # a hang's bound, not a timing check
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)  # its JVM and Python workers too
+    assert driver.returncode == 0, f"the driver failed:\n{err[-6000:]}\n{topo.log_tail()}"
     cluster = json.loads(Path(spec["out"]).read_text())
     local = local_run(tmp_path)
 

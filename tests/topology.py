@@ -106,6 +106,14 @@ def reachable(ns: str, host: str, port: int) -> bool:
     return got.returncode == 0
 
 
+def routes(ns: str) -> list[str]:
+    """The IPv4 routes of namespace ``ns`` (``ip route`` lines)."""
+    out = subprocess.run(
+        ["ip", "netns", "exec", ns, "ip", "-4", "route"], capture_output=True, text=True
+    )
+    return out.stdout.splitlines()
+
+
 def host_ipv4_addresses() -> list[str]:
     """Every IPv4 address of this (the host's) network namespace."""
     out = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True)
