@@ -164,7 +164,7 @@ def cluster_run(spec: dict[str, Any]) -> dict[str, Any]:
 
     def look(_: Any) -> list[Any]:
         """What an executor sees: its address toward the driver, the driver's files,
-        whether PostgreSQL answers on the driver's host."""
+        whether PostgreSQL answers on the driver's host, where lamina comes from."""
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.connect((host, 9))
             me = s.getsockname()[0]
@@ -173,7 +173,7 @@ def cluster_run(spec: dict[str, Any]) -> dict[str, Any]:
             pg = True
         except OSError:
             pg = False
-        return [me, os.path.exists(hidden), sorted(os.listdir(cwd)), pg]
+        return [me, os.path.exists(hidden), sorted(os.listdir(cwd)), pg, lamina.__file__]
 
     views = spark.sparkContext.parallelize(range(2), 2).map(look).collect()
     opts = {"catalog": spec["catalog"], "warehouse": spec["warehouse"]}
@@ -281,7 +281,8 @@ def test_spark_pipeline_on_the_cluster_equals_the_local_run(
     local = local_run(tmp_path)
 
     views = cluster.pop("executor_views")
-    assert views == [[topo.worker_ip, False, ["src"], False]] * 2
+    here = str(SRC / "lamina" / "__init__.py")  # the sources on the worker's PYTHONPATH
+    assert views == [[topo.worker_ip, False, ["src"], False, here]] * 2
     events = cluster.pop("events")
     assert events == _sorted_rows(pa.concat_tables([B1, B2]))
     assert cluster.keys() == local.keys()
