@@ -266,8 +266,10 @@ def write_parts(wh: Warehouse, commit_rel: str, parts: list[ChunkPart]) -> list[
 
 
 #: A file of fewer rows than this share of the target is small: merged with its
-#: chunk's other small files of the same write (:func:`merge_small`).
-SMALL_SHARE = 0.5
+#: chunk's other small files of the same write (:func:`merge_small`). Merging reads
+#: them back on the driver: a few files of an eighth of the target or more cost a
+#: reader less than that does.
+SMALL_SHARE = 0.125
 
 
 def merge_small(
