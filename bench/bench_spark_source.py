@@ -148,6 +148,41 @@ def stream(spark: Any, root: str, batches: int, per: int, how: str) -> float:
         cat.close()
 
 
+def superseded(spark: Any, root: str, keys: int, versions: int) -> dict[str, float]:
+    """An upsert table of ``keys`` keys upserted ``versions`` times (all but one record
+    of each key superseded): seconds to build ``t.to_spark`` (the plan) and to count
+    it, before and after a major compaction."""
+    import numpy as np
+    import pyarrow as pa
+
+    schema = pa.schema(
+        [
+            pa.field("k", pa.int64(), nullable=False),
+            pa.field("ts", pa.timestamp("us", tz="UTC"), nullable=False),
+            pa.field("v", pa.float64()),
+        ]
+    )
+    t0 = 1_709_251_200_000_000
+    cat, t = _table(_lake(root), schema, "u", primary_key=["k"])
+    try:
+        ks = np.arange(keys, dtype=np.int64)
+        for v in range(versions):
+            ts = t0 + (ks % 10) * 86_400_000_000 + v  # ten days; each version newer
+            t.upsert(pa.table({"k": ks, "ts": ts, "v": np.full(keys, float(v))}, schema=schema))
+        out: dict[str, float] = {}
+        for when in ("before", "after"):
+            if when == "after":
+                t.compact(mode="major")
+            plan_s, df = timed(lambda: t.to_spark(spark))
+            df.count()  # warm-up
+            count_s, n = timed(df.count)
+            assert n == keys, (n, keys)
+            out[f"plan {when}"], out[f"count {when}"] = plan_s, count_s
+        return out
+    finally:
+        cat.close()
+
+
 def main(quick: bool = False) -> dict[str, Any]:
     """format("lamina") writes, reads and streams against t.append/t.to_spark/Spark."""
     from lamina.engines.spark import get_spark
@@ -206,6 +241,9 @@ def main(quick: bool = False) -> dict[str, Any]:
             for how in ("source", "foreach") if rep % 2 == 0 else ("foreach", "source"):
                 with scratch_dir(f"stream-{how}") as d:
                     add(f"stream {how}", stream(spark, d, batches, per, how))
+        with scratch_dir("superseded") as d:
+            keys = 100_000 if quick else 1_000_000
+            up = superseded(spark, d, keys, 6)
         s3 = _s3_figures(spark, df, rows, reps)
         df.unpersist()
     finally:
@@ -246,6 +284,15 @@ def main(quick: bool = False) -> dict[str, Any]:
             "stream: format(lamina) / foreach_batch",
             med["stream source"] / med["stream foreach"],
             "x",
+        ),
+        figure("upsert table, 5/6 superseded: to_spark plan", up["plan before"], "s", "< 1"),
+        figure("upsert table: count before compaction", up["count before"], "s"),
+        figure("upsert table: count after compaction", up["count after"], "s"),
+        figure(
+            "upsert table: count before / after compaction",
+            up["count before"] / up["count after"],
+            "x",
+            "<= 2.0",
         ),
         *s3,
     ]

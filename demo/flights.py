@@ -231,9 +231,11 @@ def upsert_demo(cat: lamina.Catalog, spark: Any, flights: lamina.Table, inbox: P
     stream = spark.readStream.schema(arrow_to_spark_schema(flights.schema)).option(
         "maxFilesPerTrigger", 1
     )
-    query = (
+    query = (  # each micro-batch one upsert commit, exactly once (the checkpoint's id)
         stream.parquet(str(inbox.resolve()))
-        .writeStream.foreachBatch(latest.foreach_batch("latest-flights"))
+        .writeStream.format("lamina")
+        .option("table", latest.name)
+        .option("warehouse", str(Path(cat.warehouse.root).resolve()))
         .option("checkpointLocation", str((inbox / "_checkpoint").resolve()))
         .trigger(availableNow=True)
         .start()
