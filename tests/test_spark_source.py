@@ -173,6 +173,9 @@ def test_spark_source_stream_write_commits_each_batch_once(
         t = cat.load_table("ev")
         assert sorted(t.to_arrow().column("k").to_pylist()) == list(range(20))
         assert len(t.history()) == 2
+        # each micro-batch's files were staged in a directory of its own
+        staged = {s.location.split("/data/w", 1)[1].split("/")[1] for s in t.segments()}
+        assert staged == {"b0", "b1"}
 
 
 def test_spark_source_stream_reads_the_change_feed(

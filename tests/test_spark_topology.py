@@ -282,7 +282,11 @@ def test_spark_pipeline_on_the_cluster_equals_the_local_run(
 
     views = cluster.pop("executor_views")
     here = str(SRC / "lamina" / "__init__.py")  # the sources on the worker's PYTHONPATH
-    assert views == [[topo.worker_ip, False, ["src"], False, here]] * 2
+    # the worker sees of the driver's cwd only what it runs: the sources (and the venv,
+    # where it lies in the checkout)
+    assert [v[2] for v in views] == [[n for n in [".venv", "src"] if n in v[2]] for v in views]
+    assert all("src" in v[2] for v in views)
+    assert [v[:2] + v[3:] for v in views] == [[topo.worker_ip, False, False, here]] * 2
     events = cluster.pop("events")
     assert events == _sorted_rows(pa.concat_tables([B1, B2]))
     assert cluster.keys() == local.keys()

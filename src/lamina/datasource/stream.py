@@ -25,7 +25,14 @@ from pyspark.sql.streaming.datasource import (
 
 from lamina.datasource import options as opts
 from lamina.datasource.read import PiecesPartition, packed
-from lamina.datasource.tasks import FilePiece, ReadSpec, WriteSpec, read_pieces, write_partition
+from lamina.datasource.tasks import (
+    FilePiece,
+    ReadSpec,
+    WriteSpec,
+    read_pieces,
+    staging_of,
+    write_partition,
+)
 from lamina.datasource.write import StagedMessage, discard, open_table, publish
 from lamina.errors import ChangeFeedError, InvalidArgumentError, WarehouseError
 from lamina.meta import tables as table_rows
@@ -100,7 +107,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
 
     def _batch(self, batch_id: int) -> WriteSpec:
         """The spec whose staging directory holds batch ``batch_id``'s files."""
-        return replace(self.spec, staging=f"{self.spec.staging}/b{int(batch_id)}")
+        return replace(self.spec, staging=staging_of(self.spec, batch_id))
 
 
 class ChangeFeedReader(DataSourceStreamReader):

@@ -175,6 +175,16 @@ class StagedFiles:
     rows: int = 0
 
 
+#: The local property Spark's micro-batch execution sets on its tasks: the batch id.
+BATCH_ID = "streaming.sql.batchId"
+
+
+def staging_of(spec: WriteSpec, batch: str | int | None) -> str:
+    """The directory of a write's staged files: a stream's has one per micro-batch, so
+    a batch's commit or abort touches only its own files."""
+    return spec.staging if batch is None else f"{spec.staging}/b{int(batch)}"
+
+
 def write_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> StagedFiles:
     """Write one partition's rows as segment files under the write's staging
     directory, in a directory of this task attempt's own (a retried or speculative
@@ -185,8 +195,9 @@ def write_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Stage
     tc = TaskContext.get()
     partition = tc.partitionId() if tc is not None else 0
     attempt = tc.attemptNumber() if tc is not None else 0
+    batch = tc.getLocalProperty(BATCH_ID) if tc is not None else None
     wh = warehouse(spec.location)
-    rel = f"{spec.staging}/p{partition:05d}-a{attempt}-{uuid.uuid4().hex[:6]}"
+    rel = f"{staging_of(spec, batch)}/p{partition:05d}-a{attempt}-{uuid.uuid4().hex[:6]}"
     out = StagedFiles(partition, attempt)
     pending: list[pa.RecordBatch] = []
     size = 0
