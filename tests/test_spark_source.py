@@ -351,3 +351,10 @@ def test_spark_to_spark_of_an_upsert_table_applies_vectors_in_tasks(
             assert sorted(got, key=str) == want
         plan = u.to_spark(spark)._jdf.queryExecution().optimizedPlan().toString()
         assert "lamina" in plan.lower()
+        # every record of the first upsert's files superseded: the read skips them
+        gone = [s for s in u.segments() if s.commit_id == first.id]
+        u.upsert(_rows(range(100), 3))
+        for s in gone:
+            Path(s.location).unlink()
+        got = sorted((r["k"], r["v"]) for r in u.to_spark(spark).collect())
+        assert got == [(k, 3) for k in range(100)]

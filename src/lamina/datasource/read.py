@@ -251,10 +251,14 @@ def _partitions(
         if interval is None:
             return
     scan = h.scan(plan.as_of, interval)
-    sizes = {t.segment.location: t.segment.size_bytes for t in scan.tasks}
-    pieces = [
-        (FilePiece(path, keep, scan.deletes.get(path)), sizes[path]) for path, keep in scan.reads()
-    ]
+    files = {t.segment.location: t.segment for t in scan.tasks}
+    pieces = []
+    for path, keep in scan.reads():
+        hidden = scan.deletes.get(path)
+        seg = files[path]
+        if hidden is not None and len(hidden) >= seg.row_count:
+            continue  # every record of the file superseded: nothing to read
+        pieces.append((FilePiece(path, keep, hidden), seg.size_bytes))
     yield from packed(pieces)
 
 

@@ -90,36 +90,55 @@ def _read_piece(
         cols.append(tc)
     f = pq.ParquetFile(piece.path, filesystem=wh.fs)
     present = [c for c in cols if c in f.schema_arrow.names]
-    keepers = _kept_rows(piece, f.metadata.num_rows)
+    meta = f.metadata
+    keepers = _kept_rows(piece, meta.num_rows)
+    groups: list[int] | None = None
+    if keepers is not None:  # skip the row groups that hold no row to read
+        starts = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
+        groups = [g for g in range(meta.num_row_groups) if keepers[starts[g] : starts[g + 1]].any()]
+        keepers = np.concatenate(
+            [keepers[starts[g] : starts[g + 1]] for g in groups] or [keepers[:0]]
+        )
     at = 0
-    for batch in f.iter_batches(batch_size=READ_BATCH_ROWS, columns=present):
+    for batch in f.iter_batches(batch_size=READ_BATCH_ROWS, row_groups=groups, columns=present):
         n = batch.num_rows
         data = pa.Table.from_batches([batch])
         if keepers is not None:
-            mask = keepers[at : at + n]
-            data = data.filter(pa.array(mask))
+            data = data.filter(pa.array(keepers[at : at + n]))
         at += n
-        if data.num_rows == 0:
-            continue
-        data = _as_stored(data, stored, cols)
-        if piece.keep is not None and tc is not None:
-            import pyarrow.dataset as ds  # loads pandas (pyarrow's dataset module)
+        if data.num_rows:
+            yield from _finish(spec, stored, out, cols, piece, data)
 
-            flt = time_filter(stored.field(tc), piece.keep)
-            data = ds.dataset(data).to_table(filter=flt)
-            if data.num_rows == 0:
-                continue
-        data = data.select(spec.columns)
-        if spec.tagged:
-            assert piece.tag is not None
-            change, commit_id, seq = piece.tag
-            k = data.num_rows
-            data = (
-                data.append_column("_change", pa.array([change] * k, pa.string()))
-                .append_column("_commit_id", pa.array(np.full(k, commit_id, np.int64)))
-                .append_column("_commit_seq", pa.array(np.full(k, seq, np.int64)))
-            )
-        yield from data.cast(out).to_batches()
+
+def _finish(
+    spec: ReadSpec,
+    stored: pa.Schema,
+    out: pa.Schema,
+    cols: list[str],
+    piece: FilePiece,
+    data: pa.Table,
+) -> Iterator[pa.RecordBatch]:
+    """Rows read from a file as the scan returns them: typed as the table is now, cut
+    to the piece's interval, tagged for a change feed, in Spark's Arrow form."""
+    tc = spec.time_column
+    data = _as_stored(data, stored, cols)
+    if piece.keep is not None and tc is not None:
+        import pyarrow.dataset as ds  # loads pandas (pyarrow's dataset module)
+
+        data = ds.dataset(data).to_table(filter=time_filter(stored.field(tc), piece.keep))
+        if data.num_rows == 0:
+            return
+    data = data.select(spec.columns)
+    if spec.tagged:
+        assert piece.tag is not None
+        change, commit_id, seq = piece.tag
+        k = data.num_rows
+        data = (
+            data.append_column("_change", pa.array([change] * k, pa.string()))
+            .append_column("_commit_id", pa.array(np.full(k, commit_id, np.int64)))
+            .append_column("_commit_seq", pa.array(np.full(k, seq, np.int64)))
+        )
+    yield from data.cast(out).to_batches()
 
 
 def _kept_rows(piece: FilePiece, rows: int) -> np.ndarray | None:
