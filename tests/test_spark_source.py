@@ -358,3 +358,78 @@ def test_spark_to_spark_of_an_upsert_table_applies_vectors_in_tasks(
             Path(s.location).unlink()
         got = sorted((r["k"], r["v"]) for r in u.to_spark(spark).collect())
         assert got == [(k, 3) for k in range(100)]
+
+
+def test_spark_source_overwrite_of_an_interval(spark: Any, lake: tuple[str, str]) -> None:
+    """``interval`` replaces the whole interval, days the data does not touch included;
+    rows outside it are refused and nothing is published."""
+    with _connect(lake) as cat:
+        t = cat.create_table("ev", SCHEMA, time_column="ts", segment_granularity="DAY")
+        t.append(_rows(range(72), 1))  # three days
+        df = spark.createDataFrame(_rows(range(2), 2).to_pandas())  # day 1 only
+        w = df.write.format("lamina").options(**_opts(lake, "ev")).mode("overwrite")
+        w.option("interval", "2024-01-01/2024-01-03").save()
+        assert sorted(_read(spark, lake, "ev")) == [(0, 2), (1, 2)] + [
+            (k, 1) for k in range(48, 72)
+        ]
+        before = len(t.history())
+        bad = spark.createDataFrame(_rows(range(70, 72), 3).to_pandas())  # day 3
+        with pytest.raises(Exception, match="outside the overwrite interval"):
+            bad.write.format("lamina").options(**_opts(lake, "ev")).mode("overwrite").option(
+                "interval", "2024-01-01/2024-01-02"
+            ).save()
+        assert len(t.history()) == before
+        assert cat.find_orphans() == []  # the refused write's staged files are gone
+
+
+def test_spark_source_write_to_a_refresh_table_is_one_consistent_push(
+    spark: Any, lake: tuple[str, str]
+) -> None:
+    """On a consistent-push REFRESH table a write replaces the live segments through
+    one lineage entry, which t.revert_replace rolls back."""
+    with _connect(lake) as cat:
+        t = cat.create_table(
+            "r",
+            SCHEMA,
+            time_column="ts",
+            segment_granularity="DAY",
+            ingestion_type="REFRESH",
+            consistent_push=True,
+        )
+        t.append(_rows(range(48), 1))
+        df = spark.createDataFrame(_rows(range(10), 2).to_pandas())
+        df.write.format("lamina").options(**_opts(lake, "r")).mode("append").save()
+        assert _read(spark, lake, "r") == [(k, 2) for k in range(10)]
+        entries = t.lineage()
+        last = entries[-1]
+        assert last.state == "COMPLETED" and last.segments_from
+        t.revert_replace(last.id)
+        assert sorted(t.to_arrow().column("k").to_pylist()) == list(range(48))
+
+
+def test_spark_source_change_feed_limits_commits_per_trigger(
+    spark: Any, lake: tuple[str, str], tmp_path: Path
+) -> None:
+    with _connect(lake) as cat:
+        t = cat.create_table("ev", SCHEMA, time_column="ts", segment_granularity="DAY")
+        for i in range(4):
+            t.append(_rows(range(i * 5, i * 5 + 5), i))
+    stream = (
+        spark.readStream.format("lamina")
+        .options(**_opts(lake, "ev"), readChangeFeed="true", maxCommitsPerTrigger="1")
+        .load()
+    )
+    q = (
+        stream.writeStream.format("memory")
+        .queryName("feed_limited")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
+    try:
+        q.processAllAvailable()
+    finally:
+        q.stop()
+    seqs = [r[0] for r in spark.sql("select distinct _commit_seq from feed_limited").collect()]
+    assert sorted(seqs) == [1, 2, 3, 4]
+    sizes = [p["numInputRows"] for p in q.recentProgress if p["numInputRows"]]
+    assert sizes == [5, 5, 5, 5]  # one commit per micro-batch

@@ -87,6 +87,8 @@ def discard(h: TableHandle, staging: str) -> None:
 
 
 def _publish(h: TableHandle, w: StagedWrite, read_back: _Reader) -> Commit:
+    if w.overwrite:  # before a commit opens
+        tw.check_inside(CommitAction.OVERWRITE, [f.chunk for f in w.files], w.interval)
     rec = h.record
     if ties_stay_in_chunk(rec.properties, rec.schema, rec.time_column):
         w.files = merge_small(h.ctx.warehouse, w.files, h.target_rows_per_segment, w.staging)
