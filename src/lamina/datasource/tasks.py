@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 from lamina.core.interval import Granularity, Interval
 from lamina.core.model import NewSegment
 from lamina.errors import SnapshotNotFoundError
+from lamina.failpoints import failpoint
 from lamina.io.arrow import conform, storage_schema, time_filter
 from lamina.io.warehouse import Warehouse
 from lamina.io.writer import split_by_chunk, write_parts
@@ -188,6 +189,7 @@ def write_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Stage
     wh = warehouse(spec.location)
     rel = f"{spec.staging}/p{partition:05d}-a{attempt}-{uuid.uuid4().hex[:6]}"
     out = StagedFiles(partition, attempt)
+    failpoint("datasource.write.begin", table=spec.table, partition=partition, attempt=attempt)
     pending: list[pa.RecordBatch] = []
     size = 0
 
@@ -199,6 +201,9 @@ def write_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Stage
         parts = split_by_chunk(data, spec.time_column, spec.granularity, spec.target_rows)
         out.files += write_parts(wh, f"{rel}/w{len(out.files):05d}", parts)
         out.rows += data.num_rows
+        failpoint(
+            "datasource.write.flushed", table=spec.table, partition=partition, attempt=attempt
+        )
 
     for batch in batches:
         if batch.num_rows == 0:
