@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from lamina.core.interval import Granularity, Interval
 from lamina.core.model import NewSegment
-from lamina.errors import SnapshotNotFoundError
+from lamina.errors import SnapshotNotFoundError, WarehouseError
 from lamina.failpoints import failpoint
 from lamina.io.arrow import conform, storage_schema, time_filter
 from lamina.io.warehouse import Warehouse
@@ -180,7 +180,7 @@ def write_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Stage
     """Write one partition's rows as segment files under the write's staging
     directory, in a directory of this task attempt's own (a retried or speculative
     attempt never writes over another's files). Raises SchemaError (a lossy cast, a
-    null in a NOT NULL column), TimeColumnError."""
+    null in a NOT NULL column), TimeColumnError, WarehouseError (a file not written)."""
     from pyspark import TaskContext  # loads pyspark (in a Spark task: loaded already)
 
     tc = TaskContext.get()
@@ -199,7 +199,13 @@ def write_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Stage
         data = conform(pa.Table.from_batches(pending), spec.schema)
         pending.clear()
         parts = split_by_chunk(data, spec.time_column, spec.granularity, spec.target_rows)
-        out.files += write_parts(wh, f"{rel}/w{len(out.files):05d}", parts)
+        try:
+            out.files += write_parts(wh, f"{rel}/w{len(out.files):05d}", parts)
+        except OSError as exc:  # the store is unreachable, full, refuses the write
+            raise WarehouseError(
+                f"a task writing to lamina table {spec.table!r} could not write its files "
+                f"under {spec.staging} ({exc}); the write publishes nothing"
+            ) from None
         out.rows += data.num_rows
         failpoint(
             "datasource.write.flushed", table=spec.table, partition=partition, attempt=attempt
