@@ -437,3 +437,60 @@ def test_spark_two_applications_append_to_one_table(lake: tuple[str, str], tmp_p
         assert _keys(t) == list(range(96))
         assert [c.action for c in t.history()] == ["APPEND", "APPEND"]
         assert cat.find_orphans() == []
+
+
+# -- 6. bad input ----------------------------------------------------------------------
+
+ROW = "1L AS k, timestamp'2024-01-01 01:00:00Z' AS ts"
+#: (case, what the read or write is given, the error's text in Spark's exception)
+BAD = [
+    ("missing column", {"sql": ROW}, r"SchemaError: the DataFrame does not match.*\['v'\]"),
+    ("mistyped column", {"sql": f"{ROW}, 'x' AS v"}, r"SchemaError: column types .*v: string"),
+    (
+        "null in a NOT NULL column",  # found by the task: the write is aborted
+        {"sql": "CAST(NULL AS long) AS k, timestamp'2024-01-01 01:00:00Z' AS ts, 2L AS v"},
+        r"SchemaError: .*\bk\b",
+    ),
+    ("asOf abc", {"read": {"asOf": "abc"}}, r"InvalidArgumentError: option asOf='abc'"),
+    ("asOf 0", {"read": {"asOf": "0"}}, r"InvalidArgumentError: option asOf='0'"),
+    ("asOf seq:999", {"read": {"asOf": "seq:999"}}, r"SnapshotNotFoundError: option asOf="),
+    ("dropped table", {"read": {"table": "gone"}}, r"TableNotFoundError"),
+    # Spark 4.3 takes only append and overwrite from a Python data source
+    ("mode error", {"mode": "error"}, r"UNSUPPORTED_DATA_SOURCE_SAVE_MODE.*ErrorIfExists"),
+    ("mode ignore", {"mode": "ignore"}, r"UNSUPPORTED_DATA_SOURCE_SAVE_MODE.*Ignore"),
+    (
+        "interval on append",
+        {"options": {"interval": "2024-01-01/2024-01-02"}},
+        r"InvalidArgumentError: option interval is for mode\('overwrite'\)",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_lake(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """A lake with table ``ev`` (one row) and a dropped table ``gone``."""
+    tmp = tmp_path_factory.mktemp("bad")
+    url, wh = f"sqlite:///{tmp}/cat.db", str(tmp / "wh")
+    with lamina.connect(url, wh) as cat:
+        t = cat.create_table("ev", SCHEMA, time_column="ts", segment_granularity="DAY")
+        t.append(pa.table({"k": [100], "ts": [T0], "v": [0]}, schema=SCHEMA))
+        cat.create_table("gone", SCHEMA, time_column="ts")
+        cat.drop_table("gone")
+    return url, wh
+
+
+@pytest.mark.parametrize(("case", "given", "error"), BAD, ids=[c for c, _, _ in BAD])
+def test_spark_source_refuses_bad_input_publishing_nothing(
+    spark: Any, bad_lake: tuple[str, str], case: str, given: dict[str, Any], error: str
+) -> None:
+    o = {**_opts(bad_lake, "ev"), **given.get("options", {})}
+    with pytest.raises(Exception, match=error):
+        if "read" in given:
+            spark.read.format("lamina").options(**{**o, **given["read"]}).load().collect()
+        else:
+            df = spark.sql(f"SELECT {given.get('sql', ROW + ', 2L AS v')}")
+            df.write.format("lamina").options(**o).mode(given.get("mode", "append")).save()
+    with lamina.connect(*bad_lake) as cat:
+        t = cat.load_table("ev")
+        assert _keys(t) == [100] and len(t.history()) == 1  # nothing published
+    assert _staged(bad_lake[1], "ev") == set()  # an aborted write's files are gone
