@@ -129,6 +129,20 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+_STARTED: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_driver_left() -> Iterator[None]:
+    """Kill the drivers a failed test left running (their JVMs end with them)."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 class Driver:
     """A Spark application in a subprocess running ``steps`` (see :data:`DRIVER`)."""
 
@@ -141,13 +155,23 @@ class Driver:
         cfg = {**cfg, "jvm": str(self.jvm_file), "t0": T0_US, "hour": HOUR_US}
         env = {k: v for k, v in os.environ.items() if k not in ("SPARK_MASTER", ENV)}
         env.pop("PYSPARK_SUBMIT_ARGS", None)
-        self.proc = subprocess.Popen(
-            [sys.executable, str(script), json.dumps(cfg)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        self.out, self.err = tmp / f"{name}.out", tmp / f"{name}.err"
+        with self.out.open("w") as out, self.err.open("w") as err:  # no pipe to fill
+            self.proc = subprocess.Popen(
+                [sys.executable, str(script), json.dumps(cfg)],
+                env=env,
+                stdout=out,
+                stderr=err,
+                text=True,
+            )
+        _STARTED.append(self.proc)
+
+    def reach(self, *marks: Path) -> None:
+        """Wait until failpoints made ``marks`` (files); the driver must not end first."""
+        _wait(lambda: all(m.exists() for m in marks) or self.proc.poll() is not None, "marks")
+        if not all(m.exists() for m in marks):
+            self.finish()
+            raise AssertionError(f"the driver ended before it made {marks}")
 
     def kill(self, workers: list[int]) -> None:
         """SIGKILL the driver and ``workers`` (its Python workers a failpoint paused)."""
@@ -158,10 +182,11 @@ class Driver:
     def finish(self, code: int = 0) -> list[Any]:
         """Wait for the driver (and its JVM) to end with ``code``; its steps' results."""
         try:
-            out, err = self.proc.communicate(timeout=300)
+            self.proc.wait(timeout=300)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            out, err = self.proc.communicate()
+            self.proc.wait()
+        out, err = self.out.read_text(), self.err.read_text()
         if self.jvm_file.exists():  # a killed driver's JVM ends once it sees so
             for pid in self.jvm_file.read_text().split():
                 _wait(lambda p=int(pid): not _alive(p), "the driver's JVM to end", 60)
@@ -269,7 +294,7 @@ def test_spark_driver_killed_before_commit_publishes_nothing(
 
 # -- 3. a streaming driver killed mid-batch --------------------------------------------
 
-BATCHES = 4
+BATCHES = 3
 KEYS = 6
 
 
@@ -314,7 +339,7 @@ def test_spark_stream_killed_mid_batch_applies_each_row_once(
         )
         cfg = {"options": {"catalog": lake[0], "warehouse": lake[1]}, "failpoints": failpoints}
         driver = Driver(tmp_path, "d", {**cfg, "steps": steps, "together": True})
-        _wait(lambda m=marks: all(p.exists() and p.read_text() for p in m.values()), "pauses")
+        driver.reach(*marks.values())  # (a pause writes its pid whole: see failpoints)
         workers = [int(p.read_text()) for p in marks.values()]
         driver.kill(workers)
         for p in marks.values():
@@ -381,11 +406,10 @@ def test_spark_write_fails_cleanly_while_s3_is_down(tmp_path: Path) -> None:
             ],
         }
         driver = Driver(tmp_path, "d", cfg)
-        _wait(paused.exists, "the task")
+        driver.reach(paused)
         server.stop()  # the task is about to write
         paused.unlink()
-        waiting = tmp_path / "back.waiting"
-        _wait(lambda: waiting.exists() or driver.proc.poll() is not None, "the failed write")
+        driver.reach(tmp_path / "back.waiting")  # the write failed: the driver waits
         server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         server.start()
         back.touch()
@@ -428,7 +452,8 @@ def test_spark_two_applications_append_to_one_table(lake: tuple[str, str], tmp_p
         }
         drivers.append(Driver(tmp_path, f"d{i}", cfg))
         marks.append(mark)
-    _wait(lambda: all(m.exists() for m in marks), "both commits")
+    for d, m in zip(drivers, marks, strict=True):
+        d.reach(m)
     for m in marks:  # both commit at once, into the same days
         m.unlink()
     assert [d.finish() for d in drivers] == [["ok"], ["ok"]]
