@@ -225,6 +225,27 @@ def _staged(wh: str, table: str) -> set[str]:
     return {f for f in _files(data) if f.startswith("w")} if data.exists() else set()
 
 
+def test_spark_failpoints_armed_by_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``LAMINA_FAILPOINTS``, what the tests below arm Spark's workers with: an entry
+    acts when its conditions hold (values compared as text), and only then."""
+    from lamina.failpoints import failpoint
+
+    hit = tmp_path / "hit"
+    monkeypatch.setenv(ENV, f"p@partition=0,attempt=1:touch={hit};q:nonsense")
+    failpoint("p", partition=0, attempt=0)
+    failpoint("p", partition=1, attempt=1)
+    assert not hit.exists()
+    failpoint("p", partition=0, attempt=1, table="t")
+    assert hit.exists()
+    with pytest.raises(ValueError, match="unknown action"):
+        failpoint("q")
+    monkeypatch.setenv(ENV, "no action")
+    with pytest.raises(ValueError, match="NAME"):
+        failpoint("p")
+
+
 # -- 1, 2. a task's Python worker killed; the driver killed before its commit ---------
 
 
