@@ -83,11 +83,14 @@ def as_of_of(h: TableHandle, text: str | None) -> AsOf:
             seq = int(t[4:])
         except ValueError:
             seq = -1
-        done = [c for c in h.history() if c.seq is not None and c.seq <= seq]
-        if seq < 0 or not done:
+        seqs = [c for c in h.history() if c.seq is not None]
+        done = [c for c in seqs if c.seq is not None and c.seq <= seq]
+        last = max((c.seq or 0 for c in seqs), default=0)
+        if seq < 0 or not done or seq > last:  # a seq to come: no snapshot yet
             raise SnapshotNotFoundError(
-                f"option asOf={text!r}: table {h.name!r} has no snapshot at that seq; give "
-                "seq:N with N a Commit.seq of t.history(), or a commit id"
+                f"option asOf={text!r}: table {h.name!r} has no snapshot at that seq (its "
+                f"latest is seq {last}); give seq:N with N a Commit.seq of t.history(), or "
+                "a commit id"
             )
         return max(done, key=lambda c: c.seq or 0).id
     try:

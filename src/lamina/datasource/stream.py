@@ -35,6 +35,7 @@ from lamina.datasource.tasks import (
 )
 from lamina.datasource.write import StagedMessage, discard, open_table, publish
 from lamina.errors import ChangeFeedError, InvalidArgumentError, WarehouseError
+from lamina.failpoints import failpoint
 from lamina.meta import tables as table_rows
 from lamina.operations.kinds import kind_of
 
@@ -100,7 +101,9 @@ class StreamWriter(DataSourceStreamArrowWriter):
         spec = self._batch(batchId)
         txn = (self.identity, int(batchId))
         meta = {"stream": self.identity, "batch": int(batchId)}
+        failpoint("datasource.stream.commit", table=spec.table, batch=batchId)
         publish(self.options, spec, messages, False, None, txn, meta)
+        failpoint("datasource.stream.committed", table=spec.table, batch=batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         discard(self.options, self._batch(batchId))

@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 
 from lamina.core.interval import Granularity, Interval
 from lamina.core.model import NewSegment
-from lamina.errors import SnapshotNotFoundError
+from lamina.errors import SnapshotNotFoundError, WarehouseError
+from lamina.failpoints import failpoint
 from lamina.io.arrow import conform, storage_schema, time_filter
 from lamina.io.warehouse import Warehouse
 from lamina.io.writer import split_by_chunk, write_parts
@@ -208,7 +209,7 @@ def write_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Stage
     """Write one partition's rows as segment files under the write's staging
     directory, in a directory of this task attempt's own (a retried or speculative
     attempt never writes over another's files). Raises SchemaError (a lossy cast, a
-    null in a NOT NULL column), TimeColumnError."""
+    null in a NOT NULL column), TimeColumnError, WarehouseError (a file not written)."""
     from pyspark import TaskContext  # loads pyspark (in a Spark task: loaded already)
 
     tc = TaskContext.get()
@@ -218,6 +219,7 @@ def write_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Stage
     wh = warehouse(spec.location)
     rel = f"{staging_of(spec, batch)}/p{partition:05d}-a{attempt}-{uuid.uuid4().hex[:6]}"
     out = StagedFiles(partition, attempt)
+    failpoint("datasource.write.begin", table=spec.table, partition=partition, attempt=attempt)
     pending: list[pa.RecordBatch] = []
     size = 0
 
@@ -227,8 +229,17 @@ def write_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Stage
         data = conform(pa.Table.from_batches(pending), spec.schema)
         pending.clear()
         parts = split_by_chunk(data, spec.time_column, spec.granularity, spec.target_rows)
-        out.files += write_parts(wh, f"{rel}/w{len(out.files):05d}", parts)
+        try:
+            out.files += write_parts(wh, f"{rel}/w{len(out.files):05d}", parts)
+        except OSError as exc:  # the store is unreachable, full, refuses the write
+            raise WarehouseError(
+                f"a task writing to lamina table {spec.table!r} could not write its files "
+                f"under {spec.staging} ({exc}); the write publishes nothing"
+            ) from None
         out.rows += data.num_rows
+        failpoint(
+            "datasource.write.flushed", table=spec.table, partition=partition, attempt=attempt
+        )
 
     for batch in batches:
         if batch.num_rows == 0:

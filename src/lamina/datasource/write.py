@@ -3,6 +3,7 @@ the driver publishes them in one commit (:mod:`lamina.operations.staged`)."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
@@ -12,11 +13,13 @@ from lamina.catalog import Catalog, connect
 from lamina.core.model import Commit
 from lamina.datasource.options import SourceOptions
 from lamina.datasource.tasks import StagedFiles, WriteSpec, write_partition
-from lamina.errors import InvalidArgumentError, SchemaError
+from lamina.errors import InvalidArgumentError, LaminaError, SchemaError
 from lamina.io.arrow import castable
 from lamina.meta import tables as table_rows
 from lamina.operations import staged
 from lamina.operations.handle import TableHandle
+
+log = logging.getLogger("lamina")
 
 
 class StagedMessage(StagedFiles, WriterCommitMessage):
@@ -132,8 +135,15 @@ def publish(
 
 
 def discard(o: SourceOptions, spec: WriteSpec) -> None:
-    """Delete what an aborted write's tasks wrote."""
-    cat, h = open_table(o)
+    """Delete what an aborted write's tasks wrote (best effort: with the catalog or
+    the warehouse out of reach, the files are orphans, which retention deletes)."""
+    try:
+        cat, h = open_table(o)
+    except LaminaError as exc:
+        log.warning(
+            "could not delete the staged files under %s (%s): retention will", spec.staging, exc
+        )
+        return
     try:
         staged.discard(h, spec.staging)
     finally:

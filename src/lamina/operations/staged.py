@@ -20,6 +20,7 @@ from lamina.core.interval import Interval
 from lamina.core.model import Commit, CommitAction, NewSegment
 from lamina.core.upsert_spec import ties_stay_in_chunk
 from lamina.errors import LaminaError
+from lamina.failpoints import failpoint
 from lamina.io.writer import merge_small
 from lamina.operations import steps as tw
 from lamina.operations import upsert
@@ -58,6 +59,7 @@ def publish(h: TableHandle, w: StagedWrite) -> Commit | None:
     ``txn`` applied already publishes nothing (logged) and returns None. Every staged
     file the commit does not name is deleted, whatever the outcome.
     Raises what the table's writes raise."""
+    failpoint("staged.publish", table=h.name, files=len(w.files))
     read_back = _Reader(h, w.files)
     try:
         if w.txn is not None:
