@@ -241,6 +241,27 @@ def test_minor_and_major_compaction_on_an_object_store(remote: tuple[str, str]) 
         assert got == [{"n": 48, "s": sum(want.values())}]
 
 
+def test_spark_compaction_refuses_an_object_store_and_auto_runs_here(
+    remote: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark's own Parquet reader and writer do not reach the bucket: engine='spark'
+    is refused before anything is locked or written, and 'auto' compacts a run of any
+    size in this process."""
+    catalog, uri = remote
+    monkeypatch.setenv("LAMINA_LOCAL_MAX_BYTES", "1")  # every run "too big" for here
+    with lamina.connect(catalog=catalog, warehouse=uri) as cat:
+        t = cat.create_table("e", SCHEMA, time_column="ts", segment_granularity="DAY")
+        for v in range(2):
+            t.append(_rows(range(v * 24, v * 24 + 24), v))
+            t.append(_rows(range(v * 24, v * 24 + 24), v + 5))
+        before = len(t.history())
+        with pytest.raises(lamina.CompactionError, match="engine='local'"):
+            t.compact(mode="minor", engine="spark")
+        assert len(t.history()) == before and t.locks() == []
+        assert t.compact(mode="minor") is not None  # auto: here, not Spark
+        assert len(t.segments()) == 2
+
+
 def test_a_fresh_catalog_reads_an_upsert_table_and_its_key_index_from_the_store(
     remote: tuple[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -100,6 +100,8 @@ def compact(
         )
     if mode not in ("minor", "major"):
         raise CompactionError(f"mode={mode!r}: use 'minor' or 'major'")
+    if engine == "spark":  # before any lock or commit
+        spark_reaches(table.ctx.warehouse.local)
     if segments is not None:
         segments = names(segments, "segments", CompactionError, "segment ids")
     if segments is not None and (mode != "minor" or not segments):
@@ -243,12 +245,32 @@ DEFAULT_LOCAL_MAX = "2GB"
 ENGINES = ("auto", "local", "spark")
 
 
-def engine_of(run: MinorRun, engine: str, schema: pa.Schema | None = None) -> str:
+def spark_reaches(local: bool) -> None:
+    """Raises CompactionError unless Spark's own Parquet reader and writer reach the
+    warehouse: a local one (an object store needs Hadoop's S3A, and then not with the
+    endpoint a warehouse URI names)."""
+    if not local:
+        raise CompactionError(
+            "Spark compacts a table on a local warehouse only (its own Parquet reader and "
+            "writer would need Hadoop's S3A for an object store): use engine='local', "
+            "which streams the run through this process"
+        )
+
+
+def engine_of(
+    run: MinorRun, engine: str, schema: pa.Schema | None = None, local: bool = True
+) -> str:
     """``local`` or ``spark`` for a run (``engine`` checked by :func:`compact`): with
     ``auto``, Spark for a run too big for this process, unless the table has a column
-    Spark cannot write back as it is (``schema``). Raises UnsupportedTypeError for
-    ``spark`` then."""
+    Spark cannot write back as it is (``schema``), or the warehouse is not ``local``
+    (Spark's own Parquet reader and writer reach an object store only through Hadoop's
+    S3A, and not with the endpoint a warehouse URI names). Raises UnsupportedTypeError,
+    CompactionError for ``spark`` then."""
 
+    if not local:
+        if engine == "spark":
+            spark_reaches(local)
+        return "local"
     why = None if schema is None or engine == "local" else spark_problem(schema, exact=True)
     if why is not None:
         if engine == "spark":
@@ -274,7 +296,8 @@ def _write_run(
     """Rewrite one run: with Spark, or here in a thread ``nice`` below normal priority
     (always here for an upsert table: ``drop``, see :func:`_rewrite`)."""
     maps: tuple[RowMap, ...] = ()
-    if drop is None and engine_of(run, engine, table.schema) == "spark":
+    local = table.ctx.warehouse.local
+    if drop is None and engine_of(run, engine, table.schema, local) == "spark":
         rel = f"{commit_rel}/run-{run.root_range[0]}-{run.chunk.start}"
         paths = [s.location for s in run.inputs if s.location is not None]
         wrote = spark_rewrite(
