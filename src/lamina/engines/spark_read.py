@@ -221,8 +221,3 @@ def read_source(
     if interval is not None:
         reader = reader.option("interval", str(interval))
     return reader.load()
-
-
-def is_connect(spark: Any) -> bool:
-    """Whether ``spark`` is a Spark Connect session (or DataFrame)."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")

@@ -122,7 +122,8 @@ class TableReads:
         same rows. Raises SnapshotNotFoundError, UpsertError (``all_versions`` of
         another table), UnsupportedTypeError (a column Spark cannot read),
         UnsupportedInputError (``all_versions`` with a Spark Connect session)."""
-        from lamina.engines.spark_read import is_connect, read_source, read_spark  # pyspark
+        from lamina.engines.spark_read import read_source, read_spark  # pyspark
+        from lamina.io.arrow import is_spark_connect as is_connect  # pyarrow
 
         self._spark_readable()
         if all_versions and is_connect(spark):
