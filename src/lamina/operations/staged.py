@@ -61,23 +61,26 @@ def publish(h: TableHandle, w: StagedWrite) -> Commit | None:
     Raises what the table's writes raise."""
     failpoint("staged.publish", table=h.name, files=len(w.files))
     read_back = _Reader(h, w.files)
+    commit: Commit | None = None
     try:
-        if w.txn is not None:
-            done = tw.applied(h, w.txn)
-            if done is not None:
-                log.warning(
-                    "skipped a write to %r: txn %s was applied already by commit %d "
-                    "(seq %s); nothing was published",
-                    h.name,
-                    w.txn,
-                    done.id,
-                    done.seq,
-                )
-                return None
-        commit = _publish(h, w, read_back)
+        done = None if w.txn is None else tw.applied(h, w.txn)
+        if done is not None:
+            log.warning(
+                "skipped a write to %r: txn %s was applied already by commit %d (seq %s); "
+                "nothing was published",
+                h.name,
+                w.txn,
+                done.id,
+                done.seq,
+            )
+        else:
+            commit = _publish(h, w, read_back)
     except BaseException:
         _discard(h, w.staging, keep=())
         raise
+    if commit is None or commit.already_applied:  # nothing of ours was published
+        _discard(h, w.staging, keep=())
+        return None
     kept = () if read_back.used else tuple(f.location for f in w.files)
     _discard(h, w.staging, keep=kept)
     return commit
