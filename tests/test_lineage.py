@@ -450,6 +450,12 @@ def test_delete_segments_of_a_completed_entry_to_and_of_plain_segments(t: lamina
         ({"Consistent_Push": "false"}, "did you mean 'consistent_push'"),
         ({"orphan-grace-period": "2h"}, "did you mean 'orphan_grace_period'"),
         ({"writer_wait_s": "5"}, r"lamina.connect\(writer_wait_s=...\)"),
+        # a compaction policy's property without its prefix: kept as metadata, the
+        # policy the user meant would never apply
+        ({"skip_offset_from_latest": "1h"}, "'compaction.skip_offset_from_latest'"),
+        ({"max_segments_per_chunk": "4"}, "'compaction.max_segments_per_chunk'"),
+        ({"Sort-By": "k"}, "'compaction.sort_by'"),
+        ({"compactoin.nice": "5"}, "'compaction.nice'"),
     ],
 )
 def test_bad_property_values(
@@ -474,6 +480,7 @@ def test_own_metadata_properties_are_kept(t: lamina.Table, cat: lamina.Catalog) 
         "push": "nightly",
         "ingestion_time": "02:00",  # two letters from ingestion_type: not a typo of it
         "consistent_pull": "true",
+        "app.sort_by": "k",  # a namespace of the user's own
     }
     t.set_properties(**mine)
     assert cat.load_table("ev").properties.items() >= mine.items()

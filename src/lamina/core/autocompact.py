@@ -34,25 +34,21 @@ from typing import TYPE_CHECKING, Any
 
 from lamina.core.compaction import plan_minor
 from lamina.core.interval import MIN_US, Granularity, Interval
-from lamina.core.properties import DEFAULTS, check_names, duration_us
+from lamina.core.properties import (
+    COMPACTION_KEYS,
+    COMPACTION_PREFIX,
+    DEFAULTS,
+    check_names,
+    duration_us,
+)
 from lamina.core.segment import Segment
 from lamina.errors import CompactionError, PropertyError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-PREFIX = "compaction."
-KEYS = (
-    "skip_offset_from_latest",
-    "small_segment_rows",
-    "max_segments_per_chunk",
-    "target_rows_per_segment",
-    "segment_granularity",
-    "sort_by",
-    "rollup",
-    "nice",
-    "max_superseded_percent",
-)
+PREFIX = COMPACTION_PREFIX
+KEYS = COMPACTION_KEYS
 #: how much lower than ingestion a minor compaction's reading and writing runs on the
 #: CPU (nice units; 19: lowest)
 DEFAULT_NICE = 19

@@ -44,6 +44,19 @@ _LONGEST_US = 36_500 * 86_400 * 1_000_000
 
 #: properties lamina reads outside the ``compaction.`` and ``upsert.`` namespaces
 KNOWN = (*DEFAULTS, "ingestion_type", "consistent_push", "target_rows_per_segment")
+#: the automatic compaction policy's properties: ``compaction.`` and one of these
+COMPACTION_PREFIX = "compaction."
+COMPACTION_KEYS = (
+    "skip_offset_from_latest",
+    "small_segment_rows",
+    "max_segments_per_chunk",
+    "target_rows_per_segment",
+    "segment_granularity",
+    "sort_by",
+    "rollup",
+    "nice",
+    "max_superseded_percent",
+)
 #: the seq of a table's last schema change (``t.add_columns``; lamina's own, not
 #: settable): files written before it may lack columns, which read as nulls
 SCHEMA_CHANGED_SEQ = "schema.changed_seq"
@@ -93,6 +106,17 @@ def check_names(keys: list[str]) -> None:
                 f"lamina.connect({key.lower()}=...)"
             )
         folded = key.lower().replace("-", "_")
+        head, dot, tail = folded.partition(".")
+        if dot:  # a misspelt prefix (compactoin.nice)
+            bare = [k for k in COMPACTION_KEYS if _one_edit(head, "compaction") and tail == k]
+        else:  # a policy's name without its prefix
+            bare = [k for k in COMPACTION_KEYS if _one_edit(folded, k)]
+        if bare:  # kept as the user's own metadata, the policy would never apply
+            raise PropertyError(
+                f"unknown table property {key!r}: the compaction policy's is "
+                f"'{COMPACTION_PREFIX}{bare[0]}' (without the prefix, lamina would keep it "
+                "as your own metadata and never apply it)"
+            )
         near = [k for k in KNOWN if _one_edit(folded, k)]
         if near:
             raise PropertyError(
