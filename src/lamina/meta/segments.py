@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection
 from typing import Any
 
@@ -231,14 +232,13 @@ def _probing_lineage(stmt: Select[Any]) -> Select[Any]:
     return select(flag.c.has_lineage, *rows.c).select_from(flag.outerjoin(rows, true()))
 
 
-#: built once for the common case (no lineage hides anything); construction is costly.
-#: Keys: (bounded below, also says whether the table has lineage entries)
-_CHUNK_VERSIONS = {
-    (bounded, probe): _probing_lineage(stmt) if probe else stmt
-    for bounded in (False, True)
-    for stmt in [_chunk_versions_stmt((), bounded)]
-    for probe in (False, True)
-}
+@functools.cache
+def _chunk_versions(bounded: bool, probe: bool) -> Select[Any]:
+    """The statement of the common case (no lineage hides anything), built once, on
+    first use (its construction is costly: not at import, which every CLI call pays).
+    ``bounded``: bounded below; ``probe``: also says whether the table has lineage."""
+    stmt = _chunk_versions_stmt((), bounded)
+    return _probing_lineage(stmt) if probe else stmt
 
 
 def chunk_versions(
@@ -264,7 +264,7 @@ def chunk_versions(
     """
     bounded = span.start > MIN_US and longest < MAX_SPAN_US
     probe = hidden is None
-    stmt = _chunk_versions_stmt(hidden, bounded) if hidden else _CHUNK_VERSIONS[bounded, probe]
+    stmt = _chunk_versions_stmt(hidden, bounded) if hidden else _chunk_versions(bounded, probe)
     params = {"tid": table_id, "start": span.start, "end": span.end}
     if bounded:
         params["floor"] = span.start - longest
