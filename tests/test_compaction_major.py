@@ -135,7 +135,7 @@ def test_bad_major_compactions_are_typed_and_change_nothing(cat: lamina.Catalog)
         ({"segment_granularity": "DAY", "interval": ("2024-01-01T05:00", "2024-01-02")},
          "must align"),
         ({"rollup": {"dimensions": ["zz"]}}, "'zz' is not a column"),
-        ({"rollup": {"metrics": {"n": "count"}}}, "create the table with a column 'n'"),
+        ({"rollup": {"metrics": {"K": "count"}}}, "differs only in case from 'k'"),
         ({"rollup": {"metrics": {"s": "sum"}}}, "needs a numeric column"),
         ({"rollup": {"metrics": {"v": "median"}}}, "unknown aggregate"),
         ({"rollup": {"dimensions": ["k"], "query_granularity": "EON"}}, "query_granularity"),

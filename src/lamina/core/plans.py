@@ -32,6 +32,8 @@ from lamina.core.interval import Interval
 from lamina.core.model import CommitAction, CompactedRun, NewSegment
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from lamina.core.upsert import UpsertBatch
 
 
@@ -95,6 +97,11 @@ class PublishPlan:
     def written(self) -> tuple[NewSegment, ...]:
         """Its files (a compaction's runs' aside): what it overwrites with, and appends."""
         return self.files
+
+    def adds(self) -> tuple[pa.Field, ...]:
+        """The nullable columns its commit adds to the table's schema (none: the schema
+        stays), at its end as stored."""
+        return ()
 
     @property
     def footprint(self) -> tuple[Interval, ...]:
@@ -189,9 +196,14 @@ class TransactionPlan(PublishPlan):
 @dataclass(frozen=True, kw_only=True)
 class MajorCompactionPlan(TransactionPlan):
     """A major compaction: a transaction overwriting its interval with the rows it read
-    at its base, inside its REPLACE lock."""
+    at its base, inside its REPLACE lock; a rollup's count ``columns`` the table lacked
+    are added to its schema by the same commit."""
 
+    columns: tuple[pa.Field, ...] = ()
     rewrites: ClassVar[bool] = True
+
+    def adds(self) -> tuple[pa.Field, ...]:
+        return self.columns
 
 
 def write_plan(

@@ -4,8 +4,10 @@
 "HOUR"}``: rows with equal dimensions and equal time floored to the query granularity
 become one row; each metric column aggregates. ``count`` stores how many raw rows a
 row stands for — it sums the column (a null counts one raw row), so rolling up a
-rolled-up table again keeps every aggregate. Other columns (neither the time column,
-a dimension nor a metric) are dropped to null, and must be nullable. Pure.
+rolled-up table again keeps every aggregate. A count column the table lacks is added
+(int64, nullable) by the compaction that rolls up, in its own commit: rows it did not
+rewrite read it as null, one raw row each. Other columns (neither the time column, a
+dimension nor a metric) are dropped to null, and must be nullable. Pure.
 """
 
 from __future__ import annotations
@@ -25,12 +27,19 @@ AGGREGATES = ("sum", "min", "max", "count")
 
 @dataclass(frozen=True)
 class Rollup:
-    """A checked rollup: dimensions, metric -> aggregate, query granularity."""
+    """A checked rollup: dimensions, metric -> aggregate, query granularity, the
+    columns it drops to null and the count columns it adds (the table lacks them)."""
 
     dimensions: tuple[str, ...]
     metrics: tuple[tuple[str, str], ...]
     query_granularity: Granularity | None
     dropped: tuple[str, ...]
+    added: tuple[str, ...] = ()
+
+    def added_fields(self) -> list[pa.Field]:
+        """The columns the rollup adds to the table: one nullable int64 per count
+        metric the table lacks."""
+        return [pa.field(name, pa.int64()) for name in self.added]
 
     @classmethod
     def parse(cls, spec: Mapping[str, Any], schema: pa.Schema, time_column: str | None) -> Rollup:
@@ -60,14 +69,18 @@ class Rollup:
                 "column; name the columns to group by (dimensions) and to aggregate (metrics)"
             )
         names = set(schema.names)
-        for col in (*dims, *metrics):
-            if col not in names and metrics.get(col) == "count":
+        lower = {n.lower(): n for n in schema.names}
+        added = tuple(c for c, agg in metrics.items() if agg == "count" and c not in names)
+        for col in added:
+            if col.lower() in lower:
                 raise CompactionError(
-                    f"count metric {col!r} is not a column of the table: a count is stored "
-                    f"in a nullable integer column of the table's schema (a null counts one "
-                    f"raw row), so create the table with a column {col!r} (e.g. int64), or "
-                    "count into an existing integer column"
+                    f"count metric {col!r} is not a column of the table, and the column it "
+                    f"would add differs only in case from {lower[col.lower()]!r} (SQL does "
+                    "not tell them apart): count into another name"
                 )
+        for col in (*dims, *metrics):
+            if col in added:
+                continue
             if col not in names:
                 raise CompactionError(
                     f"rollup column {col!r} is not a column of the table "
@@ -86,6 +99,8 @@ class Rollup:
                 raise CompactionError(
                     f"metric {col!r}: unknown aggregate {agg!r}; use one of {', '.join(AGGREGATES)}"
                 )
+            if col in added:  # an int64 column, added
+                continue
             t = schema.field(col).type
             numeric = pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t)
             if agg in ("sum", "count") and not numeric:
@@ -109,7 +124,7 @@ class Rollup:
             raise CompactionError(f"query_granularity: {exc}") from None
         if query is not None and time_column is None:
             raise CompactionError("query_granularity needs a table with a time column")
-        return cls(dims, tuple(metrics.items()), query, dropped)
+        return cls(dims, tuple(metrics.items()), query, dropped, added)
 
 
 def check_query_granularity(query: Granularity | None, segments: Granularity) -> None:

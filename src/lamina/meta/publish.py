@@ -9,7 +9,8 @@ A publish runs in phases, each a function below: lock the table's row and check 
 plan (:func:`lamina.meta.publish_checks.check`, the one place for conflict and lock
 checks) → plan the new segments' identities (:mod:`lamina.core.planner` decides) →
 resolve an upsert's records by key → record the commit through
-:func:`lamina.meta.commits.record_commit` → write the rows that go with it.
+:func:`lamina.meta.commits.record_commit` (and the columns a rollup adds to the schema:
+:func:`lamina.meta.schemas.add_at`) → write the rows that go with it.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from lamina.meta.db import Db
 from lamina.meta.partition_ids import next_overwrite_pids
 from lamina.meta.rows import segment_of, segment_values
 from lamina.meta.schema import MAX_SPAN_US, commits, tables
+from lamina.meta.schemas import add_at
 from lamina.meta.segments import (
     chunk_versions,
     decore,
@@ -153,6 +155,8 @@ def _publish(
     outcome = _resolve_upserts(conn, table, trow, plan, planned, wh, keys)
     action = plan.action_of(trow.action)
     done, meta = _record(conn, table.id, commit_id, trow, action, plan, planned)
+    if plan.adds():  # a rollup's count columns: the schema changes with this commit
+        add_at(conn, table.id, bytes(trow.schema_ipc), done.seq, plan.adds())
     _side_rows(conn, table.id, commit_id, plan, planned, outcome, done.seq)
     return Commit(
         id=commit_id,
@@ -361,6 +365,8 @@ def _record(
 ) -> tuple[Recorded, dict[str, Any]]:
     """Complete the commit with its segment rows and footprint; returns it and its metadata."""
     meta = json.loads(trow.commit_metadata)
+    if plan.adds():
+        meta["add_columns"] = [{"name": f.name, "type": str(f.type)} for f in plan.adds()]
     entry = planned.entry
     shown: list[tuple[str, str]] = []  # the batch that ends its push shows all of it
     swapped: list[tuple[str, str]] = []

@@ -14,7 +14,8 @@ plan                 refused when
                      with it (:mod:`lamina.core.conflicts`; what was appended meanwhile
                      it carries); its lineage entry is gone or no longer in progress; a
                      segment it removes was removed or hidden meanwhile, or a lineage
-                     entry holds it
+                     entry holds it; a column it adds (a rollup's count) was added
+                     meanwhile
 ``DeletePlan``       a segment is unknown or removed already, or a lineage entry holds
                      it; one lies where another commit holds such a lock
 ``LineagePlan``      an end or a completed entry's rollback swaps a segment where
@@ -108,6 +109,8 @@ def _publishable(
     if plan.txn is not None:  # first: a twin that published this version wins, not conflicts
         app_txns.check(conn, table_id, *plan.txn)
     _outside_locks(conn, table_id, plan, commit_id, covered)
+    if plan.adds():
+        _columns_free(trow, plan.adds(), commit_id)
     carry = _conflicts(conn, trow, commit_id, plan, covered)
     entry = _entry(db, conn, table_id, plan.lineage)
     if entry is None and plan.overwrites() is None and not plan.remove_ids:
@@ -119,6 +122,22 @@ def _publishable(
     if plan.remove_ids:
         removed = _removable(conn, table_id, plan.remove_ids, hidden, protected(current))
     return Cleared(entry, carry, current, hidden, removed)
+
+
+def _columns_free(trow: Any, fields: tuple[Any, ...], commit_id: int) -> None:
+    """Refuse columns to add whose names (any case) the table's schema has now: another
+    commit added them since the write began. Raises CommitConflictError (retryable)."""
+    import pyarrow as pa  # loads numpy, pyarrow
+
+    have = {n.lower() for n in pa.ipc.read_schema(pa.py_buffer(bytes(trow.schema_ipc))).names}
+    taken = [f.name for f in fields if f.name.lower() in have]
+    if taken:
+        raise CommitConflictError(
+            f"commit {commit_id} adds column {taken[0]!r}, which the table got meanwhile "
+            "(t.add_columns or another rollup); nothing was published — do it again, on "
+            "the table as it is now",
+            retryable=True,
+        )
 
 
 def _held_locks(conn: Connection, commit_id: int) -> list[Interval]:

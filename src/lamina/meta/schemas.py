@@ -1,5 +1,6 @@
 """Schema evolution in the catalog: a change of a table's schema is one commit (action
-ALTER, no files) that keeps the schema it replaced for the older snapshots."""
+ALTER, no files; or the major compaction whose rollup adds a count column) that keeps
+the schema it replaced for the older snapshots."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from lamina.core.plans import AlterPlan
 from lamina.core.properties import SCHEMA_CHANGED_SEQ
 from lamina.meta.commits import record_commit
 from lamina.meta.db import Db
+from lamina.meta.rows import table_record
 from lamina.meta.schema import schemas, tables
 from lamina.meta.tables import lock_table, read_table
 
@@ -39,20 +41,7 @@ def change_schema(
 
         check(db, conn, trow, AlterPlan())  # nothing applies: no segment changes
         done = record_commit(conn, trow, CommitAction.ALTER, meta)
-        conn.execute(
-            insert(schemas).values(
-                table_id=rec.id, before_seq=done.seq, schema_ipc=bytes(trow.schema_ipc)
-            )
-        )
-        props = {**rec.properties, SCHEMA_CHANGED_SEQ: str(done.seq)}
-        conn.execute(
-            update(tables)
-            .where(tables.c.id == rec.id)
-            .values(
-                schema_ipc=schema.serialize().to_pybytes(),
-                properties=json.dumps(props, sort_keys=True),
-            )
-        )
+        changed = record_schema(conn, rec, bytes(trow.schema_ipc), done.seq, schema)
         when = from_us(done.at_us)
         commit = Commit(
             done.id,
@@ -65,9 +54,40 @@ def change_schema(
             seq=done.seq,
             inflight_at=when,
         )
-        return rec.with_schema(schema).with_properties(props), commit
+        return changed, commit
 
     return db.write(txn)
+
+
+def record_schema(
+    conn: Connection, rec: TableRecord, old_ipc: bytes, seq: int, schema: pa.Schema
+) -> TableRecord:
+    """Make ``schema`` the table's from the commit of ``seq`` on (recorded in this
+    transaction, under the table's lock), keeping the one it replaces (``old_ipc``) for
+    the older snapshots; returns ``rec`` with it."""
+    conn.execute(insert(schemas).values(table_id=rec.id, before_seq=seq, schema_ipc=old_ipc))
+    props = {**rec.properties, SCHEMA_CHANGED_SEQ: str(seq)}
+    conn.execute(
+        update(tables)
+        .where(tables.c.id == rec.id)
+        .values(
+            schema_ipc=schema.serialize().to_pybytes(),
+            properties=json.dumps(props, sort_keys=True),
+        )
+    )
+    return rec.with_schema(schema).with_properties(props)
+
+
+def add_at(
+    conn: Connection, table_id: int, old_ipc: bytes, seq: int, fields: tuple[pa.Field, ...]
+) -> None:
+    """Add ``fields`` at the end of the table's schema from the commit of ``seq`` on (a
+    major compaction's rollup count columns, checked free at publish, under the table's
+    lock)."""
+    import pyarrow as pa  # loads numpy, pyarrow
+
+    rec = table_record(conn.execute(select(tables).where(tables.c.id == table_id)).one())
+    record_schema(conn, rec, old_ipc, seq, pa.schema([*rec.schema, *fields]))
 
 
 def schema_at(conn: Connection, rec: TableRecord, seq: int) -> TableRecord:

@@ -12,6 +12,7 @@ are removed.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,8 @@ from lamina.operations.upsert.transaction import (
 from lamina.write import WriteTransaction
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from lamina.core.upsert import UpsertBatch, UpsertSpec
 
 
@@ -424,7 +427,8 @@ class Rewrite(Transaction):
     the compaction's granularity and target rows, only the chunks that hold data), and
     publishes as a rewrite (a ``MajorCompactionPlan``); on an upsert table
     (``upsert``: its definition) its records are resolved at publish, each copy showing
-    exactly when the record it copies still would."""
+    exactly when the record it copies still would. ``columns``: those its commit adds
+    to the table's schema (a rollup's count columns; ``table``'s schema has them)."""
 
     def __init__(
         self,
@@ -436,12 +440,14 @@ class Rewrite(Transaction):
         interval: Interval,
         priority: int | None = None,
         wait_s: float | None = None,
+        columns: tuple[pa.Field, ...] = (),
     ) -> None:
         super().__init__(
             table, metadata=metadata, lock=lock, interval=interval, priority=priority, wait_s=wait_s
         )
         self._rewrite = True
         self._upsert = upsert
+        self._columns = columns
 
     def __enter__(self) -> Rewrite:
         self._begin()
@@ -457,3 +463,8 @@ class Rewrite(Transaction):
         """Overwrite ``iv`` with ``data`` in chunks of ``layout`` = (granularity, target
         rows per segment); only the chunks of ``only`` when given."""
         self._overwrite(data, iv, layout, only)
+
+    def _plan(self) -> TransactionPlan:
+        plan = super()._plan()
+        assert isinstance(plan, MajorCompactionPlan)
+        return dataclasses.replace(plan, columns=self._columns)

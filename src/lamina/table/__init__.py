@@ -232,7 +232,8 @@ class Table(TableDefinition):
         ``segments``: merge exactly these ids (seed 001's three rules apply).
         ``mode="major"``: rewrite every chunk of ``interval`` at a new version under a
         REPLACE lock, into ``segment_granularity`` chunks, sorted by ``sort_by``,
-        rolled up by ``rollup`` (:mod:`lamina.core.rollup`); appends are kept.
+        rolled up by ``rollup`` (:mod:`lamina.core.rollup`; a ``count`` metric the
+        table lacks is added as a column by the same commit); appends are kept.
         ``engine``: auto (Spark for runs over ``$LAMINA_LOCAL_MAX_BYTES``), local or
         spark; ``priority`` of the locks (default 25) and ``wait_s`` for them.
         Raises CompactionError (bad request: nothing changed), CommitConflictError

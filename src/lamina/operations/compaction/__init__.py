@@ -53,6 +53,7 @@ from lamina.errors import (
     CommitConflictError,
     CompactionError,
     InvalidGranularityError,
+    SchemaError,
     UnsupportedTypeError,
     UpsertError,
     WarehouseError,
@@ -68,6 +69,7 @@ from lamina.meta.segments import rows_by_id
 from lamina.operations import steps as tw
 from lamina.operations.compaction.scope import candidates
 from lamina.operations.compaction.span import major_interval
+from lamina.operations.evolve import added
 from lamina.operations.handle import TableHandle
 from lamina.operations.transaction import Rewrite
 from lamina.operations.upsert.read import latest_records
@@ -122,13 +124,17 @@ def compact(
     target = target_rows(table, target_rows_per_segment)
     # with the schema the table has now: a handle loaded before t.add_columns would
     # rewrite files without the columns added since
+    given = table
     now, changed = table.reloaded()
     failpoint("compaction.reloaded")
     if changed:
         table = TableHandle(table.ctx, now)
     if mode == "major":
         iv = None if interval is None else Interval.coerce(interval)
-        return compact_major(table, iv, segment_granularity, sort_by, rollup, target, prio, wait_s)
+        done = compact_major(table, iv, segment_granularity, sort_by, rollup, target, prio, wait_s)
+        if done is not None and "add_columns" in done.metadata:  # a rollup's count column
+            given.record = table.record
+        return done
     if segments is not None:
         if interval is not None:
             raise CompactionError("pass segments= or interval=, not both")
@@ -450,6 +456,12 @@ def compact_major(
             f"rollup merges the records of many keys into one row: upsert table "
             f"{table.name!r} keeps one record per key; compact it without rollup"
         )
+    columns = () if spec is None else _count_columns(table, spec)
+    # what the rolled-up rows are written as: with the count columns it adds
+    target = table
+    if columns:
+        schema = pa.schema([*table.schema, *columns])
+        target = TableHandle(table.ctx, table.record.with_schema(schema))
     iv = major_interval(table, interval, gran)
     # the interval is sized from a read of the catalog; no lock is held yet
     failpoint("compaction.major.sized", table=table, interval=iv)
@@ -469,7 +481,14 @@ def compact_major(
         meta["rollup"] = rollup
     upsert = table.upsert_spec
     with Rewrite(  # an upsert table's rewritten records are resolved at publish
-        table, upsert, meta, lock="REPLACE", interval=iv, priority=priority, wait_s=wait_s
+        target,
+        upsert,
+        meta,
+        lock="REPLACE",
+        interval=iv,
+        priority=priority,
+        wait_s=wait_s,
+        columns=columns,
     ) as tx:
         base = tx.base_seq
         at_base = commits.history(table.ctx.db, table.name, seq=base) if base else []
@@ -485,16 +504,31 @@ def compact_major(
         if held is not None and not held and not data.num_rows:
             tx.abort()  # a concurrent write emptied the interval before the base
             return None
+        # read at the base: a column added since the table was loaded is a conflict;
+        # a count column added here reads as nulls (one raw row each)
+        data = padded(data, target.schema)
         if spec is not None:
             data = roll_up(data, spec, table.time_column)
         if sort_by:
             data = data.sort_by([(c, "ascending") for c in sort_by])
         elif table.time_column is not None:
             data = data.sort_by([(table.time_column, "ascending")])
-        # read at the base: a column added since the table was loaded is a conflict
-        data = padded(data, table.schema)
         tx.rewrite(data, iv, (gran, target_rows), held)
+    if columns and tx.commit_result is not None:  # the handle knows the columns added
+        table.record = table.reloaded()[0]
     return tx.commit_result
+
+
+def _count_columns(table: TableHandle, spec: Rollup) -> tuple[pa.Field, ...]:
+    """The columns a rollup adds (its count metrics the table lacks), checked as
+    ``t.add_columns`` checks columns. Raises CompactionError."""
+    if not spec.added:
+        return ()
+    try:
+        schema, _ = added(table.record, spec.added_fields())
+    except (SchemaError, UpsertError) as exc:
+        raise CompactionError(f"the rollup's count column cannot be added: {exc}") from None
+    return tuple(schema)[len(table.schema) :]
 
 
 def _held_chunks(
