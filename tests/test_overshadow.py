@@ -478,6 +478,79 @@ def test_roots_missing_at_the_start() -> None:
 
 
 # ---------------------------------------------------------------------------------------
+# issue 33 §3: a partial group never hides present data unreported
+
+
+def served_or_reported(tl: Timeline) -> None:
+    """Every segment hidden inside its chunk is reported overshadowed: a segment a
+    visible group of its own chunk replaces is never merely missing from reads."""
+    reported = set(map(name, tl.overshadowed()))
+    for s in tl.segments():
+        if tl.partition_state(s) == "overshadowed":
+            assert tl.is_overshadowed(s) and name(s) in reported, name(s)
+
+
+def test_a_partial_group_over_a_lone_root_reports_the_root_overshadowed() -> None:
+    """Druid's testAddOvershadowedChunkToIncompletePartition, through the timeline:
+    partition 2 and one of the two segments of a [0, 3) minor-1 group. The partial
+    group shows (what it replaces is not all there), so the chunk is incomplete and
+    serves nothing; partition 2 is overshadowed — and reported so, for retention."""
+    p2, o0 = root(2), over(0, 0, 3, 1, 2)
+    for order in ([p2, o0], [o0, p2]):
+        tl = Timeline()
+        for s in order:
+            tl.add(s)
+        assert tl.lookup(DAY) == []
+        assert tl.partition_state(p2) == "overshadowed"
+        assert tl.partition_state(o0) == "visible"
+        assert tl.overshadowed() == [p2] and tl.is_overshadowed(p2)
+        assert not tl.is_overshadowed(o0)
+        served_or_reported(tl)
+    built = Timeline.build([p2, o0])
+    assert built.overshadowed() == [p2] and built.lookup(DAY) == []
+
+
+def test_a_complete_group_losing_a_member_after_its_roots_went() -> None:
+    """The group completes over p0..p2, p0 and p1 go (retention), then one of its two
+    segments goes: Druid's manager finds no full fallback covering [0, 3) and keeps
+    the remnant visible (testRemoveChunkFromCompleteParition), so p2 stays
+    overshadowed — reported as such at every step."""
+    sc = Scene(core=3)
+    sc.roots(3)
+    sc.overs(2, 0, 3, 1, 2)
+    assert sc.shown() == ["o0", "o1"]
+    sc.drop("p0", "p1")
+    sc.expect(visible="o0 o1", overshadowed="p2")
+    assert sc.shown() == ["o0", "o1"]
+    served_or_reported(sc.tl)
+    sc.drop("o1")
+    sc.expect(visible="o0", overshadowed="p2")
+    assert sc.shown() == []
+    assert [name(s) for s in sc.tl.overshadowed()] == ["p2"]
+    served_or_reported(sc.tl)
+    sc.drop("o0")  # nothing above p2 any more: it shows again (the chunk lacks p0, p1)
+    sc.expect(visible="p2")
+    assert sc.tl.overshadowed() == [] and sc.shown() == []
+
+
+def test_a_partial_group_over_all_its_roots_stands_by() -> None:
+    """The same group while p0..p2 are all there: it stands by, the roots are served
+    (Druid's testAddStandbyChunksToCompletePartition), nothing is overshadowed."""
+    sc = Scene(core=3)
+    sc.roots(3)
+    sc.overs(1, 0, 3, 1, 2)
+    sc.expect(visible="p0 p1 p2", standby="o0")
+    assert sc.shown() == ["p0", "p1", "p2"] and sc.tl.overshadowed() == []
+
+
+def test_a_partial_group_hidden_under_a_newer_version_is_overshadowed_whole() -> None:
+    """A higher complete version over the incomplete chunk hides all of it."""
+    tl = Timeline.build([root(2), over(0, 0, 3, 1, 2), root(0, version=2)])
+    assert [e.version for e in tl.lookup(DAY)] == [2]
+    assert sorted(map(name, tl.overshadowed())) == ["o0", "p2"]
+
+
+# ---------------------------------------------------------------------------------------
 # Druid's VersionedIntervalTimelineTest (overwrite cases), retold
 
 
