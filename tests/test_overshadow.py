@@ -99,6 +99,7 @@ class Scene:
             assert self.tl.remove(self.segs.pop(n))
 
     def states(self) -> dict[str, set[str]]:
+        served_or_reported(self.tl)
         out: dict[str, set[str]] = {"visible": set(), "standby": set(), "overshadowed": set()}
         for n, s in self.segs.items():
             state = self.tl.partition_state(s)
@@ -176,6 +177,7 @@ def test_an_explicit_default_root_range_is_first_generation() -> None:
 
 
 def test_first_generation_segments_are_all_visible() -> None:
+    """Druid's testAddRootChunkToEmptyManager."""
     sc = Scene()
     sc.roots(2)
     sc.expect(visible="p0 p1")
@@ -184,6 +186,7 @@ def test_first_generation_segments_are_all_visible() -> None:
 
 
 def test_a_lone_partial_group_is_visible_but_the_chunk_incomplete() -> None:
+    """Druid's testAddNonRootChunkToEmptyManager."""
     sc = Scene()
     sc.overs(1, 10, 12, 1, 3)
     sc.expect(visible="o0")
@@ -208,6 +211,7 @@ def test_a_group_size_must_agree_within_a_group() -> None:
 
 
 def test_removing_from_an_empty_or_other_chunk_is_false() -> None:
+    """Druid's testRemoveFromEmptyManager and testRemoveUnknownChunk."""
     tl = Timeline()
     assert not tl.remove(root(0))
     tl.add(root(0))
@@ -216,6 +220,7 @@ def test_removing_from_an_empty_or_other_chunk_is_false() -> None:
 
 
 def test_a_root_added_under_a_full_group_is_overshadowed() -> None:
+    """Druid's testAddOvershadowedChunkToCompletePartition."""
     sc = Scene()
     sc.overs(2, 0, 3, 1, 2)
     sc.roots(1, start=1)
@@ -223,13 +228,17 @@ def test_a_root_added_under_a_full_group_is_overshadowed() -> None:
 
 
 def test_a_root_added_under_a_partial_group_is_overshadowed() -> None:
+    """Druid's testAddOvershadowedChunkToIncompletePartition: the partial group shows
+    (the chunk is incomplete) and the root is overshadowed — and reported so."""
     sc = Scene()
     sc.overs(1, 0, 3, 1, 2)
     sc.roots(1, start=1)  # alone it cannot stand in for [0, 3)
     sc.expect(visible="o0", overshadowed="p1")
+    assert sc.shown() == [] and [name(s) for s in sc.tl.overshadowed()] == ["p1"]
 
 
 def test_a_group_waits_on_standby_until_full_then_replaces_its_roots() -> None:
+    """Druid's testAddStandbyChunksToCompletePartition."""
     sc = Scene(core=3)
     sc.roots(3)
     sc.overs(1, 0, 3, 1, 2)
@@ -241,6 +250,7 @@ def test_a_group_waits_on_standby_until_full_then_replaces_its_roots() -> None:
 
 
 def test_a_newer_partial_group_replaces_an_older_partial_one() -> None:
+    """Druid's testAddStandbyChunksToIncompletePartition."""
     sc = Scene()
     sc.overs(1, 0, 3, 1, 2)
     sc.overs(1, 0, 3, 2, 3)
@@ -250,6 +260,7 @@ def test_a_newer_partial_group_replaces_an_older_partial_one() -> None:
 
 
 def test_removing_roots_until_empty() -> None:
+    """Druid's testRemoveChunksUntilEmpty."""
     sc = Scene()
     sc.roots(10)
     names = [f"p{i}" for i in range(10)]
@@ -261,6 +272,7 @@ def test_removing_roots_until_empty() -> None:
 
 
 def test_removing_a_standby_segment() -> None:
+    """Druid's testRemoveStandbyChunk."""
     sc = Scene()
     sc.roots(3)
     sc.overs(2, 0, 3, 1, 3)
@@ -270,6 +282,7 @@ def test_removing_a_standby_segment() -> None:
 
 
 def test_losing_a_root_under_a_standby_group_shows_the_group() -> None:
+    """Druid's testRemoveVisibleChunkAndFallBackToStandby."""
     sc = Scene()
     sc.roots(2)
     sc.overs(2, 0, 2, 1, 3)
@@ -277,9 +290,11 @@ def test_losing_a_root_under_a_standby_group_shows_the_group() -> None:
     sc.drop("p0")  # [0, 2) has no full cover below any more: the newest group shows
     sc.expect(visible="o0 o1", overshadowed="p1")
     assert sc.shown() == []  # ... but it is partial: the chunk is incomplete
+    assert [name(s) for s in sc.tl.overshadowed()] == ["p1"]  # and p1 is replaced
 
 
 def test_completing_the_roots_under_a_partial_group_shows_the_roots() -> None:
+    """Druid's testAddCompleteOvershadowedToInCompletePartition."""
     sc = Scene()
     sc.overs(2, 0, 2, 1, 3)
     sc.roots(1)
@@ -290,6 +305,7 @@ def test_completing_the_roots_under_a_partial_group_shows_the_roots() -> None:
 
 
 def test_complete_roots_under_a_full_group_stay_overshadowed() -> None:
+    """Druid's testAddCompleteOvershadowedToCompletePartition."""
     sc = Scene()
     sc.overs(2, 0, 2, 1, 2)
     sc.roots(2)
@@ -297,6 +313,7 @@ def test_complete_roots_under_a_full_group_stay_overshadowed() -> None:
 
 
 def test_removing_a_lone_root_under_a_partial_group() -> None:
+    """Druid's testRemoveChunkFromOvershadowd."""
     sc = Scene()
     sc.roots(1, start=1)
     sc.overs(1, 0, 2, 1, 2)
@@ -306,6 +323,7 @@ def test_removing_a_lone_root_under_a_partial_group() -> None:
 
 
 def test_a_full_group_losing_segments_falls_back_once_empty_when_roots_are_missing() -> None:
+    """Druid's testRemoveChunkFromCompleteParition."""
     sc = Scene()
     sc.roots(1, start=1)
     sc.overs(2, 0, 2, 1, 2)
@@ -317,6 +335,7 @@ def test_a_full_group_losing_segments_falls_back_once_empty_when_roots_are_missi
 
 
 def test_a_full_group_losing_a_segment_falls_back_to_full_roots() -> None:
+    """Druid's testRemoveChunkFromCompletePartitionFallBackToOvershadowed."""
     sc = Scene(core=2)
     sc.roots(2)
     sc.overs(2, 0, 2, 1, 2)
@@ -475,6 +494,44 @@ def test_roots_missing_at_the_start() -> None:
     sc.expect(visible="o0 o1", overshadowed="p2")
     sc.drop("o0", "o1")
     sc.expect(visible="p2")
+
+
+def test_a_standby_group_beside_a_full_one() -> None:
+    """Druid's testCopyVisible / testDeepCopy (the state they copy): roots p0, p1 under a
+    full [0, 2) group, appended roots p2, p3, one segment of a [2, 4) group of 3."""
+    sc = Scene()
+    sc.roots(2)
+    sc.overs(3, 0, 2, 1, 3)
+    sc.roots(2)
+    sc.overs(1, 2, 4, 1, 3)
+    sc.expect(visible="o0 o1 o2 p2 p3", standby="o3", overshadowed="p0 p1")
+    assert sc.shown() == ["p2", "p3", "o0", "o1", "o2"]
+
+
+def test_the_widest_newest_group_hides_a_nest_of_groups() -> None:
+    """Druid's testFindOvershadowedBy: groups of one segment, [0, 2) m1, [0, 3) m2,
+    [0, 5) m3, [5, 8) m1, [8, 11) m2, [5, 11) m3, then [0, 12) m5 over them all."""
+    sc = Scene()
+    for start, end, minor in [(0, 2, 1), (0, 3, 2), (0, 5, 3), (5, 8, 1), (8, 11, 2), (5, 11, 3)]:
+        sc.overs(1, start, end, minor, 1)
+    sc.expect(visible="o2 o5", overshadowed="o0 o1 o3 o4")
+    sc.overs(1, 0, 12, 5, 1)
+    sc.expect(visible="o6", overshadowed="o0 o1 o2 o3 o4 o5")
+    # a group inside [2, 10) below minor 10 is overshadowed too, present or not
+    assert sc.tl.is_overshadowed(over(9, 2, 10, 4, 1))
+    assert not sc.tl.is_overshadowed(over(9, 2, 10, 10, 1))
+
+
+def test_a_group_overshadows_what_its_root_range_contains() -> None:
+    """Druid's testFindOvershadows: [2, 6) m3 and [6, 8) m3 under [1, 8) m4."""
+    sc = Scene()
+    sc.overs(1, 2, 6, 3, 1)
+    sc.overs(1, 6, 8, 3, 1)
+    sc.overs(1, 1, 8, 4, 1)
+    sc.expect(visible="o2", overshadowed="o0 o1")
+    for start, end in [(1, 3), (4, 7)]:  # ranges inside [1, 8) at minor 1
+        assert sc.tl.is_overshadowed(over(9, start, end, 1, 1))
+    assert not sc.tl.is_overshadowed(over(9, 0, 3, 1, 1))  # sticks out of [1, 8)
 
 
 # ---------------------------------------------------------------------------------------
