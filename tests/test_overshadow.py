@@ -612,6 +612,7 @@ def test_a_partial_group_hidden_under_a_newer_version_is_overshadowed_whole() ->
 
 
 def test_overshadowed_by_a_minor_version() -> None:
+    """Druid's testOvershadowedByReference."""
     tl = Timeline()
     roots = [root(p) for p in range(3)]
     for s in [*roots, over(0, 0, 3, 1, 2), over(1, 0, 3, 1, 2)]:
@@ -622,6 +623,7 @@ def test_overshadowed_by_a_minor_version() -> None:
 
 
 def test_overshadowed_through_a_chain_of_minor_versions() -> None:
+    """Druid's testOvershadowedByReferenceChain."""
     tl = Timeline()
     for s in [root(p) for p in range(3)] + [root(p, iv=NEXT_DAY) for p in range(2)]:
         tl.add(s)
@@ -632,6 +634,7 @@ def test_overshadowed_through_a_chain_of_minor_versions() -> None:
 
 
 def test_minor_then_major_version() -> None:
+    """Druid's testOvershadowedByReferenceAndThenVersion."""
     tl = Timeline()
     day1 = [root(p) for p in range(3)] + [over(0, 0, 3, 1, 2), over(1, 0, 3, 1, 2)]
     for s in day1 + [root(p, iv=NEXT_DAY) for p in range(2)]:
@@ -645,6 +648,7 @@ def test_minor_then_major_version() -> None:
 
 
 def test_major_then_minor_version() -> None:
+    """Druid's testOvershadowedByVersionAndThenReference."""
     tl = Timeline()
     v1 = [root(p) for p in range(3)]
     v2 = [root(p, version=2) for p in range(2)]
@@ -662,6 +666,7 @@ def test_major_then_minor_version() -> None:
 
 
 def test_fallback_on_a_missing_overwrite_segment() -> None:
+    """Druid's testFallbackOnMissingSegment."""
     tl = Timeline()
     for s in [root(p) for p in range(3)] + [root(p, version=2) for p in range(2)]:
         tl.add(s)
@@ -675,6 +680,7 @@ def test_fallback_on_a_missing_overwrite_segment() -> None:
 
 
 def test_the_same_root_again_under_a_full_group() -> None:
+    """Druid's testAddSameChunkToFullAtomicUpdateGroup."""
     tl = Timeline()
     tl.add(root(0))
     tl.add(over(0, 0, 1, 1, 1))
@@ -683,6 +689,7 @@ def test_the_same_root_again_under_a_full_group() -> None:
 
 
 def test_several_partial_groups_below_a_full_one() -> None:
+    """Druid's testOvershadowMultipleStandbyAtomicUpdateGroup."""
     tl = Timeline()
     for s in [over(0, 0, 1, 1, 2), over(1, 0, 1, 2, 2), over(2, 0, 1, 3, 2), over(3, 0, 1, 3, 2)]:
         tl.add(s)
@@ -690,6 +697,7 @@ def test_several_partial_groups_below_a_full_one() -> None:
 
 
 def test_is_overshadowed_for_segments_not_in_the_timeline() -> None:
+    """Druid's testIsOvershadowedForOverwritingSegments."""
     tl = Timeline()
     tl.add(over(0, 5, 10, 10, 1))
     assert all(tl.is_overshadowed(root(p)) for p in range(5, 10))
@@ -850,6 +858,9 @@ def test_a_partial_visible_group_hides_nothing_of_older_versions() -> None:
     tl.remove(root(0, version=2, core=2))  # the partial group shows: v2 incomplete
     assert [e.version for e in tl.lookup(DAY)] == [1]
     assert not tl.is_overshadowed(root(0, version=1))
+    # v2's p1 is replaced by the partial group (Druid's findFullyOvershadowed reads the
+    # overshadowed groups of incomplete chunks too): reported, though v1 is served
+    assert [(s.version, name(s)) for s in tl.overshadowed()] == [(2, "p1")]
     tl.add(over(1, 0, 2, 1, 2, version=2))
     assert [(e.version, [name(s) for s in e.segments]) for e in tl.lookup(DAY)] == [
         (2, ["o0", "o1"])
