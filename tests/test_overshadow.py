@@ -99,6 +99,7 @@ class Scene:
             assert self.tl.remove(self.segs.pop(n))
 
     def states(self) -> dict[str, set[str]]:
+        served_or_reported(self.tl)
         out: dict[str, set[str]] = {"visible": set(), "standby": set(), "overshadowed": set()}
         for n, s in self.segs.items():
             state = self.tl.partition_state(s)
@@ -176,6 +177,7 @@ def test_an_explicit_default_root_range_is_first_generation() -> None:
 
 
 def test_first_generation_segments_are_all_visible() -> None:
+    """Druid's testAddRootChunkToEmptyManager."""
     sc = Scene()
     sc.roots(2)
     sc.expect(visible="p0 p1")
@@ -184,6 +186,7 @@ def test_first_generation_segments_are_all_visible() -> None:
 
 
 def test_a_lone_partial_group_is_visible_but_the_chunk_incomplete() -> None:
+    """Druid's testAddNonRootChunkToEmptyManager."""
     sc = Scene()
     sc.overs(1, 10, 12, 1, 3)
     sc.expect(visible="o0")
@@ -208,6 +211,7 @@ def test_a_group_size_must_agree_within_a_group() -> None:
 
 
 def test_removing_from_an_empty_or_other_chunk_is_false() -> None:
+    """Druid's testRemoveFromEmptyManager and testRemoveUnknownChunk."""
     tl = Timeline()
     assert not tl.remove(root(0))
     tl.add(root(0))
@@ -216,6 +220,7 @@ def test_removing_from_an_empty_or_other_chunk_is_false() -> None:
 
 
 def test_a_root_added_under_a_full_group_is_overshadowed() -> None:
+    """Druid's testAddOvershadowedChunkToCompletePartition."""
     sc = Scene()
     sc.overs(2, 0, 3, 1, 2)
     sc.roots(1, start=1)
@@ -223,13 +228,17 @@ def test_a_root_added_under_a_full_group_is_overshadowed() -> None:
 
 
 def test_a_root_added_under_a_partial_group_is_overshadowed() -> None:
+    """Druid's testAddOvershadowedChunkToIncompletePartition: the partial group shows
+    (the chunk is incomplete) and the root is overshadowed — and reported so."""
     sc = Scene()
     sc.overs(1, 0, 3, 1, 2)
     sc.roots(1, start=1)  # alone it cannot stand in for [0, 3)
     sc.expect(visible="o0", overshadowed="p1")
+    assert sc.shown() == [] and [name(s) for s in sc.tl.overshadowed()] == ["p1"]
 
 
 def test_a_group_waits_on_standby_until_full_then_replaces_its_roots() -> None:
+    """Druid's testAddStandbyChunksToCompletePartition."""
     sc = Scene(core=3)
     sc.roots(3)
     sc.overs(1, 0, 3, 1, 2)
@@ -241,6 +250,7 @@ def test_a_group_waits_on_standby_until_full_then_replaces_its_roots() -> None:
 
 
 def test_a_newer_partial_group_replaces_an_older_partial_one() -> None:
+    """Druid's testAddStandbyChunksToIncompletePartition."""
     sc = Scene()
     sc.overs(1, 0, 3, 1, 2)
     sc.overs(1, 0, 3, 2, 3)
@@ -250,6 +260,7 @@ def test_a_newer_partial_group_replaces_an_older_partial_one() -> None:
 
 
 def test_removing_roots_until_empty() -> None:
+    """Druid's testRemoveChunksUntilEmpty."""
     sc = Scene()
     sc.roots(10)
     names = [f"p{i}" for i in range(10)]
@@ -261,6 +272,7 @@ def test_removing_roots_until_empty() -> None:
 
 
 def test_removing_a_standby_segment() -> None:
+    """Druid's testRemoveStandbyChunk."""
     sc = Scene()
     sc.roots(3)
     sc.overs(2, 0, 3, 1, 3)
@@ -270,6 +282,7 @@ def test_removing_a_standby_segment() -> None:
 
 
 def test_losing_a_root_under_a_standby_group_shows_the_group() -> None:
+    """Druid's testRemoveVisibleChunkAndFallBackToStandby."""
     sc = Scene()
     sc.roots(2)
     sc.overs(2, 0, 2, 1, 3)
@@ -277,9 +290,11 @@ def test_losing_a_root_under_a_standby_group_shows_the_group() -> None:
     sc.drop("p0")  # [0, 2) has no full cover below any more: the newest group shows
     sc.expect(visible="o0 o1", overshadowed="p1")
     assert sc.shown() == []  # ... but it is partial: the chunk is incomplete
+    assert [name(s) for s in sc.tl.overshadowed()] == ["p1"]  # and p1 is replaced
 
 
 def test_completing_the_roots_under_a_partial_group_shows_the_roots() -> None:
+    """Druid's testAddCompleteOvershadowedToInCompletePartition."""
     sc = Scene()
     sc.overs(2, 0, 2, 1, 3)
     sc.roots(1)
@@ -290,6 +305,7 @@ def test_completing_the_roots_under_a_partial_group_shows_the_roots() -> None:
 
 
 def test_complete_roots_under_a_full_group_stay_overshadowed() -> None:
+    """Druid's testAddCompleteOvershadowedToCompletePartition."""
     sc = Scene()
     sc.overs(2, 0, 2, 1, 2)
     sc.roots(2)
@@ -297,6 +313,7 @@ def test_complete_roots_under_a_full_group_stay_overshadowed() -> None:
 
 
 def test_removing_a_lone_root_under_a_partial_group() -> None:
+    """Druid's testRemoveChunkFromOvershadowd."""
     sc = Scene()
     sc.roots(1, start=1)
     sc.overs(1, 0, 2, 1, 2)
@@ -306,6 +323,7 @@ def test_removing_a_lone_root_under_a_partial_group() -> None:
 
 
 def test_a_full_group_losing_segments_falls_back_once_empty_when_roots_are_missing() -> None:
+    """Druid's testRemoveChunkFromCompleteParition."""
     sc = Scene()
     sc.roots(1, start=1)
     sc.overs(2, 0, 2, 1, 2)
@@ -317,6 +335,7 @@ def test_a_full_group_losing_segments_falls_back_once_empty_when_roots_are_missi
 
 
 def test_a_full_group_losing_a_segment_falls_back_to_full_roots() -> None:
+    """Druid's testRemoveChunkFromCompletePartitionFallBackToOvershadowed."""
     sc = Scene(core=2)
     sc.roots(2)
     sc.overs(2, 0, 2, 1, 2)
@@ -477,11 +496,123 @@ def test_roots_missing_at_the_start() -> None:
     sc.expect(visible="p2")
 
 
+def test_a_standby_group_beside_a_full_one() -> None:
+    """Druid's testCopyVisible / testDeepCopy (the state they copy): roots p0, p1 under a
+    full [0, 2) group, appended roots p2, p3, one segment of a [2, 4) group of 3."""
+    sc = Scene()
+    sc.roots(2)
+    sc.overs(3, 0, 2, 1, 3)
+    sc.roots(2)
+    sc.overs(1, 2, 4, 1, 3)
+    sc.expect(visible="o0 o1 o2 p2 p3", standby="o3", overshadowed="p0 p1")
+    assert sc.shown() == ["p2", "p3", "o0", "o1", "o2"]
+
+
+def test_the_widest_newest_group_hides_a_nest_of_groups() -> None:
+    """Druid's testFindOvershadowedBy: groups of one segment, [0, 2) m1, [0, 3) m2,
+    [0, 5) m3, [5, 8) m1, [8, 11) m2, [5, 11) m3, then [0, 12) m5 over them all."""
+    sc = Scene()
+    for start, end, minor in [(0, 2, 1), (0, 3, 2), (0, 5, 3), (5, 8, 1), (8, 11, 2), (5, 11, 3)]:
+        sc.overs(1, start, end, minor, 1)
+    sc.expect(visible="o2 o5", overshadowed="o0 o1 o3 o4")
+    sc.overs(1, 0, 12, 5, 1)
+    sc.expect(visible="o6", overshadowed="o0 o1 o2 o3 o4 o5")
+    # a group inside [2, 10) below minor 10 is overshadowed too, present or not
+    assert sc.tl.is_overshadowed(over(9, 2, 10, 4, 1))
+    assert not sc.tl.is_overshadowed(over(9, 2, 10, 10, 1))
+
+
+def test_a_group_overshadows_what_its_root_range_contains() -> None:
+    """Druid's testFindOvershadows: [2, 6) m3 and [6, 8) m3 under [1, 8) m4."""
+    sc = Scene()
+    sc.overs(1, 2, 6, 3, 1)
+    sc.overs(1, 6, 8, 3, 1)
+    sc.overs(1, 1, 8, 4, 1)
+    sc.expect(visible="o2", overshadowed="o0 o1")
+    for start, end in [(1, 3), (4, 7)]:  # ranges inside [1, 8) at minor 1
+        assert sc.tl.is_overshadowed(over(9, start, end, 1, 1))
+    assert not sc.tl.is_overshadowed(over(9, 0, 3, 1, 1))  # sticks out of [1, 8)
+
+
+# ---------------------------------------------------------------------------------------
+# issue 33 §3: a partial group never hides present data unreported
+
+
+def served_or_reported(tl: Timeline) -> None:
+    """Every segment hidden inside its chunk is reported overshadowed: a segment a
+    visible group of its own chunk replaces is never merely missing from reads."""
+    reported = set(map(name, tl.overshadowed()))
+    for s in tl.segments():
+        if tl.partition_state(s) == "overshadowed":
+            assert tl.is_overshadowed(s) and name(s) in reported, name(s)
+
+
+def test_a_partial_group_over_a_lone_root_reports_the_root_overshadowed() -> None:
+    """Druid's testAddOvershadowedChunkToIncompletePartition, through the timeline:
+    partition 2 and one of the two segments of a [0, 3) minor-1 group. The partial
+    group shows (what it replaces is not all there), so the chunk is incomplete and
+    serves nothing; partition 2 is overshadowed — and reported so, for retention."""
+    p2, o0 = root(2), over(0, 0, 3, 1, 2)
+    for order in ([p2, o0], [o0, p2]):
+        tl = Timeline()
+        for s in order:
+            tl.add(s)
+        assert tl.lookup(DAY) == []
+        assert tl.partition_state(p2) == "overshadowed"
+        assert tl.partition_state(o0) == "visible"
+        assert tl.overshadowed() == [p2] and tl.is_overshadowed(p2)
+        assert not tl.is_overshadowed(o0)
+        served_or_reported(tl)
+    built = Timeline.build([p2, o0])
+    assert built.overshadowed() == [p2] and built.lookup(DAY) == []
+
+
+def test_a_complete_group_losing_a_member_after_its_roots_went() -> None:
+    """The group completes over p0..p2, p0 and p1 go (retention), then one of its two
+    segments goes: Druid's manager finds no full fallback covering [0, 3) and keeps
+    the remnant visible (testRemoveChunkFromCompleteParition), so p2 stays
+    overshadowed — reported as such at every step."""
+    sc = Scene(core=3)
+    sc.roots(3)
+    sc.overs(2, 0, 3, 1, 2)
+    assert sc.shown() == ["o0", "o1"]
+    sc.drop("p0", "p1")
+    sc.expect(visible="o0 o1", overshadowed="p2")
+    assert sc.shown() == ["o0", "o1"]
+    served_or_reported(sc.tl)
+    sc.drop("o1")
+    sc.expect(visible="o0", overshadowed="p2")
+    assert sc.shown() == []
+    assert [name(s) for s in sc.tl.overshadowed()] == ["p2"]
+    served_or_reported(sc.tl)
+    sc.drop("o0")  # nothing above p2 any more: it shows again (the chunk lacks p0, p1)
+    sc.expect(visible="p2")
+    assert sc.tl.overshadowed() == [] and sc.shown() == []
+
+
+def test_a_partial_group_over_all_its_roots_stands_by() -> None:
+    """The same group while p0..p2 are all there: it stands by, the roots are served
+    (Druid's testAddStandbyChunksToCompletePartition), nothing is overshadowed."""
+    sc = Scene(core=3)
+    sc.roots(3)
+    sc.overs(1, 0, 3, 1, 2)
+    sc.expect(visible="p0 p1 p2", standby="o0")
+    assert sc.shown() == ["p0", "p1", "p2"] and sc.tl.overshadowed() == []
+
+
+def test_a_partial_group_hidden_under_a_newer_version_is_overshadowed_whole() -> None:
+    """A higher complete version over the incomplete chunk hides all of it."""
+    tl = Timeline.build([root(2), over(0, 0, 3, 1, 2), root(0, version=2)])
+    assert [e.version for e in tl.lookup(DAY)] == [2]
+    assert sorted(map(name, tl.overshadowed())) == ["o0", "p2"]
+
+
 # ---------------------------------------------------------------------------------------
 # Druid's VersionedIntervalTimelineTest (overwrite cases), retold
 
 
 def test_overshadowed_by_a_minor_version() -> None:
+    """Druid's testOvershadowedByReference."""
     tl = Timeline()
     roots = [root(p) for p in range(3)]
     for s in [*roots, over(0, 0, 3, 1, 2), over(1, 0, 3, 1, 2)]:
@@ -492,6 +623,7 @@ def test_overshadowed_by_a_minor_version() -> None:
 
 
 def test_overshadowed_through_a_chain_of_minor_versions() -> None:
+    """Druid's testOvershadowedByReferenceChain."""
     tl = Timeline()
     for s in [root(p) for p in range(3)] + [root(p, iv=NEXT_DAY) for p in range(2)]:
         tl.add(s)
@@ -502,6 +634,7 @@ def test_overshadowed_through_a_chain_of_minor_versions() -> None:
 
 
 def test_minor_then_major_version() -> None:
+    """Druid's testOvershadowedByReferenceAndThenVersion."""
     tl = Timeline()
     day1 = [root(p) for p in range(3)] + [over(0, 0, 3, 1, 2), over(1, 0, 3, 1, 2)]
     for s in day1 + [root(p, iv=NEXT_DAY) for p in range(2)]:
@@ -515,6 +648,7 @@ def test_minor_then_major_version() -> None:
 
 
 def test_major_then_minor_version() -> None:
+    """Druid's testOvershadowedByVersionAndThenReference."""
     tl = Timeline()
     v1 = [root(p) for p in range(3)]
     v2 = [root(p, version=2) for p in range(2)]
@@ -532,6 +666,7 @@ def test_major_then_minor_version() -> None:
 
 
 def test_fallback_on_a_missing_overwrite_segment() -> None:
+    """Druid's testFallbackOnMissingSegment."""
     tl = Timeline()
     for s in [root(p) for p in range(3)] + [root(p, version=2) for p in range(2)]:
         tl.add(s)
@@ -545,6 +680,7 @@ def test_fallback_on_a_missing_overwrite_segment() -> None:
 
 
 def test_the_same_root_again_under_a_full_group() -> None:
+    """Druid's testAddSameChunkToFullAtomicUpdateGroup."""
     tl = Timeline()
     tl.add(root(0))
     tl.add(over(0, 0, 1, 1, 1))
@@ -553,6 +689,7 @@ def test_the_same_root_again_under_a_full_group() -> None:
 
 
 def test_several_partial_groups_below_a_full_one() -> None:
+    """Druid's testOvershadowMultipleStandbyAtomicUpdateGroup."""
     tl = Timeline()
     for s in [over(0, 0, 1, 1, 2), over(1, 0, 1, 2, 2), over(2, 0, 1, 3, 2), over(3, 0, 1, 3, 2)]:
         tl.add(s)
@@ -560,6 +697,7 @@ def test_several_partial_groups_below_a_full_one() -> None:
 
 
 def test_is_overshadowed_for_segments_not_in_the_timeline() -> None:
+    """Druid's testIsOvershadowedForOverwritingSegments."""
     tl = Timeline()
     tl.add(over(0, 5, 10, 10, 1))
     assert all(tl.is_overshadowed(root(p)) for p in range(5, 10))
@@ -720,6 +858,9 @@ def test_a_partial_visible_group_hides_nothing_of_older_versions() -> None:
     tl.remove(root(0, version=2, core=2))  # the partial group shows: v2 incomplete
     assert [e.version for e in tl.lookup(DAY)] == [1]
     assert not tl.is_overshadowed(root(0, version=1))
+    # v2's p1 is replaced by the partial group (Druid's findFullyOvershadowed reads the
+    # overshadowed groups of incomplete chunks too): reported, though v1 is served
+    assert [(s.version, name(s)) for s in tl.overshadowed()] == [(2, "p1")]
     tl.add(over(1, 0, 2, 1, 2, version=2))
     assert [(e.version, [name(s) for s in e.segments]) for e in tl.lookup(DAY)] == [
         (2, ["o0", "o1"])
@@ -850,9 +991,10 @@ def check_chunk(tl: Timeline, present: list[Segment]) -> None:
     else:
         assert entries == []
     assert tl.visible() == (view.visible if view.complete else [])
+    # what a visible group hides is reported overshadowed, complete chunk or not
     over_ids = sorted(s.partition_id for s in tl.overshadowed())
     want = [p for p, state in view.states.items() if state == "overshadowed"]
-    assert over_ids == (sorted(want) if view.complete else [])
+    assert over_ids == sorted(want)
     if present:  # what inspect reports a chunk lacks
         groups = AtomicGroups(present)
         core = max(s.num_core_partitions for s in present)
@@ -866,9 +1008,7 @@ def check_chunk(tl: Timeline, present: list[Segment]) -> None:
             for s in view.visible
         )
     for s in present:
-        assert tl.is_overshadowed(s) == (
-            view.complete and view.states[s.partition_id] == "overshadowed"
-        )
+        assert tl.is_overshadowed(s) == (view.states[s.partition_id] == "overshadowed")
 
 
 def run_ops(segs: list[Segment], rng: random.Random) -> None:

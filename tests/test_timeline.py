@@ -779,22 +779,22 @@ class Oracle:
         ]
 
     def hidden(self, s: Segment) -> bool:
-        """At every instant of ``s``: a higher complete version, or ``s``'s own chunk,
-        complete, with a visible group overshadowing ``s``."""
+        """A visible group of ``s``'s own chunk (complete or not) overshadows ``s``,
+        or at every instant of ``s`` a higher complete version shows."""
         chunks = self.chunks()
-        complete = [k for k, segs in chunks.items() if self.complete(segs)]
         own = (s.interval.start, s.interval.end, s.version)
-        by_own = False
-        if own in complete:
+        if own in chunks:
             rs, re = s.root_range
-            by_own = any(
+            if any(
                 v.root_range[0] <= rs
                 and re <= v.root_range[1]
                 and v.minor_version > s.minor_version
                 for v in chunk_view(chunks[own]).visible
-            )
+            ):
+                return True
+        complete = [k for k, segs in chunks.items() if self.complete(segs)]
         return all(
-            any(k[0] <= t < k[1] and k[2] > s.version for k in complete) or by_own
+            any(k[0] <= t < k[1] and k[2] > s.version for k in complete)
             for t in range(s.interval.start, s.interval.end)
         )
 

@@ -76,11 +76,11 @@ def chunk_status(tl: Timeline, chunk: Chunk) -> ChunkStatus:
     by = ", ".join(f"v{v}" for v in above)
     missing = chunk.missing
     if missing:
-        extra = f"; overshadowed by {by}" if tl.is_overshadowed(chunk.segments[0]) else ""
+        extra = f"; overshadowed by {by}" if tl.is_covered_by_newer(chunk.segments[0]) else ""
         return ChunkStatus("incomplete", f"incomplete: missing {partitions_label(missing)}{extra}")
     partial = chunk.partial_groups
     if partial:
-        extra = f"; overshadowed by {by}" if tl.is_overshadowed(chunk.segments[0]) else ""
+        extra = f"; overshadowed by {by}" if tl.is_covered_by_newer(chunk.segments[0]) else ""
         groups = ", ".join(
             f"roots {partitions_label(range(a, b))} minor {m} has {k} of {n} segments"
             for a, b, m, k, n in partial
@@ -92,7 +92,7 @@ def chunk_status(tl: Timeline, chunk: Chunk) -> ChunkStatus:
         return ChunkStatus("visible", "visible")
     if own:
         return ChunkStatus("partial", f"partly visible, partly overshadowed by {by}")
-    if tl.is_overshadowed(chunk.segments[0]):
+    if tl.is_covered_by_newer(chunk.segments[0]):
         return ChunkStatus("overshadowed", f"overshadowed by {by}")
     return ChunkStatus("hidden", "not visible")
 

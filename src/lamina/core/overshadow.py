@@ -29,7 +29,9 @@ range, and only when they do not (data below is missing too) does the newest par
 group show — Druid's rule "if no group is fully available, the latest one is
 visible". Chunk completeness (Druid's PartitionHolder): every visible group is full,
 and their root ranges cover partitions ``0..core-1`` (``core > 0``) or are any
-non-empty set (``core = 0``).
+non-empty set (``core = 0``). An overshadowed group is replaced whether or not the
+chunk is complete: the timeline reports it overshadowed either way, so a partial
+group never hides present segments unaccounted for.
 
 The state is kept per *span*: a maximal union of overlapping root ranges, the only
 groups a change can affect. An add or a remove marks its span for recomputation,

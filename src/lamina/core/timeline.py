@@ -117,12 +117,9 @@ class _Chunk:
         return [self.partitions[p] for p in sorted(self.partitions)]
 
     def hides(self, seg: Segment) -> bool:
-        """Whether a visible group of this chunk overshadows ``seg`` (same chunk)."""
-        return (
-            self.ow is not None
-            and (seg.interval.start, seg.interval.end) == (self.start, self.end)
-            and self.ow.hides(seg)
-        )
+        """Whether a visible group of this chunk overshadows ``seg`` (of this chunk's
+        interval and version), complete or not."""
+        return self.ow is not None and self.ow.hides(seg)
 
     def interval(self) -> Interval:
         return Interval.of(self.start, self.end)
@@ -351,17 +348,22 @@ class Timeline:
         return self.lookup(Interval.of(MIN_US, MAX_US))
 
     def is_overshadowed(self, segment: Segment) -> bool:
-        """True when, all over the segment's interval, a higher complete version hides
-        it, or its own chunk shows and a visible group of that chunk overshadows it
-        (higher minor version, root range containing the segment's)."""
+        """True when a visible group of the segment's own chunk overshadows it (higher
+        minor version, root range containing the segment's) — whether or not that
+        chunk is complete: what a partial group hides is replaced, not missing — or
+        when, all over the segment's interval, a higher complete version hides it."""
+        iv = segment.interval
+        own = self._chunks.get((iv.start, iv.end, segment.version))
+        return (own is not None and own.hides(segment)) or self.is_covered_by_newer(segment)
+
+    def is_covered_by_newer(self, segment: Segment) -> bool:
+        """True when, all over the segment's interval, higher complete versions show."""
         iv = segment.interval
         cursor = iv.start
         vis = self._visible
         for start in self._pieces_overlapping(iv.start, iv.end):
             end, chunk = vis[start]
-            if start > cursor or chunk.version < segment.version:
-                return False
-            if chunk.version == segment.version and not chunk.hides(segment):
+            if start > cursor or chunk.version <= segment.version:
                 return False
             cursor = end
         return cursor >= iv.end
@@ -379,12 +381,13 @@ class Timeline:
 
     def overshadowed(self) -> list[Segment]:
         """Segments for which :meth:`is_overshadowed` holds: all of a chunk that higher
-        versions hide everywhere, and the overshadowed groups of a complete chunk."""
+        versions hide everywhere, and the overshadowed groups of any other chunk
+        (complete or not: a partial group that shows hides what it overshadows)."""
         out: list[Segment] = []
         for chunk in self._chunks.values():
             if self._hidden_by_higher(chunk):
                 out.extend(chunk.all_segments())
-            elif chunk.ow is not None and chunk.complete:
+            elif chunk.ow is not None:
                 out.extend(chunk.ow.overshadowed_segments())
         return out
 
