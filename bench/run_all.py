@@ -39,6 +39,7 @@ BENCHMARKS = {
     "spark_append": "bench_spark_append.py",
     "spark_source": "bench_spark_source.py",
     "sql": "bench_sql.py",
+    "sql_joins": "bench_sql_joins.py",
     "catalog": "bench_catalog.py",
     "writers": "bench_writers.py",
     "locks": "bench_locks.py",

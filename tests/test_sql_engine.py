@@ -7,7 +7,11 @@ import datetime as dt
 import glob
 import os
 import random
+import subprocess
+import sys
+import textwrap
 import threading
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -133,6 +137,46 @@ def test_a_repeated_query_reuses_its_time_bound(cat10: lamina.Catalog) -> None:
         assert n(cat10.sql(one_day(3))) == 35  # a new plan, the same bound
         assert n(cat10.sql(one_day(4))) == 30
     assert parsed == [one_day(3), one_day(4)]
+
+
+def test_a_repeated_query_is_parsed_once_and_sees_every_commit(
+    cat10: lamina.Catalog, tmp_path: Path
+) -> None:
+    """Table names are remembered by query text; the catalog is still asked for the
+    tables' latest snapshots on every query: commits made by another Catalog object,
+    or another process, in between are seen, and a table created after the query
+    was first parsed (then it failed) is read."""
+    from lamina import failpoints
+
+    parsed: list[str] = []
+    q = "SELECT count(*) FROM events e JOIN other o ON e.k = o.k"
+    with failpoints.armed("sql.parse", lambda query: parsed.append(query)):
+        with pytest.raises(SqlError, match="other"):
+            cat10.sql(q)
+        other = cat10.create_table("other", schema=SCHEMA, time_column="ts")
+        other.append(events(days=1, per_day=5))
+        first = n(cat10.sql(q))
+        assert first > 0
+        writer = lamina.connect(warehouse=str(tmp_path / "wh"))  # another Catalog object
+        try:
+            writer.load_table("other").append(events(days=1, per_day=5, start="2024-01-02"))
+        finally:
+            writer.close()
+        second = n(cat10.sql(q))
+        assert second > first
+        child = textwrap.dedent(
+            f"""
+            import lamina
+            from tests.helpers import events
+            cat = lamina.connect(warehouse={str(tmp_path / "wh")!r})
+            cat.load_table("events").append(events(days=1, per_day=7, start="2024-01-02"))
+            cat.close()
+            """
+        )
+        done = subprocess.run([sys.executable, "-c", child], cwd=Path(__file__).parent.parent)
+        assert done.returncode == 0
+        assert n(cat10.sql(q)) > second
+    assert parsed == [q]  # the failed query parsed; then remembered
 
 
 def test_one_day_query_reads_only_that_days_file(cat10: lamina.Catalog) -> None:

@@ -76,6 +76,10 @@ class SqlEngine:
         # come only from literals and casts, evaluated in UTC), so dashboards'
         # repeated queries skip parsing; oldest first, at most _BOUNDS_KEPT
         self._bounds: dict[tuple[str, str, str, str], Interval | None] = {}
+        # table names and statement kinds by query: a pure function of its text (parsed
+        # on a database without tables), so repeated queries skip DuckDB's parser and
+        # binder, whose cost grows with the tables a query joins; at most _BOUNDS_KEPT
+        self._parsed: dict[str, tuple[frozenset[str], frozenset[Any]]] = {}
 
     def sql(self, query: str) -> pa.Table:
         """:meth:`run` with the result as an Arrow table."""
@@ -119,24 +123,36 @@ class SqlEngine:
             con.register_filesystem(self._filesystem)
         return con
 
-    def _parse(self, query: str) -> tuple[duckdb.DuckDBPyConnection, set[str], set[Any]]:
+    def _parse(
+        self, query: str
+    ) -> tuple[duckdb.DuckDBPyConnection, frozenset[str], frozenset[Any]]:
         """A new cursor on the shared connection, and the query's table names and
-        statement kinds. Parsing needs a database without views (one holding views
-        resolves them): the shared one while it holds none (views are only made under
-        the lock), else the parser's, opened then (a DuckDB database takes some 20 ms
-        to open: a one-query process opens one)."""
+        statement kinds (remembered by query text). Parsing needs a database without
+        views (one holding views resolves them): the shared one while it holds none
+        (views are only made under the lock), else the parser's, opened then (a DuckDB
+        database takes some 20 ms to open: a one-query process opens one)."""
         with self._lock:
             if self._con is None:
                 con = self._connect()
                 con.execute("SET GLOBAL TimeZone='UTC'")
                 self._con = con
             cur = self._con.cursor()
+            known = self._parsed.get(query)
+            if known is not None:
+                return cur, *known
             if not self._cache:  # no views yet
-                return _parsed(cur, self._con.cursor(), query)
-            if self._parser is None:
-                self._parser = duckdb.connect()
-            parser = self._parser.cursor()
-        return _parsed(cur, parser, query)
+                parser = self._con.cursor()
+            else:
+                if self._parser is None:
+                    self._parser = duckdb.connect()
+                parser = self._parser.cursor()
+        failpoint("sql.parse", query=query)
+        named, kinds = _parsed(cur, parser, query)
+        with self._lock:
+            self._parsed[query] = (named, kinds)
+            if len(self._parsed) > _BOUNDS_KEPT:
+                del self._parsed[next(iter(self._parsed))]
+        return cur, named, kinds
 
     def _run_once(self, query: str, fetch: Fetch[T], stale: bool) -> T:
         cur, named, kinds = self._parse(query)
@@ -159,7 +175,7 @@ class SqlEngine:
         cur: duckdb.DuckDBPyConnection,
         query: str,
         fetch: Fetch[T],
-        named: set[str],
+        named: frozenset[str],
         stale: bool,
     ) -> T:
         made: list[str] = []  # deletion vector tables of this query's own views
@@ -174,7 +190,7 @@ class SqlEngine:
             for hidden in made:
                 cur.execute(f"DROP TABLE IF EXISTS {hidden}")
 
-    def _plans(self, named: set[str], stale: bool) -> dict[str, ScanPlan]:
+    def _plans(self, named: frozenset[str], stale: bool) -> dict[str, ScanPlan]:
         """Latest plans of the catalog tables among ``named``, by catalog name; their
         shared views are current. ``stale``: plan again whatever the versions say."""
         versions = self._versions(sorted(named)) if named else {}
@@ -245,12 +261,12 @@ def _protocol(filesystem: AbstractFileSystem) -> str:
 
 def _parsed(
     cur: duckdb.DuckDBPyConnection, parser: duckdb.DuckDBPyConnection, query: str
-) -> tuple[duckdb.DuckDBPyConnection, set[str], set[Any]]:
-    """``cur``, and the table names and statement kinds of ``query`` read with
-    ``parser`` (closed then; ``cur`` too on failure). SqlError if it does not parse."""
+) -> tuple[frozenset[str], frozenset[Any]]:
+    """The table names and statement kinds of ``query`` read with ``parser`` (closed
+    then; ``cur`` closed on failure). SqlError if it does not parse."""
     try:
-        named = _table_names(parser, query)
-        return cur, named, {s.type for s in parser.extract_statements(query)}
+        named = frozenset(_table_names(parser, query))
+        return named, frozenset(s.type for s in parser.extract_statements(query))
     except duckdb.Error as exc:
         cur.close()
         what = (
