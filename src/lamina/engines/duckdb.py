@@ -131,6 +131,7 @@ class SqlEngine:
         views (one holding views resolves them): the shared one while it holds none
         (views are only made under the lock), else the parser's, opened then (a DuckDB
         database takes some 20 ms to open: a one-query process opens one)."""
+        parser: duckdb.DuckDBPyConnection | None = None
         with self._lock:
             if self._con is None:
                 con = self._connect()
@@ -140,19 +141,20 @@ class SqlEngine:
             known = self._parsed.get(query)
             if known is not None:
                 return cur, *known
-            if not self._cache:  # no views yet
-                parser = self._con.cursor()
+            if not self._cache:  # no views yet: parsed under the lock (none is made)
+                parsed = _parsed(cur, self._con.cursor(), query)
             else:
                 if self._parser is None:
                     self._parser = duckdb.connect()
                 parser = self._parser.cursor()
+        if parser is not None:
+            parsed = _parsed(cur, parser, query)
         failpoint("sql.parse", query=query)
-        named, kinds = _parsed(cur, parser, query)
         with self._lock:
-            self._parsed[query] = (named, kinds)
+            self._parsed[query] = parsed
             if len(self._parsed) > _BOUNDS_KEPT:
                 del self._parsed[next(iter(self._parsed))]
-        return cur, named, kinds
+        return cur, *parsed
 
     def _run_once(self, query: str, fetch: Fetch[T], stale: bool) -> T:
         cur, named, kinds = self._parse(query)
