@@ -109,7 +109,8 @@ def main(quick: bool = False) -> dict[str, Any]:
             times[label] = {side: [] for side in sides}
             for rep in range(reps):
                 for side in ("lamina", "duckdb") if rep % 2 == 0 else ("duckdb", "lamina"):
-                    times[label][side].append(timed(lambda f=sides[side], q=query: f(q))[0])
+                    fn, q = sides[side], query
+                    times[label][side].append(timed(lambda: fn(q))[0])  # noqa: B023 - run now
             ms = {side: median(v) * 1000 for side, v in times[label].items()}
             print(f"  {label}: lamina {ms['lamina']:.2f} ms, duckdb {ms['duckdb']:.2f} ms")
         con.close()
