@@ -24,26 +24,9 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import cli, figure, median, print_figures, result, scratch_dir, timed  # noqa: E402
+from bench_spark_append import DAYS, make_df  # noqa: E402  (the same 5M rows)
 
 import lamina  # noqa: E402
-
-START = "2024-03-01 00:00:00"
-DAYS = 10
-
-
-def make_df(spark: Any, rows: int) -> Any:
-    from pyspark.sql import functions as F
-
-    span_us = DAYS * 86_400_000_000
-    start_us = F.unix_micros(F.to_timestamp(F.lit(START)))
-    df = spark.range(0, rows).select(
-        F.timestamp_micros(start_us + (F.rand(7) * span_us).cast("long")).alias("ts"),
-        F.col("id"),
-        F.rand(11).alias("value"),
-        F.concat(F.lit("user_"), (F.col("id") % 10_000).cast("string")).alias("name"),
-        (F.col("id") % 1000).cast("int").alias("qty"),
-    )
-    return df.cache()
 
 
 def _lake(root: str, warehouse: str | None = None) -> dict[str, str]:

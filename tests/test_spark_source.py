@@ -157,23 +157,15 @@ def test_spark_source_stream_write_commits_each_batch_once(
 
     pq.write_table(_rows(range(10), 1), src / "a.parquet")
     stream = spark.readStream.schema("k long, ts timestamp, v long").parquet(str(src))
-    q = (
-        stream.writeStream.format("lamina")
-        .options(**_opts(lake, "ev"))
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    q.awaitTermination()
+
+    def run() -> None:  # the query, (re)started from its checkpoint
+        writer = stream.writeStream.format("lamina").options(**_opts(lake, "ev"))
+        writer = writer.option("checkpointLocation", str(tmp_path / "ck"))
+        writer.trigger(availableNow=True).start().awaitTermination()
+
+    run()
     pq.write_table(_rows(range(10, 20), 2), src / "b.parquet")
-    q = (
-        stream.writeStream.format("lamina")
-        .options(**_opts(lake, "ev"))
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    q.awaitTermination()
+    run()
     with _connect(lake) as cat:
         t = cat.load_table("ev")
         assert sorted(t.to_arrow().column("k").to_pylist()) == list(range(20))
