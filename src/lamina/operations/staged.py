@@ -60,8 +60,8 @@ def publish(h: TableHandle, w: StagedWrite) -> Commit | None:
     file the commit does not name is deleted, whatever the outcome.
     Raises what the table's writes raise."""
     failpoint("staged.publish", table=h.name, files=len(w.files))
-    read_back = _Reader(h, w.files)
     commit: Commit | None = None
+    kept: tuple[str, ...] = ()  # the staged files the commit names
     try:
         done = None if w.txn is None else tw.applied(h, w.txn)
         if done is not None:
@@ -74,14 +74,16 @@ def publish(h: TableHandle, w: StagedWrite) -> Commit | None:
                 done.seq,
             )
         else:
-            commit = _publish(h, w, read_back)
+            files = _ready(h, w)
+            read_back = _Reader(h, files)
+            commit = _publish(h, w, files, read_back)
+            kept = () if read_back.used else tuple(f.location for f in files)
     except BaseException:
         _discard(h, w.staging, keep=())
         raise
     if commit is None or commit.already_applied:  # nothing of ours was published
         _discard(h, w.staging, keep=())
         return None
-    kept = () if read_back.used else tuple(f.location for f in w.files)
     _discard(h, w.staging, keep=kept)
     return commit
 
@@ -91,15 +93,22 @@ def discard(h: TableHandle, staging: str) -> None:
     _discard(h, staging, keep=())
 
 
-def _publish(h: TableHandle, w: StagedWrite, read_back: _Reader) -> Commit:
-    if w.overwrite:  # before a commit opens
+def _ready(h: TableHandle, w: StagedWrite) -> list[NewSegment]:
+    """``w``'s files checked against an overwrite's interval (before a commit opens)
+    and with each chunk's small ones merged (where ties stay in a chunk)."""
+    if w.overwrite:
         tw.check_inside(CommitAction.OVERWRITE, [f.chunk for f in w.files], w.interval)
     rec = h.record
-    if ties_stay_in_chunk(rec.properties, rec.schema, rec.time_column):
-        w.files = merge_small(h.ctx.warehouse, w.files, h.target_rows_per_segment, w.staging)
-        read_back.files = w.files
+    if not ties_stay_in_chunk(rec.properties, rec.schema, rec.time_column):
+        return list(w.files)
+    return merge_small(h.ctx.warehouse, w.files, h.target_rows_per_segment, w.staging)
+
+
+def _publish(
+    h: TableHandle, w: StagedWrite, staged_files: list[NewSegment], read_back: _Reader
+) -> Commit:
     meta = dict(w.metadata or {})
-    files = tw.Produced(lambda _: list(w.files), again=read_back.again)
+    files = tw.Produced(lambda _: list(staged_files), again=read_back.again)
     kind = kind_of(h)
     refresh = h.record.properties.get("ingestion_type", "APPEND") == "REFRESH"
     if h.is_upsert:
