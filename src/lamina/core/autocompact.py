@@ -38,8 +38,10 @@ from lamina.core.properties import (
     COMPACTION_KEYS,
     COMPACTION_PREFIX,
     DEFAULTS,
+    WRITE_MODE,
     check_names,
     duration_us,
+    write_mode,
 )
 from lamina.core.segment import Segment
 from lamina.errors import CompactionError, PropertyError
@@ -202,6 +204,8 @@ def check_properties(props: dict[str, str]) -> dict[str, str]:
             ok = False
         if not ok:
             raise PropertyError("target_rows_per_segment must be a positive whole number")
+    if WRITE_MODE in out:
+        out[WRITE_MODE] = write_mode(out)
     if any(k.startswith(PREFIX) for k in out):
         policy_of(out, 1)
     return out

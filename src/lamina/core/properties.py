@@ -43,7 +43,19 @@ _LONGEST_US = 36_500 * 86_400 * 1_000_000
 
 
 #: properties lamina reads outside the ``compaction.`` and ``upsert.`` namespaces
-KNOWN = (*DEFAULTS, "ingestion_type", "consistent_push", "target_rows_per_segment")
+KNOWN = (
+    *DEFAULTS,
+    "ingestion_type",
+    "consistent_push",
+    "target_rows_per_segment",
+    "write.update.mode",
+)
+#: how an upsert stores the records it supersedes (Iceberg's ``write.update.mode``,
+#: Hudi's table types): deletion vectors, or the files holding them rewritten
+WRITE_MODE = "write.update.mode"
+MERGE_ON_READ = "merge-on-read"
+COPY_ON_WRITE = "copy-on-write"
+WRITE_MODES = (MERGE_ON_READ, COPY_ON_WRITE)
 #: the automatic compaction policy's properties: ``compaction.`` and one of these
 COMPACTION_PREFIX = "compaction."
 COMPACTION_KEYS = (
@@ -178,3 +190,16 @@ def check_reserved(names: Iterable[str], creating: bool) -> None:
 def setting(props: dict[str, str], key: str) -> int:
     """A duration property of a table, in µs (its default when unset)."""
     return duration_us(props.get(key, DEFAULTS[key]), key)
+
+
+def write_mode(props: Mapping[str, str]) -> str:
+    """``write.update.mode``: ``merge-on-read`` (the default) or ``copy-on-write``.
+    Raises PropertyError."""
+    value = props.get(WRITE_MODE, MERGE_ON_READ).strip().lower()
+    if value not in WRITE_MODES:
+        raise PropertyError(
+            f"{WRITE_MODE} = {props[WRITE_MODE]!r}; use {MERGE_ON_READ} (deletion vectors, "
+            f"the default) or {COPY_ON_WRITE} (an upsert rewrites the files it supersedes "
+            "records in)"
+        )
+    return value
