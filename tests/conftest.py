@@ -145,3 +145,21 @@ def pt(cat: lamina.Catalog) -> lamina.Table:
         "p", PSCHEMA, time_column="ts", primary_key="key", delete_column="deleted",
         partial_upsert=STRATEGIES,
     )  # fmt: skip
+
+
+@pytest.fixture(params=["merge-on-read", "copy-on-write"])
+def write_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test once per upsert write mode: every upsert table the test creates gets
+    ``write.update.mode`` (unless it names one itself)."""
+    mode = str(request.param)
+    create = lamina.Catalog.create_table
+
+    def with_mode(self: lamina.Catalog, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("primary_key"):
+            props = dict(kwargs.get("properties") or {})
+            props.setdefault("write.update.mode", mode)
+            kwargs["properties"] = props
+        return create(self, *args, **kwargs)
+
+    monkeypatch.setattr(lamina.Catalog, "create_table", with_mode)
+    return mode

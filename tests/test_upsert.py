@@ -15,6 +15,12 @@ import lamina
 from lamina import failpoints
 from lamina.errors import PropertyError, UpsertError
 
+# every test here runs in both upsert write modes (merge-on-read, copy-on-write)
+pytestmark = pytest.mark.usefixtures("write_mode")
+#: a test of what merge-on-read stores (every record, vectors over them): copy-on-write
+#: stores a copy without the superseded records instead (tests/test_copy_on_write.py)
+MERGE_ON_READ_STORAGE = pytest.mark.parametrize("write_mode", ["merge-on-read"], indirect=True)
+
 T0 = datetime(2024, 1, 1)
 SCHEMA = pa.schema(
     [
@@ -267,8 +273,11 @@ def test_a_push_is_refused_on_upsert_tables(t: lamina.Table) -> None:
     assert latest(t) == {"a": 1}
 
 
+@pytest.mark.parametrize("write_mode", ["merge-on-read"], indirect=True)
 def test_all_versions_gives_every_record_with_its_validity(t: lamina.Table) -> None:
-    """Pinot's skipUpsert, with the seqs between which each record was its key's latest."""
+    """Pinot's skipUpsert, with the seqs between which each record was its key's latest
+    (merge-on-read: every record stays stored; copy-on-write keeps what it rewrites as
+    a compaction does, see test_copy_on_write.py)."""
     c1 = t.upsert(rows(("a", 1, 1), ("b", 1, 1)))
     c2 = t.upsert(rows(("a", 2, 2), ("a", 0, 9)))  # (a, 0) is out of order: never shows
     c3 = t.upsert(rows(("b", 3, 0, True)))  # a delete: hides b, never shows itself
@@ -300,6 +309,7 @@ def test_count_and_sql_agree_with_the_latest_records(cat: lamina.Catalog, t: lam
     assert got.to_pylist() == [{"n": len(want), "s": sum(want)}]
 
 
+@MERGE_ON_READ_STORAGE
 def test_sql_hides_superseded_rows_by_a_bitmap_per_file(
     cat: lamina.Catalog, t: lamina.Table
 ) -> None:
@@ -516,6 +526,7 @@ def test_a_new_process_starts_from_the_saved_key_index(
     assert latest(t)["k2"] == -2 and len(latest(t)) == 160
 
 
+@MERGE_ON_READ_STORAGE
 def test_a_table_of_updates_saves_its_key_index_too(
     t: lamina.Table, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -542,6 +553,7 @@ def test_a_table_of_updates_saves_its_key_index_too(
     assert saved() == [first.seq, third.seq]  # 60 rows since: saved
 
 
+@MERGE_ON_READ_STORAGE
 def test_a_snapshot_is_written_in_the_background_from_a_copy(
     t: lamina.Table, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -628,6 +640,8 @@ def test_retention_deletes_key_index_files_no_snapshot_row_names(
     assert latest(t)["k1"] == -1 and len(latest(t)) == 60
 
 
+@pytest.mark.parametrize("write_mode", ["merge-on-read"], indirect=True)  # copy-on-write
+# reads the index before it publishes, to know which files to rewrite
 def test_a_new_process_reads_the_saved_key_index_at_publish_or_while_spark_writes(
     t: lamina.Table, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -677,6 +691,7 @@ def test_a_new_process_reads_the_saved_key_index_at_publish_or_while_spark_write
     assert latest(t)["k2"] == -2 and len(latest(t)) == 120
 
 
+@MERGE_ON_READ_STORAGE
 def test_a_decimal_comparison_column_orders_by_value(cat: lamina.Catalog) -> None:
     """A decimal comparison column (precision <= 18) orders by its value, negative ones
     included, ties to the later record; the same after the index is rebuilt from the
@@ -706,6 +721,7 @@ def test_a_decimal_comparison_column_orders_by_value(cat: lamina.Catalog) -> Non
     assert "wide" not in cat.list_tables()  # nothing created
 
 
+@MERGE_ON_READ_STORAGE
 def test_a_minor_compaction_drops_superseded_records_and_keeps_every_answer(
     t: lamina.Table,
 ) -> None:
@@ -783,6 +799,7 @@ def _count_rebuilds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return rebuilds
 
 
+@MERGE_ON_READ_STORAGE
 def test_the_key_index_follows_a_compaction_without_a_rebuild(
     t: lamina.Table, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -859,6 +876,7 @@ def test_the_key_index_replays_every_kind_of_commit(
     assert 0 < len(latest(t)) < len(shown)
 
 
+@MERGE_ON_READ_STORAGE
 def test_the_key_index_replays_runs_of_upserts_in_one_step(
     cat: lamina.Catalog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -905,6 +923,7 @@ def test_the_key_index_replays_runs_of_upserts_in_one_step(
     assert latest(t) == {"k0": 0, "k2": 20, "k3": 3, "k4": 41, "k5": 55, "k6": 67, "k9": 9}
 
 
+@MERGE_ON_READ_STORAGE
 def test_a_major_compaction_keeps_each_keys_latest_record(cat: lamina.Catalog) -> None:
     """HOUR chunks into DAY ones, sorted by value: only each key's latest record (and
     live tombstones) is rewritten; every answer, past snapshots included, stays; a
@@ -1055,6 +1074,7 @@ def test_a_run_whose_records_are_all_superseded_compacts_to_an_empty_segment(
     assert latest(t) == {"a": 3, "b": 4} and latest(t, first.id) == {"a": 1}
 
 
+@MERGE_ON_READ_STORAGE
 def test_a_segment_with_many_superseded_records_is_rewritten_without_them(
     cat: lamina.Catalog, t: lamina.Table
 ) -> None:
@@ -1208,6 +1228,7 @@ def test_retention_between_a_plan_and_its_vectors_fails_the_read(
     assert latest(t) == {"a": 2, "b": 2}
 
 
+@MERGE_ON_READ_STORAGE
 def test_retention_before_all_versions_reads_validity_fails_the_read(
     cat: lamina.Catalog, t: lamina.Table
 ) -> None:

@@ -34,6 +34,9 @@ import pytest
 import lamina
 from lamina.errors import UpsertError
 
+# every test here runs in both upsert write modes (merge-on-read, copy-on-write)
+pytestmark = pytest.mark.usefixtures("write_mode")
+
 T0 = datetime(2024, 1, 1)
 I64_MAX = 2**63 - 1
 I64_MIN = -(2**63)

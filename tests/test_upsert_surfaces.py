@@ -30,6 +30,9 @@ from lamina.cli import app
 from lamina.errors import UpsertError
 from tests.test_upsert import SCHEMA, rows
 
+# every test here runs in both upsert write modes (merge-on-read, copy-on-write)
+pytestmark = pytest.mark.usefixtures("write_mode")
+
 with warnings.catch_warnings():  # newer Starlette prefers httpx2 for its test client
     warnings.filterwarnings("ignore", message=".*httpx2")
     from fastapi.testclient import TestClient

@@ -23,6 +23,9 @@ from tests.test_upsert import (
     rows,
 )
 
+# every test here runs in both upsert write modes (merge-on-read, copy-on-write)
+pytestmark = pytest.mark.usefixtures("write_mode")
+
 DAY = 24 * 60
 
 

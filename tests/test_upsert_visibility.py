@@ -56,6 +56,9 @@ import pytest
 import lamina
 from lamina.errors import SegmentNotFoundError
 
+# every test here runs in both upsert write modes (merge-on-read, copy-on-write)
+pytestmark = pytest.mark.usefixtures("write_mode")
+
 T0 = datetime(2024, 1, 1)
 SCHEMA = pa.schema(
     [
@@ -172,7 +175,11 @@ class Partition:
         return self.t.overwrite(data, interval=(start, start + timedelta(days=1)))
 
     def segment_ids(self, commit: lamina.Commit) -> list[str]:
-        return [s.id for s in self.t.segments() if s.commit_id == commit.id]
+        """The live segments holding ``commit``'s records (not the copies a
+        copy-on-write upsert made of the files it superseded records in)."""
+        return [
+            s.id for s in self.t.segments() if s.commit_id == commit.id and s.minor_version == 0
+        ]
 
     def remove_segment(self, commit: lamina.Commit) -> lamina.Commit:
         ids = self.segment_ids(commit)

@@ -8,6 +8,8 @@ snapshot producers do over one base):
 ==============================  =======================================================
 :class:`AppendPlan`             files appended into each chunk's visible version
 :class:`UpsertPlan`             an append whose records are resolved by key at publish
+:class:`CopyOnWritePlan`        an upsert that also rewrites the files it supersedes
+                                records in
 :class:`OverwritePlan`          files that replace chunks (an overwrite, a refresh)
 :class:`MinorCompactionPlan`    runs of segments replaced by their compacted files
 :class:`TransactionPlan`        a transaction's operations — an overwrite, appends
@@ -24,7 +26,7 @@ plan's kind what applies.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
 from lamina.core.conflicts import Isolation
@@ -128,6 +130,26 @@ class UpsertPlan(AppendPlan):
     """An upsert's files, appended; its records are resolved by key at publish."""
 
     upsert: UpsertBatch
+
+
+@dataclass(frozen=True, kw_only=True)
+class CopyOnWritePlan(UpsertPlan):
+    """A copy-on-write upsert: its files appended and resolved by key, and in the same
+    commit ``runs`` replace the files holding records it supersedes by copies without
+    them (``remove_ids``: the runs' inputs). A run whose inputs another commit removed
+    meanwhile, or that lies where another commit holds a REPLACE or EXCLUSIVE lock, is
+    left out at publish (:meth:`keeping`): its records are hidden by deletion vectors
+    instead, as on a merge-on-read table."""
+
+    runs: tuple[CompactedRun, ...] = ()
+
+    def compacts(self) -> tuple[CompactedRun, ...]:
+        return self.runs
+
+    def keeping(self, runs: Sequence[CompactedRun]) -> CopyOnWritePlan:
+        """The plan with only ``runs`` (of its own) rewritten."""
+        kept = tuple(runs)
+        return replace(self, runs=kept, remove_ids=tuple(i for r in kept for i in r.inputs))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, and_, or_, select
@@ -32,6 +32,10 @@ class ChangePoint:
     commit_id: int
     seq: int
     touched: tuple[Interval, ...]
+    #: a copy-on-write upsert: the files (locations) it rewrote, each with the rows
+    #: hidden there as of the commit (its copy holds the others), and its copies
+    rewrote: dict[str, list[int]] = field(default_factory=dict)
+    copies: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -78,7 +82,13 @@ def change_points(db: Db, name: str, after_seq: int, until_seq: int | None) -> C
                 f"then read changes after seq {purged} (reading only those would miss rows)"
             )
         done = conn.execute(
-            select(commits.c.id, commits.c.seq, commits.c.action, commits.c.metadata)
+            select(
+                commits.c.id,
+                commits.c.seq,
+                commits.c.action,
+                commits.c.metadata,
+                commits.c.footprint,
+            )
             .where(
                 commits.c.table_id == rec.id,
                 commits.c.state == CommitState.COMPLETED.value,
@@ -109,6 +119,7 @@ def change_points(db: Db, name: str, after_seq: int, until_seq: int | None) -> C
                 int(r.id),
                 int(r.seq),
                 () if _layout_only(r) else tuple(merge(touched.get(int(r.seq), []))),
+                *_rewrites(conn, rec.id, r),
             )
             for r in done
             if r.seq > after_seq
@@ -116,6 +127,29 @@ def change_points(db: Db, name: str, after_seq: int, until_seq: int | None) -> C
         return Changes(rec, after_seq, until, base, points)
 
     return db.read(txn)
+
+
+def _rewrites(
+    conn: Connection, table_id: int, row: Any
+) -> tuple[dict[str, list[int]], tuple[str, ...]]:
+    """A copy-on-write upsert's rewrites (see :class:`ChangePoint`); none for others."""
+    doc = json.loads(row.footprint) if row.footprint else {}
+    if not doc.get("rewrote"):
+        return {}, ()
+    from lamina.meta import deletes  # loads numpy, pyroaring
+
+    copies = tuple(r.location for r in rows_by_id(conn, table_id, doc["rewrote"]) if r.location)
+    inputs = [
+        loc
+        for (loc,) in conn.execute(
+            select(segments.c.location).where(
+                segments.c.table_id == table_id, segments.c.removed_commit == row.id
+            )
+        )
+        if loc
+    ]
+    hidden = deletes.at(conn, table_id, int(row.seq), inputs)
+    return {loc: list(hidden[loc].hidden) if loc in hidden else [] for loc in inputs}, copies
 
 
 def _layout_only(row: Any) -> bool:

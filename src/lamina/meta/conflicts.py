@@ -53,11 +53,14 @@ def encode(
     app_id: str | None = None,
     shown: Iterable[tuple[str, str]] = (),
     swapped: Iterable[tuple[str, str]] = (),
+    rewrote: Iterable[str] = (),
 ) -> str:
     """The ``footprint`` column of a completed commit. A lineage transition (or the
     batch that ended its push) records the id lists, as (entry id, role), of the
     segments whose rows it ``shown`` (an end's segments_to) and ``swapped`` (an end's
-    segments_from; both lists of a completed entry's rollback)."""
+    segments_from; both lists of a completed entry's rollback). A copy-on-write upsert
+    records the segments it ``rewrote`` (copies of those it removed, less the records
+    it superseded)."""
     doc: dict[str, Any] = {}
     spans = [[iv.start, iv.end] for iv in replaced]
     if spans:
@@ -69,6 +72,9 @@ def encode(
     for key, named in (("shown", list(shown)), ("swapped", list(swapped))):
         if named:
             doc[f"{key}_lists"] = [list(n) for n in named]
+    rewrote = sorted(rewrote)
+    if rewrote:
+        doc["rewrote"] = rewrote
     return json.dumps(doc)
 
 
@@ -177,6 +183,18 @@ def since(
     refs = _refs(conn, table_id, docs)
     out = []
     for (cid, action, _), doc in zip(done, docs, strict=True):
+        rewrote = set(doc.get("rewrote", ()))
+        if rewrote:  # a copy-on-write upsert: its rewrites are a compaction's
+            mine = added.get(int(cid), [])
+            added[int(cid)] = [s for s in mine if s.id not in rewrote]
+            out.append(
+                Footprint(
+                    int(cid),
+                    Kind.COMPACT,
+                    added=tuple(s for s in mine if s.id in rewrote),
+                    removed=tuple(removed.pop(int(cid), ())),
+                )
+            )
         out.append(
             Footprint(
                 int(cid),

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, and_, bindparam, select
 
-from lamina.core.interval import Interval, from_us
+from lamina.core.interval import ETERNITY, Interval, from_us
 from lamina.core.lineage import LineageEntry, LineageState, hidden_by, may_show
+from lamina.core.locks import first_locked
 from lamina.core.model import (
     Commit,
     CommitAction,
@@ -41,7 +42,7 @@ from lamina.core.planner import (
     refuse_named,
     refuse_partial,
 )
-from lamina.core.plans import DeletePlan, PublishPlan
+from lamina.core.plans import CopyOnWritePlan, DeletePlan, PublishPlan
 from lamina.core.segment import Segment
 from lamina.errors import CommitError, LineageError, TableNotFoundError
 from lamina.failpoints import failpoint
@@ -150,7 +151,7 @@ def _publish(
     keys: KeyIndexes | None,
 ) -> Commit:
     """:func:`publish`'s transaction, phase by phase."""
-    trow, cleared = _lock_and_check(conn, db, table.id, commit_id, owner, plan)
+    trow, plan, cleared = _lock_and_check(conn, db, table.id, commit_id, owner, plan)
     planned = _plan_identities(conn, table, commit_id, trow, plan, cleared)
     outcome = _resolve_upserts(conn, table, trow, plan, planned, wh, keys)
     action = plan.action_of(trow.action)
@@ -190,14 +191,38 @@ class _Planned:
     fresh: int | None = None
     removed: set[str] = field(default_factory=set)
     copies: dict[str, str] = field(default_factory=dict)
+    #: a copy-on-write upsert's rewritten files (segment ids), in its footprint
+    rewrote: list[str] = field(default_factory=list)
 
 
 def _lock_and_check(
     conn: Connection, db: Db, table_id: int, commit_id: int, owner: str, plan: PublishPlan
-) -> tuple[Any, checks.Cleared]:
-    """Lock the table's row, read it with the commit's, and refuse what may not publish."""
+) -> tuple[Any, PublishPlan, checks.Cleared]:
+    """Lock the table's row, read it with the commit's, settle a copy-on-write
+    upsert's rewrites, and refuse what may not publish."""
     trow = _lock_with_commit(db, conn, table_id, commit_id)
-    return trow, checks.check(db, conn, trow, plan, commit_id, owner)
+    if isinstance(plan, CopyOnWritePlan) and plan.runs:
+        plan = _settled(conn, table_id, commit_id, plan)
+    return trow, plan, checks.check(db, conn, trow, plan, commit_id, owner)
+
+
+def _settled(
+    conn: Connection, table_id: int, commit_id: int, plan: CopyOnWritePlan
+) -> CopyOnWritePlan:
+    """A copy-on-write upsert's plan without the rewrites it can no longer make: of
+    files another commit removed meanwhile (a compaction, an overwrite), or lying where
+    another commit holds a REPLACE or EXCLUSIVE lock (a major compaction, which
+    carries the upsert's files and hides what it supersedes). Deletion vectors hide
+    those records instead, as on a merge-on-read table."""
+    ids = [i for r in plan.runs for i in r.inputs]
+    live = existing(conn, table_id, ids)
+    held = lock_rows.replacing(conn, table_id, commit_id, ETERNITY, unchecked=True)
+    kept = [
+        r
+        for r in plan.runs
+        if all(i in live for i in r.inputs) and first_locked(held, [r.chunk]) is None
+    ]
+    return plan if len(kept) == len(plan.runs) else plan.keeping(kept)
 
 
 def _plan_identities(
@@ -221,6 +246,8 @@ def _plan_identities(
     if plan.appends():
         _plan_appends(conn, table, trow, plan.appends(), version, suffix, planned)
     _plan_runs(conn, table, plan.compacts(), planned)
+    if isinstance(plan, CopyOnWritePlan):  # its rewrites, told apart from its appends
+        planned.rewrote = [s.id for s in planned.new if s.minor_version > 0]
     _plan_carried(conn, table, commit_id, cleared.carry, planned)
     return planned
 
@@ -340,9 +367,9 @@ def _resolve_upserts(
         )
     locations = [f.location for f in plan.written()]
     kept = {s.location for s in planned.new}  # carried copies keep their files
-    gone_files = {
-        r.location for r in rows_by_id(conn, table.id, sorted(planned.removed)) if r.location
-    } - kept
+    rewritten = {i for run in plan.compacts() for i in run.inputs}  # their rows move
+    removed = rows_by_id(conn, table.id, sorted(planned.removed | rewritten))
+    gone_files = {r.location for r in removed if r.location and r.segment_id not in rewritten}
     return keys.resolve(
         conn,
         table.with_schema(bytes(trow.schema_ipc)),  # the writer's handle may be older
@@ -350,8 +377,26 @@ def _resolve_upserts(
         plan.upsert,
         locations,
         int(trow.last_seq),
-        gone_files,
+        gone_files - kept,
+        _moves(plan, {r.location: int(r.row_count) for r in removed if r.location}),
     )
+
+
+def _moves(plan: PublishPlan, rows: dict[str, int]) -> list[tuple[str, str, Any]]:
+    """Where a copy-on-write upsert moves the rows of the files it rewrites: (old
+    location, new location, per old row its new row or -1); ``rows``: each old file's
+    row count."""
+    import numpy as np  # loads numpy
+
+    out = []
+    for run in plan.compacts():
+        for f, m in zip(run.files, run.row_maps, strict=True):
+            for i, src in enumerate(m.sources):
+                rmap = np.full(rows.get(src, 0), -1, np.int64)
+                at = np.flatnonzero(m.source == i)
+                rmap[m.row[at]] = at
+                out.append((src, f.location, rmap))
+    return out
 
 
 def _record(
@@ -389,6 +434,7 @@ def _record(
             plan.txn[0] if plan.txn is not None else None,
             shown,
             swapped,
+            planned.rewrote,
         ),
     )
     return done, meta

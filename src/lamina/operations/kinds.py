@@ -12,6 +12,7 @@ from lamina.core.model import Commit, CommitAction
 from lamina.operations import append as plain_append
 from lamina.operations import overwrite as plain_overwrite
 from lamina.operations import upsert
+from lamina.operations.compaction import copy_on_write
 from lamina.operations.handle import TableHandle
 from lamina.operations.upsert import read as upsert_read
 
@@ -106,8 +107,9 @@ class UpsertTable:
         txn: tuple[str, int] | None,
         retries: int,
     ) -> Commit:
-        """An upsert (``retries`` unused: an upsert never conflicts retryably)."""
-        return upsert.upsert(h, data, metadata, txn)
+        """An upsert (``retries`` unused: an upsert never conflicts retryably); on a
+        copy-on-write table it rewrites the files it supersedes records in."""
+        return upsert.upsert(h, data, metadata, txn, finish=copy_on_write.finisher(h))
 
     @staticmethod
     def overwrite(

@@ -15,7 +15,7 @@ from lamina.core.args import whole_number
 from lamina.core.interval import ETERNITY, Granularity, Interval
 from lamina.core.model import Commit, CommitAction, NewSegment, txn_of
 from lamina.core.planner import allocate
-from lamina.core.plans import LineageBatch, write_plan
+from lamina.core.plans import LineageBatch, PublishPlan, write_plan
 from lamina.core.timeline import Timeline
 from lamina.errors import (
     AlreadyAppliedError,
@@ -39,6 +39,10 @@ if TYPE_CHECKING:
     from lamina.io.writer import ChunkPart
 
 log = logging.getLogger("lamina")
+
+#: a last step of a write before it publishes: (its plan, its commit's directory) ->
+#: the plan to publish
+Finish = Callable[[PublishPlan, str], PublishPlan]
 
 #: A RecordBatchReader is written in pieces of about this many bytes of Arrow data.
 STREAM_FLUSH_BYTES = 256 * 1024 * 1024
@@ -188,9 +192,12 @@ def write(
     upsert: Callable[[list[NewSegment]], UpsertBatch] | None = None,
     remove: tuple[str, ...] = (),
     remake: Callable[..., Callable[[str], list[NewSegment]]] | None = None,
+    finish: Finish | None = None,
 ) -> Commit:
     """One commit writing ``data`` (or the files of a :class:`Produced`);
     ``upsert``: the records of the files written, to resolve by key at publish;
+    ``finish``: a last step before it publishes, which may make more files under the
+    commit's directory and give another plan (a copy-on-write upsert's rewrites);
     ``remove``: live segments it removes too (a refresh's). A ``txn`` applied already
     writes nothing and returns the commit that applied it.
 
@@ -229,6 +236,8 @@ def write(
                 upsert=None if upsert is None else upsert(files),
                 remove_ids=remove,
             )
+            if finish is not None:
+                plan = finish(plan, w.dir)
             return w.publish(plan)
     except AlreadyAppliedError as exc:  # a twin published first: nothing of ours shows
         assert txn is not None
@@ -250,6 +259,7 @@ def write(
             txn,
             upsert,  # a remake's files: an upsert reads its records from them
             remove,
+            finish=finish,
         )
 
 

@@ -185,6 +185,33 @@ class KeyIndexes:
             current, found = _current(st, batch, wh, values=True, gone=gone)
             return current, _where(st, found)
 
+    def superseded_by(
+        self, conn: Connection, table: TableRecord, wh: Warehouse, batch: UpsertBatch
+    ) -> dict[str, np.ndarray]:
+        """The stored records an upsert would supersede if it published now: per file
+        (catalog location), their rows. A record superseded once stays superseded
+        (comparison values only grow, and a removed newer record brings no older one
+        back), so each of these rows is hidden when the upsert publishes, by it or by
+        a commit published meanwhile (what a copy-on-write upsert rewrites its files
+        without). Raises UpsertError."""
+        import numpy as np  # loads numpy
+
+        from lamina.core.upsert import ROW, SEGMENT, resolve_against  # loads pyarrow
+
+        stmt = select(tables.c.last_seq).where(tables.c.id == table.id)
+        seq = int(conn.execute(stmt).scalar_one())
+        with self._lock:
+            st = self.state(conn, table, batch.spec, wh, seq)
+            batch = _widened(batch, table)
+            current, found = _current(st, batch, wh, values=False)
+            match = np.full(len(batch.resolved.winners), -1, np.int64)
+            match[found.found] = np.arange(int(found.found.sum()))
+            spec = replace(batch.spec, partial=None)  # who wins does not depend on merging
+            out = resolve_against(current, batch.resolved, spec, match=match)
+            codes = np.asarray(out.invalidated.column(SEGMENT).to_numpy(), np.int64)
+            rows = np.asarray(out.invalidated.column(ROW).to_numpy(), np.int64)
+            return {st.locations[int(c)]: np.sort(rows[codes == c]) for c in np.unique(codes)}
+
     def resolve(
         self,
         conn: Connection,
@@ -194,16 +221,24 @@ class KeyIndexes:
         locations: list[str],
         seq: int,
         gone: set[str] | None = None,
+        moved: list[tuple[str, str, np.ndarray]] | None = None,
     ) -> Outcome:
         """Resolve an upsert written to ``locations`` (its files, in order) against the
         index as of ``seq`` (the table's latest commit); update the index to include it.
         ``gone``: files the same commit removes (an overwrite of an upsert table): the
         records there no longer count, and the keys whose entries point there afterwards
-        are forgotten. If the commit fails, :meth:`forget` the table's index.
-        Raises UpsertError, CommitConflictError (partial upserts)."""
+        are forgotten. ``moved``: files the same commit rewrites (a copy-on-write
+        upsert), as (old location, new location, per old row its new row or -1): the
+        entries still pointing there afterwards move. If the commit fails,
+        :meth:`forget` the table's index. Raises UpsertError, CommitConflictError
+        (partial upserts)."""
         with self._lock:
             st = self.state(conn, table, batch.spec, wh, seq)
-            return _resolve(st, table, wh, batch, locations, seq, gone)
+            out = _resolve(st, table, wh, batch, locations, seq, gone)
+            for old, new, rmap in moved or ():
+                if old in st.codes:
+                    st.index.relocate(st.codes[old], st.code(new), rmap)
+            return out
 
     def save_if_due(self, db: Db, table: TableRecord, wh: Warehouse) -> bool:
         """Save the table's index as a snapshot when it grew enough since the newest

@@ -195,7 +195,10 @@ def catch_up(
     segment) is replayed by the difference of the files visible before and after it:
     a compaction's outputs hold every latest record of its inputs, an overwrite's files
     the records upserted against the rest; what it removed takes its keys' entries
-    along. Files keep their location when a commit carries them, so they are neither."""
+    along. Files keep their location when a commit carries them, so they are neither.
+    A copy-on-write upsert, which rewrote files as it superseded their records, is
+    replayed as any other commit: its new files and the copies hold its keys' latest
+    records, and the files it rewrote are gone."""
     since = (
         (commits.c.table_id == table.id)
         & (commits.c.state == CommitState.COMPLETED.value)
@@ -206,6 +209,14 @@ def catch_up(
         select(commits.c.id, commits.c.seq, commits.c.action).where(since).order_by(commits.c.seq)
     ).all()
     upserts = select(commits.c.id).where(since, commits.c.action == CommitAction.UPSERT.value)
+    rewrote = {  # copy-on-write upserts: they moved records too, replayed as a compaction
+        int(c)
+        for (c,) in conn.execute(
+            select(segments.c.removed_commit)
+            .where(segments.c.table_id == table.id, segments.c.removed_commit.in_(upserts))
+            .distinct()
+        )
+    }
     files: dict[int, list[str]] = {}
     for cid, loc in conn.execute(
         select(segments.c.commit_id, segments.c.location).where(
@@ -219,7 +230,7 @@ def catch_up(
     for cid, cseq, action in done:
         if action == CommitAction.ALTER.value:  # a schema change moves no record
             continue
-        if action == CommitAction.UPSERT.value:
+        if action == CommitAction.UPSERT.value and int(cid) not in rewrote:
             added = files.get(int(cid), [])
             run += added
             if shown is not None:

@@ -547,3 +547,29 @@ def _held_chunks(
                 gran.chunks(Interval.of(gran.floor(part.start), gran.chunk(part.end - 1).end))
             )
     return out
+
+
+def copies_without(
+    table: TableHandle,
+    where: str,
+    units: list[list[Segment]],
+    visible: list[Segment],
+    drop: dict[str, np.ndarray],
+) -> tuple[CompactedRun, ...]:
+    """An upsert table's ``units`` (each the segments of one root range of a chunk
+    version among ``visible``, those a compaction may take) rewritten into one file
+    each under ``where``, without their superseded records nor the rows ``drop``
+    names (per file location, as the segments give it): the runs a copy-on-write
+    upsert installs. Each output carries its :class:`RowMap`. Raises
+    CompactionError (a unit that is not visible whole)."""
+    if not units:
+        return ()
+    runs = [
+        minor_run(unit, [s for s in visible if (s.interval, s.version) == key], 2**62)
+        for unit in units
+        for key in [(unit[0].interval, unit[0].version)]
+    ]
+    gone = _superseded(table, runs) or {}
+    for path, rows in drop.items():
+        gone[path] = np.union1d(gone.get(path, np.zeros(0, np.int64)), rows)
+    return tuple(_write_run(table, where, run, "local", 0, gone) for run in runs)

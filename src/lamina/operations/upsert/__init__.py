@@ -83,8 +83,10 @@ def upsert(
     data: Any,
     metadata: dict[str, Any] | None = None,
     txn: tuple[str, int] | None = None,
+    finish: tw.Finish | None = None,
 ) -> Commit:
-    """Write ``data``'s records; per key the latest wins. Raises UpsertError,
+    """Write ``data``'s records; per key the latest wins (``finish``: a last step before
+    it publishes, see :func:`lamina.operations.steps.write`). Raises UpsertError,
     SchemaError, TimeColumnError, CommitConflictError (a partial upsert whose keys kept
     changing under it)."""
 
@@ -110,6 +112,7 @@ def upsert(
             txn=txn,
             upsert=lambda files: _written(spec, wh, [f.location for f in files], rec.schema),
             remake=functools.partial(spark_producer, rec, wh, target, data),
+            finish=finish,
         )
     else:
         batch = records_of(spec, rec, data)
@@ -117,9 +120,9 @@ def upsert(
             spec, resolve_batch(batch, spec), key_hashes(batch, spec.primary_key), ()
         )
         if not spec.is_partial:
-            done = _write(table, batch, read, metadata, txn)
+            done = _write(table, batch, read, metadata, txn, finish=finish)
         else:
-            done = _partial(table, read, metadata, txn)
+            done = _partial(table, read, metadata, txn, finish=finish)
     _save_keys(table)
     return done
 
@@ -129,6 +132,7 @@ def upsert_files(
     files: tw.Produced,
     metadata: dict[str, Any] | None = None,
     txn: tuple[str, int] | None = None,
+    finish: tw.Finish | None = None,
 ) -> Commit:
     """An upsert of records written as segment files already (by Spark's tasks), in
     the order of ``files``: their keys are read back and resolved at publish, as for
@@ -150,6 +154,7 @@ def upsert_files(
         metadata,
         txn=txn,
         upsert=lambda got: _written(spec, wh, [f.location for f in got], rec.schema),
+        finish=finish,
     )
     _save_keys(table)
     return done
@@ -196,6 +201,7 @@ def _write(
     action: CommitAction = CommitAction.UPSERT,
     interval: Interval | None = None,
     remove: tuple[str, ...] = (),
+    finish: tw.Finish | None = None,
 ) -> Commit:
     """One commit storing ``records`` (``read``: them resolved on their own): an UPSERT,
     or an OVERWRITE (REFRESH) of ``interval`` (and of the segments ``remove``)."""
@@ -223,6 +229,7 @@ def _write(
                 txn=txn,
                 upsert=functools.partial(_same, written),
                 remove=remove,
+                finish=finish,
             )
         except ChunkLayoutError:  # a day a compaction split: split as Druid allocates
             if refine is not None or action != CommitAction.UPSERT:
@@ -262,6 +269,7 @@ def _partial(
     action: CommitAction = CommitAction.UPSERT,
     interval: Interval | None = None,
     remove: tuple[str, ...] = (),
+    finish: tw.Finish | None = None,
 ) -> Commit:
     """A partial upsert (or overwrite, refresh: ``action``): merge with the keys'
     current records (those the write leaves), write the merged records, publish unless
@@ -269,7 +277,7 @@ def _partial(
     :data:`lamina.operations.retry.MERGE_ATTEMPTS` times (after a short random pause,
     longer each time). Raises CommitConflictError."""
     return retrying(
-        lambda _: _merge_and_write(table, read, metadata, txn, action, interval, remove),
+        lambda _: _merge_and_write(table, read, metadata, txn, action, interval, remove, finish),
         MERGE_ATTEMPTS,
         pause=True,
     )
@@ -283,6 +291,7 @@ def _merge_and_write(
     action: CommitAction,
     interval: Interval | None,
     remove: tuple[str, ...],
+    finish: tw.Finish | None = None,
 ) -> Commit:
     """One attempt of :func:`_partial` (CommitConflictError, retryable: a key changed
     before it published)."""
@@ -295,7 +304,16 @@ def _merge_and_write(
     merged = resolve_against(current, read.resolved, spec).records
     merged_read = UpsertBatch(spec, resolve_batch(merged, spec), read.keys, ())
     return _write(
-        table, merged, merged_read, metadata, txn, expect, action, interval=interval, remove=remove
+        table,
+        merged,
+        merged_read,
+        metadata,
+        txn,
+        expect,
+        action,
+        interval=interval,
+        remove=remove,
+        finish=finish,
     )
 
 

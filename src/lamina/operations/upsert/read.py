@@ -209,22 +209,30 @@ def changed_rows(
     before: Shown = {}
     if changes.base is not None:
         before = _visible_rows(plan(ctx, table.name, changes.base))
+    root = ctx.db.root + "/"
     for point in changes.points:
-        after = _visible_rows(plan(ctx, table.name, point.commit_id))
+        shown = after = _visible_rows(plan(ctx, table.name, point.commit_id))
         if not point.touched:  # a compaction: the same records, rewritten
             before = after
             continue
+        if point.copies:  # a copy-on-write upsert: the files it rewrote, as if kept
+            copies = set(point.copies)
+            after = {k: v for k, v in after.items() if k[0].removeprefix(root) not in copies}
+            for (path, keep), (n, _) in before.items():
+                hid = point.rewrote.get(path.removeprefix(root))
+                if hid is not None:
+                    after[path, keep] = (n, np.asarray(hid, np.int64))
         for tag in ("delete", "insert"):
             old, new = (before, after) if tag == "delete" else (after, before)
             for path, keep in sorted(old, key=lambda k: (k[0], str(k[1]))):
                 n, hidden = old[path, keep]
                 if (path, keep) in new:  # shows in old, hidden in new: a cost in
-                    shown = np.setdiff1d(new[path, keep][1], hidden)  # hidden rows only
+                    rows = np.setdiff1d(new[path, keep][1], hidden)  # hidden rows only
                 else:
-                    shown = np.setdiff1d(np.arange(n), hidden)
-                if len(shown):
-                    out.append(ChangedRows(tag, point.commit_id, point.seq, path, shown, keep))
-        before = after
+                    rows = np.setdiff1d(np.arange(n), hidden)
+                if len(rows):
+                    out.append(ChangedRows(tag, point.commit_id, point.seq, path, rows, keep))
+        before = shown
     # the feed is planned from the catalog; no file is read yet
     failpoint("upsert.read.changes_planned", table=table)
     return changes.table, out

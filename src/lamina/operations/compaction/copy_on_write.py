@@ -1,0 +1,76 @@
+"""Copy-on-write upserts (``write.update.mode = copy-on-write``): an upsert rewrites,
+in its own commit, the files holding the records it supersedes, so that readers find
+no deletion vector to apply there (Iceberg's copy-on-write updates, Hudi's COW tables).
+
+It writes its files as any upsert does; then, before it publishes, it asks the key
+index which stored records it will supersede (:meth:`KeyIndexes.superseded_by`) and
+rewrites each file holding some, less those records and the ones superseded already,
+as a minor compaction of that file's root range would. The upsert publishes as one
+commit: its files appended, its records resolved by key, the rewritten files
+replacing theirs (:class:`lamina.core.plans.CopyOnWritePlan`). A record superseded
+once stays superseded, so what the rewrite left out is hidden at publish whatever
+published meanwhile; what other upserts hid in those files meanwhile is carried onto
+the copies as vectors (their row maps); a file another commit removed or locked
+meanwhile is not replaced (vectors hide its records, as on a merge-on-read table).
+No lock is taken: concurrent upserts all publish."""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+from lamina.core.plans import CopyOnWritePlan, PublishPlan, UpsertPlan
+from lamina.core.properties import COPY_ON_WRITE, write_mode
+from lamina.failpoints import failpoint
+from lamina.operations.compaction import copies_without
+from lamina.operations.compaction.scope import candidates
+
+if TYPE_CHECKING:
+    from lamina.core.segment import Segment
+    from lamina.operations.handle import TableHandle
+    from lamina.operations.steps import Finish
+
+
+def applies(table: TableHandle) -> bool:
+    """Whether the table's upserts copy on write. Raises PropertyError."""
+    return table.is_upsert and write_mode(table.properties) == COPY_ON_WRITE
+
+
+def finisher(table: TableHandle) -> Finish | None:
+    """The last step of the table's upserts (:func:`finish`), or None when they do not
+    copy on write. Raises PropertyError."""
+    return functools.partial(finish, table) if applies(table) else None
+
+
+def finish(table: TableHandle, plan: PublishPlan, where: str) -> PublishPlan:
+    """An upsert's ``plan`` with the rewrites of the files it supersedes records in,
+    written under ``where`` (its commit's directory); ``plan`` as it is for anything
+    else. Raises UpsertError, CompactionError."""
+    if not isinstance(plan, UpsertPlan) or plan.remove_ids or not applies(table):
+        return plan
+    ctx = table.ctx
+    rec, wh = table.record, ctx.warehouse
+    hit = ctx.db.read(lambda conn: ctx.keys.superseded_by(conn, rec, wh, plan.upsert))
+    if not hit:
+        return plan
+    root = ctx.db.root + "/"
+    visible = candidates(table, None)[1]
+    by_loc = {str(s.location).removeprefix(root): s for s in visible if s.location}
+    units: dict[tuple[object, ...], list[Segment]] = {}
+    for loc in hit:
+        seg = by_loc.get(loc)
+        if seg is None:  # not visible whole (a lineage entry's?): vectors hide its rows
+            continue
+        key = (seg.interval, seg.version, seg.root_range)
+        units[key] = [s for s in visible if (s.interval, s.version, s.root_range) == key]
+    drop = {str(by_loc[loc].location): rows for loc, rows in hit.items() if loc in by_loc}
+    runs = copies_without(table, where, list(units.values()), visible, drop)
+    failpoint("upsert.copy_on_write.rewritten", table=table, runs=runs)
+    return CopyOnWritePlan(
+        files=plan.files,
+        txn=plan.txn,
+        upsert=plan.upsert,
+        lineage=plan.lineage,
+        runs=runs,
+        remove_ids=tuple(i for r in runs for i in r.inputs),
+    )
