@@ -17,7 +17,8 @@ reason — Druid's compaction status, with two of its complaints fixed:
 Upsert tables: a segment whose deletion vectors supersede ``max_superseded_percent``
 of its records or more makes its chunk PENDING for a minor compaction that rewrites it
 without them (Pinot's upsert compaction, ``invalidRecordsThresholdPercent``), however
-it was compacted before.
+it was compacted before; so does, with ``max_vector_age`` set, a segment holding a
+record superseded at least that long ago (Hudi's merge-on-read compaction by time).
 
 Chunks are considered newest first. ``skip_offset_from_latest`` is measured from the
 end of the newest segment (as Druid does; with a target granularity, from the end of
@@ -72,6 +73,9 @@ class Policy:
     rollup: Mapping[str, Any] | None = None
     nice: int = DEFAULT_NICE  # CPU priority of the work, not of its result: no fingerprint
     max_superseded_pct: int = DEFAULT_MAX_SUPERSEDED_PCT  # upsert tables; see module doc
+    #: upsert tables: a segment whose oldest superseding vector is this old (µs) or
+    #: older is rewritten without its superseded records, whatever their share (None: off)
+    max_vector_age_us: int | None = None
     #: the granularity the policy names, even the table's own (``segment_granularity``
     #: is None then): a chunk of another length is re-partitioned to it
     chunk_granularity: Granularity | None = None
@@ -147,7 +151,9 @@ def policy_of(props: Mapping[str, str], table_target_rows: int) -> Policy:
     table's), ``segment_granularity``, ``sort_by`` (comma-separated), ``rollup``
     (JSON), ``nice`` (0-19, default 19: how much lower than normal the CPU priority of
     a minor compaction's reading and writing is), ``max_superseded_percent`` (1-100,
-    default 10; upsert tables). Raises PropertyError."""
+    default 10; upsert tables), ``max_vector_age`` (a duration; unset: off; upsert
+    tables), ``inline`` (true or false, default false; upsert tables).
+    Raises PropertyError."""
     unknown = sorted(
         k[len(PREFIX) :] for k in props if k.startswith(PREFIX) and k[len(PREFIX) :] not in KEYS
     )
@@ -162,6 +168,7 @@ def policy_of(props: Mapping[str, str], table_target_rows: int) -> Policy:
     except ValueError:
         raise PropertyError(f"{PREFIX}rollup = {rollup!r} is not JSON") from None
     sort_by = props.get(PREFIX + "sort_by") or ""
+    inline_of(props)  # checked here; read by lamina.operations.compaction.inline
     return Policy(
         target_rows=target,
         skip_offset_us=duration_us(
@@ -174,6 +181,7 @@ def policy_of(props: Mapping[str, str], table_target_rows: int) -> Policy:
         rollup=parsed_rollup,
         nice=nice_of(props),
         max_superseded_pct=superseded_pct_of(props),
+        max_vector_age_us=vector_age_of(props),
     )
 
 
@@ -208,6 +216,8 @@ def check_properties(props: dict[str, str]) -> dict[str, str]:
         out[WRITE_MODE] = write_mode(out)
     if any(k.startswith(PREFIX) for k in out):
         policy_of(out, 1)
+    if INLINE in out:
+        out[INLINE] = str(inline_of(out)).lower()
     return out
 
 
@@ -228,6 +238,64 @@ def to_purge(visible: Sequence[Segment], superseded: Mapping[str, int], pct: int
     return frozenset(
         s.id for s in visible if s.row_count and superseded.get(s.id, 0) * 100 >= pct * s.row_count
     )
+
+
+def vector_age_of(props: Mapping[str, str]) -> int | None:
+    """``compaction.max_vector_age`` in µs (a duration such as ``1h``; None: unset, the
+    rule is off). Raises PropertyError."""
+    raw = props.get(PREFIX + "max_vector_age")
+    return None if raw is None else duration_us(raw, PREFIX + "max_vector_age")
+
+
+#: the property that makes an upsert's writer compact right after its commit
+INLINE = PREFIX + "inline"
+
+
+def inline_of(props: Mapping[str, str]) -> bool:
+    """``compaction.inline``: true or false (default false). Raises PropertyError."""
+    raw = props.get(INLINE)
+    if raw is None:
+        return False
+    value = raw.strip().lower()
+    if value not in ("true", "false"):
+        raise PropertyError(f"{INLINE} = {raw!r}; use true or false")
+    return value == "true"
+
+
+def to_age_out(oldest: Mapping[str, int], max_age_us: int | None, now_us: int) -> frozenset[str]:
+    """The segments (ids) whose oldest superseding vector completed ``max_age_us`` or
+    more before ``now_us`` (``oldest``: segment id -> that vector's commit's completion
+    time, µs; only segments with superseded records). None: the rule is off."""
+    if max_age_us is None:
+        return frozenset()
+    return frozenset(i for i, at in oldest.items() if now_us - at >= max_age_us)
+
+
+def duration_text(us: int) -> str:
+    """µs as the largest whole unit of a duration property (``90s``, ``2h``, ``7d``)."""
+    for unit, secs in (("d", 86400), ("h", 3600), ("m", 60)):
+        if us and us % (secs * 1_000_000) == 0:
+            return f"{us // (secs * 1_000_000)}{unit}"
+    return f"{us / 1_000_000:g}s"
+
+
+def _purge_reason(stale: Sequence[str], aged: frozenset[str], policy: Policy) -> str:
+    """Why ``stale`` segments are rewritten without their superseded records: their
+    share (``max_superseded_percent``), or, for ``aged`` ones under it, their age."""
+    by_age = sum(1 for i in stale if i in aged)
+    parts = []
+    if len(stale) > by_age:
+        parts.append(
+            f"{len(stale) - by_age} segment(s) with >= {policy.max_superseded_pct}% of their "
+            "records superseded by newer ones"
+        )
+    if by_age:
+        age = duration_text(policy.max_vector_age_us or 0)
+        parts.append(
+            f"{by_age} segment(s) with records superseded {age} ago or more "
+            f"(max_vector_age {age}), under {policy.max_superseded_pct}%"
+        )
+    return "; ".join(parts)
 
 
 def nice_of(props: Mapping[str, str]) -> int:
@@ -259,6 +327,7 @@ def statuses(
     newest: int | None = None,
     partial: Sequence[Segment] = (),
     kept: Mapping[str, int] | None = None,
+    aged: frozenset[str] = frozenset(),
 ) -> list[ChunkStatus]:
     """Each chunk's status, newest first. ``visible``: the table's visible data
     segments (whole chunks); ``compacted``: commit id -> compaction state of the
@@ -271,7 +340,9 @@ def statuses(
     no bucket reaching into the offset is rewritten. ``partial``: segments of chunks a
     newer version of other chunks hides in part (a minor compaction leaves them; a
     policy that re-partitions, sorts or rolls up rewrites them, as Druid does);
-    ``kept``: rows each segment keeps (:func:`lamina.core.compaction.plan_minor`)."""
+    ``kept``: rows each segment keeps (:func:`lamina.core.compaction.plan_minor`);
+    ``aged``: those of ``purge`` only there for their age (:func:`to_age_out`), under
+    the percent."""
     by_chunk: dict[Interval, list[Segment]] = {}
     for s in (*visible, *partial):
         by_chunk.setdefault(s.interval, []).append(s)
@@ -290,10 +361,12 @@ def statuses(
         segs = by_chunk[chunk]
         small = sum(1 for s in segs if s.row_count < policy.small)
         if chunk in hidden_in_part:
-            state, action, reason = _decide_partial(chunk, segs, compacted, policy, horizon, purge)
+            state, action, reason = _decide_partial(
+                chunk, segs, compacted, policy, horizon, purge, aged
+            )
         else:
             state, action, reason = _decide(
-                chunk, segs, small, compacted, policy, horizon, purge, kept
+                chunk, segs, small, compacted, policy, horizon, purge, kept, aged
             )
         out.append(ChunkStatus(chunk, state, action, reason, len(segs), small))
     return out
@@ -340,15 +413,15 @@ def _decide(
     horizon: int,
     purge: frozenset[str] = frozenset(),
     kept: Mapping[str, int] | None = None,
+    aged: frozenset[str] = frozenset(),
 ) -> tuple[str, str, str]:
     """(status, action, reason) of one chunk."""
     n = len(segs)
     if policy.skip_offset_us and chunk.end > horizon:
         return "SKIPPED", "none", "within skip_offset_from_latest of the newest segment"
-    stale = sum(1 for s in segs if s.id in purge)
+    stale = [s.id for s in segs if s.id in purge]
     if stale and not policy.rewrites:
-        why = f">= {policy.max_superseded_pct}% of their records superseded by newer ones"
-        return "PENDING", "minor", f"{stale} segment(s) with {why}"
+        return "PENDING", "minor", _purge_reason(stale, aged, policy)
     # a carried copy (suffix) holds rows appended during a compaction, not its output
     states = [None if s.suffix else compacted.get(s.commit_id or -1) for s in segs]
     late = sum(1 for st in states if st is None)
@@ -384,6 +457,7 @@ def _decide_partial(
     policy: Policy,
     horizon: int,
     purge: frozenset[str] = frozenset(),
+    aged: frozenset[str] = frozenset(),
 ) -> tuple[str, str, str]:
     """(status, action, reason) of a chunk a newer version hides in part: rewritten
     when the policy re-partitions, sorts or rolls up and it is not as the policy asks,
@@ -397,10 +471,9 @@ def _decide_partial(
     other = sum(1 for st in states if st is not None and not policy.met_by(st))
     gran = policy.chunk_granularity
     hidden = "partly hidden by a newer version"
-    stale = sum(1 for s in segs if s.id in purge)
+    stale = [s.id for s in segs if s.id in purge]
     if stale:  # no minor compaction takes it: rewritten without its superseded records
-        why = f">= {policy.max_superseded_pct}% of their records superseded"
-        return "PENDING", "major", f"{hidden}, {stale} segment(s) with {why}"
+        return "PENDING", "major", f"{hidden}, {_purge_reason(stale, aged, policy)}"
     if gran is not None and chunk.start > MIN_US and chunk != gran.chunk(chunk.start):
         return "PENDING", "major", f"{hidden}; the policy re-partitions into {gran.value} chunks"
     if (policy.sort_by or policy.rollup is not None) and (late or other):

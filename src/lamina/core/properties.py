@@ -68,6 +68,8 @@ COMPACTION_KEYS = (
     "rollup",
     "nice",
     "max_superseded_percent",
+    "max_vector_age",
+    "inline",
 )
 #: the seq of a table's last schema change (``t.add_columns``; lamina's own, not
 #: settable): files written before it may lack columns, which read as nulls

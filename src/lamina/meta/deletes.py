@@ -21,7 +21,7 @@ from sqlalchemy import Connection, delete, insert, select
 
 from lamina.core.model import RowMap, TableRecord
 from lamina.errors import SnapshotNotFoundError
-from lamina.meta.schema import deletes, tables
+from lamina.meta.schema import commits, deletes, tables
 
 _BATCH = 500
 
@@ -119,6 +119,27 @@ def latest(
     """The vectors of the table's files (or of ``locations``) as of its latest commit."""
     seq = conn.execute(select(tables.c.last_seq).where(tables.c.id == table_id)).scalar_one()
     return at(conn, table_id, int(seq), locations)
+
+
+def oldest_superseding(conn: Connection, table_id: int, locations: Iterable[str]) -> dict[str, int]:
+    """Per file of ``locations`` with superseded rows (tombstones still their key's
+    latest do not count), when the commit of its oldest vector superseding one
+    completed (µs): how long readers of the file have filtered out superseded rows."""
+    locs = sorted(set(locations))
+    out: dict[str, int] = {}
+    for i in range(0, len(locs), _BATCH):
+        stmt = (
+            select(deletes.c.location, deletes.c.rows, deletes.c.tombstones, commits.c.completed_at)
+            .join(commits, commits.c.id == deletes.c.commit_id)
+            .where(deletes.c.table_id == table_id, deletes.c.location.in_(locs[i : i + _BATCH]))
+            .order_by(deletes.c.seq)
+        )
+        for loc, raw, tomb, done in conn.execute(stmt):
+            if loc in out or done is None:
+                continue
+            if tomb is None or _bitmap(raw) - _bitmap(tomb):
+                out[loc] = int(done)
+    return out
 
 
 def carry(

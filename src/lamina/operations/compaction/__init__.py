@@ -16,7 +16,8 @@ meanwhile under APPEND locks (or optimistically) are carried onto its version.
 from __future__ import annotations
 
 import os
-from typing import Any, NoReturn
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 import pyarrow as pa
@@ -31,7 +32,9 @@ from lamina.core.autocompact import (
     nice_of,
     policy_of,
     superseded_pct_of,
+    to_age_out,
     to_purge,
+    vector_age_of,
 )
 from lamina.core.compaction import MinorRun, minor_run, plan_minor
 from lamina.core.interval import Granularity, Interval
@@ -66,6 +69,7 @@ from lamina.io.rollup import roll_up
 from lamina.io.writer import ChunkPart, pieces, write_parts
 from lamina.meta import commits
 from lamina.meta.segments import rows_by_id
+from lamina.meta.tables import now_us
 from lamina.operations import steps as tw
 from lamina.operations.compaction.scope import candidates
 from lamina.operations.compaction.span import major_interval
@@ -74,6 +78,9 @@ from lamina.operations.handle import TableHandle
 from lamina.operations.transaction import Rewrite
 from lamina.operations.upsert.read import latest_records
 from lamina.write import WriteTransaction
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
 
 
 def compact(
@@ -168,21 +175,55 @@ def plan(
 
 
 def purge(table: TableHandle, segs: list[Segment]) -> tuple[frozenset[str], dict[str, int]]:
+    """An upsert table's segments among ``segs`` to rewrite without their superseded
+    records (:func:`superseded`), and the records each segment with superseded ones
+    keeps (both empty for other tables). Raises PropertyError."""
+    found = superseded(table, segs)
+    return found.purge, found.kept
+
+
+@dataclass(frozen=True)
+class Superseded:
+    """What an upsert table's deletion vectors supersede in some of its segments."""
+
+    #: segments to rewrite without their superseded records
+    purge: frozenset[str] = frozenset()
+    #: those of :attr:`purge` only there for their age (under the percent)
+    aged: frozenset[str] = frozenset()
+    #: records each segment with superseded ones keeps
+    kept: dict[str, int] = field(default_factory=dict)
+
+
+def superseded(table: TableHandle, segs: list[Segment]) -> Superseded:
     """An upsert table's segments among ``segs`` whose deletion vectors supersede
-    ``compaction.max_superseded_percent`` of their records or more, and the records
-    each segment with superseded ones keeps (both empty for other tables).
-    Raises PropertyError."""
+    ``compaction.max_superseded_percent`` of their records or more, or, with
+    ``compaction.max_vector_age`` set, a record superseded by a commit that completed
+    that long ago or more (:func:`lamina.core.autocompact.to_age_out`); empty for
+    other tables. Raises PropertyError."""
     if not table.is_upsert or not segs:
-        return frozenset(), {}
+        return Superseded()
     from lamina.meta import deletes  # loads pyroaring
 
+    props = table.properties
+    max_age = vector_age_of(props)
     root = table.ctx.db.root + "/"
     by_path = {str(s.location).removeprefix(root): s.id for s in segs if s.location}
     tid = table.record.id
-    found = table.ctx.db.read(lambda conn: deletes.latest(conn, tid, list(by_path)))
+
+    def read(conn: Connection) -> tuple[dict[str, deletes.Vector], dict[str, int]]:
+        found = deletes.latest(conn, tid, list(by_path))
+        if max_age is None:
+            return found, {}
+        stale = [p for p, v in found.items() if v.superseded]
+        return found, deletes.oldest_superseding(conn, tid, stale)
+
+    found, since = table.ctx.db.read(read)
     counts = {by_path[p]: len(v.superseded) for p, v in found.items() if p in by_path}
     kept = {s.id: s.row_count - counts[s.id] for s in segs if counts.get(s.id)}
-    return to_purge(segs, counts, superseded_pct_of(table.properties)), kept
+    by_pct = to_purge(segs, counts, superseded_pct_of(props))
+    oldest = {by_path[p]: at for p, at in since.items() if p in by_path and counts.get(by_path[p])}
+    by_age = to_age_out(oldest, max_age, now_us()) - by_pct
+    return Superseded(by_pct | by_age, by_age, kept)
 
 
 def chosen_runs(table: TableHandle, ids: list[str], target: int) -> list[MinorRun]:

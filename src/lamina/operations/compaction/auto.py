@@ -30,7 +30,7 @@ from lamina.errors import (
     LockTimeoutError,
     WarehouseError,
 )
-from lamina.operations.compaction import compact_major, compact_minor, purge
+from lamina.operations.compaction import compact_major, compact_minor, superseded
 from lamina.operations.compaction.scope import named_chunks, named_ids, visible_data
 
 if TYPE_CHECKING:
@@ -61,20 +61,27 @@ class _Survey:
     locked: list[tuple[Interval, int, bool]]  # granted task locks: interval, priority, APPEND
 
 
-def _survey(table: TableHandle) -> _Survey:
+def _survey(table: TableHandle, superseded_only: bool = False) -> _Survey:
+    """``superseded_only``: only the chunks holding segments to rewrite without their
+    superseded records are decided as auto-compaction decides them (the others may not
+    be: the table's compaction commits are not read), and nothing more is read when
+    there are none."""
     pol = policy(table)
-    compacted = {
+    named = named_ids(table)
+    _, segs, partial, last = visible_data(table, None, named)  # tombstones count too
+    found_stale = superseded(table, segs)
+    stale, kept = found_stale.purge, found_stale.kept
+    if superseded_only and not stale:
+        return _Survey(pol, [], segs, set(), stale, kept, [])
+    compacted = {} if superseded_only else {
         c.id: c.metadata.get("state") or {"fingerprint": c.metadata.get("fingerprint")}
         for c in table.history()
         if c.state == "COMPLETED" and c.metadata.get("compaction")
-    }
-    named = named_ids(table)
-    _, segs, partial, last = visible_data(table, None, named)  # tombstones count too
+    }  # fmt: skip
     held = named_chunks(table, named)
-    stale, kept = purge(table, segs)
     ends = [c.end for c in held] + ([] if last is None else [last])  # held too
     newest = max(ends) if ends else None
-    found = statuses(segs, compacted, pol, stale, newest, partial, kept)
+    found = statuses(segs, compacted, pol, stale, newest, partial, kept, found_stale.aged)
     seen = {st.chunk for st in found}
     why = "a lineage entry names its segments (a push in progress or still revertible)"
     found += [ChunkStatus(c, "SKIPPED", "none", why) for c in held - seen]
@@ -184,3 +191,25 @@ def _attempt(run: Callable[[], Commit | None]) -> tuple[Commit | None, str | Non
         WarehouseError,  # an input's file lost: this chunk fails, the others go on
     ) as exc:
         return None, f"{type(exc).__name__}: {exc}"
+
+
+def compact_superseded(table: TableHandle, wait_s: float | None = None) -> Commit | None:
+    """The minor compaction :func:`compact_auto` runs for the chunks it makes PENDING
+    to rewrite segments without their superseded records (the percent or the age rule),
+    limited to its runs that take such a segment: one COMPACT commit, or None when there
+    is nothing to rewrite. Reads only the visible segments and their vectors when no
+    segment crosses a threshold. Raises PropertyError, CompactionError,
+    CommitConflictError, LockTimeoutError (``wait_s``), LockRevokedError, WarehouseError."""
+    survey = _survey(table, superseded_only=True)
+    pol, stale = survey.policy, survey.purge
+    chunks = {st.chunk for st in survey.statuses if (st.status, st.action) == ("PENDING", "minor")}
+    segs = [s for s in survey.candidates if s.interval in chunks]
+    runs = [
+        r
+        for r in plan_minor(segs, pol.target_rows, pol.small, stale, survey.kept)
+        if any(s.id in stale for s in r.inputs)
+    ]
+    if not runs:
+        return None
+    state = Policy(pol.target_rows).state
+    return compact_minor(table, runs, wait_s=wait_s, state=state, nice=pol.nice)
