@@ -244,28 +244,31 @@ def test_after_commit_reads_no_catalog_rows_unless_inline_is_set(cat: lamina.Cat
 def test_inline_compaction_rewrites_what_crossed_a_threshold_in_a_commit_of_its_own(
     cat: lamina.Catalog, clock: Callable[[int], None]
 ) -> None:
-    """With compaction.inline, each upsert's after_commit compacts the segments that
-    crossed the percent (or the age) threshold, and only those (a clean small segment
-    beside stays), as a COMPACT commit after the upsert's; time travel is exact."""
+    """With compaction.inline, each upsert compacts the segments that crossed the
+    percent (or the age) threshold, and only those (a clean small segment beside
+    stays), as a COMPACT commit right after the upsert's; time travel is exact."""
     t = table(cat, inline=True, max_vector_age="1h")
+
+    def last() -> lamina.Commit:
+        return [c for c in t.history() if c.state == "COMPLETED"][-1]
+
     c1 = t.upsert(rows(*[(f"a{i}", 1, i) for i in range(10)]))  # day 1
-    assert after_commit(t._handle, c1) is None  # nothing superseded
     c2 = t.upsert(rows(*[(f"b{i}", DAY + 1, i) for i in range(10)]))  # day 2
-    assert after_commit(t._handle, c2) is None
+    assert last().id == c2.id and c1.seq is not None  # nothing superseded: no compaction
     c3 = t.upsert(rows(*[(f"a{i}", 2 * DAY, 10 + i) for i in range(5)], ("b0", 2 * DAY, 1)))
     assert c3.completed_at is not None
-    before = snapshots(t)
-    done = after_commit(t._handle, c3)  # day 1 crossed 50%; day 2 (10%) did not
-    assert done is not None and done.action == "COMPACT" and done.seq == (c3.seq or 0) + 1
+    done = last()  # day 1 crossed 50%; day 2 (10%) did not
+    assert done.action == "COMPACT" and done.seq == (c3.seq or 0) + 1
     assert done.metadata["compaction"] == "minor"
     assert day_rows(t, "2024-01-01") == [5] and day_rows(t, "2024-01-02") == [10]
-    assert {k: v for k, v in snapshots(t).items() if k in before} == before
-    assert snapshots(t)[done.id] == before[c3.id]
+    after = snapshots(t)
+    assert after[done.id] == after[c3.id]
     clock(to_us(c3.completed_at) + HOUR_US)  # day 2's vector is an hour old now
     c4 = t.upsert(rows(("c", 3 * DAY, 1)))  # supersedes nothing itself
-    done = after_commit(t._handle, c4)
-    assert done is not None and day_rows(t, "2024-01-02") == [9]
+    assert last().action == "COMPACT" and last().seq == (c4.seq or 0) + 1
+    assert day_rows(t, "2024-01-02") == [9]
     assert after_commit(t._handle, c4) is None  # nothing left to do
+    assert {k: v for k, v in snapshots(t).items() if k in after} == after
 
 
 def test_a_failed_inline_compaction_never_fails_the_upsert(
@@ -273,8 +276,7 @@ def test_a_failed_inline_compaction_never_fails_the_upsert(
 ) -> None:
     t = table(cat, inline=True)
     t.upsert(rows(*[(f"a{i}", 1, i) for i in range(4)]))
-    sup = t.upsert(rows(("a0", DAY, 9), ("a1", DAY, 9)))
-    want = latest(t)
+    want = {"a0": 9, "a1": 9, "a2": 2, "a3": 3}
 
     def boom(**_: Any) -> None:
         raise OSError("disk full")
@@ -283,7 +285,7 @@ def test_a_failed_inline_compaction_never_fails_the_upsert(
         caplog.at_level(logging.WARNING, logger="lamina"),
         failpoints.armed("compaction.minor.before_write_run", boom),
     ):
-        assert after_commit(t._handle, sup) is None
+        sup = t.upsert(rows(("a0", DAY, 9), ("a1", DAY, 9)))  # committed all the same
     assert "inline compaction of 'u' after commit" in caplog.text and "disk full" in caplog.text
     assert latest(t) == want and t.history()[-1].state != "COMPLETED"  # aborted, not published
     assert [c.action for c in t.history() if c.state == "COMPLETED"][-1] == "UPSERT"
@@ -297,9 +299,11 @@ def test_upserts_proceed_while_an_inline_compaction_holds_its_locks(
     """While the compaction holds its SEGMENT locks (opened, then again after reading
     what is superseded), upserts from another connection commit — superseding records
     in its inputs too, and ties. Its output hides them; every snapshot reads as before."""
-    t = table(cat, inline=True)
+    t = table(cat)
     t.upsert(rows(*[(f"a{i}", 10, i) for i in range(6)]))  # day 1
     sup = t.upsert(rows(*[(f"a{i}", DAY, 10 + i) for i in range(3)]))  # day 1 at 50%
+    t.set_properties(**{"compaction.inline": True})  # its after_commit, run by hand below
+    t = cat.load_table("u")
     other = lamina.connect(catalog=catalog_url, warehouse=str(tmp_path / "wh"))
     u = other.load_table("u")
     landed: list[lamina.Commit] = []

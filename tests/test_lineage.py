@@ -456,6 +456,8 @@ def test_delete_segments_of_a_completed_entry_to_and_of_plain_segments(t: lamina
         ({"max_segments_per_chunk": "4"}, "'compaction.max_segments_per_chunk'"),
         ({"Sort-By": "k"}, "'compaction.sort_by'"),
         ({"compactoin.nice": "5"}, "'compaction.nice'"),
+        ({"inline": "true"}, "'compaction.inline'"),
+        ({"write.update.mode": "cow"}, "use merge-on-read"),
     ],
 )
 def test_bad_property_values(
@@ -481,6 +483,7 @@ def test_own_metadata_properties_are_kept(t: lamina.Table, cat: lamina.Catalog) 
         "ingestion_time": "02:00",  # two letters from ingestion_type: not a typo of it
         "consistent_pull": "true",
         "app.sort_by": "k",  # a namespace of the user's own
+        "online": "yes",  # one letter from compaction.inline, a short name: a word of its own
     }
     t.set_properties(**mine)
     assert cat.load_table("ev").properties.items() >= mine.items()

@@ -123,8 +123,11 @@ def check_names(keys: list[str]) -> None:
         head, dot, tail = folded.partition(".")
         if dot:  # a misspelt prefix (compactoin.nice)
             bare = [k for k in COMPACTION_KEYS if _one_edit(head, "compaction") and tail == k]
-        else:  # a policy's name without its prefix
-            bare = [k for k in COMPACTION_KEYS if _one_edit(folded, k)]
+        else:  # a policy's name without its prefix (a short one exactly: 'online' is
+            # a name of its own, not 'inline' misspelt)
+            bare = [
+                k for k in COMPACTION_KEYS if _one_edit(folded, k) and (len(k) > 6 or folded == k)
+            ]
         if bare:  # kept as the user's own metadata, the policy would never apply
             raise PropertyError(
                 f"unknown table property {key!r}: the compaction policy's is "

@@ -12,7 +12,7 @@ from lamina.core.model import Commit, CommitAction
 from lamina.operations import append as plain_append
 from lamina.operations import overwrite as plain_overwrite
 from lamina.operations import upsert
-from lamina.operations.compaction import copy_on_write
+from lamina.operations.compaction import copy_on_write, inline
 from lamina.operations.handle import TableHandle
 from lamina.operations.upsert import read as upsert_read
 
@@ -95,6 +95,17 @@ class PlainTable:
         return changes.read_changes_spark(spark, h.ctx, h.name, after, until, columns)
 
 
+def upserted(
+    h: TableHandle, data: Any, metadata: dict[str, Any], txn: tuple[str, int] | None
+) -> Commit:
+    """An upsert of ``data`` in the table's write mode (on a copy-on-write table it
+    rewrites the files it supersedes records in), then its inline compaction when the
+    table asks for one. Raises as :func:`lamina.operations.upsert.upsert`."""
+    done = upsert.upsert(h, data, metadata, txn, finish=copy_on_write.finisher(h))
+    inline.after_commit(h, done)
+    return done
+
+
 class UpsertTable:
     """A table with a primary key: every write is resolved by key (the latest record
     wins); an overwrite's or refresh's records are upserted against the rest."""
@@ -107,9 +118,8 @@ class UpsertTable:
         txn: tuple[str, int] | None,
         retries: int,
     ) -> Commit:
-        """An upsert (``retries`` unused: an upsert never conflicts retryably); on a
-        copy-on-write table it rewrites the files it supersedes records in."""
-        return upsert.upsert(h, data, metadata, txn, finish=copy_on_write.finisher(h))
+        """An upsert (``retries`` unused: an upsert never conflicts retryably)."""
+        return upserted(h, data, metadata, txn)
 
     @staticmethod
     def overwrite(

@@ -25,9 +25,9 @@ from lamina.io.writer import merge_small
 from lamina.operations import steps as tw
 from lamina.operations import upsert
 from lamina.operations.append import append
-from lamina.operations.compaction import copy_on_write
+from lamina.operations.compaction import copy_on_write, inline
 from lamina.operations.handle import TableHandle
-from lamina.operations.kinds import kind_of
+from lamina.operations.kinds import kind_of, upserted
 from lamina.operations.overwrite import overwrite
 
 if TYPE_CHECKING:
@@ -118,10 +118,11 @@ def _publish(
             return kind.refresh(h, read_back(), w.interval, meta)
         if w.overwrite:
             return kind.overwrite(h, read_back(), w.interval, meta, w.txn, RETRIES)
-        finish = copy_on_write.finisher(h)
         if spec.is_partial:
-            return upsert.upsert(h, read_back(), meta, w.txn, finish=finish)
-        return upsert.upsert_files(h, files, meta, w.txn, finish=finish)
+            return upserted(h, read_back(), meta, w.txn)
+        done = upsert.upsert_files(h, files, meta, w.txn, finish=copy_on_write.finisher(h))
+        inline.after_commit(h, done)
+        return done
     if refresh:
         return kind.refresh(h, files, w.interval, meta)
     if w.overwrite:

@@ -86,15 +86,13 @@ class Table(TableDefinition):
         ``txn``: exactly once, as for :meth:`append`. Raises UpsertError (not an upsert
         table, null keys or comparison values), SchemaError, TimeColumnError,
         MetadataError."""
-        from lamina.operations.compaction.copy_on_write import finisher  # pyarrow, numpy
-        from lamina.operations.upsert import upsert  # the write path: pyarrow, numpy
+        from lamina.operations.kinds import upserted  # the write path: pyarrow, numpy
         from lamina.table.connect import is_spark_connect, write_through_source  # pyarrow
 
         if is_spark_connect(data):
             meta = user_metadata(metadata)
             return write_through_source(self._handle, data, "upsert", meta, txn)
-        h = self._handle
-        return upsert(h, data, user_metadata(metadata), txn, finish=finisher(h))
+        return upserted(self._handle, data, user_metadata(metadata), txn)
 
     @property
     def primary_key(self) -> tuple[str, ...] | None:

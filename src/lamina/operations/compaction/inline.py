@@ -14,14 +14,12 @@ has committed already, and a failure of the compaction never fails it.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from lamina.core.autocompact import inline_of
 from lamina.core.model import Commit, CommitAction
 from lamina.errors import LaminaError
-
-if TYPE_CHECKING:
-    from lamina.operations.handle import TableHandle
+from lamina.operations.compaction.auto import compact_superseded
+from lamina.operations.handle import TableHandle
 
 log = logging.getLogger("lamina")
 
@@ -60,9 +58,6 @@ def after_commit(table: TableHandle, commit: Commit) -> Commit | None:
 def _compact(table: TableHandle) -> Commit | None:
     """The compaction, on the table as the catalog has it now (its schema and
     properties: another process may have added columns or turned inline off)."""
-    from lamina.operations.compaction.auto import compact_superseded
-    from lamina.operations.handle import TableHandle
-
     now, _ = table.reloaded()
     if not inline_of(now.properties):
         return None
