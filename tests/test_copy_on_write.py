@@ -160,6 +160,7 @@ def test_a_file_removed_meanwhile_keeps_vectors_instead(cat: lamina.Catalog) -> 
     assert done.removed == ()  # its rewrite's input went with the compaction
     assert {r["key"]: r["value"] for r in answer(cow)} == {k: 1.0 + (k == 2) for k in range(6)}
     assert sum(map(len, vectors(cow).values())) == 1
+    assert cat.find_orphans() == []  # the copy it could not install is deleted
 
 
 def test_concurrent_upserts_all_publish(cat: lamina.Catalog) -> None:

@@ -9,7 +9,7 @@ import functools
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lamina.core.args import whole_number
 from lamina.core.interval import ETERNITY, Granularity, Interval
@@ -40,9 +40,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("lamina")
 
-#: a last step of a write before it publishes: (its plan, its commit's directory) ->
-#: the plan to publish
-Finish = Callable[[PublishPlan, str], PublishPlan]
+
+class Finish(Protocol):
+    """A last step of a write: before it publishes, (its plan, its commit's directory)
+    -> the plan to publish, which may name more files written there; after, what to do
+    with those the publish left out."""
+
+    def __call__(self, plan: PublishPlan, where: str) -> PublishPlan: ...
+
+    def published(self, plan: PublishPlan, commit: Commit) -> None: ...
+
 
 #: A RecordBatchReader is written in pieces of about this many bytes of Arrow data.
 STREAM_FLUSH_BYTES = 256 * 1024 * 1024
@@ -236,9 +243,12 @@ def write(
                 upsert=None if upsert is None else upsert(files),
                 remove_ids=remove,
             )
-            if finish is not None:
-                plan = finish(plan, w.dir)
-            return w.publish(plan)
+            if finish is None:
+                return w.publish(plan)
+            plan = finish(plan, w.dir)
+            done = w.publish(plan)
+            finish.published(plan, done)
+            return done
     except AlreadyAppliedError as exc:  # a twin published first: nothing of ours shows
         assert txn is not None
         return skipped(table, txn, table.commit(exc.commit_id))

@@ -16,19 +16,24 @@ No lock is taken: concurrent upserts all publish."""
 
 from __future__ import annotations
 
-import functools
+import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lamina.core.plans import CopyOnWritePlan, PublishPlan, UpsertPlan
 from lamina.core.properties import COPY_ON_WRITE, write_mode
+from lamina.errors import LaminaError
 from lamina.failpoints import failpoint
+from lamina.meta.segments import rows_by_id
 from lamina.operations.compaction import copies_without
 from lamina.operations.compaction.scope import candidates
 
+log = logging.getLogger("lamina")
+
 if TYPE_CHECKING:
+    from lamina.core.model import Commit
     from lamina.core.segment import Segment
     from lamina.operations.handle import TableHandle
-    from lamina.operations.steps import Finish
 
 
 def applies(table: TableHandle) -> bool:
@@ -36,10 +41,35 @@ def applies(table: TableHandle) -> bool:
     return table.is_upsert and write_mode(table.properties) == COPY_ON_WRITE
 
 
-def finisher(table: TableHandle) -> Finish | None:
-    """The last step of the table's upserts (:func:`finish`), or None when they do not
-    copy on write. Raises PropertyError."""
-    return functools.partial(finish, table) if applies(table) else None
+def finisher(table: TableHandle) -> CopyOnWrite | None:
+    """The last step of the table's upserts, or None when they do not copy on write.
+    Raises PropertyError."""
+    return CopyOnWrite(table) if applies(table) else None
+
+
+@dataclass(frozen=True)
+class CopyOnWrite:
+    """A copy-on-write upsert's last step (:class:`lamina.operations.steps.Finish`)."""
+
+    table: TableHandle
+
+    def __call__(self, plan: PublishPlan, where: str) -> PublishPlan:
+        return finish(self.table, plan, where)
+
+    def published(self, plan: PublishPlan, commit: Commit) -> None:
+        """Delete the copies the publish left out (their inputs went meanwhile): they
+        would be orphans. Best effort: what stays is retention's."""
+        made = {f.location for r in plan.compacts() for f in r.files}
+        if not made:
+            return
+        ctx, tid = self.table.ctx, self.table.record.id
+        rows = ctx.db.read(lambda conn: rows_by_id(conn, tid, list(commit.added)))
+        unused = sorted(made - {r.location for r in rows})
+        if unused:
+            try:
+                ctx.delete_files(unused)
+            except (OSError, LaminaError) as exc:
+                log.warning("could not delete unused copies %s (%s): retention will", unused, exc)
 
 
 def finish(table: TableHandle, plan: PublishPlan, where: str) -> PublishPlan:
