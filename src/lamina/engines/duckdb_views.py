@@ -184,7 +184,7 @@ def view_sql(
         by: dict[str, list[str]] = {"all": [], "few": [], "bitmap": []}
         for p in paths:
             hidden = plan.deletes.get(p)
-            if hidden is None:
+            if hidden is None or not len(hidden):
                 by["all"].append(p)
             else:
                 by["few" if len(hidden) <= few * counts[p] else "bitmap"].append(p)
