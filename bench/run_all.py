@@ -52,6 +52,7 @@ BENCHMARKS = {
     "keyindex": "bench_keyindex.py",
     "upsert": "bench_upsert.py",
     "upsert_spark": "bench_upsert_spark.py",
+    "dv_sql": "bench_dv_sql.py",
     "schema": "bench_schema.py",
 }
 

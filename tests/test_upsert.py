@@ -313,8 +313,8 @@ def test_count_and_sql_agree_with_the_latest_records(cat: lamina.Catalog, t: lam
 def test_sql_hides_superseded_rows_by_a_bitmap_per_file(
     cat: lamina.Catalog, t: lamina.Table
 ) -> None:
-    """cat.sql hides rows by a bitmap per file, in one table per view: only files that
-    hide rows have one, and files of every kind are read in one scan."""
+    """cat.sql hides many rows of a file by a bitmap per file, in one table per view:
+    only files that hide rows have one (the others are read apart, with no filter)."""
     for n in range(5):  # five files of 10 records; each later one updates half the keys
         t.upsert(rows(*[(f"k{i}", 10 * n + i, 100 * n + i) for i in range(5 * n, 5 * n + 10)]))
     assert len([p for p in t.to_arrow(all_versions=True)["$valid_until"] if p.is_valid]) == 20

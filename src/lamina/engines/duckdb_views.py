@@ -59,6 +59,28 @@ def _keep_sql(column: str, t: pa.DataType, keep: Interval) -> str:
     return f"{start} AND {end}"
 
 
+#: A file whose deletion vector hides at most this share of its rows is filtered by
+#: an anti join on its hidden positions; one hiding more by a join of its bitmap of kept
+#: rows and a bit test. Measured by bench/bench_dv_sql.py: an anti join probes a hash
+#: table as big as the positions listed, and costs less than the bitmap's join and bit
+#: test while that table is small; past about 1% of the rows the bitmap costs less.
+FEW_DELETES = 0.01
+
+
+def _positions_table(
+    con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan, masked: list[tuple[int, str]]
+) -> str:
+    """A table in the database, visible to every cursor, of the rows the files of
+    ``masked`` (each's index in a ``read_parquet`` list, its path) hide: one ``pos``
+    per hidden row, its file's index times 2**32 plus its row number; its name."""
+    import numpy as np  # loads numpy
+    import pyarrow as pa  # loads numpy, pyarrow
+
+    pos = np.concatenate([(np.int64(i) << 32) | plan.deletes[p] for i, p in masked])
+    table = pa.table({"pos": pa.array(pos, pa.int64())})
+    return _arrow_as_table(con, f"__lamina_rows_{name}_{plan.seq}", table)
+
+
 def _mask_table(
     con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan, masked: list[tuple[int, str]]
 ) -> str:
@@ -107,22 +129,33 @@ def view_sql(
     plan: ScanPlan,
     made: list[str] | None = None,
     scheme: str = "",
+    few: float = FEW_DELETES,
 ) -> str:
     """SQL of a relation holding exactly the plan's rows (an upsert table's files less
-    the rows their deletion vectors hide: each file's bitmap of kept rows, joined on
-    DuckDB's ``file_index`` and read at ``file_row_number``). The bitmaps are tables it
-    creates and names in ``made`` for the caller to drop once the relation is no longer
-    used. One bitmap per file, looked up by a join on a handful of rows, not one
-    constant for all: DuckDB copies a constant into every vector of 2,048 rows, so a
-    table-wide bitmap costs time in proportion to the table's size on every vector.
-    ``scheme`` prefixes the plan's paths (``PROTOCOL://`` of a filesystem registered on
-    ``con``: a remote warehouse's files)."""
+    the rows their deletion vectors hide). The files are read in up to three scans,
+    united: those that hide no row with no filter and no join; those whose vectors hide
+    at most ``few`` of their rows with an anti join on their hidden positions; the
+    others with a join of each file's bitmap of kept rows, on DuckDB's ``file_index``,
+    and a test of the bit at ``file_row_number``. A file that hides every row is not
+    read. The positions and bitmaps are tables it creates and names in ``made`` for the
+    caller to drop once the relation is no longer used. One bitmap per file, looked up
+    by a join on a handful of rows, not one constant for all: DuckDB copies a constant
+    into every vector of 2,048 rows, so a table-wide bitmap costs time in proportion to
+    the table's size on every vector. One scan per kind, not one per file: DuckDB's
+    union of a scan per file costs more than the filter saves. ``scheme`` prefixes the
+    plan's paths (``PROTOCOL://`` of a filesystem registered on ``con``: a remote
+    warehouse's files)."""
     evolved = SCHEMA_CHANGED_SEQ in plan.table.properties  # files may lack columns
+    counts = plan.row_counts() if plan.deletes else {}
     # one scan per set of files: (files, how many columns they hold, the times they keep);
     # None: every column (the schema stays undecoded: the command line reads no Arrow)
     scans: list[tuple[list[str], int | None, Interval | None]] = []
 
     def add(paths: list[str], keep: Interval | None) -> None:
+        # a file whose vector hides every row is read for nothing
+        paths = [p for p in paths if p not in plan.deletes or len(plan.deletes[p]) < counts[p]]
+        if not paths:
+            return
         if not evolved:
             scans.append((paths, None, keep))
             return
@@ -143,20 +176,35 @@ def view_sql(
         groups.setdefault(keep, []).append(path)
     for keep, paths in groups.items():
         add(paths, keep)
-    if not scans:  # no rows, typed as the files type them
+    tc = plan.table.time_column
+
+    def kinds(paths: list[str]) -> list[tuple[str, list[str]]]:
+        """``paths`` by how their rows are filtered: "all" (none hidden), "few"
+        (positions), "bitmap"; in that order, kinds without files left out."""
+        by: dict[str, list[str]] = {"all": [], "few": [], "bitmap": []}
+        for p in paths:
+            hidden = plan.deletes.get(p)
+            if hidden is None or not len(hidden):
+                by["all"].append(p)
+            else:
+                by["few" if len(hidden) <= few * counts[p] else "bitmap"].append(p)
+        return [(k, ps) for k, ps in by.items() if ps]
+
+    parts = [(k, ps, n, keep) for paths, n, keep in scans for k, ps in kinds(paths)]
+    if not parts:  # no rows, typed as the files type them
         return f"SELECT * FROM read_parquet({_files([empty_file(plan.table.schema)])})"
     # Scans united lead with a constant column, dropped above the union: a query that
     # needs no column (count(*)) then carries rows through the union by it, not by the
     # table's first column (read from every file for nothing)
-    lead = f"0 AS {_PAD}, " if len(scans) > 1 else ""
-    tc = plan.table.time_column
+    lead = f"0 AS {_PAD}, " if len(parts) > 1 else ""
 
-    def scan(paths: list[str], n: int | None, keep: Interval | None) -> str:
-        """SELECT of the rows of ``paths`` (files of the first ``n`` columns) their
-        deletion vectors keep (inside ``keep``), typed nulls for the other columns.
-        After a schema change the files come after an empty file of the first ``n``
-        columns as the table types them now: DuckDB reads every file as the first
-        types its columns, so a column widened since (t.widen_column) reads widened."""
+    def scan(kind: str, paths: list[str], n: int | None, keep: Interval | None) -> str:
+        """SELECT (``lead``, then every column) of the rows of ``paths`` (files of the
+        first ``n`` columns) their deletion vectors keep (by ``kind``), inside
+        ``keep``, typed nulls for the other columns. After a schema change the files
+        come after an empty file of the first ``n`` columns as the table types them
+        now: DuckDB reads every file as the first types its columns, so a column
+        widened since (t.widen_column) reads widened."""
         first: list[str] = []
         lacking: list[tuple[str, str]] = []
         if n is not None:  # after a schema change
@@ -165,25 +213,31 @@ def view_sql(
         named = [scheme + p for p in paths]
         files = f"read_parquet({_files([*first, *named])}, hive_partitioning=false)"
         nulls = "".join(f", NULL::{t} AS {quote(c)}" for c, t in lacking)
-        masked = [(i + len(first), p) for i, p in enumerate(paths) if p in plan.deletes]
-        if not masked:
+        indexed = [(i + len(first), p) for i, p in enumerate(paths)]
+        if kind == "all":
             sql = f"SELECT {lead}*{nulls} FROM {files}"
-        else:
-            mask = _mask_table(con, name, plan, masked)
-            if made is not None:
-                made.append(mask)
+        elif kind == "few":
+            rows = _positions_table(con, name, plan, indexed)
             sql = (
-                f"SELECT {lead}p.*{nulls} FROM {files} AS p LEFT JOIN {mask} AS m "
-                "ON p.file_index = m.file "
-                "WHERE m.keep IS NULL OR get_bit(m.keep, p.file_row_number::INTEGER) = 1"
+                f"SELECT {lead}p.*{nulls} FROM {files} AS p ANTI JOIN {rows} AS d "
+                "ON ((p.file_index::BIGINT << 32) | p.file_row_number) = d.pos"
             )
+        else:
+            rows = _mask_table(con, name, plan, indexed)
+            sql = (
+                f"SELECT {lead}p.*{nulls} FROM {files} AS p JOIN {rows} AS m "
+                "ON p.file_index = m.file "
+                "WHERE get_bit(m.keep, p.file_row_number::INTEGER) = 1"
+            )
+        if kind != "all" and made is not None:
+            made.append(rows)
         if keep is None:
             return sql
         assert tc is not None
         t = plan.table.schema.field(tc).type
         return f"SELECT * FROM ({sql}) WHERE {_keep_sql(quote(tc), t, keep)}"
 
-    united = " UNION ALL ".join(scan(*s) for s in scans)
+    united = " UNION ALL ".join(scan(*part) for part in parts)
     return f"SELECT * EXCLUDE ({_PAD}) FROM ({united})" if lead else united
 
 
