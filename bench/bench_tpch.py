@@ -79,7 +79,9 @@ def load(cat: lamina.Catalog, data: dict[str, pa.Table]) -> dict[str, list[str]]
     for name, table in data.items():
         column = TIME_COLUMNS.get(name)
         granularity = GRANULARITY if column else None
-        t = cat.create_table(name, table.schema, time_column=column, segment_granularity=granularity)
+        t = cat.create_table(
+            name, table.schema, time_column=column, segment_granularity=granularity
+        )
         t.append(table)
         plan = t.scan()
         assert not plan.partial_files and not plan.deletes, name
@@ -151,7 +153,7 @@ def run_scale(sf: float, reps: int) -> dict[str, Any]:
         rows = {name: t.num_rows for name, t in data.items()}
         cat = lamina.connect(warehouse=os.path.join(root, "wh"))
         load_s, files = timed(lambda: load(cat, data))
-        del data
+        data.clear()  # the Arrow tables: lamina holds the rows now
         print(
             f"  SF{sf}: generated in {gen_s:.1f}s, loaded {sum(rows.values()):,} rows in "
             f"{load_s:.1f}s ({sum(len(f) for f in files.values())} files)"
