@@ -14,7 +14,9 @@ like): ONE long-lived DuckDB connection with a view per table over
 ``read_parquet([...the files of t.scan()...], hive_partitioning=false)``, created
 once. Every answer is checked equal on both sides first (rows in order; doubles to
 9 significant digits), then each query runs in interleaved repetitions; a side's
-total is the sum of its 22 medians. ``--quick``: SF0.1 only, fewer repetitions.
+total is the sum of its 22 medians, of wall time (the targets) and of process CPU time
+(every thread's: steadier when other work shares the machine). ``--quick``: SF0.1
+only, fewer repetitions.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -146,6 +149,13 @@ def check_answers(
     return counts
 
 
+def clocked(fn: Callable[[], object]) -> tuple[float, float]:
+    """Wall seconds and process CPU seconds (every thread's) of one call."""
+    w0, c0 = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - w0, time.process_time() - c0
+
+
 def run_scale(sf: float, reps: int) -> dict[str, Any]:
     """Generate, load, check and time the 22 queries at scale factor ``sf``."""
     with scratch_dir(f"tpch-sf{sf}") as root:
@@ -167,15 +177,19 @@ def run_scale(sf: float, reps: int) -> dict[str, Any]:
         counts = check_answers(sides, texts)
         print(f"  SF{sf}: all {len(texts)} answers equal")
         times: dict[str, dict[str, list[float]]] = {q: {s: [] for s in sides} for q in texts}
+        cpu: dict[str, dict[str, list[float]]] = {q: {s: [] for s in sides} for q in texts}
         for rep in range(reps):
             for name, text in texts.items():
                 order = ("lamina", "duckdb") if rep % 2 == 0 else ("duckdb", "lamina")
                 for side in order:
                     fn = sides[side]
-                    times[name][side].append(timed(lambda: fn(text))[0])  # noqa: B023 - run now
+                    wall, used = clocked(lambda: fn(text))  # noqa: B023 - run now
+                    times[name][side].append(wall)
+                    cpu[name][side].append(used)
         con.close()
         cat.close()
     med = {q: {s: median(v) for s, v in tt.items()} for q, tt in times.items()}
+    cpu_med = {q: {s: median(v) for s, v in tt.items()} for q, tt in cpu.items()}
     for q, m in med.items():
         print(
             f"  SF{sf} {q}: lamina {m['lamina'] * 1000:.1f} ms, duckdb {m['duckdb'] * 1000:.1f} ms"
@@ -190,6 +204,8 @@ def run_scale(sf: float, reps: int) -> dict[str, Any]:
         "answer_rows": counts,
         "seconds": times,
         "medians": med,
+        "cpu_seconds": cpu,
+        "cpu_medians": cpu_med,
     }
 
 
@@ -197,6 +213,8 @@ def scale_figures(run: dict[str, Any]) -> list[dict[str, Any]]:
     sf, med = run["sf"], run["medians"]
     lam = sum(m["lamina"] for m in med.values())
     raw = sum(m["duckdb"] for m in med.values())
+    cpu_lam = sum(m["lamina"] for m in run["cpu_medians"].values())
+    cpu_raw = sum(m["duckdb"] for m in run["cpu_medians"].values())
     worst = max(med, key=lambda q: med[q]["lamina"] / med[q]["duckdb"])
     over = {q: (m["lamina"] - m["duckdb"]) * 1000 for q, m in med.items()}
     top = sorted(over, key=over.__getitem__, reverse=True)[:3]
@@ -209,6 +227,13 @@ def scale_figures(run: dict[str, Any]) -> list[dict[str, Any]]:
             "x",
             TARGETS.get(sf),
             note="all 22 answers equal",
+        ),
+        figure(
+            f"SF{sf}, 22 queries: lamina / duckdb, CPU time",
+            cpu_lam / cpu_raw,
+            "x",
+            note=f"process CPU of every thread: {cpu_lam:.3f} s / {cpu_raw:.3f} s "
+            "(steadier than wall time when other work shares the machine)",
         ),
         figure(
             f"SF{sf}: worst query ratio",
