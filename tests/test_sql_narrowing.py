@@ -92,6 +92,7 @@ def test_the_pruned_relation_is_written_into_the_from(pieces: lamina.Catalog) ->
         f'SELECT k FROM "events" WHERE {where}',
         f"SELECT x.k FROM EVENTS AS x WHERE x.{where} ORDER BY x.k LIMIT 3",
         f"SELECT count(*) FROM events WHERE {where} AND s LIKE 'row1%'",
+        f"SELECT 'é—' AS x, count(*) FROM events WHERE {where}",  # offsets in bytes
     ]:
         assert same_as_whole(pieces, query) > 0
         assert pieces.sql_engine()._froms[(query, "events")] is not None, query
