@@ -40,6 +40,7 @@ BENCHMARKS = {
     "spark_source": "bench_spark_source.py",
     "sql": "bench_sql.py",
     "sql_joins": "bench_sql_joins.py",
+    "tpch": "bench_tpch.py",
     "catalog": "bench_catalog.py",
     "writers": "bench_writers.py",
     "locks": "bench_locks.py",
