@@ -37,6 +37,15 @@ def _bound(query: str, schema: pa.Schema = SCHEMA, column: str = "ts") -> Interv
         ),
         ("ts <= '2024-01-04'", "-inf/2024-01-04T00:00:00.000001"),
         ("ts = '2024-01-04 12:00'", "2024-01-04T12:00:00/2024-01-04T12:00:00.000001"),
+        # date arithmetic, as TPC-H writes its ranges
+        (
+            "ts >= DATE '2024-01-03' and ts < DATE '2024-01-03' + INTERVAL 1 DAY",
+            "2024-01-03/2024-01-04",
+        ),
+        (
+            "ts >= TIMESTAMP '2024-03-01' - INTERVAL '2' MONTH and ts < '2024-01-05'",
+            "2024-01-01/2024-01-05",
+        ),
     ],
 )
 def test_bounds_extracted(where: str, expected: str) -> None:
@@ -53,6 +62,7 @@ def test_bounds_extracted(where: str, expected: str) -> None:
         "with x as (select * from events) select * from x where ts >= '2024-01-03'",
         "select * from events where cast(ts as date) = '2024-01-03'",
         "select * from events where ts >= now() - interval 1 day",
+        "select * from events where ts >= k + interval 1 day",
         "select * from (select * from events) where ts > '2024-01-03'",
     ],
 )

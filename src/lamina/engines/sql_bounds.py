@@ -107,6 +107,54 @@ def _has_column(e: Any) -> bool:
     return False
 
 
+#: DuckDB's functions behind ``INTERVAL n UNIT`` literals
+_INTERVALS = {
+    f"to_{unit}"
+    for unit in (
+        "years", "months", "weeks", "days", "hours", "minutes", "seconds", "milliseconds",
+        "microseconds",
+    )
+}  # fmt: skip
+
+
+def _refers(e: Any) -> bool:
+    """Whether ``e`` reads anything but constants (a column, a subquery, a window)."""
+    if isinstance(e, dict):
+        if e.get("class") in ("COLUMN_REF", "SUBQUERY", "WINDOW"):
+            return True
+        return any(_refers(v) for v in e.values())
+    if isinstance(e, list):
+        return any(_refers(v) for v in e)
+    return False
+
+
+def _source(e: Any, query: bytes) -> str | None:
+    """The text of a constant expression: a literal or a cast of one, an ``INTERVAL``,
+    or a sum or difference of those (``DATE '1994-01-01' + INTERVAL 1 YEAR``); None
+    for anything else (``now()``, a column)."""
+    if not isinstance(e, dict):
+        return None
+    cls, name = e.get("class"), e.get("function_name")
+    if cls == "FUNCTION" and e.get("is_operator") and name in ("+", "-"):
+        args = [a.get("expression") for a in e.get("arguments") or []]
+        parts = [_source(a, query) for a in args]
+        if len(parts) != 2 or None in parts:
+            return None
+        return f"({parts[0]}) {name} ({parts[1]})"
+    plain = cls in ("CONSTANT", "CAST") and not _has_column(e)
+    if not plain and not (cls == "FUNCTION" and name in _INTERVALS and not _refers(e)):
+        return None
+    at, length = e.get("query_location"), e.get("query_location_length")
+    if (
+        not isinstance(at, int)
+        or not isinstance(length, int)
+        or at + length > len(query)
+        or not length
+    ):
+        return None
+    return query[at : at + length].decode()
+
+
 def _constant_us(
     con: duckdb.DuckDBPyConnection, e: Any, query: bytes, cast: str
 ) -> list[tuple[int, int, int]]:
@@ -115,17 +163,9 @@ def _constant_us(
     (as DuckDB casts a string literal; a DATE's next value is a day later), and its own
     value where it is a time of its own (DuckDB widens a DATE column to a TIMESTAMP
     literal's type). Empty if it is not a constant that can be read so."""
-    if not isinstance(e, dict) or e.get("class") not in ("CONSTANT", "CAST") or _has_column(e):
+    text = _source(e, query)
+    if text is None:
         return []
-    at, length = e.get("query_location"), e.get("query_location_length")
-    if (
-        not isinstance(at, int)
-        or not isinstance(length, int)
-        or at + length > len(query)
-        or not length
-    ):
-        return []
-    text = query[at : at + length].decode()
     try:
         rows = con.execute(
             f"SELECT epoch_ns(CAST(CAST(({text}) AS {cast}) AS TIMESTAMP_NS)), "
