@@ -75,6 +75,11 @@ LAYOUTS = {
 #: goals (issue 33): (before compaction, after) per mode
 GOALS = {"merge-on-read": ("<= 1.5", "<= 1.1"), "copy-on-write": ("<= 1.1", "<= 1.1")}
 BATCH = 10_000
+#: copy-on-write micro-batches: each batch updates keys all over the table, so each
+#: rewrites nearly every file; the write time grows with the square of the stored rows
+#: (43 s at 1M here, some 18 min expected at 5M): measured up to COW_STREAM_MAX only
+COW_STREAM = ("micro-batches", "copy-on-write")
+COW_STREAM_MAX = 1_000_000
 
 
 def layout_data(layout: str, stored: int) -> tuple[pa.Table | None, list[pa.Table], pa.Table]:
@@ -181,6 +186,15 @@ def figures_of(layout: str, stored: int, got: dict[str, dict[str, Any]]) -> list
     size = f"{stored / 1e6:g}M"
     figs = []
     for mode in MODES:
+        if mode not in got:
+            figs.append(
+                figure(
+                    f"{layout}, {size}, {mode}", None, "x", GOALS[mode][0],
+                    note="not measured: each micro-batch rewrites nearly every file (write "
+                    "time grows with the square of the table; see COW_STREAM_MAX)",
+                )
+            )  # fmt: skip
+            continue
         r = got[mode]
         goal_before, goal_after = GOALS[mode]
         for q in QUERIES:
@@ -215,7 +229,7 @@ def figures_of(layout: str, stored: int, got: dict[str, dict[str, Any]]) -> list
                             "batch (the small files' own cost is DuckDB's)",
                         )
                     )
-    for mode in MODES:
+    for mode in got:
         per = got[mode]["upserts_s"]
         figs.append(
             figure(
@@ -305,7 +319,8 @@ def main(quick: bool = False) -> dict[str, Any]:
         for layout in LAYOUTS:
             print(f"{layout}, {stored:,} stored rows ...", flush=True)
             data = layout_data(layout, stored)
-            got = {mode: one_mode(layout, stored, mode, data, runs) for mode in MODES}
+            modes = [m for m in MODES if (layout, m) != COW_STREAM or stored <= COW_STREAM_MAX]
+            got = {mode: one_mode(layout, stored, mode, data, runs) for mode in modes}
             figs = figures_of(layout, stored, got)
             print_figures(f"{layout}, {stored:,}", figs)
             figures += figs
