@@ -240,10 +240,11 @@ def figures_of(layout: str, stored: int, got: dict[str, dict[str, Any]]) -> list
                 f"{got[mode]['load_s']:.2f} s",
             )
         )
-    cow, mor = (sum(got[m]["upserts_s"]) for m in ("copy-on-write", "merge-on-read"))
-    figs.append(
-        figure(f"{layout}, {size}: copy-on-write / merge-on-read write time", cow / mor, "x")
-    )
+    if len(got) == len(MODES):
+        cow, mor = (sum(got[m]["upserts_s"]) for m in ("copy-on-write", "merge-on-read"))
+        figs.append(
+            figure(f"{layout}, {size}: copy-on-write / merge-on-read write time", cow / mor, "x")
+        )
     return figs
 
 
