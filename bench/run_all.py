@@ -54,6 +54,8 @@ BENCHMARKS = {
     "upsert": "bench_upsert.py",
     "upsert_spark": "bench_upsert_spark.py",
     "dv_sql": "bench_dv_sql.py",
+    "upsert_modes": "bench_upsert_modes.py",
+    "upsert_soak": "bench_upsert_soak.py",
     "schema": "bench_schema.py",
 }
 
