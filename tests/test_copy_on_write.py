@@ -198,3 +198,19 @@ def test_a_bad_write_mode_is_refused(cat: lamina.Catalog) -> None:
         t.set_properties(**{"write.update.mode": "rewrite"})
     t.set_properties(**{"write.update.mode": "Copy-On-Write"})
     assert cat.load_table("good").properties["write.update.mode"] == "copy-on-write"
+
+
+def test_a_stream_of_small_batches_keeps_few_files(cat: lamina.Catalog) -> None:
+    """Each copy-on-write upsert merges the small files beside the ones it rewrites (a
+    minor compaction's runs), so a table streamed in small batches does not pile up
+    files as a merge-on-read one does until it is compacted."""
+    mor, cow = table(cat, "mor", MODES[0]), table(cat, "cow", MODES[1])
+    for i in range(10):
+        rows = [(100 * i + k, k % 4, i, False, float(i)) for k in range(20)]  # new keys
+        rows += [(100 * (i - 1) + k, k % 4, i, False, float(i)) for k in range(8) if i]
+        mor.upsert(batch(rows))
+        cow.upsert(batch(rows))
+    assert answer(cow) == answer(mor)
+    assert len(mor.segments()) == 40  # a file per day per batch
+    assert len(cow.segments()) <= 8  # per day: the merged one, the last batch's
+    assert vectors(cow) == {}

@@ -1057,6 +1057,7 @@ def test_a_major_compaction_of_a_partial_upsert_table_merges_nothing_again(
     assert pstate(pt)["a"]["clicks"] == 7
 
 
+@MERGE_ON_READ_STORAGE
 def test_a_run_whose_records_are_all_superseded_compacts_to_an_empty_segment(
     t: lamina.Table,
 ) -> None:

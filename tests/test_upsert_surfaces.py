@@ -185,7 +185,9 @@ def _op_delete_segments(t: lamina.Table) -> dict[str, int]:
         for s in t.segments()
         if s.interval.start == min(x.interval.start for x in t.segments())
     ]
-    assert len(day1) == 2  # commit 1's and the out-of-order record's
+    # commit 1's and the out-of-order record's (one file once a copy-on-write upsert
+    # merged them)
+    assert 1 <= len(day1) <= 2
     t.delete_segments(day1)
     return {"a": 3, "b": 4, "e": 1, "f": 1}  # c's latest went with day 1
 

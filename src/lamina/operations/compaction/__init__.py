@@ -16,7 +16,7 @@ meanwhile under APPEND locks (or optimistically) are carried onto its version.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
@@ -593,24 +593,37 @@ def _held_chunks(
 def copies_without(
     table: TableHandle,
     where: str,
-    units: list[list[Segment]],
     visible: list[Segment],
     drop: dict[str, np.ndarray],
+    alone: set[Interval] | frozenset[Interval] = frozenset(),
 ) -> tuple[CompactedRun, ...]:
-    """An upsert table's ``units`` (each the segments of one root range of a chunk
-    version among ``visible``, those a compaction may take) rewritten into one file
-    each under ``where``, without their superseded records nor the rows ``drop``
-    names (per file location, as the segments give it): the runs a copy-on-write
-    upsert installs. Each output carries its :class:`RowMap`. Raises
-    CompactionError (a unit that is not visible whole)."""
-    if not units:
-        return ()
+    """The runs a copy-on-write upsert installs: each segment among ``visible`` (those
+    a compaction may take) holding rows ``drop`` names (by segment id) rewritten under
+    ``where`` without them nor its superseded records, merged with the small segments
+    beside it as a minor compaction would merge them (so that a table streamed in small
+    batches keeps few files) — but in the chunks ``alone`` (where a replace runs: its
+    rows read at its base must not be merged with rows appended since), each on its own;
+    one file per run, each with its :class:`RowMap`."""
+    hit = {s.id for s in visible if s.id in drop}
+    touched = {(s.interval, s.version) for s in visible if s.id in hit}
+    scope = [s for s in visible if (s.interval, s.version) in touched]
+    kept = {s.id: s.row_count - len(drop[s.id]) for s in scope if s.id in hit}
+    merged = [s for s in scope if s.interval not in alone]
     runs = [
-        minor_run(unit, [s for s in visible if (s.interval, s.version) == key], 2**62)
-        for unit in units
-        for key in [(unit[0].interval, unit[0].version)]
+        run
+        for run in plan_minor(merged, table.target_rows_per_segment, None, hit, kept)
+        if any(s.id in hit for s in run.inputs)
     ]
+    solo = [s for s in scope if s.interval in alone]
+    for key in {(s.interval, s.version, s.root_range) for s in solo if s.id in hit}:
+        unit = [s for s in solo if (s.interval, s.version, s.root_range) == key]
+        runs.append(minor_run(unit, [s for s in solo if (s.interval, s.version) == key[:2]], 1))
+    # one file per run: the key index moves each input's rows into one file
+    runs = [replace(run, outputs=1) for run in runs]
     gone = _superseded(table, runs) or {}
-    for path, rows in drop.items():
-        gone[path] = np.union1d(gone.get(path, np.zeros(0, np.int64)), rows)
+    by_id = {s.id: str(s.location) for s in scope}
+    for sid, rows in drop.items():
+        if sid in by_id:
+            path = by_id[sid]
+            gone[path] = np.union1d(gone.get(path, np.zeros(0, np.int64)), rows)
     return tuple(_write_run(table, where, run, "local", 0, gone) for run in runs)

@@ -20,10 +20,13 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from lamina.core.interval import ETERNITY
+from lamina.core.locks import first_locked
 from lamina.core.plans import CopyOnWritePlan, PublishPlan, UpsertPlan
 from lamina.core.properties import COPY_ON_WRITE, write_mode
 from lamina.errors import LaminaError
 from lamina.failpoints import failpoint
+from lamina.meta.locks import replacing
 from lamina.meta.segments import rows_by_id
 from lamina.operations.compaction import copies_without
 from lamina.operations.compaction.scope import candidates
@@ -31,8 +34,11 @@ from lamina.operations.compaction.scope import candidates
 log = logging.getLogger("lamina")
 
 if TYPE_CHECKING:
+    import numpy as np
+    from sqlalchemy import Connection
+
+    from lamina.core.locks import Lock
     from lamina.core.model import Commit
-    from lamina.core.segment import Segment
     from lamina.operations.handle import TableHandle
 
 
@@ -80,21 +86,21 @@ def finish(table: TableHandle, plan: PublishPlan, where: str) -> PublishPlan:
         return plan
     ctx = table.ctx
     rec, wh = table.record, ctx.warehouse
-    hit = ctx.db.read(lambda conn: ctx.keys.superseded_by(conn, rec, wh, plan.upsert))
+
+    def read(conn: Connection) -> tuple[dict[str, np.ndarray], list[Lock]]:
+        hit = ctx.keys.superseded_by(conn, rec, wh, plan.upsert)
+        return hit, replacing(conn, rec.id, 0, ETERNITY) if hit else []
+
+    hit, held = ctx.db.read(read)
     if not hit:
         return plan
     root = ctx.db.root + "/"
     visible = candidates(table, None)[1]
-    by_loc = {str(s.location).removeprefix(root): s for s in visible if s.location}
-    units: dict[tuple[object, ...], list[Segment]] = {}
-    for loc in hit:
-        seg = by_loc.get(loc)
-        if seg is None:  # not visible whole (a lineage entry's?): vectors hide its rows
-            continue
-        key = (seg.interval, seg.version, seg.root_range)
-        units[key] = [s for s in visible if (s.interval, s.version, s.root_range) == key]
-    drop = {str(by_loc[loc].location): rows for loc, rows in hit.items() if loc in by_loc}
-    runs = copies_without(table, where, list(units.values()), visible, drop)
+    ids = {str(s.location).removeprefix(root): s.id for s in visible if s.location}
+    # a file not visible whole (a lineage entry's?) is not copied: vectors hide its rows
+    drop = {ids[loc]: rows for loc, rows in hit.items() if loc in ids}
+    alone = {s.interval for s in visible if first_locked(held, [s.interval]) is not None}
+    runs = copies_without(table, where, visible, drop, alone)
     failpoint("upsert.copy_on_write.rewritten", table=table, runs=runs)
     return CopyOnWritePlan(
         files=plan.files,
