@@ -338,41 +338,60 @@ class KeyIndex:
         maps to -1 (a dropped row is some key's latest record: the compaction must keep
         it), or a new row is outside uint32.
         """
-        rmap = np.asarray(row_map)
-        if rmap.ndim != 1 or rmap.dtype.kind not in "iu":
-            raise UpsertError(f"row_map must be a 1-D integer array, got {rmap.dtype} {rmap.shape}")
-        new_code = int(_column(new_segment, 1, np.int32, "new_segment")[0])
-        old_code = int(old_segment)
+        return self.relocate_all([(old_segment, new_segment, row_map)])
+
+    def relocate_all(self, moves: list[tuple[int, int, np.ndarray]]) -> int:
+        """:meth:`relocate` of several segments at once (old segment, new segment, row
+        map), in one pass over the entries. Returns how many moved. Raises UpsertError,
+        changing nothing (as :meth:`relocate`)."""
+        maps = []
+        for old_segment, new_segment, row_map in moves:
+            rmap = np.asarray(row_map)
+            if rmap.ndim != 1 or rmap.dtype.kind not in "iu":
+                raise UpsertError(
+                    f"row_map must be a 1-D integer array, got {rmap.dtype} {rmap.shape}"
+                )
+            new_code = int(_column(new_segment, 1, np.int32, "new_segment")[0])
+            maps.append((int(old_segment), new_code, rmap))
+        if not maps:
+            return 0
+        olds = np.array([m[0] for m in maps], np.int64)
         plans = []
         for run in self._runs():
-            at = np.nonzero((run.seg == old_code) & (run.state != _VACANT))[0]
-            rows = run.row[at].astype(np.int64)
-            beyond = rows >= len(rmap)
-            if beyond.any():
-                raise UpsertError(
-                    f"relocate: {int(beyond.sum())} key(s) point at rows of segment "
-                    f"{old_code} beyond row_map's {len(rmap)} rows (first: row "
-                    f"{int(rows[beyond][0])}); give a row_map covering the whole segment"
-                )
-            new_rows = rmap[rows].astype(np.int64) if len(rows) else rows
-            if len(new_rows) and (new_rows.min() < 0 or new_rows.max() > np.iinfo(np.uint32).max):
-                bad = (new_rows < 0) | (new_rows > np.iinfo(np.uint32).max)
-                raise UpsertError(
-                    f"relocate: {int(bad.sum())} key(s) of segment {old_code} point at rows "
-                    f"the compaction dropped or mapped out of range (first: row "
-                    f"{int(rows[bad][0])} -> {int(new_rows[bad][0])}); a key's latest record "
-                    "must survive compaction"
-                )
-            plans.append((run, at, new_rows))
+            hit = np.nonzero(np.isin(run.seg, olds) & (run.state != _VACANT))[0]
+            for old_code, new_code, rmap in maps:
+                at = hit[run.seg[hit] == old_code]
+                rows = run.row[at].astype(np.int64)
+                beyond = rows >= len(rmap)
+                if beyond.any():
+                    raise UpsertError(
+                        f"relocate: {int(beyond.sum())} key(s) point at rows of segment "
+                        f"{old_code} beyond row_map's {len(rmap)} rows (first: row "
+                        f"{int(rows[beyond][0])}); give a row_map covering the whole segment"
+                    )
+                new_rows = rmap[rows].astype(np.int64) if len(rows) else rows
+                if len(new_rows) and (
+                    new_rows.min() < 0 or new_rows.max() > np.iinfo(np.uint32).max
+                ):
+                    bad = (new_rows < 0) | (new_rows > np.iinfo(np.uint32).max)
+                    raise UpsertError(
+                        f"relocate: {int(bad.sum())} key(s) of segment {old_code} point at "
+                        f"rows the compaction dropped or mapped out of range (first: row "
+                        f"{int(rows[bad][0])} -> {int(new_rows[bad][0])}); a key's latest "
+                        "record must survive compaction"
+                    )
+                plans.append((run, at, new_rows, old_code, new_code))
         moved = 0
         self._version = next(_VERSIONS)
-        for run, at, new_rows in plans:
+        for run, at, new_rows, old_code, new_code in plans:
             run.seg[at] = new_code
             run.row[at] = new_rows.astype(np.uint32)
             moved += len(at)
-        if moved and old_code != new_code:
-            self._counts.pop(old_code, None)
-            self._counts[new_code] = self._counts.get(new_code, 0) + moved
+            if len(at) and old_code != new_code:
+                self._counts[old_code] = self._counts.get(old_code, 0) - len(at)
+                if self._counts[old_code] <= 0:
+                    self._counts.pop(old_code)
+                self._counts[new_code] = self._counts.get(new_code, 0) + len(at)
         return moved
 
     def merge(self) -> None:

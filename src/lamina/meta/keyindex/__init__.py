@@ -235,9 +235,13 @@ class KeyIndexes:
         with self._lock:
             st = self.state(conn, table, batch.spec, wh, seq)
             out = _resolve(st, table, wh, batch, locations, seq, gone)
-            for old, new, rmap in moved or ():
-                if old in st.codes:
-                    st.index.relocate(st.codes[old], st.code(new), rmap)
+            st.index.relocate_all(
+                [
+                    (st.codes[old], st.code(new), rmap)
+                    for old, new, rmap in moved or ()
+                    if old in st.codes
+                ]
+            )
             return out
 
     def save_if_due(self, db: Db, table: TableRecord, wh: Warehouse) -> bool:

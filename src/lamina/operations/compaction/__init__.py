@@ -626,4 +626,9 @@ def copies_without(
         if sid in by_id:
             path = by_id[sid]
             gone[path] = np.union1d(gone.get(path, np.zeros(0, np.int64)), rows)
-    return tuple(_write_run(table, where, run, "local", 0, gone) for run in runs)
+    if len(runs) < 2:
+        return tuple(_write_run(table, where, run, "local", 0, gone) for run in runs)
+    from concurrent.futures import ThreadPoolExecutor  # reading, writing release the GIL
+
+    with ThreadPoolExecutor(min(len(runs), os.cpu_count() or 1, 8)) as pool:
+        return tuple(pool.map(lambda run: _write_run(table, where, run, "local", 0, gone), runs))
