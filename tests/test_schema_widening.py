@@ -141,13 +141,14 @@ def test_what_is_no_widening_is_refused_and_nothing_changes(cat: lamina.Catalog)
     t = cat.create_table("e", SCHEMA, time_column="ts")
     t.append(rows([1], 1, [1]))
     cases: list[tuple[object, object, str]] = [
-        (C, pa.int16(), "widenings of int32: int64"),
-        (C, pa.float64(), "cannot become double"),
-        (C, pa.uint32(), "cannot become"),
-        ("d", pa.decimal128(12, 3), "cannot become"),
-        ("d", pa.decimal128(4, 2), "cannot become"),
-        ("ts", pa.timestamp("ns"), "cannot become"),
-        (C, pa.int32(), "cannot become int32"),
+        # each refusal says which reason applies
+        (C, pa.int16(), "would not all survive: int16 does not hold .*widenings of int32: int64"),
+        (C, pa.float64(), "cannot become double: double is not a widening of int32"),
+        (C, pa.uint32(), "uint32 does not hold every int32 value"),
+        ("d", pa.decimal128(12, 3), "keeps its scale"),
+        ("d", pa.decimal128(4, 2), r"decimal128\(4, 2\) does not hold"),
+        ("ts", pa.timestamp("ns"), r"timestamp\[ns\] is not a widening"),
+        (C, pa.int32(), "cannot become int32: it is int32 already: nothing to widen"),
         ("nope", pa.int64(), "not a column"),
         (C, "int64", "pyarrow type"),
     ]

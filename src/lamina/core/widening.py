@@ -49,3 +49,25 @@ def widenings(old: pa.DataType) -> list[pa.DataType]:
         return [pa.decimal128(MAX_DIGITS, old.scale)] if old.precision < MAX_DIGITS else []
     candidates = [*_INTS, pa.float64()]
     return [t for t in candidates if widens(old, t)]
+
+
+def refusal(old: pa.DataType, new: pa.DataType) -> str:
+    """Why a column of type ``old`` cannot become ``new`` (which does not widen it), in
+    words for an error message."""
+    allowed = ", ".join(str(t) for t in widenings(old)) or "none"
+    if old == new:
+        return f"it is {old} already: nothing to widen"
+    ints = old in _INTS and new in _INTS
+    floats = pa.types.is_floating(old) and pa.types.is_floating(new)
+    decimals = pa.types.is_decimal(old) and pa.types.is_decimal(new)
+    if decimals and new.scale != old.scale:
+        return (
+            f"a decimal keeps its scale ({old.scale} digits after the point) when it widens, "
+            f"or values already written would change (widenings of {old}: {allowed})"
+        )
+    if ints or floats or decimals:
+        return (
+            f"values already written would not all survive: {new} does not hold every {old} "
+            f"value (widenings of {old}: {allowed})"
+        )
+    return f"{new} is not a widening of {old} (widenings of {old}: {allowed})"

@@ -14,7 +14,7 @@ from lamina.core.comparison import cmp_dtype
 from lamina.core.model import Commit, TableRecord
 from lamina.core.properties import as_text, check_reserved
 from lamina.core.upsert_spec import UpsertSpec, refuse_consistent_push
-from lamina.core.widening import widenings, widens
+from lamina.core.widening import refusal, widens
 from lamina.errors import SchemaError, UpsertError
 from lamina.io.arrow import storage_type, table_schema
 from lamina.meta import tables
@@ -157,11 +157,8 @@ def widened(rec: TableRecord, column: Any, new_type: Any) -> tuple[pa.Schema, di
     old_field = rec.schema.field(column)
     old, new = old_field.type, storage_type(new_type, column)
     if not widens(old, new):
-        allowed = ", ".join(str(t) for t in widenings(old)) or "none"
         raise SchemaError(
-            f"column {column!r} of type {old} cannot become {new}: values already written "
-            f"would not all survive, or the change is not a widening (widenings of {old}: "
-            f"{allowed})"
+            f"column {column!r} of type {old} cannot become {new}: {refusal(old, new)}"
         )
     spec = UpsertSpec.from_properties(rec.properties, rec.schema, rec.time_column)
     if spec is not None and column in spec.primary_key:
