@@ -210,9 +210,9 @@ def test_rollback_a_refresh_and_force_revert(table: lamina.Table, client: TestCl
     assert r.status_code == 409 and "IN_PROGRESS" in r.json()["detail"]
     assert "call with ?forceCleanup=true" in r.json()["detail"]
     assert state(table) == before
-    r = start(client, "ev", {"segmentsFrom": ["nope"]})
-    assert r.status_code == 409, r.json()
-    assert "segmentsFrom must all be live" in r.json()["detail"]
+    r = start(client, "ev", {"segmentsFrom": ["nope"]})  # refused whatever the state: 400
+    assert r.status_code == 400, r.json()
+    assert "segmentsFrom must all be live; unknown or removed: ['nope']" in r.json()["detail"]
     assert "GET /tables/ev/segments" in r.json()["detail"]
     r = start(client, "ev", {"segmentsFrom": live[:2]}, forceCleanup="true")
     assert r.status_code == 200
@@ -274,11 +274,11 @@ def test_protocol_violations_are_refused(table: lamina.Table, client: TestClient
     assert state(table) == before
 
     for body, words in (
-        ({"segmentsFrom": ["ev_no_such_segment"]}, "must all be live"),
+        ({"segmentsFrom": ["ev_no_such_segment"]}, "unknown or removed"),
         ({"segmentsFrom": [live[0], live[0]]}, "twice"),
         ({"segmentsFrom": [live[0]], "segmentsTo": [live[0]]}, "both"),
         ({"segmentsTo": [live[1]]}, "already taken"),
-        ({"segmentsFrom": ["../../etc/passwd"]}, "must all be live"),
+        ({"segmentsFrom": ["../../etc/passwd"]}, "unknown or removed"),
     ):
         r = start(client, "ev", body)
         assert 400 <= r.status_code < 500 and words in r.json()["detail"], (body, r.text)

@@ -87,9 +87,16 @@ def check_start(
         raise LineageRequestError(
             f"segments {sorted(both)} are in both segments_from and segments_to"
         )
+    unknown = [s for s in segments_from if s not in view.existing]
+    if unknown:  # wrong whatever the table's state: no such segment, or gone for good
+        raise LineageRequestError(
+            f"segments_from must all be live; unknown or removed: {unknown[:5]}"
+            + (" ..." if len(unknown) > 5 else "")
+            + " — list live segments with t.segments()"
+        )
     live = view.live
     missing = [s for s in segments_from if s not in live]
-    if missing:
+    if missing:  # removed or hidden since: the table's state refuses it
         raise LineageError(
             f"segments_from must all be live; not live: {missing[:5]}"
             + (" ..." if len(missing) > 5 else "")
