@@ -125,13 +125,19 @@ def compact(
             segment_granularity=granularity,
             sort_by=sort_by or None,
         )
-        after = len(t.segments())
+        if c is not None:  # what it rewrote, not the whole table
+            added = set(c.added)
+            chunks = {s.interval for s in t.segments(all=True) if s.id in added}
     if c is None:
         note(f"{name}: nothing to compact ({n_of(before, 'segment')})")
         return
     done(
         ("compacted ", "bold"),
-        (f"{name} ({mode}): {before:,} -> {after:,} segments, commit {c.id}", ""),
+        (
+            f"{name} ({mode}): {n_of(len(chunks), 'chunk')}, {len(c.removed):,} -> "
+            f"{n_of(len(c.added), 'segment')}, commit {c.id}",
+            "",
+        ),
     )
 
 
