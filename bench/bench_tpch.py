@@ -33,12 +33,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import cli, figure, median, print_figures, result, scratch_dir, timed  # noqa: E402
+from bench_sql_joins import duckdb_connection, fetch  # noqa: E402
 
 import lamina  # noqa: E402
 
@@ -91,25 +91,6 @@ def load(cat: lamina.Catalog, data: dict[str, pa.Table]) -> dict[str, list[str]]
         assert plan.row_count == table.num_rows, name
         files[name] = list(plan.whole_files)
     return files
-
-
-def fetch(rel: Any) -> pa.Table:
-    """Arrow table of a relation, as lamina fetches it."""
-    get = getattr(rel, "to_arrow_table", None) or rel.arrow
-    out: pa.Table = get()
-    return out
-
-
-def duckdb_connection(files: dict[str, list[str]]) -> duckdb.DuckDBPyConnection:
-    """A DuckDB user's long-lived connection: a view per table over its files."""
-    con = duckdb.connect()
-    con.execute("SET TimeZone='UTC'")
-    for name, paths in files.items():
-        listing = "[" + ", ".join(f"'{p}'" for p in paths) + "]"
-        con.execute(
-            f"CREATE VIEW {name} AS SELECT * FROM read_parquet({listing}, hive_partitioning=false)"
-        )
-    return con
 
 
 def _value(x: Any) -> Any:

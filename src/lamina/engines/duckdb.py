@@ -32,7 +32,7 @@ import duckdb
 from lamina.core.interval import Interval
 from lamina.core.scan import ScanPlan, ScanTask, prune_plan
 from lamina.engines.duckdb_views import quote, register_view, view_sql
-from lamina.engines.sql_bounds import time_bound
+from lamina.engines.sql_bounds import one_statement, time_bound
 from lamina.errors import SqlError
 from lamina.failpoints import failpoint
 
@@ -342,15 +342,10 @@ class _From:
 def _from_ref(con: duckdb.DuckDBPyConnection, query: str, name: str) -> _From | None:
     """Where the FROM of ``query`` (one SELECT over one table) names the table ``name``
     unqualified, plainly or quoted, without time travel; None if not so."""
-    try:
-        rows = con.execute("SELECT json_serialize_sql(?)", [query]).fetchall()
-        tree = json.loads(rows[0][0]) if rows else {}
-    except (duckdb.Error, ValueError):
+    tree = one_statement(con, query)
+    if tree is None:
         return None
-    stmts = tree.get("statements") or []
-    if tree.get("error") or len(stmts) != 1:
-        return None
-    ref = stmts[0].get("node", {}).get("from_table") or {}
+    ref = tree["statements"][0].get("node", {}).get("from_table") or {}
     if (
         ref.get("type") != "BASE_TABLE"
         or str(ref.get("table_name", "")).lower() != name.lower()

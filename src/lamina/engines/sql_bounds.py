@@ -28,15 +28,10 @@ def time_bound(
     con: duckdb.DuckDBPyConnection, query: str, table: str, column: str, schema: pa.Schema
 ) -> Interval | None:
     """A superset of the times ``query`` can read from ``table``, or None if unsure."""
-    try:
-        raw = con.execute("SELECT json_serialize_sql(?)", [query]).fetchall()
-        tree = json.loads(raw[0][0]) if raw else {}
-    except (duckdb.Error, ValueError):
+    tree = one_statement(con, query)
+    if tree is None:
         return None
-    stmts = tree.get("statements") or []
-    if tree.get("error") or len(stmts) != 1:
-        return None
-    node = stmts[0].get("node", {})
+    node = tree["statements"][0].get("node", {})
     src = node.get("from_table") or {}
     if node.get("type") != "SELECT_NODE" or src.get("type") != "BASE_TABLE":
         return None
@@ -55,6 +50,19 @@ def time_bound(
     if (lo, hi) == (MIN_US, MAX_US):
         return None
     return Interval.of(lo, hi) if lo < hi else Interval.of(lo, lo + 1)
+
+
+def one_statement(con: duckdb.DuckDBPyConnection, query: str) -> dict[str, Any] | None:
+    """DuckDB's parse tree of ``query`` (``json_serialize_sql``), or None unless it is
+    exactly one statement DuckDB can serialize."""
+    try:
+        raw = con.execute("SELECT json_serialize_sql(?)", [query]).fetchall()
+        tree = json.loads(raw[0][0]) if raw else {}
+    except (duckdb.Error, ValueError):
+        return None
+    if not isinstance(tree, dict) or tree.get("error") or len(tree.get("statements") or []) != 1:
+        return None
+    return tree
 
 
 def _cast_type(t: pa.DataType) -> str:
