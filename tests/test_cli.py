@@ -778,6 +778,25 @@ def test_ingest_local_csv_jsonl_parquet(wh: str, tmp_path: Path, cat: lamina.Cat
     assert sorted(t.to_arrow()["k"].to_pylist()) == [7, 10, 11, 12, 20, 21]
 
 
+def test_ingest_into_a_day_a_compaction_split_into_hours(wh: str, tmp_path: Path) -> None:
+    """The CLI streams its input: rows of a day a major compaction cut into HOUR chunks
+    go hour by hour on the first try (no aborted commit), local engine and auto."""
+    first = tmp_path / "a.csv"
+    first.write_text("ts,v\n2024-01-01 01:00:00,1\n2024-01-01 05:00:00,2\n")
+    ok(wh, "ingest", "ev", str(first), "--create", "-t", "ts", "--granularity", "DAY")
+    out = ok(wh, "compact", "ev", "--mode", "major", "--granularity", "HOUR",
+             "--interval", "2024-01-01/2024-01-02")  # fmt: skip
+    assert "24 chunks, 1 -> 2 segments and 22 tombstones" in out  # hours without rows
+    more = tmp_path / "b.csv"
+    more.write_text("ts,v\n2024-01-01 01:30:00,3\n2024-01-01 03:00:00,4\n")
+    ok(wh, "ingest", "ev", str(more), "--engine", "local")
+    t = lamina.connect(warehouse=wh).load_table("ev")
+    assert sorted(t.to_arrow()["v"].to_pylist()) == [1, 2, 3, 4]
+    assert {c.state for c in t.history()} == {"COMPLETED"}
+    hours = sorted(s.interval.start_dt.hour for s in t.segments())
+    assert hours == [1, 1, 3, 5]
+
+
 def test_ingest_csv_reads_only_an_empty_field_as_null(
     wh: str, tmp_path: Path, cat: lamina.Catalog
 ) -> None:

@@ -15,14 +15,12 @@ from __future__ import annotations
 import datetime as dt
 
 import pyarrow as pa
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lamina
 from lamina.core.interval import US_PER_HOUR, Granularity, Interval, to_us
 from lamina.core.planner import allocate, finer_or_equal
-from lamina.errors import ChunkLayoutError
 from tests.helpers import SCHEMA
 
 DAY = 24 * US_PER_HOUR
@@ -184,18 +182,16 @@ def test_a_push_and_an_upsert_into_a_split_day(cat: lamina.Catalog) -> None:
     assert hours(3, 4) in chunks_of(u)
 
 
-def test_a_stream_into_a_split_day_is_refused_and_changes_nothing(cat: lamina.Catalog) -> None:
+def test_a_stream_into_a_split_day_goes_hour_by_hour(cat: lamina.Catalog) -> None:
+    """A RecordBatchReader is read once: its pieces are split by the allocation before
+    they are written, so the append publishes on its first try (no aborted commit)."""
     t = split_day(cat)
-
-    def completed() -> list[int]:
-        return [c.id for c in t.history() if c.state == "COMPLETED"]
-
-    before = completed()
-    data = rows((3, 4.0))
-    with pytest.raises(ChunkLayoutError, match="overwrite that interval instead"):
-        t.append(pa.RecordBatchReader.from_batches(data.schema, data.to_batches()))
-    assert completed() == before
-    assert sorted(t.to_arrow().column("v").to_pylist()) == [1.0, 2.0]
+    commits = len(t.history())
+    data = rows((1, 3.0), (3, 4.0), (30, 6.0))
+    t.append(pa.RecordBatchReader.from_batches(data.schema, data.to_batches(max_chunksize=1)))
+    assert chunks_of(t) == [hours(1, 2), hours(3, 4), hours(5, 6), hours(24, 48)]
+    assert sorted(t.to_arrow().column("v").to_pylist()) == [1.0, 2.0, 3.0, 4.0, 6.0]
+    assert [c.state for c in t.history()[commits:]] == ["COMPLETED"]
 
 
 def test_hours_a_finer_compaction_cut_out_of_a_month_take_appends(cat: lamina.Catalog) -> None:

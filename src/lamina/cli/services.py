@@ -127,7 +127,9 @@ def compact(
         )
         if c is not None:  # what it rewrote, not the whole table
             added = set(c.added)
-            chunks = {s.interval for s in t.segments(all=True) if s.id in added}
+            outputs = [s for s in t.segments(all=True) if s.id in added]
+            chunks = {s.interval for s in outputs}
+            tombstones = sum(s.is_tombstone for s in outputs)
     if c is None:
         note(f"{name}: nothing to compact ({n_of(before, 'segment')})")
         return
@@ -135,7 +137,9 @@ def compact(
         ("compacted ", "bold"),
         (
             f"{name} ({mode}): {n_of(len(chunks), 'chunk')}, {len(c.removed):,} -> "
-            f"{n_of(len(c.added), 'segment')}, commit {c.id}",
+            f"{n_of(len(c.added) - tombstones, 'segment')}"
+            + (f" and {n_of(tombstones, 'tombstone')}" if tombstones else "")
+            + f", commit {c.id}",
             "",
         ),
     )

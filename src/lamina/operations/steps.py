@@ -114,7 +114,9 @@ def producer(
     gathered until they hold :data:`STREAM_FLUSH_BYTES`, then split by chunk and
     written, so memory stays bounded whatever the input's size. The first piece is
     read and checked here, before the commit opens; a later piece that fails
-    aborts the commit (its files are deleted). Raises SchemaError, TimeColumnError,
+    aborts the commit (its files are deleted). As a stream cannot be read twice, each
+    piece is split up front the way :func:`refinement` allocates where a compaction
+    cut its chunks finer. Raises SchemaError, TimeColumnError,
     DataOutsideIntervalError."""
     import pyarrow as pa  # loads numpy, pyarrow
 
@@ -136,10 +138,8 @@ def producer(
         return spark_producer(table.record, ctx.warehouse, target, data, refine)
     rec = table.record
     granularity, target = layout or (rec.granularity, table.target_rows_per_segment)
-    if isinstance(data, pa.RecordBatchReader):
-        pieces = gathered(data, STREAM_FLUSH_BYTES)
-    else:
-        pieces = iter([to_arrow_table(data)])
+    stream = isinstance(data, pa.RecordBatchReader)
+    pieces = gathered(data, STREAM_FLUSH_BYTES) if stream else iter([to_arrow_table(data)])
 
     def split(piece: pa.Table) -> list[ChunkPart]:
         try:
@@ -150,6 +150,10 @@ def producer(
                 raise
             raise type(exc)(f"{exc}{hint}") from None
         parts = split_by_chunk(conformed, rec.time_column, granularity, target, refine)
+        if stream and refine is None and layout is None:  # cannot be split again later
+            finer = refinement(table, [p.chunk for p in parts])
+            if finer:
+                parts = split_by_chunk(conformed, rec.time_column, granularity, target, finer)
         check_inside(action, [p.chunk for p in parts], interval)
         return parts
 

@@ -577,7 +577,9 @@ def _held_chunks(
 ) -> set[Interval] | None:
     """The ``gran`` chunks of ``iv`` that segments with data show in at ``as_of``: a
     major compaction rewrites those, and leaves the empty ones be (a sparse HOUR table
-    got a tombstone per empty hour). None: every chunk (a table without time)."""
+    got a tombstone per empty hour). A chunk cut finer is held whole: its hours without
+    rows get tombstones, so its old segment ends overshadowed whole. None: every chunk
+    (a table without time)."""
     if table.time_column is None or as_of is None:
         return None if table.time_column is None else set()
     out: set[Interval] = set()
