@@ -142,7 +142,10 @@ def test_format_of(tmp_path: Path) -> None:
 # -- init, create-table, tables --------------------------------------------------------------
 
 
-def test_init_with_global_command_and_env_options(tmp_path: Path) -> None:
+def test_init_with_global_command_and_env_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # init writes ./.lamina.toml
     out = ok(str(tmp_path / "a"), "init")
     assert str(tmp_path / "a") in out and "lamina.db" in out and "tables" in out
     assert (tmp_path / "a" / "lamina.db").exists()
@@ -515,6 +518,7 @@ def test_tables_formats(wh: str, events: lamina.Table, cat: lamina.Catalog) -> N
     assert data[0]["time_column"] is None and rows[0]["time_column"] == ""
     assert data[1]["rows"] == 6 and data[1]["segments"] == 3
     empty = wh + "-empty"
+    lamina.connect(warehouse=empty).close()  # listings never create a warehouse
     assert _listing(empty, "tables") == ([], [])
     assert "no tables yet" in ok(empty, "tables")
 
@@ -685,7 +689,9 @@ def test_a_command_imports_only_its_own_module(wh: str, events: lamina.Table) ->
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     loaded = proc.stdout.strip().splitlines()[-1]
-    assert loaded == "['lamina.cli.coerce', 'lamina.cli.output', 'lamina.cli.tables']"
+    assert loaded == (
+        "['lamina.cli.coerce', 'lamina.cli.config', 'lamina.cli.output', 'lamina.cli.tables']"
+    )
 
 
 def test_program_exits_cleanly(wh: str, events: lamina.Table) -> None:
@@ -1057,7 +1063,7 @@ def test_upsert_tables_from_the_command_line(wh: str, tmp_path: Path) -> None:
     )  # fmt: skip
 
 
-def test_query_prints_intervals_as_duckdb_writes_them(wh: str) -> None:
+def test_query_prints_intervals_as_duckdb_writes_them(wh: str, cat: lamina.Catalog) -> None:
     """An INTERVAL result printed as a list of its Arrow parts, [14, 0, 0]."""
     import random
 

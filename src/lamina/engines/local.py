@@ -253,6 +253,10 @@ def read_batches(
     files = data_files(paths)
     if not files:
         raise InputFileError(f"no data files in {', '.join(paths)}")
+    if fmt is not FileFormat.parquet:  # an empty text file holds no rows (not even a header)
+        files = [f for f in files if _size(f) > 0]
+        if not files:
+            return pa.RecordBatchReader.from_batches(schema or pa.schema([]), iter(()))
     try:
         target, out_schema = _first_schema(fmt, files[0], is_tsv(files[0]), schema)
     except (pa.ArrowException, OSError) as exc:
