@@ -140,8 +140,7 @@ def _check_exists(url: str) -> None:
     if found is None:
         shown = engine.url.render_as_string(hide_password=True)
         raise CatalogNotFoundError(
-            f"no lamina catalog at {shown}; check the URL, or connect with create=True "
-            "to make one"
+            f"no lamina catalog at {shown}; check the URL, or connect with create=True to make one"
         )
 
 
@@ -371,6 +370,7 @@ class Catalog:
         now: dt.datetime | None = None,
         tables: Sequence[str] | None = None,
         lineage_only: bool = False,
+        dry_run: bool = False,
     ) -> RetentionReport:
         """Delete what lineage, overwrites and deletes left behind, and orphan files.
 
@@ -382,13 +382,18 @@ class Catalog:
         finished, older than ``orphan_grace_period``: deleted, or moved back into its
         table's folder if the drop never committed (in a remote warehouse, by a run
         over every table: the old files under names no table has). ``now`` lets a
-        caller catch up or test. Raises TableNotFoundError, WarehouseError.
+        caller catch up or test. ``dry_run``: report what would be deleted (the same
+        decisions, rolled back), delete nothing. Raises TableNotFoundError,
+        WarehouseError.
         """
         from lamina.maintenance import retention  # loads numpy, pyroaring
 
         names = self._tables(tables)
         lineage_only = flag(lineage_only, "lineage_only")
-        return retention.run_retention(self.context, names, now, lineage_only, tables is None)
+        dry_run = flag(dry_run, "dry_run")
+        return retention.run_retention(
+            self.context, names, now, lineage_only, tables is None, dry_run
+        )
 
     def find_orphans(
         self,

@@ -9,11 +9,13 @@ import sys
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from lamina.cli import CatalogOpt, OutputOpt, WarehouseOpt, command, connect, load, locations
 from lamina.cli.output import (
     Column,
     OutputFormat,
+    console,
     done,
     emit,
     emit_result,
@@ -81,6 +83,10 @@ def retention(
             show_default=False,
         ),
     ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="List what would be deleted; delete nothing."),
+    ] = False,
     catalog: CatalogOpt = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
@@ -90,12 +96,27 @@ def retention(
     at = _parse_now(now) if now is not None else None
     with connect(ctx, catalog, warehouse) as cat:
         names = list(dict.fromkeys(load(cat, n).name for n in table)) if table else None
-        report = cat.run_retention(now=at, tables=names)
+        report = cat.run_retention(now=at, tables=names, dry_run=dry_run)
+    if dry_run:
+        _would_delete(report.segment_paths, report.orphan_paths, names)
+        return
     done(
         f"retention on {n_of(len(names), 'table') if names else 'all tables'}: deleted "
         f"{n_of(report.segment_files, 'segment file')} and "
         f"{n_of(report.orphan_files, 'orphan file')}"
         + _drops(report.drop_folders_deleted, report.drop_folders_restored),
+    )
+
+
+def _would_delete(segment_files: list[str], orphans: list[str], names: list[str] | None) -> None:
+    """A dry run's report: each file retention would delete, then the counts."""
+    for kind, paths in (("segment", segment_files), ("orphan", orphans)):
+        for rel in paths:
+            console().print(Text.assemble((f"{kind:8}", "dim"), rel), soft_wrap=True)
+    note(
+        f"dry run on {n_of(len(names), 'table') if names else 'all tables'}: would delete "
+        f"{n_of(len(segment_files), 'segment file')} and {n_of(len(orphans), 'orphan file')}; "
+        "nothing was deleted"
     )
 
 
