@@ -301,7 +301,7 @@ def ingest(
             if created and not published:
                 cat.drop_table(name)  # nothing published: no table made either
             if isinstance(exc, KeyboardInterrupt):
-                _interrupted(table, meta, since)
+                _interrupted(table if published else None, meta, since)
             raise
         if not commits:
             made = "" if table is not None else f"; table {name} not created"
@@ -489,13 +489,20 @@ def push(
     engine: EngineOpt = Engine.auto,
     local_max: LocalMaxOpt = None,
     verbose: VerboseOpt = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Push to a table whose pushes cannot be reverted (no lineage)."
+        ),
+    ] = False,
     catalog: CatalogOpt = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Replace a table's data with files in one consistent, revertible push.
 
     Readers see the old data until the push completes, then only the new. On a table
-    with consistent_push=true the push is a lineage entry that `lamina revert` rolls back.
+    with consistent_push=true the push is a lineage entry that `lamina revert` rolls back;
+    on any other table (upsert tables too) it cannot be undone: pass --force.
     """
     window = Interval.parse(interval) if interval is not None else None
     paths = check_inputs(files)
@@ -506,10 +513,17 @@ def push(
         t = load(cat, name)
         if window is not None:
             t.granularity.check_aligned(window)
-        if not t.consistent_push and t.primary_key is None:
-            warn(
-                f"table {t.name} has consistent_push=false: the push is one atomic "
-                "commit but cannot be reverted; create tables with -p consistent_push=true"
+        if not t.consistent_push and not force:
+            why = (
+                "is an upsert table (no lineage: a rollback would revive records later "
+                "upserts replaced)"
+                if t.primary_key is not None
+                else f"has consistent_push=false (`lamina set-properties {t.name} "
+                "consistent_push=true` makes later pushes revertible)"
+            )
+            raise LineageError(
+                f"table {t.name} {why}: this push would replace its data in one atomic "
+                "commit that cannot be reverted; pass --force to push anyway"
             )
         meta = _input_meta("lamina push", fmt, paths, use)
         commits: list[lamina.Commit] = []

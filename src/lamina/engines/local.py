@@ -241,8 +241,8 @@ def _blocks(path: str) -> Iterator[int]:
         yield block
         if block >= limit:
             raise InputFileError(
-                f"cannot read {path} as json: a record is larger than {limit:,} bytes, the "
-                f"most the local engine reads at once; raise ${MAX_BLOCK_ENV} (e.g. "
+                f"cannot read {path} as json: a record does not fit in a block of "
+                f"{limit:,} bytes, the most the local engine reads at once; raise ${MAX_BLOCK_ENV} (e.g. "
                 f"{MAX_BLOCK_ENV}=1GB; each block is held in memory) or use --engine spark"
             )
         block = min(block * 4, limit)
