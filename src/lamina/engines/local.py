@@ -242,8 +242,9 @@ def _blocks(path: str) -> Iterator[int]:
         if block >= limit:
             raise InputFileError(
                 f"cannot read {path} as json: a record does not fit in a block of "
-                f"{limit:,} bytes, the most the local engine reads at once; raise ${MAX_BLOCK_ENV} (e.g. "
-                f"{MAX_BLOCK_ENV}=1GB; each block is held in memory) or use --engine spark"
+                f"{limit:,} bytes, the most the local engine reads at once; raise "
+                f"${MAX_BLOCK_ENV} (e.g. {MAX_BLOCK_ENV}=1GB; each block is held in "
+                "memory) or use --engine spark"
             )
         block = min(block * 4, limit)
 
