@@ -13,8 +13,10 @@ from rich.text import Text
 
 from lamina.cli import CatalogOpt, OutputOpt, WarehouseOpt, command, connect, load, locations
 from lamina.cli.output import (
+    EXTENSIONS,
     Column,
     OutputFormat,
+    QueryFormat,
     console,
     done,
     emit,
@@ -23,9 +25,10 @@ from lamina.cli.output import (
     n_of,
     note,
     warn,
+    write_result,
 )
 from lamina.core.interval import MAX_US, MIN_US, from_us, to_us
-from lamina.errors import InvalidIntervalError
+from lamina.errors import InvalidIntervalError, SqlError
 
 TablesOpt = Annotated[
     list[str] | None,
@@ -47,18 +50,85 @@ def query(
             show_default=False,
         ),
     ] = None,
-    fmt: OutputOpt = OutputFormat.table,
+    fmt: Annotated[
+        QueryFormat | None,
+        typer.Option(
+            "--format",
+            "-f",
+            help="table, csv, json, jsonl; with --output also parquet. Default: table, or "
+            "--output's extension.",
+            show_default=False,
+        ),
+    ] = None,
+    output: Annotated[
+        str | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write the whole result to this file (streamed: CSV and Parquet through "
+            "Arrow's writers, JSON through DuckDB's).",
+            show_default=False,
+        ),
+    ] = None,
     catalog: CatalogOpt = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Run SQL (DuckDB) over the latest snapshots of the tables it names."""
+    if output is not None:
+        _export(ctx, sql, fmt, output, limit or 0, catalog, warehouse)
+        return
+    if fmt is QueryFormat.parquet:
+        raise typer.BadParameter(
+            "parquet is written to a file: give --output", param_hint="--format"
+        )
+    shown = OutputFormat((fmt or QueryFormat.table).value)
     if sql == "-":
         sql = sys.stdin.read()
     with connect(ctx, catalog, warehouse) as cat:
         result = cat.sql_engine().run(sql, fetch_result)  # plain rows need no pyarrow
     if limit is None:
-        limit = 50 if fmt is OutputFormat.table else 0
-    emit_result(result, fmt, limit)
+        limit = 50 if shown is OutputFormat.table else 0
+    emit_result(result, shown, limit)
+
+
+def _export(
+    ctx: typer.Context,
+    sql: str,
+    fmt: QueryFormat | None,
+    output: str,
+    limit: int,
+    catalog: str | None,
+    warehouse: str | None,
+) -> None:
+    """``query --output FILE``: the result written to the file, a line on stderr."""
+    import functools
+    import time
+    from pathlib import Path
+
+    fmt = fmt or EXTENSIONS.get(Path(output).suffix.lower())
+    if fmt is None:
+        raise typer.BadParameter(
+            f"cannot tell the format of {output!r} from its extension: give --format "
+            "csv, json, jsonl or parquet",
+            param_hint="--format",
+        )
+    if fmt is QueryFormat.table:
+        raise typer.BadParameter("a file takes csv, json, jsonl or parquet", param_hint="--format")
+    folder = Path(output).parent
+    if not folder.is_dir():
+        raise SqlError(f"cannot write {output}: there is no folder {folder}")
+    if sql == "-":
+        sql = sys.stdin.read()
+    started = time.monotonic()
+    with connect(ctx, catalog, warehouse) as cat:
+        try:
+            rows = cat.sql_engine().run(
+                sql, functools.partial(write_result, fmt=fmt, path=output, limit=limit)
+            )
+        except (OSError, ValueError) as exc:
+            raise SqlError(f"cannot write {output}: {exc}") from None
+    note(f"wrote {n_of(rows, 'row')} to {output} ({fmt.value}, {time.monotonic() - started:.1f} s)",
+         stderr=True)  # fmt: skip
 
 
 def _parse_now(text: str) -> dt.datetime:
