@@ -454,7 +454,11 @@ def test_serve_warns_without_token_off_loopback(wh: str, monkeypatch: pytest.Mon
     result = run(wh, "serve", "--host", "0.0.0.0", "--port", "9999")
     assert result.exit_code == 0, result.output
     assert "without $LAMINA_API_TOKEN" in result.stderr
-    assert calls == [(("0.0.0.0", 9999), {"catalog": None, "warehouse": wh, "log_level": "info"})]
+    assert calls[0][0] == ("0.0.0.0", 9999)
+    kw = calls[0][1]
+    assert (kw["catalog"], kw["warehouse"], kw["log_level"], kw["create"]) == (
+        None, wh, "info", False,
+    )  # fmt: skip
     result = run(wh, "serve")
     assert result.exit_code == 0 and "warning" not in result.stderr
     assert calls[-1][0] == ("127.0.0.1", 8080)

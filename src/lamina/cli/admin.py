@@ -11,7 +11,16 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from lamina.cli import CatalogOpt, OutputOpt, WarehouseOpt, command, connect, load, locations
+from lamina.cli import (
+    CatalogOpt,
+    OutputOpt,
+    WarehouseOpt,
+    command,
+    connect,
+    load,
+    not_found,
+    resolved,
+)
 from lamina.cli.output import (
     EXTENSIONS,
     Column,
@@ -28,7 +37,7 @@ from lamina.cli.output import (
     write_result,
 )
 from lamina.core.interval import MAX_US, MIN_US, from_us, to_us
-from lamina.errors import InvalidIntervalError, SqlError
+from lamina.errors import CatalogNotFoundError, InvalidIntervalError, SqlError
 
 TablesOpt = Annotated[
     list[str] | None,
@@ -249,7 +258,8 @@ def serve(
     """Serve the REST API (tables, segments, lineage; start/end/revertReplaceSegments).
 
     POST calls need `Authorization: Bearer $LAMINA_API_TOKEN` when that variable is set.
-    OpenAPI at /openapi.json, docs at /docs.
+    OpenAPI at /openapi.json, docs at /docs (a page of its own: nothing from the
+    internet), GET /health for probes. --port 0 picks a free port.
     """
     from lamina import (
         rest as server,  # loads fastapi, pydantic, sortedcontainers, sqlalchemy, starlette
@@ -261,5 +271,17 @@ def serve(
             "reach it can replace and revert segments",
             label="warning",
         )
-    cat_url, wh = locations(ctx, catalog, warehouse)
-    server.serve(host, port, catalog=cat_url, warehouse=wh, log_level=log_level.value)
+    where = resolved(ctx, catalog, warehouse)
+
+    def listening(url: str) -> None:
+        done(
+            ("serving ", "bold"), f"{url}  (API docs {url}/docs, health {url}/health; Ctrl-C stops)"
+        )
+
+    try:
+        server.serve(
+            host, port, catalog=where.catalog.value, warehouse=where.warehouse.value,
+            log_level=log_level.value, create=False, on_listen=listening,
+        )  # fmt: skip
+    except CatalogNotFoundError as exc:
+        raise CatalogNotFoundError(not_found(exc, where)) from None
