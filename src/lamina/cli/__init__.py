@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
-from lamina.cli import coerce
+import lamina
+from lamina.cli import coerce, config
 from lamina.cli.output import OutputFormat, error_line
 from lamina.errors import (
     CatalogNotFoundError,
@@ -38,7 +39,6 @@ from lamina.errors import (
 if TYPE_CHECKING:
     from typer.models import CommandInfo
 
-    import lamina
     from lamina.cli.config import Locations
     from lamina.core.model import Snapshot
 
@@ -212,9 +212,7 @@ TableArg = Annotated[str, typer.Argument(help="Table name.")]
 
 def _version(value: bool) -> None:
     if value:
-        from lamina import __version__
-
-        print(f"lamina {__version__}")
+        print(f"lamina {lamina.__version__}")
         raise typer.Exit(0)
 
 
@@ -242,10 +240,8 @@ def resolved(ctx: typer.Context, catalog: str | None, warehouse: str | None) -> 
     """Where the catalog and warehouse come from: the command's options, else the
     global ones, else the environment, else ``.lamina.toml``, else the defaults
     (:mod:`lamina.cli.config`). Raises ConfigError."""
-    from lamina.cli.config import resolve
-
     glob = ctx.find_object(_Globals) or _Globals()
-    return resolve(catalog or glob.catalog, warehouse or glob.warehouse)
+    return config.resolve(catalog or glob.catalog, warehouse or glob.warehouse)
 
 
 def locations(
@@ -288,14 +284,12 @@ def connect(
 def not_found(exc: CatalogNotFoundError, where: Locations) -> str:
     """A missing catalog's message in the command line's words: what was looked for,
     where that setting came from, and the command that makes one."""
-    from lamina.cli.config import DEFAULT_WAREHOUSE
-
     why = str(exc).split("; ")[0]
 
     def said(source: str) -> str:
         return "the default" if source == "default" else source
 
-    wh = where.warehouse.value or DEFAULT_WAREHOUSE
+    wh = where.warehouse.value or config.DEFAULT_WAREHOUSE
     init = f"lamina init --warehouse {wh}"
     if where.catalog.value is not None:
         init += f" --catalog {where.catalog.value}"

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import functools
 import os
 import sys
+import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -110,10 +113,6 @@ def _export(
     warehouse: str | None,
 ) -> None:
     """``query --output FILE``: the result written to the file, a line on stderr."""
-    import functools
-    import time
-    from pathlib import Path
-
     fmt = fmt or EXTENSIONS.get(Path(output).suffix.lower())
     if fmt is None:
         raise typer.BadParameter(

@@ -20,7 +20,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, get_args, get_origin
 
+import typer
 from typer._param_types import coerce_cli_choice, routes_to_path
+
+from lamina.engines.files import parse_size
+from lamina.errors import InputFileError
 
 Convert = Callable[[Any, Any], Any]  # (value, click context) -> value; raises to give up
 
@@ -153,11 +157,6 @@ def install() -> None:
 
 def size_text(value: str) -> str:
     """A size such as ``500MB``, checked (kept as text). Raises BadParameter."""
-    import typer
-
-    from lamina.engines.files import parse_size
-    from lamina.errors import InputFileError
-
     try:
         parse_size(value)
     except InputFileError as exc:
@@ -174,8 +173,6 @@ def app_version_text(value: str) -> str:
 def app_version(value: str) -> tuple[str, int]:
     """``APP:VERSION`` (an exactly-once application id and a whole version >= 0) ->
     ``(app, version)``. Raises BadParameter."""
-    import typer
-
     app, sep, version = value.rpartition(":")
     if not sep or not app or not _INT.fullmatch(version) or version.startswith("-"):
         raise typer.BadParameter(

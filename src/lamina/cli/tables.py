@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Any
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table as RichTable
 from rich.text import Text
 
+import lamina
 from lamina.cli import (
     CatalogOpt,
     OutputOpt,
     TableArg,
     WarehouseOpt,
     command,
+    config,
     connect,
     load,
     resolved,
@@ -34,10 +37,7 @@ from lamina.cli.output import (
 )
 from lamina.core.interval import Granularity
 from lamina.engines.files import FileFormat
-from lamina.errors import LaminaError
-
-if TYPE_CHECKING:
-    import lamina
+from lamina.errors import CatalogNotFoundError, LaminaError
 
 
 def parse_properties(items: Sequence[str], hint: str = "--property") -> dict[str, str]:
@@ -55,10 +55,6 @@ def parse_properties(items: Sequence[str], hint: str = "--property") -> dict[str
 def init(ctx: typer.Context, catalog: CatalogOpt = None, warehouse: WarehouseOpt = None) -> None:
     """Create the warehouse and the catalog (if needed), remember them in ./.lamina.toml
     for the commands run in this folder and below it, and show where they are."""
-    from pathlib import Path
-
-    from lamina.cli import config
-
     where = resolved(ctx, catalog, warehouse)
     with connect(ctx, catalog, warehouse, create=True) as cat:
         n_tables = len(cat.list_tables())
@@ -92,9 +88,6 @@ def info(
 ) -> None:
     """Say which catalog and warehouse the commands here use, and where each setting
     comes from (an option, the environment, a .lamina.toml, the default)."""
-    from lamina import __version__
-    from lamina.errors import CatalogNotFoundError
-
     where = resolved(ctx, catalog, warehouse)
     url, location, root = where.catalog.value, where.warehouse.value or "./warehouse", None
     tables: int | None = None
@@ -118,7 +111,7 @@ def info(
         "config": None if where.config is None else str(where.config),
         "exists": missing is None,
         "tables": tables,
-        "version": __version__,
+        "version": lamina.__version__,
     }
     if fmt is OutputFormat.json:  # one object
         print(json.dumps(data, indent=2))
@@ -133,7 +126,7 @@ def info(
         ("warehouse", shown_wh, where.warehouse.source),
         ("config", str(where.config or "none found"), None),
         ("tables", "-" if tables is None else count(tables), None),
-        ("version", __version__, None),
+        ("version", lamina.__version__, None),
     ):
         grid.add_row(
             Text(name, style="bold"), Text(value), Text(f"({source})" if source else "", "dim")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import itertools
 import os
 import time
 from collections.abc import Sequence
@@ -323,8 +324,6 @@ def ingest(
 def with_rows(data: Any) -> Any:
     """``data`` (an Arrow record batch reader, or a Spark DataFrame), or None if it has
     no rows. A reader's batches are read up to the first with rows."""
-    import itertools
-
     if hasattr(data, "isEmpty"):  # a Spark DataFrame: one small job
         return None if data.isEmpty() else data
     import pyarrow as pa  # loads numpy, pyarrow

@@ -3,6 +3,9 @@ record batches (pyarrow datasets), and schemas inferred from sample files."""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -10,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from lamina.engines.files import FileFormat, data_files, format_of, is_tsv
+from lamina.engines.files import FileFormat, data_files, format_of, is_tsv, parse_size
 from lamina.errors import InputFileError
 
 
@@ -101,10 +104,6 @@ _JSON_VALUE = re.compile(r"Failed to convert JSON to .*?, couldn't parse:(.*)$")
 def _records(fmt: FileFormat, path: str) -> Iterator[tuple[int, Any]]:
     """(1-based line, record) of a CSV (the header's line 1: records are dicts by
     column name) or JSON-lines file (``None`` for a line that is not JSON)."""
-    import csv
-    import io
-    import json
-
     with _open(path, False) as raw:
         text = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
         if fmt is FileFormat.csv:
@@ -132,7 +131,9 @@ def _kind(value: Any) -> str:
         return "boolean"
     if isinstance(value, int | float):
         return "number"
-    return {str: "string", dict: "object", list: "array"}.get(type(value), "?")
+    if isinstance(value, str):
+        return "string"
+    return "object" if isinstance(value, dict) else "array" if isinstance(value, list) else "?"
 
 
 def _at(record: Any, pointer: str) -> tuple[bool, Any]:
@@ -223,8 +224,6 @@ DEFAULT_MAX_BLOCK = "256MB"
 
 def _max_block() -> int:
     """The largest block a JSON record may need. Raises InputFileError (bad variable)."""
-    from lamina.engines.files import parse_size
-
     return parse_size(os.environ.get(MAX_BLOCK_ENV) or DEFAULT_MAX_BLOCK, f"${MAX_BLOCK_ENV}")
 
 
