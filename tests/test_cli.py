@@ -314,7 +314,7 @@ def test_errors_are_one_red_line(wh: str, events: lamina.Table) -> None:
     assert "query failed" in fails(wh, "query", "SELECT * FROM nope")
     assert "no completed commit 99" in fails(wh, "timeline", "events", "--as-of", "99")
     assert "`lamina history events`" in fails(wh, "segments", "events", "--as-of", "99")
-    assert "START/END" in fails(wh, "timeline", "events", "--interval", "yesterday")
+    assert "START/END" in fails(wh, "timeline", "events", "--interval", "yesterday", code=2)
     assert "--create" in fails(wh, "ingest", "nope", __file__, "--format", "csv")
     assert "does not exist" in fails(wh, "ingest", "events", "/no/such/file.csv")
     fails(wh, "ingest", "events", "x.csv", "--interval", "2024-01-01/2024-01-02", code=2)
@@ -428,8 +428,8 @@ def test_retention_and_orphans(wh: str, pushed: lamina.Table) -> None:
     assert "is no longer readable" in purged and "`lamina history events`" in purged
     assert run(wh, "orphans").stdout == ""
 
-    assert "cannot read 'yesterday'" in fails(wh, "retention", "--now", "yesterday")
-    assert "point in time" in fails(wh, "retention", "--now", "+inf")
+    assert "cannot read 'yesterday'" in fails(wh, "retention", "--now", "yesterday", code=2)
+    assert "point in time" in fails(wh, "retention", "--now", "+inf", code=2)
     assert "no table named 'nope'" in fails(wh, "retention", "--table", "nope")
     assert "no table named 'nope'" in fails(wh, "orphans", "--table", "nope")
 

@@ -178,6 +178,14 @@ def test_usage_errors_exit_2(wh: str, tmp_path: Path, events: lamina.Table) -> N
     fails(wh, "push", "events", str(data), "--local-max-bytes", "1XB", code=2)
     fails(wh, "upsert", "events", str(data), "--local-max-bytes", "", code=2)
     ok(wh, "ingest", "events", str(data), "--local-max-bytes", "1.5MB")
+    for args in (
+        ["timeline", "events", "-i", "yesterday"],
+        ["ingest", "events", str(data), "-m", "overwrite", "-i", "2024-01-02"],
+        ["push", "events", str(data), "-i", "2024-01-02/2024-01-01"],
+        ["compact", "events", "--interval", "soon"],
+        ["retention", "--now", "later"],
+    ):
+        assert "Invalid value for" in fails(wh, *args, code=2), args
     fails(wh, "describe", code=2)
     fails(wh, "drop-table", code=2)
     fails(wh, "unset-properties", "events", code=2)

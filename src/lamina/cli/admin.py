@@ -24,6 +24,7 @@ from lamina.cli import (
     not_found,
     resolved,
 )
+from lamina.cli.coerce import checked
 from lamina.cli.output import (
     EXTENSIONS,
     Column,
@@ -157,6 +158,7 @@ def retention(
         str | None,
         typer.Option(
             "--now",
+            parser=checked(_parse_now),
             help="Act as if it were this time (ISO-8601, naive = UTC), e.g. to catch up.",
             show_default=False,
         ),

@@ -23,8 +23,9 @@ from typing import Any, get_args, get_origin
 import typer
 from typer._param_types import coerce_cli_choice, routes_to_path
 
+from lamina.core.interval import Interval
 from lamina.engines.files import parse_size
-from lamina.errors import InputFileError
+from lamina.errors import LaminaError
 
 Convert = Callable[[Any, Any], Any]  # (value, click context) -> value; raises to give up
 
@@ -155,13 +156,24 @@ def install() -> None:
 # -- parsers of lamina's own kinds of values (``typer.Option(parser=...)``) -----------------
 
 
-def size_text(value: str) -> str:
-    """A size such as ``500MB``, checked (kept as text). Raises BadParameter."""
-    try:
-        parse_size(value)
-    except InputFileError as exc:
-        raise typer.BadParameter(str(exc)) from None
-    return value
+def checked(parse: Callable[[str], Any]) -> Callable[[str], str]:
+    """A parser keeping an option's text once ``parse`` reads it; a LaminaError (or
+    ValueError) of ``parse`` becomes a usage error (BadParameter: exit 2)."""
+
+    def check(value: str) -> str:
+        try:
+            parse(value)
+        except (LaminaError, ValueError) as exc:
+            raise typer.BadParameter(str(exc)) from None
+        return value
+
+    return check
+
+
+#: ``500MB``, ``2GB``: a size (``--local-max-bytes``)
+size_text = checked(parse_size)
+#: ``START/END`` in ISO-8601 (whether it is aligned depends on the table: checked later)
+interval_text = checked(Interval.parse)
 
 
 def app_version_text(value: str) -> str:

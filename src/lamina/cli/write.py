@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from lamina.cli import CatalogOpt, TableArg, WarehouseOpt, command, connect, load
-from lamina.cli.coerce import app_version, app_version_text, size_text
+from lamina.cli.coerce import app_version, app_version_text, interval_text, size_text
 from lamina.cli.output import console, done, error_line, n_of, warn
 from lamina.cli.tables import parse_properties, print_table_created
 from lamina.core.interval import Granularity, Interval
@@ -199,6 +199,7 @@ def ingest(
         typer.Option(
             "--interval",
             "-i",
+            parser=interval_text,
             help="Overwrite exactly START/END (aligned to chunks); default: the chunks "
             "the data touches.",
         ),
@@ -482,6 +483,7 @@ def push(
         typer.Option(
             "--interval",
             "-i",
+            parser=interval_text,
             help="Replace only START/END (aligned to chunks); default: all the table's data.",
         ),
     ] = None,
