@@ -722,7 +722,7 @@ def test_command_modules_are_as_listed() -> None:
     assert isinstance(group, TyperGroup)
     defined = {n: str(c.callback.__module__).rsplit(".", 1)[1] for n, c in group.commands.items()}
     assert defined == COMMANDS
-    assert list(group.commands)[:3] == ["init", "create-table", "tables"]  # --help order
+    assert list(group.commands)[:4] == ["init", "info", "create-table", "tables"]  # --help order
 
 
 def test_top_level_names_are_lazy() -> None:
@@ -1316,8 +1316,9 @@ def test_messages_name_their_cause(
     monkeypatch.setenv("LAMINA_LOCAL_MAX_BYTES", "junk")
     out = fails(wh, "ingest", "e", str(events), "--create", "-t", "ts")
     assert "$LAMINA_LOCAL_MAX_BYTES: cannot read 'junk' as a size" in out
-    out = fails(wh, "ingest", "e", str(events), "--create", "-t", "ts", "--local-max-bytes", "x")
-    assert "--local-max-bytes: cannot read 'x'" in out
+    args = ("ingest", "e", str(events), "--create", "-t", "ts", "--local-max-bytes", "x")
+    out = fails(wh, *args, code=2)  # a usage error
+    assert "'--local-max-bytes': cannot read 'x'" in out
 
 
 def test_errors_give_advice_in_the_command_line_s_words(wh: str, events: lamina.Table) -> None:
