@@ -186,3 +186,31 @@ def test_a_push_that_cannot_be_reverted_asks_for_force(
     cat.close()
     message = error_of(wh, "push", "planes", str(path), "-e", "local")
     assert "upsert table" in message and "pass --force" in message
+
+
+def test_ctrl_c_during_a_push(wh: str, tmp_path: Path) -> None:
+    with lamina.connect(warehouse=wh) as cat:
+        t = cat.create_table("snap", parse_schema(SCHEMA), "ts", "DAY", consistent_push=True)
+        t.append(lamina_rows())
+    path = tmp_path / "day.csv"
+    path.write_text(f"ts,user,amount\n{ROW},z,9\n")
+    with failpoints.armed("write.publish.before", _interrupt):
+        result = run(wh, "push", "snap", str(path), "-e", "local")
+    assert result.exit_code == 130, result.output
+    assert "interrupted: nothing was published" in result.stderr
+    with lamina.connect(warehouse=wh) as cat:
+        assert cat.sql("SELECT user FROM snap").column("user").to_pylist() == ["a"]
+
+
+def lamina_rows() -> object:
+    import datetime as dt
+
+    import pyarrow as pa
+
+    return pa.table(
+        {
+            "ts": pa.array([dt.datetime(2024, 1, 1, tzinfo=dt.UTC)], pa.timestamp("us", tz="UTC")),
+            "user": ["a"],
+            "amount": [1.0],
+        }
+    )

@@ -510,6 +510,7 @@ def push(
     fmt = fmt or format_of(paths)
     use = choose_engine(engine, paths, local_max)
     started = time.monotonic()
+    since = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)
     with connect(ctx, catalog, warehouse) as cat:
         t = load(cat, name)
         if window is not None:
@@ -544,6 +545,8 @@ def push(
             raise CommitError(
                 f"push failed, nothing was published (readers still see the previous data): {exc}"
             ) from None
+        except KeyboardInterrupt:
+            _interrupted(t, meta, since)
         commit = commits[0]
         _print_commit(t, commit, False, time.monotonic() - started, use, tasks)
         eid = commit.metadata.get("lineage_entry") if t.consistent_push else None
