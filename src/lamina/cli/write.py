@@ -311,11 +311,11 @@ def ingest(
             return
         assert table is not None
         commit = commits[0]
-        if commit.already_applied:
+        if commit.already_applied and exactly_once is not None:
+            app, version = exactly_once
             done(
                 ("skipped", "bold"),
-                f": {exactly_once[0] if exactly_once else ''} already wrote version "
-                f"{exactly_once[1] if exactly_once else ''} or a later one on {table.name} "
+                f": {app} already wrote version {version} or a later one on {table.name} "
                 f"(commit {commit.id}); nothing written",
             )
             return
