@@ -25,7 +25,7 @@ EXPECTED: list[tuple[str, list[str]]] = [
         ["root       {here}/wh", "config     {here}/.lamina.toml (written)"],
     ),
     (
-        "lamina ingest events day.csv --create --time-column ts",
+        "lamina ingest events day.csv --create --time-column ts --txn nightly:20240102",
         [
             "created table events (time column ts, DAY chunks)",
             "timestamp[us, tz=UTC]",
@@ -37,12 +37,11 @@ EXPECTED: list[tuple[str, list[str]]] = [
         ["time column  ts", "granularity  DAY", "rows         3", "2 visible", "amount    double"],
     ),
     ("lamina query ", ["ana     19.75", "ben       3.0", "2 rows"]),
-    ("lamina ingest events day.csv --txn", ["✓ commit 2 (append) on events: 3 rows"]),
     (
-        "lamina ingest events day.csv --txn",
-        ["✓ skipped: nightly already wrote version 20240102", "nothing written"],
+        "lamina ingest events day.csv --txn nightly:20240102",
+        ["✓ skipped: nightly already wrote version 20240102", "(commit 1); nothing written"],
     ),
-    ("lamina query ", ["wrote 6 rows to events.parquet (parquet"]),
+    ("lamina query ", ["wrote 3 rows to events.parquet (parquet"]),
     ("lamina retention --dry-run", ["would delete 0 segment files and 0 orphan files"]),
     (
         "lamina info",
