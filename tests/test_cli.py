@@ -1013,7 +1013,11 @@ def test_compact_minor_major_and_auto(wh: str, events: lamina.Table) -> None:
     out = ok(wh, "compact", "events", "--mode", "major", "--sort-by", "v")
     assert "compacted events (major)" in out and events.count() == n
     commits = len(events.history())
-    for extra in (["--mode", "bogus"], ["--interval", "x"], ["--target-rows", "5"]):
+    for extra in (
+        ["--mode", "bogus"],
+        ["--interval", "2024-01-01/2024-01-02"],
+        ["--target-rows", "5"],
+    ):
         out = fails(wh, "compact", "events", "--auto", *extra)
         assert f"{extra[0]} cannot go with --auto" in out
     assert "`lamina tables`" in fails(wh, "compact", "nosuch", "--auto", "--dry-run")
