@@ -38,7 +38,8 @@ def main(quick: bool = False) -> dict[str, Any]:
     with scratch_dir("cli") as root:
         wh = os.path.join(root, "wh")
         env = {**os.environ, "LAMINA_WAREHOUSE": wh}
-        subprocess.run([*LAMINA, "init"], check=True, capture_output=True, env=env)
+        # in the scratch folder: init writes ./.lamina.toml
+        subprocess.run([*LAMINA, "init"], check=True, capture_output=True, env=env, cwd=root)
         data = os.path.join(root, "events.csv")
         write_csv(data, 5000)
         create = [*LAMINA, "ingest", "events", data, "--create", "--time-column", "ts"]

@@ -49,6 +49,7 @@ BENCHMARKS = {
     "lineage": "bench_lineage.py",
     "readers": "bench_readers.py",
     "cli": "bench_cli.py",
+    "cli_export": "bench_cli_export.py",
     "compaction": "bench_compaction.py",
     "keyindex": "bench_keyindex.py",
     "upsert": "bench_upsert.py",

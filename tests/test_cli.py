@@ -142,7 +142,10 @@ def test_format_of(tmp_path: Path) -> None:
 # -- init, create-table, tables --------------------------------------------------------------
 
 
-def test_init_with_global_command_and_env_options(tmp_path: Path) -> None:
+def test_init_with_global_command_and_env_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # init writes ./.lamina.toml
     out = ok(str(tmp_path / "a"), "init")
     assert str(tmp_path / "a") in out and "lamina.db" in out and "tables" in out
     assert (tmp_path / "a" / "lamina.db").exists()
@@ -311,7 +314,7 @@ def test_errors_are_one_red_line(wh: str, events: lamina.Table) -> None:
     assert "query failed" in fails(wh, "query", "SELECT * FROM nope")
     assert "no completed commit 99" in fails(wh, "timeline", "events", "--as-of", "99")
     assert "`lamina history events`" in fails(wh, "segments", "events", "--as-of", "99")
-    assert "START/END" in fails(wh, "timeline", "events", "--interval", "yesterday")
+    assert "START/END" in fails(wh, "timeline", "events", "--interval", "yesterday", code=2)
     assert "--create" in fails(wh, "ingest", "nope", __file__, "--format", "csv")
     assert "does not exist" in fails(wh, "ingest", "events", "/no/such/file.csv")
     fails(wh, "ingest", "events", "x.csv", "--interval", "2024-01-01/2024-01-02", code=2)
@@ -425,8 +428,8 @@ def test_retention_and_orphans(wh: str, pushed: lamina.Table) -> None:
     assert "is no longer readable" in purged and "`lamina history events`" in purged
     assert run(wh, "orphans").stdout == ""
 
-    assert "cannot read 'yesterday'" in fails(wh, "retention", "--now", "yesterday")
-    assert "point in time" in fails(wh, "retention", "--now", "+inf")
+    assert "cannot read 'yesterday'" in fails(wh, "retention", "--now", "yesterday", code=2)
+    assert "point in time" in fails(wh, "retention", "--now", "+inf", code=2)
     assert "no table named 'nope'" in fails(wh, "retention", "--table", "nope")
     assert "no table named 'nope'" in fails(wh, "orphans", "--table", "nope")
 
@@ -451,7 +454,11 @@ def test_serve_warns_without_token_off_loopback(wh: str, monkeypatch: pytest.Mon
     result = run(wh, "serve", "--host", "0.0.0.0", "--port", "9999")
     assert result.exit_code == 0, result.output
     assert "without $LAMINA_API_TOKEN" in result.stderr
-    assert calls == [(("0.0.0.0", 9999), {"catalog": None, "warehouse": wh, "log_level": "info"})]
+    assert calls[0][0] == ("0.0.0.0", 9999)
+    kw = calls[0][1]
+    assert (kw["catalog"], kw["warehouse"], kw["log_level"], kw["create"]) == (
+        None, wh, "info", False,
+    )  # fmt: skip
     result = run(wh, "serve")
     assert result.exit_code == 0 and "warning" not in result.stderr
     assert calls[-1][0] == ("127.0.0.1", 8080)
@@ -515,6 +522,7 @@ def test_tables_formats(wh: str, events: lamina.Table, cat: lamina.Catalog) -> N
     assert data[0]["time_column"] is None and rows[0]["time_column"] == ""
     assert data[1]["rows"] == 6 and data[1]["segments"] == 3
     empty = wh + "-empty"
+    lamina.connect(warehouse=empty).close()  # listings never create a warehouse
     assert _listing(empty, "tables") == ([], [])
     assert "no tables yet" in ok(empty, "tables")
 
@@ -685,7 +693,9 @@ def test_a_command_imports_only_its_own_module(wh: str, events: lamina.Table) ->
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     loaded = proc.stdout.strip().splitlines()[-1]
-    assert loaded == "['lamina.cli.coerce', 'lamina.cli.output', 'lamina.cli.tables']"
+    assert loaded == (
+        "['lamina.cli.coerce', 'lamina.cli.config', 'lamina.cli.output', 'lamina.cli.tables']"
+    )
 
 
 def test_program_exits_cleanly(wh: str, events: lamina.Table) -> None:
@@ -712,7 +722,7 @@ def test_command_modules_are_as_listed() -> None:
     assert isinstance(group, TyperGroup)
     defined = {n: str(c.callback.__module__).rsplit(".", 1)[1] for n, c in group.commands.items()}
     assert defined == COMMANDS
-    assert list(group.commands)[:3] == ["init", "create-table", "tables"]  # --help order
+    assert list(group.commands)[:4] == ["init", "info", "create-table", "tables"]  # --help order
 
 
 def test_top_level_names_are_lazy() -> None:
@@ -1022,7 +1032,11 @@ def test_compact_minor_major_and_auto(wh: str, events: lamina.Table) -> None:
     out = ok(wh, "compact", "events", "--mode", "major", "--sort-by", "v")
     assert "compacted events (major)" in out and events.count() == n
     commits = len(events.history())
-    for extra in (["--mode", "bogus"], ["--interval", "x"], ["--target-rows", "5"]):
+    for extra in (
+        ["--mode", "bogus"],
+        ["--interval", "2024-01-01/2024-01-02"],
+        ["--target-rows", "5"],
+    ):
         out = fails(wh, "compact", "events", "--auto", *extra)
         assert f"{extra[0]} cannot go with --auto" in out
     assert "`lamina tables`" in fails(wh, "compact", "nosuch", "--auto", "--dry-run")
@@ -1076,7 +1090,7 @@ def test_upsert_tables_from_the_command_line(wh: str, tmp_path: Path) -> None:
     )  # fmt: skip
 
 
-def test_query_prints_intervals_as_duckdb_writes_them(wh: str) -> None:
+def test_query_prints_intervals_as_duckdb_writes_them(wh: str, cat: lamina.Catalog) -> None:
     """An INTERVAL result printed as a list of its Arrow parts, [14, 0, 0]."""
     import random
 
@@ -1325,8 +1339,9 @@ def test_messages_name_their_cause(
     monkeypatch.setenv("LAMINA_LOCAL_MAX_BYTES", "junk")
     out = fails(wh, "ingest", "e", str(events), "--create", "-t", "ts")
     assert "$LAMINA_LOCAL_MAX_BYTES: cannot read 'junk' as a size" in out
-    out = fails(wh, "ingest", "e", str(events), "--create", "-t", "ts", "--local-max-bytes", "x")
-    assert "--local-max-bytes: cannot read 'x'" in out
+    args = ("ingest", "e", str(events), "--create", "-t", "ts", "--local-max-bytes", "x")
+    out = fails(wh, *args, code=2)  # a usage error
+    assert "'--local-max-bytes': cannot read 'x'" in out
 
 
 def test_errors_give_advice_in_the_command_line_s_words(wh: str, events: lamina.Table) -> None:

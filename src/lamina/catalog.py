@@ -20,6 +20,7 @@ from lamina.core.autocompact import check_properties
 from lamina.core.interval import Granularity
 from lamina.core.properties import as_text, check_reserved
 from lamina.errors import (
+    CatalogNotFoundError,
     CatalogUnavailableError,
     InvalidGranularityError,
     InvalidTableNameError,
@@ -83,12 +84,15 @@ def connect(
     writer_wait_s: float = 30.0,
     heartbeat_s: float = 5.0,
     stale_after_s: float = 60.0,
+    create: bool = True,
 ) -> Catalog:
     """Open (creating if needed) a catalog and its warehouse.
 
     Defaults: warehouse ``$LAMINA_WAREHOUSE`` or ``./warehouse``; catalog
     ``$LAMINA_CATALOG`` or a SQLite file ``lamina.db`` inside the warehouse.
-    Raises WarehouseError, CatalogUnavailableError.
+    ``create=False``: open only a catalog that exists, making nothing (no folder, no
+    database file, no catalog tables) — a mistyped path raises CatalogNotFoundError.
+    Raises WarehouseError, CatalogUnavailableError (CatalogNotFoundError).
     """
     check_timing(writer_wait_s, heartbeat_s, stale_after_s)
     if warehouse is not None and not isinstance(warehouse, str | os.PathLike):
@@ -101,8 +105,15 @@ def connect(
             f"catalog must be a database URL (e.g. postgresql://host/db) or None for the "
             f"SQLite file in the warehouse, not {catalog!r}"
         )
+    create = flag(create, "create")
     wh = Warehouse(warehouse or os.environ.get("LAMINA_WAREHOUSE") or DEFAULT_WAREHOUSE)
-    wh.ensure_writable()
+    if create:
+        wh.ensure_writable()
+    elif wh.local and not os.path.isdir(wh.root):
+        raise CatalogNotFoundError(
+            f"no warehouse at {wh.location} ({wh.root} is not a directory); check the "
+            "path, or connect with create=True to make one"
+        )
     url = catalog or os.environ.get("LAMINA_CATALOG")
     if not url:
         if not wh.local:
@@ -112,9 +123,25 @@ def connect(
 
         # escaped: a '?', '%' or '#' in the warehouse path is part of the file's name
         url = URL.create("sqlite", database=f"{wh.root}/lamina.db").render_as_string()
+    if not create:
+        _check_exists(url)
     return Catalog(
         url, wh, writer_wait_s=writer_wait_s, heartbeat_s=heartbeat_s, stale_after_s=stale_after_s
     )
+
+
+def _check_exists(url: str) -> None:
+    """Raises CatalogNotFoundError unless ``url`` holds a lamina catalog (nothing made)."""
+    engine = create_catalog_engine(url)
+    try:
+        found = existing_catalog_id(engine)
+    finally:
+        engine.dispose()
+    if found is None:
+        shown = engine.url.render_as_string(hide_password=True)
+        raise CatalogNotFoundError(
+            f"no lamina catalog at {shown}; check the URL, or connect with create=True to make one"
+        )
 
 
 class Catalog:
@@ -343,6 +370,7 @@ class Catalog:
         now: dt.datetime | None = None,
         tables: Sequence[str] | None = None,
         lineage_only: bool = False,
+        dry_run: bool = False,
     ) -> RetentionReport:
         """Delete what lineage, overwrites and deletes left behind, and orphan files.
 
@@ -354,13 +382,18 @@ class Catalog:
         finished, older than ``orphan_grace_period``: deleted, or moved back into its
         table's folder if the drop never committed (in a remote warehouse, by a run
         over every table: the old files under names no table has). ``now`` lets a
-        caller catch up or test. Raises TableNotFoundError, WarehouseError.
+        caller catch up or test. ``dry_run``: report what would be deleted (the same
+        decisions, rolled back), delete nothing. Raises TableNotFoundError,
+        WarehouseError.
         """
         from lamina.maintenance import retention  # loads numpy, pyroaring
 
         names = self._tables(tables)
         lineage_only = flag(lineage_only, "lineage_only")
-        return retention.run_retention(self.context, names, now, lineage_only, tables is None)
+        dry_run = flag(dry_run, "dry_run")
+        return retention.run_retention(
+            self.context, names, now, lineage_only, tables is None, dry_run
+        )
 
     def find_orphans(
         self,

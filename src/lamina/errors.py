@@ -63,6 +63,15 @@ class CatalogUnavailableError(LaminaError):
     """The catalog database cannot be reached or opened."""
 
 
+class CatalogNotFoundError(CatalogUnavailableError):
+    """No catalog (or no warehouse) exists where a call that creates nothing looked:
+    ``connect(create=False)``, or a ``lamina`` command that only reads."""
+
+
+class ConfigError(LaminaError):
+    """A ``.lamina.toml`` file cannot be read, or names a setting lamina does not have."""
+
+
 class WarehouseError(LaminaError):
     """The warehouse location is not usable (not writable, not a directory, ...)."""
 

@@ -1,8 +1,11 @@
 """The ``lamina`` command line: create tables, ingest files, look inside.
 
 Every command takes ``--catalog`` / ``--warehouse`` (also accepted before the command
-name, and read from ``$LAMINA_CATALOG`` / ``$LAMINA_WAREHOUSE``). Errors lamina raises
-for bad input print one red line and exit with status 1; usage errors exit with 2.
+name), else reads ``$LAMINA_CATALOG`` / ``$LAMINA_WAREHOUSE``, else the ``.lamina.toml``
+that ``lamina init`` wrote in the working directory or a parent (:mod:`lamina.cli.config`).
+Only ``init``, ``create-table`` and ``ingest --create`` create a warehouse and catalog;
+every other command refuses a path where none exists. Errors lamina raises for bad input
+print one red line and exit with status 1; usage errors exit with 2; Ctrl-C exits 130.
 
 Start-up stays fast: this package imports typer and rich only; the catalog (SQLAlchemy,
 pyarrow), DuckDB, Spark, pandas and the REST server are imported by the commands that
@@ -23,14 +26,20 @@ from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
-from lamina.cli import coerce
+import lamina
+from lamina.cli import coerce, config
 from lamina.cli.output import OutputFormat, error_line
-from lamina.errors import LaminaError, SnapshotNotFoundError, TableNotFoundError
+from lamina.errors import (
+    CatalogNotFoundError,
+    LaminaError,
+    SnapshotNotFoundError,
+    TableNotFoundError,
+)
 
 if TYPE_CHECKING:
     from typer.models import CommandInfo
 
-    import lamina
+    from lamina.cli.config import Locations
     from lamina.core.model import Snapshot
 
 coerce.install()
@@ -40,7 +49,9 @@ R = TypeVar("R")
 
 #: The module (in ``lamina.cli``) defining each command.
 COMMANDS = {
-    **dict.fromkeys(("init", "create-table", "tables", "add-columns", "widen-column"), "tables"),
+    **dict.fromkeys(("init", "info", "create-table", "tables", "add-columns"), "tables"),
+    **dict.fromkeys(("widen-column", "describe", "drop-table"), "tables"),
+    **dict.fromkeys(("set-properties", "unset-properties"), "tables"),
     **dict.fromkeys(("segments", "timeline", "history", "lineage", "locks", "keys"), "inspect"),
     **dict.fromkeys(("ingest", "upsert", "revert", "push"), "write"),
     **dict.fromkeys(("query", "retention", "orphans", "serve"), "admin"),
@@ -121,6 +132,9 @@ def _handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
         except LaminaError as exc:
             error_line(cli_words(str(exc)))
             raise typer.Exit(1) from None
+        except KeyboardInterrupt:  # a command that writes says what was published
+            error_line("interrupted")
+            raise typer.Exit(130) from None
         except BrokenPipeError:  # `lamina query ... | head`
             with contextlib.suppress(OSError):
                 sys.stderr.close()
@@ -176,10 +190,13 @@ class _Globals:
 
 
 _CATALOG_HELP = (
-    "Catalog URL (sqlite:///..., postgresql://...). "
-    "Default: $LAMINA_CATALOG, else lamina.db inside the warehouse."
+    "Catalog URL (sqlite:///..., postgresql://...). Default: $LAMINA_CATALOG, else "
+    ".lamina.toml's (`lamina info`), else lamina.db inside the warehouse."
 )
-_WAREHOUSE_HELP = "Warehouse path or URI. Default: $LAMINA_WAREHOUSE, else ./warehouse."
+_WAREHOUSE_HELP = (
+    "Warehouse path or URI. Default: $LAMINA_WAREHOUSE, else .lamina.toml's "
+    "(`lamina info`), else ./warehouse."
+)
 CatalogOpt = Annotated[
     str | None, typer.Option("--catalog", help=_CATALOG_HELP, show_default=False)
 ]
@@ -193,40 +210,56 @@ OutputOpt = Annotated[
 TableArg = Annotated[str, typer.Argument(help="Table name.")]
 
 
+def _version(value: bool) -> None:
+    if value:
+        print(f"lamina {lamina.__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
 def main(
     ctx: typer.Context,
     catalog: Annotated[
         str | None,
-        typer.Option("--catalog", envvar="LAMINA_CATALOG", help=_CATALOG_HELP, show_default=False),
+        typer.Option("--catalog", help=_CATALOG_HELP, show_default=False),
     ] = None,
     warehouse: Annotated[
         str | None,
-        typer.Option(
-            "--warehouse",
-            envvar="LAMINA_WAREHOUSE",
-            help=_WAREHOUSE_HELP,
-            show_default=False,
-        ),
+        typer.Option("--warehouse", help=_WAREHOUSE_HELP, show_default=False),
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print lamina's version."),
+    ] = False,
 ) -> None:
     """Time-partitioned tables of immutable Parquet segments on a transactional catalog."""
     ctx.obj = _Globals(catalog, warehouse)
 
 
+def resolved(ctx: typer.Context, catalog: str | None, warehouse: str | None) -> Locations:
+    """Where the catalog and warehouse come from: the command's options, else the
+    global ones, else the environment, else ``.lamina.toml``, else the defaults
+    (:mod:`lamina.cli.config`). Raises ConfigError."""
+    glob = ctx.find_object(_Globals) or _Globals()
+    return config.resolve(catalog or glob.catalog, warehouse or glob.warehouse)
+
+
 def locations(
     ctx: typer.Context, catalog: str | None, warehouse: str | None
 ) -> tuple[str | None, str | None]:
-    """The catalog and warehouse named by the command's options, else the global ones."""
-    glob = ctx.find_object(_Globals) or _Globals()
-    return catalog or glob.catalog, warehouse or glob.warehouse
+    """The catalog and warehouse to use (None: the default), as :func:`resolved`."""
+    where = resolved(ctx, catalog, warehouse)
+    return where.catalog.value, where.warehouse.value
 
 
 @contextlib.contextmanager
 def connect(
-    ctx: typer.Context, catalog: str | None, warehouse: str | None
+    ctx: typer.Context, catalog: str | None, warehouse: str | None, create: bool = False
 ) -> Iterator[lamina.Catalog]:
-    """The catalog named by the command's options, else the global ones, else the env."""
+    """The catalog the command's options, the global ones, the environment or
+    ``.lamina.toml`` name. ``create``: make the warehouse and catalog if missing
+    (``init``, ``create-table``, ``ingest --create``); otherwise a path where none
+    exists raises CatalogNotFoundError saying how to make one."""
     from lamina.catalog import connect as open_catalog  # loads sortedcontainers, sqlalchemy
 
     if app.program:
@@ -235,12 +268,35 @@ def connect(
         # included (tens of ms). Before DuckDB is imported: its bindings report
         # objects that the collection at exit did not free.
         gc.freeze()
-    cat_url, wh = locations(ctx, catalog, warehouse)
-    cat = open_catalog(catalog=cat_url, warehouse=wh)
+    where = resolved(ctx, catalog, warehouse)
+    try:
+        cat = open_catalog(
+            catalog=where.catalog.value, warehouse=where.warehouse.value, create=create
+        )
+    except CatalogNotFoundError as exc:
+        raise CatalogNotFoundError(not_found(exc, where)) from None
     try:
         yield cat
     finally:
         cat.close()
+
+
+def not_found(exc: CatalogNotFoundError, where: Locations) -> str:
+    """A missing catalog's message in the command line's words: what was looked for,
+    where that setting came from, and the command that makes one."""
+    why = str(exc).split("; ")[0]
+
+    def said(source: str) -> str:
+        return "the default" if source == "default" else source
+
+    wh = where.warehouse.value or config.DEFAULT_WAREHOUSE
+    init = f"lamina init --warehouse {wh}"
+    if where.catalog.value is not None:
+        init += f" --catalog {where.catalog.value}"
+    return (
+        f"{why} — the warehouse setting came from {said(where.warehouse.source)}, the "
+        f"catalog's from {said(where.catalog.source)}; check the path, or create it with `{init}`"
+    )
 
 
 def load(cat: lamina.Catalog, name: str) -> lamina.Table:
@@ -270,7 +326,7 @@ def run() -> None:
     app()
 
 
-__all__ = ["COMMANDS", "app", "command", "connect", "load", "run"]
+__all__ = ["COMMANDS", "app", "command", "connect", "load", "resolved", "run"]
 
 if __name__ == "__main__":
     run()

@@ -4,16 +4,33 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import functools
 import os
 import sys
+import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
-from lamina.cli import CatalogOpt, OutputOpt, WarehouseOpt, command, connect, load, locations
+from lamina.cli import (
+    CatalogOpt,
+    OutputOpt,
+    WarehouseOpt,
+    command,
+    connect,
+    load,
+    not_found,
+    resolved,
+)
+from lamina.cli.coerce import checked
 from lamina.cli.output import (
+    EXTENSIONS,
     Column,
     OutputFormat,
+    QueryFormat,
+    console,
     done,
     emit,
     emit_result,
@@ -21,9 +38,10 @@ from lamina.cli.output import (
     n_of,
     note,
     warn,
+    write_result,
 )
 from lamina.core.interval import MAX_US, MIN_US, from_us, to_us
-from lamina.errors import InvalidIntervalError
+from lamina.errors import CatalogNotFoundError, InvalidIntervalError, SqlError
 
 TablesOpt = Annotated[
     list[str] | None,
@@ -45,18 +63,81 @@ def query(
             show_default=False,
         ),
     ] = None,
-    fmt: OutputOpt = OutputFormat.table,
+    fmt: Annotated[
+        QueryFormat | None,
+        typer.Option(
+            "--format",
+            "-f",
+            help="table, csv, json, jsonl; with --output also parquet. Default: table, or "
+            "--output's extension.",
+            show_default=False,
+        ),
+    ] = None,
+    output: Annotated[
+        str | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write the whole result to this file (streamed: CSV and Parquet through "
+            "Arrow's writers, JSON through DuckDB's).",
+            show_default=False,
+        ),
+    ] = None,
     catalog: CatalogOpt = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Run SQL (DuckDB) over the latest snapshots of the tables it names."""
+    if output is not None:
+        _export(ctx, sql, fmt, output, limit or 0, catalog, warehouse)
+        return
+    if fmt is QueryFormat.parquet:
+        raise typer.BadParameter(
+            "parquet is written to a file: give --output", param_hint="--format"
+        )
+    shown = OutputFormat((fmt or QueryFormat.table).value)
     if sql == "-":
         sql = sys.stdin.read()
     with connect(ctx, catalog, warehouse) as cat:
         result = cat.sql_engine().run(sql, fetch_result)  # plain rows need no pyarrow
     if limit is None:
-        limit = 50 if fmt is OutputFormat.table else 0
-    emit_result(result, fmt, limit)
+        limit = 50 if shown is OutputFormat.table else 0
+    emit_result(result, shown, limit)
+
+
+def _export(
+    ctx: typer.Context,
+    sql: str,
+    fmt: QueryFormat | None,
+    output: str,
+    limit: int,
+    catalog: str | None,
+    warehouse: str | None,
+) -> None:
+    """``query --output FILE``: the result written to the file, a line on stderr."""
+    fmt = fmt or EXTENSIONS.get(Path(output).suffix.lower())
+    if fmt is None:
+        raise typer.BadParameter(
+            f"cannot tell the format of {output!r} from its extension: give --format "
+            "csv, json, jsonl or parquet",
+            param_hint="--format",
+        )
+    if fmt is QueryFormat.table:
+        raise typer.BadParameter("a file takes csv, json, jsonl or parquet", param_hint="--format")
+    folder = Path(output).parent
+    if not folder.is_dir():
+        raise SqlError(f"cannot write {output}: there is no folder {folder}")
+    if sql == "-":
+        sql = sys.stdin.read()
+    started = time.monotonic()
+    with connect(ctx, catalog, warehouse) as cat:
+        try:
+            rows = cat.sql_engine().run(
+                sql, functools.partial(write_result, fmt=fmt, path=output, limit=limit)
+            )
+        except (OSError, ValueError) as exc:
+            raise SqlError(f"cannot write {output}: {exc}") from None
+    note(f"wrote {n_of(rows, 'row')} to {output} ({fmt.value}, {time.monotonic() - started:.1f} s)",
+         stderr=True)  # fmt: skip
 
 
 def _parse_now(text: str) -> dt.datetime:
@@ -77,10 +158,15 @@ def retention(
         str | None,
         typer.Option(
             "--now",
+            parser=checked(_parse_now),
             help="Act as if it were this time (ISO-8601, naive = UTC), e.g. to catch up.",
             show_default=False,
         ),
     ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="List what would be deleted; delete nothing."),
+    ] = False,
     catalog: CatalogOpt = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
@@ -90,12 +176,27 @@ def retention(
     at = _parse_now(now) if now is not None else None
     with connect(ctx, catalog, warehouse) as cat:
         names = list(dict.fromkeys(load(cat, n).name for n in table)) if table else None
-        report = cat.run_retention(now=at, tables=names)
+        report = cat.run_retention(now=at, tables=names, dry_run=dry_run)
+    if dry_run:
+        _would_delete(report.segment_paths, report.orphan_paths, names)
+        return
     done(
         f"retention on {n_of(len(names), 'table') if names else 'all tables'}: deleted "
         f"{n_of(report.segment_files, 'segment file')} and "
         f"{n_of(report.orphan_files, 'orphan file')}"
         + _drops(report.drop_folders_deleted, report.drop_folders_restored),
+    )
+
+
+def _would_delete(segment_files: list[str], orphans: list[str], names: list[str] | None) -> None:
+    """A dry run's report: each file retention would delete, then the counts."""
+    for kind, paths in (("segment", segment_files), ("orphan", orphans)):
+        for rel in paths:
+            console().print(Text.assemble((f"{kind:8}", "dim"), rel), soft_wrap=True)
+    note(
+        f"dry run on {n_of(len(names), 'table') if names else 'all tables'}: would delete "
+        f"{n_of(len(segment_files), 'segment file')} and {n_of(len(orphans), 'orphan file')}; "
+        "nothing was deleted"
     )
 
 
@@ -158,7 +259,8 @@ def serve(
     """Serve the REST API (tables, segments, lineage; start/end/revertReplaceSegments).
 
     POST calls need `Authorization: Bearer $LAMINA_API_TOKEN` when that variable is set.
-    OpenAPI at /openapi.json, docs at /docs.
+    OpenAPI at /openapi.json, docs at /docs (a page of its own: nothing from the
+    internet), GET /health for probes. --port 0 picks a free port.
     """
     from lamina import (
         rest as server,  # loads fastapi, pydantic, sortedcontainers, sqlalchemy, starlette
@@ -170,5 +272,17 @@ def serve(
             "reach it can replace and revert segments",
             label="warning",
         )
-    cat_url, wh = locations(ctx, catalog, warehouse)
-    server.serve(host, port, catalog=cat_url, warehouse=wh, log_level=log_level.value)
+    where = resolved(ctx, catalog, warehouse)
+
+    def listening(url: str) -> None:
+        done(
+            ("serving ", "bold"), f"{url}  (API docs {url}/docs, health {url}/health; Ctrl-C stops)"
+        )
+
+    try:
+        server.serve(
+            host, port, catalog=where.catalog.value, warehouse=where.warehouse.value,
+            log_level=log_level.value, create=False, on_listen=listening,
+        )  # fmt: skip
+    except CatalogNotFoundError as exc:
+        raise CatalogNotFoundError(not_found(exc, where)) from None

@@ -6,6 +6,10 @@ commands take (text, flags, enum choices, whole numbers, lists of text) are conv
 directly; anything else, and any value this cannot convert (so every error message),
 goes through typer's own conversion, unchanged. With a typer whose internals differ,
 nothing is patched.
+
+Values of lamina's own kinds (sizes, ``APP:VERSION``) are read by the parsers below
+(``typer.Option(parser=...)``): a value they cannot read is a usage error (exit 2), with
+or without the direct conversion.
 """
 
 from __future__ import annotations
@@ -16,7 +20,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, get_args, get_origin
 
+import typer
 from typer._param_types import coerce_cli_choice, routes_to_path
+
+from lamina.core.interval import Interval
+from lamina.engines.files import parse_size
+from lamina.errors import LaminaError
 
 Convert = Callable[[Any, Any], Any]  # (value, click context) -> value; raises to give up
 
@@ -43,7 +52,14 @@ def converter(annotation: Any, info: Any) -> Convert | None:
     """A direct conversion for ``annotation``, or None to keep typer's."""
 
     if info.parser is not None:
-        return None
+        parse = info.parser
+
+        def parsed(value: Any, _ctx: Any) -> Any:
+            if type(value) is not str:
+                raise _GiveUp
+            return parse(value)  # a usage error (BadParameter) propagates
+
+        return parsed
     if get_origin(annotation) is list:
         (item_type,) = get_args(annotation)
         item = converter(item_type, info)
@@ -97,6 +113,8 @@ def install() -> None:
         )
     except ImportError:
         return
+    import click  # typer's own
+
     if getattr(core, "build_runtime_param", None) is not build_runtime_param:
         return  # another typer, or installed already
 
@@ -109,6 +127,10 @@ def install() -> None:
         def _coerce_value(self, value: Any, param: Any, ctx: Any) -> Any:
             try:
                 return self.convert(value, ctx)
+            except click.BadParameter as exc:  # a parser's usage error: exit 2
+                if exc.param is None:
+                    exc.param, exc.ctx = param, ctx
+                raise
             except Exception:  # noqa: BLE001 - typer converts it, or explains why not
                 pass
             if not self.slow:
@@ -129,3 +151,44 @@ def install() -> None:
         )
 
     core.build_runtime_param = direct
+
+
+# -- parsers of lamina's own kinds of values (``typer.Option(parser=...)``) -----------------
+
+
+def checked(parse: Callable[[str], Any]) -> Callable[[str], str]:
+    """A parser keeping an option's text once ``parse`` reads it; a LaminaError (or
+    ValueError) of ``parse`` becomes a usage error (BadParameter: exit 2)."""
+
+    def check(value: str) -> str:
+        try:
+            parse(value)
+        except (LaminaError, ValueError) as exc:
+            raise typer.BadParameter(str(exc)) from None
+        return value
+
+    return check
+
+
+#: ``500MB``, ``2GB``: a size (``--local-max-bytes``)
+size_text = checked(parse_size)
+#: ``START/END`` in ISO-8601 (whether it is aligned depends on the table: checked later)
+interval_text = checked(Interval.parse)
+
+
+def app_version_text(value: str) -> str:
+    """``APP:VERSION``, checked (kept as text). Raises BadParameter."""
+    app_version(value)
+    return value
+
+
+def app_version(value: str) -> tuple[str, int]:
+    """``APP:VERSION`` (an exactly-once application id and a whole version >= 0) ->
+    ``(app, version)``. Raises BadParameter."""
+    app, sep, version = value.rpartition(":")
+    if not sep or not app or not _INT.fullmatch(version) or version.startswith("-"):
+        raise typer.BadParameter(
+            f"{value!r} is not APP:VERSION; write e.g. nightly-load:20240601 (a version is "
+            "a whole number >= 0, higher for each new run)"
+        )
+    return app, int(version)

@@ -19,6 +19,7 @@ from lamina.cli import (
     load,
     snapshot,
 )
+from lamina.cli.coerce import interval_text
 from lamina.cli.output import (
     Column,
     OutputFormat,
@@ -201,7 +202,12 @@ def timeline(
     as_of: AsOfOpt = None,
     interval: Annotated[
         str | None,
-        typer.Option("--interval", "-i", help="Only chunks overlapping START/END (ISO-8601)."),
+        typer.Option(
+            "--interval",
+            "-i",
+            parser=interval_text,
+            help="Only chunks overlapping START/END (ISO-8601).",
+        ),
     ] = None,
     limit: Annotated[
         int,

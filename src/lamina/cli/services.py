@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from lamina.cli import CatalogOpt, OutputOpt, WarehouseOpt, command, connect, load
+from lamina.cli.coerce import interval_text
 from lamina.cli.output import Column, OutputFormat, console, done, emit, n_of, note, warn
 from lamina.errors import CompactionError
 
@@ -35,7 +36,11 @@ def compact(
     name: Annotated[str | None, typer.Argument(help="Table name (omit with --auto).")] = None,
     interval: Annotated[
         str | None,
-        typer.Option("--interval", help="START/END (ISO-8601); default: the whole table."),
+        typer.Option(
+            "--interval",
+            parser=interval_text,
+            help="START/END (ISO-8601); default: the whole table.",
+        ),
     ] = None,
     mode: Annotated[str | None, typer.Option("--mode", help="minor (default) or major.")] = None,
     granularity: Annotated[

@@ -2,21 +2,42 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from lamina.cli import CatalogOpt, OutputOpt, WarehouseOpt, command, connect, load
-from lamina.cli.output import Column, OutputFormat, console, count, emit, size, warn
+import lamina
+from lamina.cli import (
+    CatalogOpt,
+    OutputOpt,
+    TableArg,
+    WarehouseOpt,
+    command,
+    config,
+    connect,
+    load,
+    resolved,
+)
+from lamina.cli.output import (
+    Column,
+    OutputFormat,
+    console,
+    count,
+    done,
+    emit,
+    n_of,
+    note,
+    size,
+    warn,
+)
 from lamina.core.interval import Granularity
 from lamina.engines.files import FileFormat
-from lamina.errors import LaminaError
-
-if TYPE_CHECKING:
-    import lamina
+from lamina.errors import CatalogNotFoundError, LaminaError
 
 
 def parse_properties(items: Sequence[str], hint: str = "--property") -> dict[str, str]:
@@ -32,16 +53,87 @@ def parse_properties(items: Sequence[str], hint: str = "--property") -> dict[str
 
 @command("init")
 def init(ctx: typer.Context, catalog: CatalogOpt = None, warehouse: WarehouseOpt = None) -> None:
-    """Create the warehouse and the catalog (if needed) and show where they are."""
-    with connect(ctx, catalog, warehouse) as cat:
-        grid = RichTable.grid(padding=(0, 2))
-        grid.add_row(Text("warehouse", style="bold"), Text(cat.warehouse.location))
-        grid.add_row(Text("root", style="bold"), Text(cat.warehouse.root))
+    """Create the warehouse and the catalog (if needed), remember them in ./.lamina.toml
+    for the commands run in this folder and below it, and show where they are."""
+    where = resolved(ctx, catalog, warehouse)
+    with connect(ctx, catalog, warehouse, create=True) as cat:
+        n_tables = len(cat.list_tables())
+        url = cat.engine.url.render_as_string(hide_password=True)
+        location, root = cat.warehouse.location, cat.warehouse.root
+    # remember what a flag named, or where nothing was remembered yet
+    flagged = any(s.source.startswith("--") for s in (where.catalog, where.warehouse))
+    status = None
+    target = where.config
+    if flagged or where.config is None:
+        target = Path.cwd() / config.CONFIG_NAME
+        wh = config.recorded_warehouse(where.warehouse.value or location, Path.cwd())
+        cat_url = None if where.catalog.value is None else config.absolute_sqlite(url)
+        status = config.write_config(target, config.config_text(wh, cat_url))
+    grid = RichTable.grid(padding=(0, 2))
+    grid.add_row(Text("warehouse", style="bold"), Text(location))
+    grid.add_row(Text("root", style="bold"), Text(root))
+    grid.add_row(Text("catalog", style="bold"), Text(url))
+    grid.add_row(Text("tables", style="bold"), Text(str(n_tables)))
+    if target is not None:
+        grid.add_row(Text("config", style="bold"), Text(f"{target} ({status or 'found'})"))
+    console().print(grid)
+
+
+@command("info")
+def info(
+    ctx: typer.Context,
+    fmt: OutputOpt = OutputFormat.table,
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Say which catalog and warehouse the commands here use, and where each setting
+    comes from (an option, the environment, a .lamina.toml, the default)."""
+    where = resolved(ctx, catalog, warehouse)
+    url, location, root = where.catalog.value, where.warehouse.value or "./warehouse", None
+    tables: int | None = None
+    missing = None
+    try:
+        with connect(ctx, catalog, warehouse) as cat:
+            url = cat.engine.url.render_as_string(hide_password=True)
+            location, root = cat.warehouse.location, cat.warehouse.root
+            tables = len(cat.list_tables())
+    except CatalogNotFoundError as exc:
+        missing = str(exc)
+    cat_source = where.catalog.source
+    if cat_source == "default":
+        cat_source = "default: lamina.db in the warehouse"
+    data = {
+        "catalog": url,
+        "catalog_source": cat_source,
+        "warehouse": location,
+        "warehouse_root": root,
+        "warehouse_source": where.warehouse.source,
+        "config": None if where.config is None else str(where.config),
+        "exists": missing is None,
+        "tables": tables,
+        "version": lamina.__version__,
+    }
+    if fmt is OutputFormat.json:  # one object
+        print(json.dumps(data, indent=2))
+        return
+    if fmt is not OutputFormat.table:
+        emit([Column(k) for k in data], [data], fmt)
+        return
+    shown_wh = location if root is None or root == location else f"{location} ({root})"
+    grid = RichTable.grid(padding=(0, 2))
+    for name, value, source in (
+        ("catalog", url or "lamina.db in the warehouse", cat_source),
+        ("warehouse", shown_wh, where.warehouse.source),
+        ("config", str(where.config or "none found"), None),
+        ("tables", "-" if tables is None else count(tables), None),
+        ("version", lamina.__version__, None),
+    ):
         grid.add_row(
-            Text("catalog", style="bold"), Text(cat.engine.url.render_as_string(hide_password=True))
+            Text(name, style="bold"), Text(value), Text(f"({source})" if source else "", "dim")
         )
-        grid.add_row(Text("tables", style="bold"), Text(str(len(cat.list_tables()))))
-        console().print(grid)
+    console().print(grid)
+    if missing is not None:
+        warn(missing, label="not created")
 
 
 @command("create-table")
@@ -118,7 +210,7 @@ def create_table(
         arrow_schema = pa.schema(
             [f.with_nullable(False) if f.name in keys else f for f in arrow_schema]
         )
-    with connect(ctx, catalog, warehouse) as cat:
+    with connect(ctx, catalog, warehouse, create=True) as cat:
         table = cat.create_table(
             name,
             arrow_schema,
@@ -246,3 +338,171 @@ def widen_column(
                 f" (commit {commit.id})",
             )
         )  # fmt: skip
+
+
+# -- a table's definition: describe, drop, properties -----------------------------------------
+
+
+def _counts(t: lamina.Table) -> dict[str, Any]:
+    """What readers see of the table: visible segments, their bytes, rows, commits."""
+    segs = t.segments()
+    try:
+        rows: int | None = t.count()
+    except LaminaError as exc:  # a lost file, say: the definition still shows
+        rows = None
+        warn(f"{t.name}: rows not counted: {exc}")
+    history = t.history()
+    done_ = [c for c in history if c.state == "COMPLETED"]
+    return {
+        "rows": rows,
+        "segments": len(segs),
+        "size_bytes": sum(s.size_bytes for s in segs),
+        "commits": len(done_),
+        "last_commit": done_[-1].id if done_ else None,
+    }
+
+
+@command("describe")
+def describe(
+    ctx: typer.Context,
+    name: TableArg,
+    fmt: OutputOpt = OutputFormat.table,
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Show a table's definition (schema, time column, granularity, primary key,
+    properties) and what readers see of it (rows, segments, bytes, commits)."""
+    with connect(ctx, catalog, warehouse) as cat:
+        t = load(cat, name)
+        counts = _counts(t)
+        key = t.primary_key
+        columns = [
+            {
+                "name": f.name,
+                "type": str(f.type),
+                "nullable": f.nullable,
+                "role": "time"
+                if f.name == t.time_column
+                else "key"
+                if key and f.name in key
+                else "",
+            }
+            for f in t.schema
+        ]
+        data = {
+            "table": t.name,
+            "time_column": t.time_column,
+            "granularity": t.granularity.value,
+            "primary_key": list(key) if key else None,
+            "columns": columns,
+            "properties": dict(sorted(t.properties.items())),
+            **counts,
+        }
+    if fmt is OutputFormat.json:  # one object
+        print(json.dumps(data, indent=2))
+        return
+    if fmt is not OutputFormat.table:  # one row per column, the table's facts repeated
+        facts = {k: v for k, v in data.items() if k not in ("columns", "properties")}
+        facts["primary_key"] = ",".join(key) if key else None
+        facts["properties"] = json.dumps(data["properties"])
+        keys = [*facts, "column", "type", "nullable", "role"]
+        rows = [
+            {**facts, "column": c["name"], "type": c["type"], "nullable": c["nullable"],
+             "role": c["role"]}
+            for c in columns
+        ]  # fmt: skip
+        emit([Column(k) for k in keys], rows, fmt)
+        return
+    con = console()
+    grid = RichTable.grid(padding=(0, 2))
+    shown_rows = "?" if counts["rows"] is None else count(counts["rows"])
+    for label, value in (
+        ("table", t.name),
+        ("time column", t.time_column or "- (one ALL chunk)"),
+        ("granularity", t.granularity.value),
+        ("primary key", ", ".join(key) if key else "- (not an upsert table)"),
+        ("rows", shown_rows),
+        ("segments", f"{count(counts['segments'])} visible, {size(counts['size_bytes'])}"),
+        ("commits", f"{count(counts['commits'])}"
+         + (f" (latest: {counts['last_commit']})" if counts["last_commit"] else "")),
+    ):  # fmt: skip
+        grid.add_row(Text(label, style="bold"), Text(value))
+    con.print(grid)
+    cols = RichTable(box=None, padding=(0, 2), header_style="bold")
+    for h in ("column", "type", "nullable", ""):
+        cols.add_column(h)
+    for c in columns:
+        cols.add_row(
+            Text(c["name"]), Text(c["type"]), Text("yes" if c["nullable"] else "no"), c["role"]
+        )
+    con.print(cols)
+    props = data["properties"]
+    con.print(Text("properties: " + (", ".join(f"{k}={v}" for k, v in props.items()) or "none")))
+
+
+@command("drop-table")
+def drop_table(
+    ctx: typer.Context,
+    name: TableArg,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Drop a table: its catalog rows, history and files (asks first, unless --yes)."""
+    with connect(ctx, catalog, warehouse) as cat:
+        t = load(cat, name)
+        counts = _counts(t)
+        what = (
+            f"table {t.name} ({n_of(counts['segments'], 'segment')}, "
+            f"{'?' if counts['rows'] is None else n_of(counts['rows'], 'row')}, "
+            f"{size(counts['size_bytes'])}, {n_of(counts['commits'], 'commit')})"
+        )
+        if not yes and not typer.confirm(f"drop {what} and delete its files?", default=False):
+            warn("nothing dropped")
+            raise typer.Exit(1)
+        cat.drop_table(t.name)
+    done(("dropped ", "bold"), what)
+
+
+def _changed(t: lamina.Table, before: dict[str, str], verb: str) -> None:
+    after = t.properties
+    changed = sorted(k for k in {*before, *after} if before.get(k) != after.get(k))
+    if not changed:
+        note(f"no property of {t.name} changed")
+        return
+    shown = ", ".join(f"{k}={after[k]}" if k in after else f"{k} (unset)" for k in changed)
+    done((f"{verb} ", "bold"), f"on {t.name}: {shown}")
+
+
+@command("set-properties")
+def set_properties(
+    ctx: typer.Context,
+    name: TableArg,
+    props: Annotated[list[str], typer.Argument(metavar="KEY=VALUE...", help="Properties.")],
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Set table properties (checked as create-table checks them; all or none change)."""
+    values = parse_properties(props, hint="KEY=VALUE")
+    with connect(ctx, catalog, warehouse) as cat:
+        t = load(cat, name)
+        before = t.properties
+        t.set_properties(**values)
+        _changed(t, before, "set")
+
+
+@command("unset-properties")
+def unset_properties(
+    ctx: typer.Context,
+    name: TableArg,
+    keys: Annotated[list[str], typer.Argument(metavar="KEY...", help="Property names.")],
+    catalog: CatalogOpt = None,
+    warehouse: WarehouseOpt = None,
+) -> None:
+    """Remove table properties (lamina's own return to their defaults; a name the table
+    does not have is ignored)."""
+    with connect(ctx, catalog, warehouse) as cat:
+        t = load(cat, name)
+        before = t.properties
+        t.unset_properties(*keys)
+        _changed(t, before, "unset")

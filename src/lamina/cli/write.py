@@ -3,19 +3,22 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
+import itertools
 import os
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
 from lamina.cli import CatalogOpt, TableArg, WarehouseOpt, command, connect, load
-from lamina.cli.output import console, done, n_of, warn
-from lamina.cli.tables import parse_properties
+from lamina.cli.coerce import app_version, app_version_text, interval_text, size_text
+from lamina.cli.output import console, done, error_line, n_of, warn
+from lamina.cli.tables import parse_properties, print_table_created
 from lamina.core.interval import Granularity, Interval
 from lamina.core.lineage import LineageState
 from lamina.engines.files import FileFormat, check_inputs, format_of, input_bytes, parse_size
@@ -66,6 +69,7 @@ LocalMaxOpt = Annotated[
     str | None,
     typer.Option(
         "--local-max-bytes",
+        parser=size_text,
         help=f"Largest input (e.g. 500MB) auto reads locally. Default: ${LOCAL_MAX_ENV}, "
         f"else {DEFAULT_LOCAL_MAX}.",
         show_default=False,
@@ -195,6 +199,7 @@ def ingest(
         typer.Option(
             "--interval",
             "-i",
+            parser=interval_text,
             help="Overwrite exactly START/END (aligned to chunks); default: the chunks "
             "the data touches.",
         ),
@@ -218,12 +223,25 @@ def ingest(
     engine: EngineOpt = Engine.auto,
     local_max: LocalMaxOpt = None,
     verbose: VerboseOpt = False,
+    txn: Annotated[
+        str | None,
+        typer.Option(
+            "--txn",
+            metavar="APP:VERSION",
+            parser=app_version_text,
+            help="Exactly once: skip the write if application APP already wrote VERSION "
+            "or a later one on this table (e.g. a retried cron job: --txn nightly:20240601).",
+            show_default=False,
+        ),
+    ] = None,
     catalog: CatalogOpt = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Load CSV, JSON-lines or Parquet files into a table, in one commit.
 
     Small inputs are read locally with pyarrow; large ones (or --engine spark) with Spark.
+    An input without rows commits nothing (and creates no table), except an overwrite
+    of an explicit --interval, which empties it.
     """
     if interval is not None and mode is not WriteMode.overwrite:
         raise typer.BadParameter("only applies with --mode overwrite", param_hint="--interval")
@@ -237,7 +255,8 @@ def ingest(
     fmt = fmt or format_of(paths)
     use = choose_engine(engine, paths, local_max)
     started = time.monotonic()
-    with connect(ctx, catalog, warehouse) as cat:
+    since = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)
+    with connect(ctx, catalog, warehouse, create=create) as cat:
         table: lamina.Table | None
         try:
             table = cat.load_table(name)
@@ -252,32 +271,107 @@ def ingest(
             table = None
         created = False
         commits: list[lamina.Commit] = []
+        exactly_once = None if txn is None else app_version(txn)
 
         def write(data: Any, schema: Any) -> None:
             nonlocal table, created
+            empties = mode is WriteMode.overwrite and interval is not None
+            data = data if empties else with_rows(data)
+            if data is None:
+                return  # no rows: no commit, no table
             if table is None:
                 table = cat.create_table(
                     name, schema if schema is not None else data.schema, time_column,
                     granularity, properties,
                 )  # fmt: skip
                 created = True
+                _warn_untimed(table)
             if mode is WriteMode.append:
-                commits.append(table.append(data, metadata=meta))
+                commits.append(table.append(data, metadata=meta, txn=exactly_once))
             else:
-                commits.append(table.overwrite(data, interval=interval, metadata=meta))
+                commits.append(
+                    table.overwrite(data, interval=interval, metadata=meta, txn=exactly_once)
+                )
 
         meta = _input_meta(ctx.meta.get("via", "lamina ingest"), fmt, paths, use)
         try:
             tasks = _write(
                 use, verbose, fmt, paths, None if table is None else table.schema, "writing", write
             )
-        except BaseException:
+        except BaseException as exc:
             published = table is not None and any(c.state == "COMPLETED" for c in table.history())
             if created and not published:
                 cat.drop_table(name)  # nothing published: no table made either
+            if isinstance(exc, KeyboardInterrupt):
+                _interrupted(table if published else None, meta, since)
             raise
+        if not commits:
+            made = "" if table is not None else f"; table {name} not created"
+            warn(f"no rows in {', '.join(paths)}: nothing ingested (no commit{made})")
+            return
         assert table is not None
-        _print_commit(table, commits[0], created, time.monotonic() - started, use, tasks)
+        commit = commits[0]
+        if commit.already_applied and exactly_once is not None:
+            app, version = exactly_once
+            done(
+                ("skipped", "bold"),
+                f": {app} already wrote version {version} or a later one on {table.name} "
+                f"(commit {commit.id}); nothing written",
+            )
+            return
+        _print_commit(table, commit, created, time.monotonic() - started, use, tasks)
+
+
+def with_rows(data: Any) -> Any:
+    """``data`` (an Arrow record batch reader, or a Spark DataFrame), or None if it has
+    no rows. A reader's batches are read up to the first with rows."""
+    if hasattr(data, "isEmpty"):  # a Spark DataFrame: one small job
+        return None if data.isEmpty() else data
+    import pyarrow as pa  # loads numpy, pyarrow
+
+    batches = iter(data)
+    for batch in batches:
+        if batch.num_rows:
+            return pa.RecordBatchReader.from_batches(data.schema, itertools.chain([batch], batches))
+    return None
+
+
+def _warn_untimed(table: lamina.Table) -> None:
+    """A table created without a time column although the data has a time: say so."""
+    import pyarrow as pa  # loads numpy, pyarrow
+
+    if table.time_column is not None:
+        return
+    timed = [
+        f.name for f in table.schema if pa.types.is_timestamp(f.type) or pa.types.is_date(f.type)
+    ]
+    if timed:
+        warn(
+            f"column {timed[0]} holds times, but no --time-column was given: {table.name} "
+            "has one ALL chunk (no time partitioning, no --interval overwrites). To "
+            f"partition by time: `lamina drop-table {table.name} --yes`, then ingest again "
+            f"with --create --time-column {timed[0]}",
+            label="warning",
+        )
+
+
+def _interrupted(table: lamina.Table | None, meta: dict[str, Any], since: dt.datetime) -> NoReturn:
+    """Ctrl-C during a write: say whether its commit was published; exit 130."""
+    mine = [
+        c
+        for c in (table.history() if table is not None else [])
+        if c.state == "COMPLETED"
+        and c.started_at >= since
+        and {k: c.metadata.get(k) for k in meta} == meta
+    ]
+    if mine and table is not None:
+        error_line(f"interrupted after commit {mine[-1].id} was published on {table.name}")
+    else:
+        error_line(
+            "interrupted: nothing was published (readers see the table as it was; the "
+            "files written so far are removed)"
+        )
+    raise typer.Exit(130)
 
 
 def _note_existing(
@@ -311,8 +405,8 @@ def _print_commit(
     data = [s for s in segs if s.location is not None]
     tombstones = len(segs) - len(data)
     removed = len(commit.removed)
-    if created:
-        console().print(Text.assemble(("created table ", "green"), (table.name, "bold green")))
+    if created:  # what was inferred: the schema, the time column and chunks
+        print_table_created(table)
     parts = [n_of(sum(s.row_count for s in data), "row"), n_of(len(data), "segment") + " added"]
     if removed:
         parts.append(f"{removed:,} replaced")
@@ -389,33 +483,49 @@ def push(
         typer.Option(
             "--interval",
             "-i",
+            parser=interval_text,
             help="Replace only START/END (aligned to chunks); default: all the table's data.",
         ),
     ] = None,
     engine: EngineOpt = Engine.auto,
     local_max: LocalMaxOpt = None,
     verbose: VerboseOpt = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Push to a table whose pushes cannot be reverted (no lineage)."
+        ),
+    ] = False,
     catalog: CatalogOpt = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Replace a table's data with files in one consistent, revertible push.
 
     Readers see the old data until the push completes, then only the new. On a table
-    with consistent_push=true the push is a lineage entry that `lamina revert` rolls back.
+    with consistent_push=true the push is a lineage entry that `lamina revert` rolls back;
+    on any other table (upsert tables too) it cannot be undone: pass --force.
     """
     window = Interval.parse(interval) if interval is not None else None
     paths = check_inputs(files)
     fmt = fmt or format_of(paths)
     use = choose_engine(engine, paths, local_max)
     started = time.monotonic()
+    since = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)
     with connect(ctx, catalog, warehouse) as cat:
         t = load(cat, name)
         if window is not None:
             t.granularity.check_aligned(window)
-        if not t.consistent_push and t.primary_key is None:
-            warn(
-                f"table {t.name} has consistent_push=false: the push is one atomic "
-                "commit but cannot be reverted; create tables with -p consistent_push=true"
+        if not t.consistent_push and not force:
+            why = (
+                "is an upsert table (no lineage: a rollback would revive records later "
+                "upserts replaced)"
+                if t.primary_key is not None
+                else f"has consistent_push=false (`lamina set-properties {t.name} "
+                "consistent_push=true` makes later pushes revertible)"
+            )
+            raise LineageError(
+                f"table {t.name} {why}: this push would replace its data in one atomic "
+                "commit that cannot be reverted; pass --force to push anyway"
             )
         meta = _input_meta("lamina push", fmt, paths, use)
         commits: list[lamina.Commit] = []
@@ -435,6 +545,8 @@ def push(
             raise CommitError(
                 f"push failed, nothing was published (readers still see the previous data): {exc}"
             ) from None
+        except KeyboardInterrupt:
+            _interrupted(t, meta, since)
         commit = commits[0]
         _print_commit(t, commit, False, time.monotonic() - started, use, tasks)
         eid = commit.metadata.get("lineage_entry") if t.consistent_push else None

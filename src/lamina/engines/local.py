@@ -3,6 +3,9 @@ record batches (pyarrow datasets), and schemas inferred from sample files."""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -10,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from lamina.engines.files import FileFormat, data_files, format_of, is_tsv
+from lamina.engines.files import FileFormat, data_files, format_of, is_tsv, parse_size
 from lamina.errors import InputFileError
 
 
@@ -48,8 +51,7 @@ def infer_schema(path: str, fmt: FileFormat | None = None) -> pa.Schema:
             with pacsv.open_csv(path, parse_options=parse) as reader:
                 return _normalize_inferred(reader.schema)
         if hasattr(pajson, "open_json"):  # pyarrow >= 19: only the first block
-            with pajson.open_json(path) as reader:
-                return _normalize_inferred(reader.schema)
+            return _normalize_inferred(_first_block_schema(fmt, path, False))
         return _normalize_inferred(pajson.read_json(path).schema)
     except (pa.ArrowException, OSError) as exc:
         why = _reason(fmt, exc, path)
@@ -69,12 +71,124 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _reason(fmt: FileFormat, exc: BaseException, path: str) -> str:
-    """Why ``path`` could not be read; for a JSON array, what lamina reads (Arrow's
-    error names no array)."""
+    """Why ``path`` could not be read: where (``line N, column 'c': ``, 1-based, found
+    by reading the file again: Arrow's errors count rows per block, or not at all)
+    and Arrow's reason; for a JSON array, what lamina reads."""
     why = _first_line(exc)
     if fmt is FileFormat.json and "JSON parse error" in why and _array(path):
-        why += " (lamina reads JSON lines: one object per line, not a JSON array)"
+        return why + " (lamina reads JSON lines: one object per line, not a JSON array)"
+    if fmt is not FileFormat.parquet:
+        try:
+            where = _locate(fmt, path, why)
+        except (OSError, ValueError, UnicodeDecodeError, pa.ArrowException):
+            where = None
+        if where:  # Arrow's own places go: a block's row, a column's number
+            why = _ARROW_PLACE.sub("", why)
+            if ", column " in where or not where.startswith("line"):
+                why = _ARROW_COLUMN.sub("", why)
+            return f"{where}: {why}"
     return why
+
+
+# -- where a CSV or JSON error is: the file read again (only after an error) --------------
+
+_ARROW_PLACE = re.compile(r" in row \d+$")
+_ARROW_COLUMN = re.compile(r"^(In CSV column #\d+: |column '.+?': )")
+_CSV_FIELDS = re.compile(r"Expected (\d+) columns, got \d+")
+_CSV_VALUE = re.compile(r"In CSV column #(\d+): .*invalid value '(.*)'$")
+_COLUMN_VALUE = re.compile(r"^column '(.+?)': Failed to parse string: '(.*?)'")
+_JSON_KIND = re.compile(r"Column\((/[^)]*)\) changed from \w+ to (\w+)")
+_JSON_VALUE = re.compile(r"Failed to convert JSON to .*?, couldn't parse:(.*)$")
+
+
+def _records(fmt: FileFormat, path: str) -> Iterator[tuple[int, Any]]:
+    """(1-based line, record) of a CSV (the header's line 1: records are dicts by
+    column name) or JSON-lines file (``None`` for a line that is not JSON)."""
+    with _open(path, False) as raw:
+        text = io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="")
+        if fmt is FileFormat.csv:
+            reader = csv.reader(text, delimiter="\t" if is_tsv(path) else ",")
+            header = next(reader, [])
+            start = reader.line_num + 1
+            for fields in reader:
+                yield start, (header, fields)
+                start = reader.line_num + 1
+            return
+        for n, line in enumerate(text, 1):
+            if not line.strip():
+                continue
+            try:
+                yield n, json.loads(line)
+            except ValueError:
+                yield n, None
+
+
+def _kind(value: Any) -> str:
+    """A JSON value's kind as Arrow's JSON reader names it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "object" if isinstance(value, dict) else "array" if isinstance(value, list) else "?"
+
+
+def _at(record: Any, pointer: str) -> tuple[bool, Any]:
+    """The value at a JSON pointer (``/a/b``) of a record: (found, value)."""
+    value = record
+    for part in pointer.strip("/").split("/"):
+        if not isinstance(value, dict) or part not in value:
+            return False, None
+        value = value[part]
+    return True, value
+
+
+def _locate(fmt: FileFormat, path: str, why: str) -> str | None:
+    """``line N, column 'c'`` of the record an Arrow error ``why`` is about (None:
+    not found)."""
+    if fmt is FileFormat.csv:
+        if m := _CSV_FIELDS.search(why):
+            want = int(m.group(1))
+            for line, (_, fields) in _records(fmt, path):
+                if fields and len(fields) != want:
+                    return f"line {line}"
+            return None
+        if m := _CSV_VALUE.search(why):
+            i, value = int(m.group(1)), m.group(2)
+            for line, (header, fields) in _records(fmt, path):
+                if i < len(fields) and fields[i] == value:
+                    return f"line {line}, column {header[i]!r}"
+            return None
+        if m := _COLUMN_VALUE.search(why):
+            name, value = m.groups()
+            for line, (header, fields) in _records(fmt, path):
+                row = dict(zip(header, fields, strict=False))
+                if row.get(name) == value:
+                    return f"line {line}, column {name!r}"
+        return None
+    for line, record in _records(fmt, path):
+        if record is None or not isinstance(record, dict):
+            if "JSON parse error" in why and not _JSON_KIND.search(why):
+                return f"line {line}"
+            continue
+        if m := _JSON_KIND.search(why):
+            found, value = _at(record, m.group(1))
+            if found and _kind(value) == m.group(2):
+                return f"line {line}, column {m.group(1).strip('/').replace('/', '.')!r}"
+        elif m := _JSON_VALUE.search(why):
+            for key, value in record.items():
+                if not isinstance(value, dict | list) and str(value) == m.group(1).strip():
+                    return f"line {line}, column {key!r}"
+        elif (m := _COLUMN_VALUE.search(why)) and record.get(m.group(1)) == m.group(2):
+            return f"line {line}, column {m.group(1)!r}"
+        elif "too big" in why:
+            for key, value in record.items():
+                if isinstance(value, float) and abs(value) == float("inf"):
+                    return f"line {line}, column {key!r}"
+    return None
 
 
 def _array(path: str) -> bool:
@@ -101,8 +215,46 @@ def _as_read(t: pa.DataType) -> pa.DataType:
     return pa.string() if pa.types.is_timestamp(t) else t
 
 
+#: the block the CSV and JSON readers parse at once; a JSON record must fit in one:
+#: a larger one is read again with blocks 4 times larger, up to $LAMINA_JSON_MAX_BLOCK
+BLOCK = 1 << 22
+MAX_BLOCK_ENV = "LAMINA_JSON_MAX_BLOCK"
+DEFAULT_MAX_BLOCK = "256MB"
+
+
+def _max_block() -> int:
+    """The largest block a JSON record may need. Raises InputFileError (bad variable)."""
+    return parse_size(os.environ.get(MAX_BLOCK_ENV) or DEFAULT_MAX_BLOCK, f"${MAX_BLOCK_ENV}")
+
+
+def _straddles(exc: BaseException) -> bool:
+    return "straddl" in str(exc)
+
+
+def _blocks(path: str) -> Iterator[int]:
+    """The block sizes to read a JSON file with: 4 MiB, then 4 times larger up to the
+    limit; past it InputFileError saying how to raise it."""
+    limit = max(_max_block(), BLOCK)
+    block = BLOCK
+    while True:
+        yield block
+        if block >= limit:
+            raise InputFileError(
+                f"cannot read {path} as json: a record does not fit in a block of "
+                f"{limit:,} bytes, the most the local engine reads at once; raise "
+                f"${MAX_BLOCK_ENV} (e.g. {MAX_BLOCK_ENV}=1GB; each block is held in "
+                "memory) or use --engine spark"
+            )
+        block = min(block * 4, limit)
+
+
 def _reader(
-    fmt: FileFormat, file: Any, tsv: bool, target: pa.Schema | None, batch_rows: int
+    fmt: FileFormat,
+    file: Any,
+    tsv: bool,
+    target: pa.Schema | None,
+    batch_rows: int,
+    block: int = BLOCK,
 ) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
     """The schema and record batches of an open file; CSV/JSON columns the ``target``
     has are parsed to its types (timestamps as text: :func:`_typed` parses them)."""
@@ -118,7 +270,7 @@ def _reader(
     if fmt is FileFormat.csv:
         reader = pacsv.open_csv(
             file,
-            read_options=pacsv.ReadOptions(block_size=1 << 22),
+            read_options=pacsv.ReadOptions(block_size=BLOCK),
             parse_options=pacsv.ParseOptions(delimiter="\t" if tsv else ","),
             # an empty field, quoted or not, is null in every column, as Spark reads it
             # (--engine auto picks either by the input's size); only an empty one:
@@ -133,7 +285,7 @@ def _reader(
     else:
         reader = pajson.open_json(
             file,
-            read_options=pajson.ReadOptions(block_size=1 << 22),
+            read_options=pajson.ReadOptions(block_size=block),
             parse_options=pajson.ParseOptions(
                 explicit_schema=pa.schema(list(types.items())) if types else None,
                 unexpected_field_behavior="infer",
@@ -181,14 +333,20 @@ def _typed_schema(schema: pa.Schema, target: pa.Schema | None) -> pa.Schema:
 
 
 def _typed(batch: pa.RecordBatch, target: pa.Schema | None) -> pa.RecordBatch:
-    """Text timestamps of the columns ``target`` has parsed to its types."""
+    """Text timestamps of the columns ``target`` has parsed to its types.
+    Raises ``pa.ArrowInvalid`` naming the column."""
     schema = _typed_schema(batch.schema, target)
     if schema == batch.schema:
         return batch
-    cols = [
-        _parse_times(col.cast(pa.string()), f.type) if f.type != col.type else col
-        for f, col in zip(schema, batch.columns, strict=True)
-    ]
+    cols = []
+    for f, col in zip(schema, batch.columns, strict=True):
+        if f.type == col.type:
+            cols.append(col)
+            continue
+        try:
+            cols.append(_parse_times(col.cast(pa.string()), f.type))
+        except pa.ArrowInvalid as exc:
+            raise pa.ArrowInvalid(f"column {f.name!r}: {_first_line(exc)}") from None
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
@@ -213,11 +371,27 @@ def _first_schema(
     target = schema
     if target is None and fmt is not FileFormat.parquet:
         with _open(path, False) as file:
-            target = _normalize_inferred(_reader(fmt, file, tsv, None, 1)[0])
+            target = _normalize_inferred(_first_block_schema(fmt, path, tsv))
         _named_once(target, path)
-    with _open(path, fmt is FileFormat.parquet) as file:
-        read = _reader(fmt, file, tsv, target, 1)[0]
-    return target, _typed_schema(read, target)
+    if fmt is FileFormat.parquet:
+        with _open(path, True) as file:
+            return target, _typed_schema(_reader(fmt, file, tsv, target, 1)[0], target)
+    return target, _typed_schema(_first_block_schema(fmt, path, tsv, target), target)
+
+
+def _first_block_schema(
+    fmt: FileFormat, path: str, tsv: bool, target: pa.Schema | None = None
+) -> pa.Schema:
+    """The schema of a CSV or JSON file's first block (a JSON record larger than a
+    block: read again with larger ones)."""
+    for block in _blocks(path) if fmt is FileFormat.json else iter([BLOCK]):
+        try:
+            with _open(path, False) as file:
+                return _reader(fmt, file, tsv, target, 1, block)[0]
+        except pa.ArrowInvalid as exc:
+            if not _straddles(exc):
+                raise
+    raise AssertionError("unreachable")
 
 
 def _named_once(schema: pa.Schema, path: str) -> None:
@@ -253,6 +427,10 @@ def read_batches(
     files = data_files(paths)
     if not files:
         raise InputFileError(f"no data files in {', '.join(paths)}")
+    if fmt is not FileFormat.parquet:  # an empty text file holds no rows (not even a header)
+        files = [f for f in files if _size(f) > 0]
+        if not files:
+            return pa.RecordBatchReader.from_batches(schema or pa.schema([]), iter(()))
     try:
         target, out_schema = _first_schema(fmt, files[0], is_tsv(files[0]), schema)
     except (pa.ArrowException, OSError) as exc:
@@ -260,17 +438,36 @@ def read_batches(
             f"cannot read {files[0]} as {fmt.value}: {_reason(fmt, exc, files[0])}"
         ) from None
 
+    def batches(path: str) -> Iterator[pa.RecordBatch]:
+        """A file's batches; a JSON record larger than the block: the file read again
+        with larger blocks, from the row after the last one given."""
+        given = 0
+        for block in _blocks(path) if fmt is FileFormat.json else iter([BLOCK]):
+            skip = given
+            try:
+                with _open(path, fmt is FileFormat.parquet) as file:
+                    for batch in _reader(fmt, file, is_tsv(path), target, batch_rows, block)[1]:
+                        if skip:
+                            batch, skip = batch.slice(skip), max(0, skip - batch.num_rows)
+                            if not batch.num_rows:
+                                continue
+                        given += batch.num_rows
+                        yield batch
+                return
+            except pa.ArrowInvalid as exc:
+                if not _straddles(exc):
+                    raise
+
     def stream() -> Iterator[pa.RecordBatch]:
         rows = done_bytes = 0
         for path in files:
             try:
-                with _open(path, fmt is FileFormat.parquet) as file:
-                    for batch in _reader(fmt, file, is_tsv(path), target, batch_rows)[1]:
-                        batch = _like(_typed(batch, target), out_schema, path, files[0])
-                        rows += batch.num_rows
-                        if on_progress is not None:
-                            on_progress(rows, done_bytes)
-                        yield batch
+                for batch in batches(path):
+                    batch = _like(_typed(batch, target), out_schema, path, files[0])
+                    rows += batch.num_rows
+                    if on_progress is not None:
+                        on_progress(rows, done_bytes)
+                    yield batch
             except (pa.ArrowException, OSError) as exc:
                 raise InputFileError(
                     f"cannot read {path} as {fmt.value}: {_reason(fmt, exc, path)}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lamina.context import CatalogContext
 from lamina.core.interval import to_us
@@ -18,14 +18,18 @@ from lamina.meta.tables import now_us
 
 @dataclass
 class RetentionReport:
-    """What one retention run deleted."""
+    """What one retention run deleted (a dry run: would delete)."""
 
     segment_files: int = 0
     orphan_files: int = 0
     #: folders of drops that a dying process left: deleted (the drop had committed) or
-    #: moved back into their table's folder (it had not)
+    #: moved back into their table's folder (it had not); a dry run settles none
     drop_folders_deleted: int = 0
     drop_folders_restored: int = 0
+    #: the files (relative to the warehouse root) deleted, or that a dry run would delete
+    segment_paths: list[str] = field(default_factory=list)
+    orphan_paths: list[str] = field(default_factory=list)
+    dry_run: bool = False
 
 
 def run_retention(
@@ -34,17 +38,19 @@ def run_retention(
     now: dt.datetime | None = None,
     lineage_only: bool = False,
     every_name: bool = False,
+    dry_run: bool = False,
 ) -> RetentionReport:
     """Delete what lineage, overwrites and deletes left behind, and orphan files, in
     the tables ``names`` (see ``Catalog.run_retention``), and settle the folders of
-    their unfinished drops (``every_name``: of any name, a table's or not). Raises
-    TableNotFoundError, WarehouseError."""
+    their unfinished drops (``every_name``: of any name, a table's or not).
+    ``dry_run``: decide the same, in transactions rolled back, and delete nothing (nor
+    settle drops). Raises TableNotFoundError, WarehouseError."""
 
     at = now_us() if now is None else to_us(now)
     never = 2**62
-    report = RetentionReport()
+    report = RetentionReport(dry_run=dry_run)
     props_of = {name: tables.get_table(ctx.db, name).properties for name in names}
-    if not lineage_only:  # first: files moved back are seen by the checks below
+    if not lineage_only and not dry_run:  # first: files moved back are seen below
         drops = settle_drops(ctx, None if every_name else names, at)
         report.drop_folders_deleted = drops.deleted
         report.drop_folders_restored = drops.restored
@@ -56,13 +62,18 @@ def run_retention(
             at,
             never if lineage_only else setting(props, "replaced_segments_retention"),
             never if lineage_only else setting(props, "lineage_cleanup_retention"),
+            dry_run,
         )
-        ctx.delete_files(garbage)
+        if not dry_run:
+            ctx.delete_files(garbage)
         report.segment_files += len(garbage)
+        report.segment_paths += garbage
         if not lineage_only:
             orphans = find_orphans(ctx, [name], now=now, with_grace=True)
-            ctx.delete_files(orphans)
+            if not dry_run:
+                ctx.delete_files(orphans)
             report.orphan_files += len(orphans)
+            report.orphan_paths += orphans
     return report
 
 

@@ -16,10 +16,24 @@ from lamina.meta.segments import delete_rows, purge_before, referenced_locations
 from lamina.meta.tables import lock_table, read_table
 
 
+class _Rehearsed(Exception):
+    """A dry run's result, raised to roll its transaction back."""
+
+    def __init__(self, garbage: list[str]) -> None:
+        super().__init__("dry run")
+        self.garbage = garbage
+
+
 def retention(
-    db: Db, name: str, now: int, replaced_after_us: int, lineage_after_us: int
+    db: Db,
+    name: str,
+    now: int,
+    replaced_after_us: int,
+    lineage_after_us: int,
+    dry_run: bool = False,
 ) -> list[str]:
-    """Delete segments that lineage or later commits made garbage; return their files.
+    """Delete segments that lineage or later commits made garbage; return their files
+    (``dry_run``: the same transaction, rolled back: what it would delete).
 
     * COMPLETED entries older than ``replaced_after_us``: their segments_from;
     * REVERTED entries, and IN_PROGRESS ones older than ``lineage_after_us``: their
@@ -76,9 +90,14 @@ def retention(
             purge_before(conn, table_id, purge)
         if garbage:  # the deletion vectors of files going now: no snapshot reads them
             deletes.drop(conn, table_id, garbage)
+        if dry_run:
+            raise _Rehearsed(garbage)
         return garbage
 
-    return db.write(txn)
+    try:
+        return db.write(txn)
+    except _Rehearsed as rehearsed:
+        return rehearsed.garbage
 
 
 def _shown_before(conn: Connection, table_id: int, ids: Sequence[str], seq: int) -> bool:

@@ -24,19 +24,21 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Security, status
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 import lamina
 from lamina.core.lineage import LineageState
 from lamina.errors import (
+    CatalogUnavailableError,
     LaminaError,
     ServeError,
     TableNotFoundError,
 )
 from lamina.meta.tables import get_table
 from lamina.operations.handle import TableHandle
+from lamina.rest.docs import docs_page
 from lamina.rest.errors import message, status_of
 from lamina.rest.models import (
     ChunkCompactionInfo,
@@ -44,6 +46,7 @@ from lamina.rest.models import (
     CompactResult,
     EndReplaceRequest,
     ErrorResponse,
+    HealthInfo,
     LineageEntryInfo,
     ReplaceResult,
     SegmentInfo,
@@ -159,6 +162,21 @@ writes = APIRouter(
     dependencies=[Depends(_documented_bearer)],
     responses={**_ERRORS, **_AUTH_ERRORS},
 )
+
+
+@reads.get(
+    "/health",
+    response_model=HealthInfo,
+    tags=["server"],
+    responses={503: {"model": ErrorResponse, "description": "The catalog cannot be read."}},
+)
+def health(cat: Annotated[lamina.Catalog, Depends(_catalog)]) -> HealthInfo | JSONResponse:
+    """The server is up and its catalog answers (a load balancer's or a probe's check)."""
+    try:
+        tables = len(cat.list_tables())
+    except CatalogUnavailableError as exc:
+        return _Json({"detail": str(exc)}, status_code=503)
+    return HealthInfo(status="ok", version=lamina.__version__, tables=tables)
 
 
 @reads.get("/tables", response_model=list[TableInfo])
@@ -356,7 +374,14 @@ def create_app(catalog: lamina.Catalog, token: str | None = None) -> FastAPI:
         version=lamina.__version__,
         description="Tables, segments and segment lineage of a lamina catalog.",
         default_response_class=_Json,
+        docs_url=None,  # FastAPI's pages load their scripts from a CDN: lamina's own below
+        redoc_url=None,
     )
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return HTMLResponse(docs_page(app.openapi()))
+
     app.state.catalog = catalog
     app.state.token = token or None
     app.add_exception_handler(LaminaError, _lamina_error)
@@ -373,14 +398,22 @@ def serve(
     warehouse: str | None = None,
     token: str | None = None,
     log_level: str = "info",
+    create: bool = True,
+    on_listen: Callable[[str], None] | None = None,
 ) -> None:
     """Connect to the catalog and serve the REST API with uvicorn until interrupted.
-    Raises ServeError when it cannot listen at ``host``:``port``."""
+    ``create``: as :func:`lamina.connect`'s; ``on_listen(url)``: called once the port is
+    bound and the catalog open (e.g. to print the URL; port 0 picks a free one).
+    Raises ServeError when it cannot listen at ``host``:``port``, CatalogNotFoundError."""
     import uvicorn  # loads click, uvicorn
 
     sock = _listen(host, port)
     try:
-        cat = lamina.connect(catalog=catalog, warehouse=warehouse)
+        cat = lamina.connect(catalog=catalog, warehouse=warehouse, create=create)
+        if on_listen is not None:
+            bound_host, bound_port = sock.getsockname()[:2]
+            shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+            on_listen(f"http://{shown}:{bound_port}")
         try:
             config = uvicorn.Config(create_app(cat, token), log_level=log_level)
             uvicorn.Server(config).run(sockets=[sock])

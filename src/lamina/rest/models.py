@@ -133,6 +133,14 @@ class ErrorResponse(BaseModel):
     detail: str
 
 
+class HealthInfo(_Model):
+    """The server answers and its catalog can be read."""
+
+    status: str = Field(description="ok")
+    version: str = Field(description="lamina's version")
+    tables: int = Field(description="how many tables the catalog holds")
+
+
 def segment_info(s: Segment) -> SegmentInfo:
     return SegmentInfo(
         id=s.id,
