@@ -1,22 +1,28 @@
 """Every Python, SQL and shell snippet of README.md and docs/*.md runs, so none can rot.
 
 Each document's fenced blocks run in order, in one namespace, in a fresh temporary
-working directory (``lamina.connect()`` makes ``./warehouse`` there). A traceback names
+working directory (``lamina.connect()`` makes ``./warehouse`` there); a traceback names
 the markdown file and line. Free names a snippet leaves to the reader (``batch``,
-``fixed``, ...) come from that document's prelude below, with data of the snippet's
-schema. An HTML comment on the line before a block changes how it runs:
+``fixed``, ...) come from the document's prelude below, with data of the snippet's
+schema, and its epilogue checks what the snippets' comments claim. An HTML comment on
+the line before a block changes how it runs:
 
 * ``<!-- snippet: raises NAME -->``: the block must raise the lamina error NAME (the
-  names after it run on);
+  blocks after it run on);
 * ``<!-- snippet: not run — REASON -->``: the block is not run, for the reason given
-  (only where it cannot run here; ``NOT_RUN`` lists them all).
+  (only where it cannot run here: ``NOT_RUN`` lists them all).
 
-Plain fences (diagrams, lists of commands) are not snippets. README's CLI walkthrough
-is tests/test_cli_walkthrough.py's. A document whose snippets use Spark runs in a
-Python process of its own (``test_spark_snippets_run``): its JVM then starts in the
-document's directory, as a user's would, and relative paths given to Spark resolve
-there; ``LAMINA_WAREHOUSE`` is that directory's ``./warehouse`` (the data source's
-default, docs/spark.md), so the data source and ``lamina.connect()`` meet.
+Plain fences (diagrams, lists of commands) are not snippets; README's CLI walkthrough
+is tests/test_cli_walkthrough.py's, and the ``lamina ...`` command lines of docs/*.md's
+prose are checked against the commands' ``--help``. Python blocks run Python, ``sql``
+blocks Spark SQL, ``sh``/``bash``/``console`` blocks bash with this Python's bin first
+on PATH. A stream a block starts processes what it has and stops after the block.
+
+The documents whose snippets use Spark run in one Python process of their own, one
+after another in one directory emptied between them (``test_spark_snippets_run``): its
+JVM starts in that directory, as a user's would, so relative paths given to Spark
+resolve there, and ``LAMINA_WAREHOUSE`` is its ``./warehouse`` (the data source's
+default, docs/spark.md), where ``lamina.connect()`` and the data source meet.
 """
 
 from __future__ import annotations
@@ -172,6 +178,7 @@ def _readme_claims(ns: Namespace) -> None:
 
     cat = ns["cat"]
     events = cat.load_table("events")
+    assert "n" in events.to_arrow().column_names  # "no column n? this compaction's commit adds it"
     again = events.append(ns["batch"], txn=("orders-loader", 42))
     assert again.already_applied, "a second txn=('orders-loader', 42) is skipped"
     assert ns["u"].to_arrow().select(["plane", "alt"]).to_pylist() == [
@@ -288,14 +295,17 @@ def _spark_doc(ns: Namespace) -> None:
 
 
 def _spark_doc_claims(ns: Namespace) -> None:
-    assert ns["old"].count() == 34  # seq 17: the 17 days of 2 rows the prelude appended
+    old, events, day, feed = (ns[name] for name in ("old", "events", "day", "feed"))
+    assert old.count() == 34, old.count()  # seq 17: the prelude's 17 days of 2 rows
     # planned on its first action, now: the overwrite of January left df's 2 rows (the
     # 20th), the stream added 1 (the 21st), INSERT INTO 2 and INSERT OVERWRITE 1 (the 22nd)
-    assert ns["events"].count() == 6
-    assert ns["day"].columns == ["user", "amount"] and ns["day"].count() == 0
-    assert ns["feed"].columns == ["ts", "user", "amount", "_change", "_commit_id", "_commit_seq"]
     days = sorted(r["ts"].day for r in ns["cat"].load_table("events").to_arrow().to_pylist())
     assert days == [20, 20, 20, 20, 21, 22], days
+    assert events.count() == 6, events.count()
+    assert day.columns == ["user", "amount"] and day.count() == 0, day.columns
+    assert feed.columns == ["ts", "user", "amount", "_change", "_commit_id", "_commit_seq"], (
+        feed.columns
+    )
     assert list(Path("spark-daemons").glob("*connect*.pid")), "no Connect server started"
 
 
