@@ -145,6 +145,11 @@ def _spark() -> Any:
     return get_spark()
 
 
+#: Spark's schemas of README's files (given: inferring them would cost a Spark job each)
+EVENTS_DDL = "ts timestamp_ntz, user string, amount double, qty bigint, country string"
+RAW_DDL = "ts timestamp, user string, amount double"
+
+
 def _readme(ns: Namespace) -> None:
     spark = _spark()
     # the events table's columns by the time the concurrency block writes to it
@@ -164,13 +169,11 @@ def _readme(ns: Namespace) -> None:
         spark=spark,
         batch=_day(4, ["ann", "bob"], events),  # other days than the overwrite's
         fixed=_day(2, ["bob"], events, amount=31.0),  # 2024-01-02 corrected
-        df=spark.readStream.schema(spark.read.parquet("incoming").schema).parquet("incoming"),
+        df=spark.readStream.schema(EVENTS_DDL).parquet("incoming"),
         nightly_rows=_day(1, ["ann", "bob", "cy"], base),
         batch1=_day(2, ["ann"], base),
         batch2=_day(3, ["bob"], base),
-        stream=spark.readStream.schema(spark.read.parquet("raw/2024-01").schema).parquet(
-            "raw/2024-01"
-        ),
+        stream=spark.readStream.schema(RAW_DDL).parquet("raw/2024-01"),
     )
 
 
@@ -191,12 +194,8 @@ def _readme_claims(ns: Namespace) -> None:
     assert cat.load_table("clicks").count() == 3 * raw_rows
     assert ns["changes"].columns[-3:] == ["_change", "_commit_id", "_commit_seq"]
     # one app id per checkpoint: a new checkpoint under it raises StreamCheckpointError
-    incoming = ns["spark"].readStream.schema(ns["spark"].read.parquet("incoming").schema)
-    q = (
-        incoming.parquet("incoming")
-        .writeStream.foreachBatch(events.foreach_batch("orders-stream"))
-        .start()
-    )
+    incoming = ns["spark"].readStream.schema(EVENTS_DDL).parquet("incoming")
+    q = incoming.writeStream.foreachBatch(events.foreach_batch("orders-stream")).start()
     try:
         q.processAllAvailable()
     except StreamingQueryException as exc:
@@ -390,16 +389,21 @@ def _run_block(block: Block, ns: dict[str, Any], cleanups: list[Callable[[], Non
         )
 
 
-def run_document(path: Path) -> dict[str, int]:
-    """Run every block of a document in the current directory; counts of what ran."""
+def run_document(path: Path, seconds: dict[str, float] | None = None) -> dict[str, int]:
+    """Run every block of a document in the current directory; counts of what ran (and
+    into ``seconds``, how long the prelude, each block by its line and the epilogue took)."""
     doc = str(path.relative_to(ROOT))
     ns: dict[str, Any] = {"__name__": "__snippets__"}
     counts = {"run": 0, "raised": 0, "not_run": 0}
     cleanups: list[Callable[[], None]] = []
+    took = {} if seconds is None else seconds
     try:
+        started = time.monotonic()
         if doc in PRELUDES:
             PRELUDES[doc](ns)
+        took["prelude"] = time.monotonic() - started
         for block in blocks(path):
+            started = time.monotonic()
             if block.not_run is not None:
                 assert block.not_run, f"{block.where()}: a `not run` marker must say why"
                 counts["not_run"] += 1
@@ -409,25 +413,33 @@ def run_document(path: Path) -> dict[str, int]:
             if block.raises is None:
                 _run_block(block, ns, cleanups)
                 counts["run"] += 1
-                continue
-            from lamina import errors
-
-            expected = getattr(errors, block.raises, None)
-            assert isinstance(expected, type), f"{block.where()}: no lamina error {block.raises}"
-            try:
-                _run_block(block, ns, cleanups)
-            except expected:
-                counts["raised"] += 1
             else:
-                raise AssertionError(f"{block.where()}: raised no {block.raises}")
+                _run_raising(block, ns, cleanups)
+                counts["raised"] += 1
+            took[f"line {block.line}"] = time.monotonic() - started
+        started = time.monotonic()
         if doc in EPILOGUES:
             EPILOGUES[doc](ns)
+        took["epilogue"] = time.monotonic() - started
     finally:
         for cleanup in cleanups:
             cleanup()
         if hasattr(ns.get("cat"), "close"):
             ns["cat"].close()
     return counts
+
+
+def _run_raising(block: Block, ns: dict[str, Any], cleanups: list[Callable[[], None]]) -> None:
+    """Run a block marked ``raises NAME``: it must raise the lamina error NAME."""
+    from lamina import errors
+
+    expected = getattr(errors, block.raises or "", None)
+    assert isinstance(expected, type), f"{block.where()}: no lamina error {block.raises}"
+    try:
+        _run_block(block, ns, cleanups)
+    except expected:
+        return
+    raise AssertionError(f"{block.where()}: raised no {block.raises}")
 
 
 # -- the tests -------------------------------------------------------------------------
@@ -470,7 +482,7 @@ def spark_documents(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[
 @pytest.mark.parametrize("path", WITH_SPARK, ids=[p.name for p in WITH_SPARK])
 def test_spark_snippets_run(path: Path, spark_documents: dict[str, dict[str, Any]]) -> None:
     result = spark_documents[str(path.relative_to(ROOT))]
-    print(f"{path.name} ran in {result['seconds']} s")
+    print(f"{path.name} ran in {result['seconds']} s: {result['parts']}")
     assert result["error"] is None, result["error"]
     assert result["counts"]["not_run"] == _not_run_in(path)
 
@@ -544,11 +556,13 @@ def main(argv: list[str]) -> int:
         path = Path(arg).resolve()
         result: dict[str, Any] = {"doc": str(path.relative_to(ROOT)), "error": None}
         started = time.monotonic()
+        seconds: dict[str, float] = {}
         try:
-            result["counts"] = run_document(path)
+            result["counts"] = run_document(path, seconds)
         except BaseException:  # noqa: BLE001
             result["error"] = traceback.format_exc()
         result["seconds"] = round(time.monotonic() - started, 1)
+        result["parts"] = {k: round(v, 1) for k, v in seconds.items()}
         print(json.dumps(result), flush=True)
         _empty_directory()
     return 0
