@@ -434,7 +434,9 @@ def _run_raising(block: Block, ns: dict[str, Any], cleanups: list[Callable[[], N
     from lamina import errors
 
     expected = getattr(errors, block.raises or "", None)
-    assert isinstance(expected, type), f"{block.where()}: no lamina error {block.raises}"
+    assert isinstance(expected, type) and issubclass(expected, errors.LaminaError), (
+        f"{block.where()}: no lamina error {block.raises}"
+    )
     try:
         _run_block(block, ns, cleanups)
     except expected:
