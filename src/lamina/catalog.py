@@ -235,8 +235,9 @@ class Catalog:
         if primary_key is not None:
             from lamina.core.comparison import cmp_dtype  # loads numpy, pyarrow
             from lamina.core.upsert import UpsertSpec  # loads numpy, pyarrow
-            from lamina.core.upsert_spec import refuse_consistent_push  # loads numpy, pyarrow
+            from lamina.core.upsert_spec import key_not_null, refuse_consistent_push
 
+            arrow_schema = key_not_null(arrow_schema, primary_key)  # a NOT NULL constraint
             spec = UpsertSpec.parse(
                 arrow_schema,
                 time_column,

@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from lamina.core.columns import EPOCH_UNIT
 from lamina.engines.files import FileFormat, data_files, format_of, is_tsv
 from lamina.errors import InputFileError
 
@@ -146,9 +147,10 @@ def _reader(
 _ZONED = r"[Tt ]\d\d(:?\d\d){0,2}([.,]\d+)? ?([Zz]|[+-]\d\d(:?\d\d)?)$"
 
 
-def _parse_times(column: pa.Array, target: pa.DataType) -> pa.Array:
+def _parse_times(column: pa.Array, target: pa.DataType, epoch: bytes | None = None) -> pa.Array:
     """ISO-8601 text -> ``target`` timestamps: values with a zone are instants, values
-    without one are read as UTC (as Spark does with lamina's UTC session).
+    without one are read as UTC (as Spark does with lamina's UTC session); ``epoch``:
+    the unit of a time column of epoch numbers, whose text may be those numbers.
 
     Raises ``pa.ArrowInvalid`` for text that is not a time."""
     aware, naive = pa.timestamp("us", tz="UTC"), pa.timestamp("us")
@@ -157,6 +159,13 @@ def _parse_times(column: pa.Array, target: pa.DataType) -> pa.Array:
             return column.cast(as_type).cast(target)
         except pa.ArrowInvalid:
             continue
+    if epoch is not None:
+        try:
+            numbers = column.cast(pa.int64())
+        except pa.ArrowInvalid:
+            pass
+        else:
+            return numbers.cast(pa.timestamp(epoch.decode(), tz="UTC")).cast(target)
     import pyarrow.compute as pc  # only for a mix of zoned and naive values
 
     zoned = pc.fill_null(pc.match_substring_regex(column, _ZONED), False)  # some of each
@@ -174,9 +183,11 @@ def _typed_schema(schema: pa.Schema, target: pa.Schema | None) -> pa.Schema:
         return schema
     fields = []
     for f in schema:
-        t = target.field(f.name).type if f.name in target.names else None
+        into = target.field(f.name) if f.name in target.names else None
         text = pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
-        fields.append(f.with_type(t) if t is not None and text and pa.types.is_timestamp(t) else f)
+        if into is not None and text and pa.types.is_timestamp(into.type):
+            f = f.with_type(into.type).with_metadata(into.metadata)
+        fields.append(f)
     return pa.schema(fields)
 
 
@@ -186,7 +197,9 @@ def _typed(batch: pa.RecordBatch, target: pa.Schema | None) -> pa.RecordBatch:
     if schema == batch.schema:
         return batch
     cols = [
-        _parse_times(col.cast(pa.string()), f.type) if f.type != col.type else col
+        _parse_times(col.cast(pa.string()), f.type, (f.metadata or {}).get(EPOCH_UNIT))
+        if f.type != col.type
+        else col
         for f, col in zip(schema, batch.columns, strict=True)
     ]
     return pa.RecordBatch.from_arrays(cols, schema=schema)
@@ -217,6 +230,14 @@ def _first_schema(
         _named_once(target, path)
     with _open(path, fmt is FileFormat.parquet) as file:
         read = _reader(fmt, file, tsv, target, 1)[0]
+    if schema is not None and fmt is not FileFormat.parquet:
+        # the table's columns as the file spells them (names match ignoring case)
+        other = {n.lower(): n for n in read.names if n not in schema.names}
+        spelled = pa.schema([f.with_name(other.get(f.name.lower(), f.name)) for f in schema])
+        if spelled.names != schema.names:
+            target = spelled
+            with _open(path, False) as file:
+                read = _reader(fmt, file, tsv, target, 1)[0]
     return target, _typed_schema(read, target)
 
 

@@ -136,11 +136,12 @@ def _cast_to(df: DataFrame, schema: pa.Schema) -> DataFrame:
     """Cast the (string) columns of ``df`` that the table has to the table's types."""
     from pyspark.sql import functions as F  # loads pyspark
 
-    target = {f.name: f.dataType for f in arrow_to_spark_schema(schema).fields}
+    target = {f.name.lower(): f.dataType for f in arrow_to_spark_schema(schema).fields}
     cols = []
-    for c in df.columns:
+    for c in df.columns:  # names match ignoring case, as the write's conform matches them
         col = F.col(ref(c))
-        cols.append(col.cast(target[c]).alias(c) if c in target else col)
+        kind = target.get(c.lower())
+        cols.append(col.cast(kind).alias(c) if kind is not None else col)
     return df.select(*cols)
 
 
