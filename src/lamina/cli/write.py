@@ -220,6 +220,13 @@ def ingest(
     verbose: VerboseOpt = False,
     catalog: CatalogOpt = None,
     warehouse: WarehouseOpt = None,
+    evolve: Annotated[
+        bool,
+        typer.Option(
+            "--evolve",
+            help="Add the inputs' columns the table lacks (nullable) in the same commit.",
+        ),
+    ] = False,
 ) -> None:
     """Load CSV, JSON-lines or Parquet files into a table, in one commit.
 
@@ -262,9 +269,11 @@ def ingest(
                 )  # fmt: skip
                 created = True
             if mode is WriteMode.append:
-                commits.append(table.append(data, metadata=meta))
+                commits.append(table.append(data, metadata=meta, evolve=evolve))
             else:
-                commits.append(table.overwrite(data, interval=interval, metadata=meta))
+                commits.append(
+                    table.overwrite(data, interval=interval, metadata=meta, evolve=evolve)
+                )
 
         meta = _input_meta(ctx.meta.get("via", "lamina ingest"), fmt, paths, use)
         try:

@@ -193,6 +193,36 @@ def storage_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema(fields, metadata=schema.metadata)
 
 
+#: the type lamina infers for timestamps (CSV and JSON files, Parquet files a table is
+#: made from, a column a write's ``evolve=True`` adds): instants in µs, UTC
+INFERRED_TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+
+def inferred_type(t: pa.DataType) -> pa.DataType:
+    """The type of a column lamina infers from data of type ``t``: a timestamp of any
+    unit and zone (or none: a UTC wall-clock time) is :data:`INFERRED_TIMESTAMP`,
+    also inside lists, maps and structs; the rest as given."""
+    if pa.types.is_timestamp(t):
+        return INFERRED_TIMESTAMP
+    if is_list_like(t):
+        return _with_value_field(t, t.value_field.with_type(inferred_type(t.value_type)))
+    if pa.types.is_map(t):
+        key, item = t.key_field, t.item_field
+        return pa.map_(
+            key.with_type(inferred_type(key.type)),
+            item.with_type(inferred_type(item.type)),
+            keys_sorted=t.keys_sorted,
+        )
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(inferred_type(f.type)) for f in t])
+    return t
+
+
+def inferred_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with each column's :func:`inferred_type` (the one timestamp rule)."""
+    return pa.schema([f.with_type(inferred_type(f.type)) for f in schema], metadata=schema.metadata)
+
+
 def table_schema(schema: pa.Schema) -> pa.Schema:
     """The schema a new table stores: :func:`storage_schema`, checked against the
     Parquet writer. Raises UnsupportedTypeError naming the first column it cannot write."""

@@ -247,6 +247,7 @@ def write(
                 txn=txn,
                 upsert=None if upsert is None else upsert(files),
                 remove_ids=remove,
+                columns=table.adding,
             )
             if finish is None:
                 return w.publish(plan)
