@@ -159,13 +159,17 @@ def _parse_times(column: pa.Array, target: pa.DataType, epoch: bytes | None = No
             return column.cast(as_type).cast(target)
         except pa.ArrowInvalid:
             continue
-    if epoch is not None:
-        try:
-            numbers = column.cast(pa.int64())
-        except pa.ArrowInvalid:
-            pass
-        else:
-            return numbers.cast(pa.timestamp(epoch.decode(), tz="UTC")).cast(target)
+    if epoch is not None:  # numbers (of the unit), and maybe times beside them
+        import pyarrow.compute as pc  # only for a time column of epoch numbers
+
+        number = pc.fill_null(pc.match_substring_regex(column, r"^\s*-?\d+\s*$"), False)
+        none = pa.scalar(None, pa.string())
+        counts = pc.if_else(number, column, none).cast(pa.int64())
+        stamps = counts.cast(pa.timestamp(epoch.decode(), tz="UTC")).cast(target)
+        if pc.all(number).as_py() is not False:
+            return stamps
+        times = _parse_times(pc.if_else(number, none, column), target)
+        return pc.if_else(number, stamps, times)
     import pyarrow.compute as pc  # only for a mix of zoned and naive values
 
     zoned = pc.fill_null(pc.match_substring_regex(column, _ZONED), False)  # some of each

@@ -108,8 +108,13 @@ def check_time_column(schema: pa.Schema, time_column: str | None) -> None:
         )
     t = schema.field(time_column).type
     if not (pa.types.is_timestamp(t) or pa.types.is_date(t)):
+        epoch = (
+            " (epoch numbers: give their unit, create_table(..., time_unit='ms'))"
+            if pa.types.is_integer(t)
+            else ""
+        )
         raise TimeColumnError(
-            f"time column {time_column!r} has type {t}; it must be a timestamp or a date"
+            f"time column {time_column!r} has type {t}; it must be a timestamp or a date{epoch}"
         )
 
 
