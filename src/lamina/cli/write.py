@@ -262,10 +262,12 @@ def ingest(
 
         def write(data: Any, schema: Any) -> None:
             nonlocal table, created
-            if table is None:
+            if table is None:  # timestamps as lamina infers them: µs, UTC
+                from lamina.engines.spark_schema import inferred_spark_or_arrow
+
                 table = cat.create_table(
-                    name, schema if schema is not None else data.schema, time_column,
-                    granularity, properties,
+                    name, inferred_spark_or_arrow(schema if schema is not None else data.schema),
+                    time_column, granularity, properties,
                 )  # fmt: skip
                 created = True
             if mode is WriteMode.append:

@@ -13,23 +13,21 @@ import pyarrow as pa
 from lamina.core.columns import EPOCH_UNIT
 from lamina.engines.files import FileFormat, data_files, format_of, is_tsv
 from lamina.errors import InputFileError
+from lamina.io.arrow import inferred_schema
 
 
-def _normalize_inferred(schema: pa.Schema, tz: str | None = "UTC") -> pa.Schema:
-    """Guessed types from CSV/JSON samples: timestamps at lamina's µs resolution (naive
-    ones given the zone ``tz``: UTC, as Spark reads them), and text for a column the
-    sample leaves empty (a null type could never hold a value; Spark guesses text)."""
-
-    def guessed(t: pa.DataType) -> pa.DataType:
-        if pa.types.is_timestamp(t):
-            return pa.timestamp("us", tz=t.tz or tz)
-        return pa.string() if pa.types.is_null(t) else t
-
-    return pa.schema([f.with_type(guessed(f.type)) for f in schema])
+def _normalize_inferred(schema: pa.Schema) -> pa.Schema:
+    """Guessed types from CSV/JSON samples: timestamps as lamina infers them,
+    ``timestamp[us, tz=UTC]`` (naive ones are UTC wall-clock times, as Spark reads them
+    in lamina's UTC session), and text for a column the sample leaves empty (a null
+    type could never hold a value; Spark guesses text)."""
+    guessed = inferred_schema(schema)
+    return pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f for f in guessed])
 
 
 def infer_schema(path: str, fmt: FileFormat | None = None) -> pa.Schema:
-    """Arrow schema of a sample Parquet, CSV (first block) or JSON-lines file.
+    """Arrow schema of a sample Parquet, CSV (first block) or JSON-lines file, its
+    timestamps ``timestamp[us, tz=UTC]`` (lamina's one inferred timestamp type).
 
     Raises :class:`InputFileError` if the file cannot be read as that format.
     """
@@ -40,10 +38,10 @@ def infer_schema(path: str, fmt: FileFormat | None = None) -> pa.Schema:
 
     fmt = fmt or format_of([path])
     try:
-        if fmt is FileFormat.parquet:
+        if fmt is FileFormat.parquet:  # its timestamps too as lamina infers them
             if os.path.isdir(path):
-                return pads.dataset(path, format="parquet").schema
-            return pq.read_schema(path)
+                return inferred_schema(pads.dataset(path, format="parquet").schema)
+            return inferred_schema(pq.read_schema(path))
         if fmt is FileFormat.csv:
             parse = pacsv.ParseOptions(delimiter="\t" if is_tsv(path) else ",")
             with pacsv.open_csv(path, parse_options=parse) as reader:
