@@ -120,6 +120,21 @@ def test_a_nullable_key_column_is_a_not_null_constraint(local_cat: lamina.Catalo
     assert t.count() == 2 and len(t.history()) == 1
 
 
+def test_a_struct_type_with_a_nullable_key_makes_an_upsert_table(
+    local_cat: lamina.Catalog,
+) -> None:
+    from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+    spark_schema = StructType(  # Spark computes columns nullable: no pyarrow advice needed
+        [StructField("ts", TimestampType()), StructField("id", StringType()),
+         StructField("v", LongType())]
+    )  # fmt: skip
+    t = local_cat.create_table("u", spark_schema, time_column="ts", primary_key="id")
+    assert t.primary_key == ("id",) and not t.schema.field("id").nullable
+    again = local_cat.create_table("u", spark_schema, "ts", primary_key="id", exist_ok=True)
+    assert again.schema == t.schema
+
+
 def test_the_cli_reruns_create_table(tmp_path: Path) -> None:
     wh = str(tmp_path / "wh")
     runner = CliRunner(env={"COLUMNS": "250", "NO_COLOR": "1"})

@@ -62,7 +62,7 @@ def conform(df: DataFrame, schema: pa.Schema, required: Collection[str] = ()) ->
         src_type = src.field(name).type
         plain = True  # the column as it comes
         if _epoch(src_type, field):
-            c, src_type, plain = _from_epoch(c, field), pa.timestamp("us", tz="UTC"), False
+            c, src_type, plain = from_epoch(c, field), pa.timestamp("us", tz="UTC"), False
         elif _zone_differs(src_type, field.type):
             c, plain = _utc_wall(c, src_type.tz is None), False
             src_type = pa.timestamp("us", tz=field.type.tz)
@@ -120,7 +120,7 @@ def _epoch(src: pa.DataType, field: pa.Field) -> bool:
     return pa.types.is_integer(src) and EPOCH_UNIT in (field.metadata or {})
 
 
-def _from_epoch(c: Any, field: pa.Field) -> Any:
+def from_epoch(c: Any, field: pa.Field) -> Any:
     """Epoch numbers of the field's unit as a Spark timestamp (nanoseconds: those that
     are whole microseconds; others fail the job)."""
     from pyspark.sql import functions as F  # loads pyspark

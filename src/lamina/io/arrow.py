@@ -368,7 +368,8 @@ def _cast_column(column: pa.ChunkedArray, field: pa.Field) -> pa.ChunkedArray:
         if _finer_times(column.type, field.type):
             raise SchemaError(
                 f"column {field.name!r} holds times finer than its table type {field.type} "
-                f"keeps ({exc}); lamina never truncates them: round them first (pandas: "
+                f"keeps, which it cannot take without loss ({exc}); lamina never truncates "
+                "them: round them first (pandas: "
                 f"df[{field.name!r}].dt.floor('{field.type.unit}')), or create the table "
                 "with a finer unit"
             ) from None
