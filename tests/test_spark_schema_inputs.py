@@ -49,6 +49,11 @@ def test_spark_writes_follow_the_schema_rules(spark: Any, local_cat: lamina.Cata
             "country": None,
         }
     ]
+    opts = {"table": "e", "catalog": local_cat.url, "warehouse": local_cat.warehouse.location}
+    source = spark.sql("SELECT TIMESTAMP'2024-01-05 00:00:00Z' AS ts, 'bob' AS USER")
+    source.write.format("lamina").options(**opts).mode("append").save()  # lacks n, country
+    bob = [r for r in local_cat.load_table("e").to_arrow().to_pylist() if r["user"] == "bob"]
+    assert [(r["n"], r["country"]) for r in bob] == [(None, None)]
     epoch = local_cat.create_table("m", "ts long, v long", time_column="ts", time_unit="ms")
     epoch.append(spark.sql("SELECT 1704067200123L AS ts, 1L AS v"))
     assert epoch.to_arrow().column("ts").to_pylist() == [

@@ -254,7 +254,7 @@ def spark_producer(
             "df.toArrow()"
         )
     spark = df.sparkSession
-    data = conform(df, rec.schema, required_columns(rec))
+    data = conform(df, rec.schema, required_columns(rec), rec.time_column)
     partitioned = rec.time_column is not None
     if partitioned:
         assert rec.time_column is not None

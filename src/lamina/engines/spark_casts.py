@@ -20,13 +20,19 @@ if TYPE_CHECKING:
 _LOSSY = "[lamina: refused] "  # marks the message of a value a write job refused
 
 
-def conform(df: DataFrame, schema: pa.Schema, required: Collection[str] = ()) -> DataFrame:
+def conform(
+    df: DataFrame,
+    schema: pa.Schema,
+    required: Collection[str] = (),
+    time_column: str | None = None,
+) -> DataFrame:
     """Select and cast the DataFrame's columns to the table schema, or SchemaError.
     Names match ignoring case (the table's spelling is kept); a nullable column the
     DataFrame lacks is written as nulls unless it is one of ``required``; naive and
     zone-aware timestamps convert into each other as UTC wall-clock times, whatever
     the session's time zone; integers go into a time column of epoch numbers; a null
-    in a NOT NULL column fails the write job, naming the row."""
+    in a NOT NULL column fails the write job, naming the row (in ``time_column``: the
+    write refuses it, TimeColumnError)."""
     from pyspark.sql import functions as F  # loads pyspark
 
     matched = match_columns(df.columns, schema.names)
@@ -77,7 +83,7 @@ def conform(df: DataFrame, schema: pa.Schema, required: Collection[str] = ()) ->
                 ),
             )
             c, plain = F.when(c.isNull() | ok, c).otherwise(F.raise_error(why)), False
-        if not field.nullable:  # a NOT NULL column: the row is named in the job's error
+        if not field.nullable and f.name != time_column:  # the row named in the job's error
             why = F.concat(
                 F.lit(
                     f"{_LOSSY}column {f.name!r} is NOT NULL in the table, but a row of the "
