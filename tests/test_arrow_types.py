@@ -108,15 +108,6 @@ def test_input_kinds(local_cat: lamina.Catalog) -> None:
     assert sorted(t.to_pandas()["x"].tolist()) == [1, 1, 1, 2]
 
 
-def test_tz_mismatch_is_refused(local_cat: lamina.Catalog) -> None:
-    t = local_cat.create_table(
-        "t", schema=pa.schema([("ts", pa.timestamp("us", tz="UTC"))]), time_column="ts"
-    )
-    with pytest.raises(lamina.errors.SchemaError, match="timestamp"):
-        t.append(pa.table({"ts": pa.array([dt.datetime(2024, 1, 1)], pa.timestamp("us"))}))
-    assert t.count() == 0
-
-
 @pytest.mark.parametrize(
     "t, why",
     [

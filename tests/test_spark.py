@@ -90,8 +90,8 @@ def test_spark_bad_input(spark: Any, cat: lamina.Catalog) -> None:
     t = cat.create_table("ev", schema=df.schema, time_column="ts")
     t.append(df)
     before = t.count()
-    with pytest.raises(errors.SchemaError, match="missing columns \\['v'\\]"):
-        t.append(df.drop("v"))
+    with pytest.raises(errors.SchemaError, match="missing columns \\['ts'\\]"):
+        t.append(df.drop("ts"))
     with pytest.raises(errors.TimeColumnError, match="null"):
         t.append(df.withColumn("ts", F.when(F.col("k") == 3, None).otherwise(F.col("ts"))))
     with pytest.raises(errors.DataOutsideIntervalError):

@@ -209,7 +209,6 @@ def test_upsert_into_a_table_without_a_primary_key(cat: lamina.Catalog) -> None:
     ("kwargs", "match"),
     [
         ({"primary_key": "nope"}, "not a column"),
-        ({"primary_key": "value"}, "nullable"),
         ({"primary_key": "key", "delete_column": "ts"}, "boolean"),  # ints are allowed
         ({"primary_key": "key", "partial_upsert": {"key": "INCREMENT"}}, "never merged"),
         (

@@ -179,7 +179,7 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str]] = [
     ("empty key", {"primary_key": []}, "primary_key is empty"),
     ("repeated key", {"primary_key": ["id", "id"]}, "names a column twice"),
     ("unknown key", {"primary_key": ["nope"]}, "primary key column 'nope' is not a column"),
-    ("nullable key", {"primary_key": ["nullable_id"]}, "declare it not null"),
+    ("nullable key", {"primary_key": ["nullable_id"]}, "key columns are NOT NULL"),
     ("nested key", {"primary_key": ["id", "nn_obj"]}, "must be a scalar"),
     ("no comparison", {"time_column": None}, "no time column: name a comparison_column"),
     ("unknown comparison", {"comparison_column": "nope"}, "comparison column 'nope' is not"),

@@ -545,18 +545,21 @@ def test_a_partial_upsert_record_may_leave_columns_out(
     assert (got["n"], got["s"]) == (3, "z")
 
 
-def test_only_a_partial_upsert_takes_records_without_every_column(cat: lamina.Catalog) -> None:
-    """A full upsert stores whole records: a missing column is refused, named, and
-    nothing is written; a partial upsert still needs its key and time columns."""
+def test_an_upsert_takes_records_without_nullable_columns(cat: lamina.Catalog) -> None:
+    """A full upsert stores whole records: a nullable column it lacks is stored as
+    null (as a Delta append does); any upsert still needs its key and time columns,
+    named, and nothing is written without them."""
     full = cat.create_table(
         "full",
         pa.schema([pa.field("key", pa.string(), nullable=False), ("ts", TS), ("s", pa.string())]),
         time_column="ts",
         primary_key=["key"],
     )
-    with pytest.raises(lamina.SchemaError, match=r"missing columns \['s'\]"):
-        full.upsert(_partial_record(ts=1))
-    assert full.count() == 0
+    full.upsert(_partial_record(ts=1))
+    assert full.to_arrow().select(["key", "s"]).to_pylist() == [{"key": "k", "s": None}]
+    with pytest.raises(lamina.SchemaError, match=r"missing columns \['ts'\]"):
+        full.upsert(pa.table({"key": ["j"], "s": ["x"]}))
+    assert full.count() == 1
     t, _ = make(cat, [("n", pa.int64())], {"n": "INCREMENT"})
     with pytest.raises(lamina.SchemaError, match=r"missing columns \['ts'\]"):
         t.upsert(pa.table({"key": ["k"], "n": [1]}))

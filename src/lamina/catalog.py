@@ -27,6 +27,7 @@ from lamina.errors import (
     PropertyError,
     SchemaError,
     SqlError,
+    TableExistsError,
     UpsertError,
     WarehouseError,
 )
@@ -194,8 +195,21 @@ class Catalog:
         comparison_column: str | None = None,
         delete_column: str | None = None,
         partial_upsert: dict[str, str] | None = None,
+        *,
+        time_unit: str | None = None,
+        exist_ok: bool = False,
     ) -> Table:
-        """Create a table. ``schema``: a pyarrow Schema or a Spark StructType.
+        """Create a table. ``schema``: a pyarrow Schema, a Spark StructType, or a schema
+        string (Spark's DDL, ``"ts timestamp, v long"``, or ``"ts:timestamp[us],v:int64"``;
+        see :mod:`lamina.core.schema_text`).
+
+        ``exist_ok``: a table of that name with the same definition (schema — the one
+        it has or was created with —, time column, granularity, the properties and
+        upsert definition given) is returned as it is (a rerun); one that differs is
+        refused with TableExistsError listing the differences.
+        ``time_unit`` (s, ms, us, ns): the time column holds epoch numbers of that unit
+        (integers); it is stored as ``timestamp[time_unit, tz=UTC]`` and writes may give
+        the numbers or timestamps (docs/concepts.md, Column types).
 
         Column types are stored in their Parquet-compatible form (views as large
         types, dictionaries as their values...; see Column types in docs/concepts.md).
@@ -210,14 +224,19 @@ class Catalog:
 
         ``primary_key`` makes an upsert table: per key only the latest record is
         visible (the greatest ``comparison_column``, default the time column; a true
-        ``delete_column`` marks a delete). See docs/upserts.md. Raises UpsertError for a
-        bad definition (unknown or nullable key column, delete column not boolean...).
+        ``delete_column`` marks a delete). A key column given nullable (as Spark types
+        most) is stored NOT NULL: every write refuses a null there. See docs/upserts.md.
+        Raises UpsertError for a bad definition (unknown key column, delete column not
+        boolean...), TableExistsError.
         """
+        from lamina.core.definition import epoch_time_column  # loads numpy, pyarrow
         from lamina.io.arrow import check_time_column, table_schema  # loads numpy, pyarrow
         from lamina.operations.evolve import check_names  # loads numpy, pyarrow
 
         check_table_name(name)
+        exist_ok = flag(exist_ok, "exist_ok")
         arrow_schema = table_schema(_arrow_schema(schema))
+        arrow_schema = epoch_time_column(arrow_schema, time_column, time_unit)
         check_names(arrow_schema.names)
         check_time_column(arrow_schema, time_column)
         if time_column is None:
@@ -262,8 +281,9 @@ class Catalog:
         if primary_key is not None:
             from lamina.core.comparison import cmp_dtype  # loads numpy, pyarrow
             from lamina.core.upsert import UpsertSpec  # loads numpy, pyarrow
-            from lamina.core.upsert_spec import refuse_consistent_push  # loads numpy, pyarrow
+            from lamina.core.upsert_spec import key_not_null, refuse_consistent_push
 
+            arrow_schema = key_not_null(arrow_schema, primary_key)  # a NOT NULL constraint
             spec = UpsertSpec.parse(
                 arrow_schema,
                 time_column,
@@ -280,10 +300,40 @@ class Catalog:
                 "comparison_column, delete_column and partial_upsert define an upsert "
                 "table: name its primary_key too"
             )
-        record = table_rows.create_table(
-            self.context.db, name, arrow_schema, time_column, granularity, props
-        )
+        try:
+            record = table_rows.create_table(
+                self.context.db, name, arrow_schema, time_column, granularity, props
+            )
+        except TableExistsError:
+            if not exist_ok:
+                raise
+            record = self._same_table(name, arrow_schema, time_column, granularity, props)
         return Table(self.context, record)
+
+    def _same_table(
+        self,
+        name: str,
+        schema: pa.Schema,
+        time_column: str | None,
+        granularity: Granularity,
+        props: dict[str, str],
+    ) -> TableRecord:
+        """Table ``name``'s record, if it has the definition given again. Raises
+        TableExistsError listing the differences."""
+        from lamina.core.definition import differences  # loads numpy, pyarrow
+        from lamina.meta.schemas import schema_at
+
+        db = self.context.db
+        rec = table_rows.get_table(db, name)
+        created = db.read(lambda conn: schema_at(conn, rec, 0)).schema
+        diff = differences(rec, created, schema, time_column, granularity, props)
+        if diff:
+            raise TableExistsError(
+                f"table {name!r} exists with another definition: {'; '.join(diff)}; give "
+                "its definition, or another name (exist_ok returns a table only as it was "
+                "made)"
+            )
+        return rec
 
     def load_table(self, name: str) -> Table:
         """The table named ``name``. Raises TableNotFoundError, InvalidTableNameError."""
@@ -472,13 +522,18 @@ def _arrow_schema(schema: Any) -> pa.Schema:
 
     if isinstance(schema, pa.Schema):
         return schema
+    if isinstance(schema, str):
+        from lamina.core.schema_text import parse_schema  # loads numpy, pyarrow
+
+        return parse_schema(schema)
     if type(schema).__module__.startswith("pyspark."):
         from lamina.engines.spark_schema import spark_to_arrow_schema  # loads numpy, pyarrow
 
         return spark_to_arrow_schema(schema)
 
     raise SchemaError(
-        f"schema must be a pyarrow.Schema or a Spark StructType, not {type(schema).__name__}"
+        f"schema must be a pyarrow.Schema, a Spark StructType or a schema string (e.g. "
+        f"'ts timestamp, v long'), not {type(schema).__name__}"
     )
 
 

@@ -187,8 +187,17 @@ def create_table(
     ] = None,
     catalog: CatalogOpt = None,
     warehouse: WarehouseOpt = None,
+    time_unit: Annotated[
+        str | None,
+        typer.Option("--time-unit", help="The time column holds epoch numbers: s, ms, us or ns."),
+    ] = None,
+    exist_ok: Annotated[
+        bool,
+        typer.Option("--exist-ok", help="An existing table of this definition is fine (a rerun)."),
+    ] = False,
 ) -> None:
-    """Create a table from a schema string or from a sample file."""
+    """Create a table from a schema string (also Spark's DDL: "ts timestamp, v long") or
+    from a sample file."""
     from lamina.core.schema_text import parse_schema  # loads numpy, pyarrow
     from lamina.engines.local import infer_schema  # loads numpy, pyarrow
 
@@ -211,6 +220,7 @@ def create_table(
             [f.with_nullable(False) if f.name in keys else f for f in arrow_schema]
         )
     with connect(ctx, catalog, warehouse, create=True) as cat:
+        existed = exist_ok and name in cat.list_tables()
         table = cat.create_table(
             name,
             arrow_schema,
@@ -220,7 +230,12 @@ def create_table(
             primary_key=keys,
             comparison_column=comparison_column,
             delete_column=delete_column,
+            time_unit=time_unit,
+            exist_ok=exist_ok,
         )
+        if existed:
+            console().print(Text(f"table {name} exists with this definition", "dim"))
+            return
         print_table_created(table)
 
 

@@ -236,6 +236,13 @@ def ingest(
     ] = None,
     catalog: CatalogOpt = None,
     warehouse: WarehouseOpt = None,
+    evolve: Annotated[
+        bool,
+        typer.Option(
+            "--evolve",
+            help="Add the inputs' columns the table lacks (nullable) in the same commit.",
+        ),
+    ] = False,
 ) -> None:
     """Load CSV, JSON-lines or Parquet files into a table, in one commit.
 
@@ -279,18 +286,22 @@ def ingest(
             data = data if empties else with_rows(data)
             if data is None:
                 return  # no rows: no commit, no table
-            if table is None:
+            if table is None:  # timestamps as lamina infers them: µs, UTC
+                from lamina.engines.spark_schema import inferred_spark_or_arrow
+
                 table = cat.create_table(
-                    name, schema if schema is not None else data.schema, time_column,
-                    granularity, properties,
+                    name, inferred_spark_or_arrow(schema if schema is not None else data.schema),
+                    time_column, granularity, properties,
                 )  # fmt: skip
                 created = True
                 _warn_untimed(table)
             if mode is WriteMode.append:
-                commits.append(table.append(data, metadata=meta, txn=exactly_once))
+                commits.append(table.append(data, metadata=meta, txn=exactly_once, evolve=evolve))
             else:
                 commits.append(
-                    table.overwrite(data, interval=interval, metadata=meta, txn=exactly_once)
+                    table.overwrite(
+                        data, interval=interval, metadata=meta, txn=exactly_once, evolve=evolve
+                    )
                 )
 
         meta = _input_meta(ctx.meta.get("via", "lamina ingest"), fmt, paths, use)

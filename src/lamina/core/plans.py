@@ -78,6 +78,9 @@ class PublishPlan:
     upsert: UpsertBatch | None = None
     #: a push's batch, published under a lineage entry (its segments named ``c<commit>``)
     lineage: LineageBatch | None = None
+    #: nullable columns the commit adds at the end of the table's schema, with its files
+    #: (a write's ``evolve=True``; a rollup's count column)
+    columns: tuple[pa.Field, ...] = ()
 
     #: a rewrite of rows read at the base (a major compaction): optimistic conflict
     #: rules apply even inside its locks, and it may not retire segments a lineage
@@ -103,7 +106,7 @@ class PublishPlan:
     def adds(self) -> tuple[pa.Field, ...]:
         """The nullable columns its commit adds to the table's schema (none: the schema
         stays), at its end as stored."""
-        return ()
+        return self.columns
 
     @property
     def footprint(self) -> tuple[Interval, ...]:
@@ -221,11 +224,7 @@ class MajorCompactionPlan(TransactionPlan):
     at its base, inside its REPLACE lock; a rollup's count ``columns`` the table lacked
     are added to its schema by the same commit."""
 
-    columns: tuple[pa.Field, ...] = ()
     rewrites: ClassVar[bool] = True
-
-    def adds(self) -> tuple[pa.Field, ...]:
-        return self.columns
 
 
 def write_plan(
@@ -237,9 +236,11 @@ def write_plan(
     txn: tuple[str, int] | None = None,
     upsert: UpsertBatch | None = None,
     remove_ids: tuple[str, ...] = (),
+    columns: tuple[pa.Field, ...] = (),
 ) -> PublishPlan:
     """The plan of one write of ``files``: an overwrite of ``chunks``, or (None) an
-    append — an upsert when its records are resolved by key."""
+    append — an upsert when its records are resolved by key; ``columns``: the nullable
+    columns it adds to the table's schema."""
     written = tuple(files)
     if chunks is not None:
         return OverwritePlan(
@@ -250,12 +251,20 @@ def write_plan(
             txn=txn,
             upsert=upsert,
             lineage=lineage,
+            columns=columns,
         )
     if upsert is not None:
         return UpsertPlan(
-            files=written, remove_ids=remove_ids, txn=txn, upsert=upsert, lineage=lineage
+            files=written,
+            remove_ids=remove_ids,
+            txn=txn,
+            upsert=upsert,
+            lineage=lineage,
+            columns=columns,
         )
-    return AppendPlan(files=written, remove_ids=remove_ids, txn=txn, lineage=lineage)
+    return AppendPlan(
+        files=written, remove_ids=remove_ids, txn=txn, lineage=lineage, columns=columns
+    )
 
 
 # -- catalog-only commits: no files, the same check ----------------------------------

@@ -128,13 +128,13 @@ class UpsertSpec:
         entry sets the default strategy (OVERWRITE otherwise); None means full upserts.
 
         Raises UpsertError, saying what to fix, for: an empty or repeated primary key; an
-        unknown column anywhere; a nullable or nested key column; no comparison column
-        and no time column; a comparison column of a type without an order (list,
-        struct, map, dictionary, boolean is allowed); a delete column that is not boolean
-        or is a key or the comparison column; an unknown strategy; a strategy on a key or
-        the comparison column; a strategy that cannot merge its column's type (also
-        checked for every column the default strategy applies to); a column named as
-        one of :data:`READER_COLUMNS` or starting with ``$``.
+        unknown column anywhere; a nullable (see :func:`key_not_null`) or nested key column;
+        no comparison column and no time column; a comparison column of a type without an
+        order (list, struct, map, dictionary, boolean is allowed); a delete column that is
+        not boolean or is a key or the comparison column; an unknown strategy; a strategy on
+        a key or the comparison column; a strategy that cannot merge its column's type (also
+        checked for every column the default strategy applies to); a column named as one of
+        :data:`READER_COLUMNS` or starting with ``$``.
         """
         names = list(schema.names)
         own = [n for n in names if n.startswith("$")]
@@ -177,8 +177,8 @@ class UpsertSpec:
                 )
             if f.nullable:
                 raise UpsertError(
-                    f"primary key column {col!r} is nullable: declare it not null "
-                    f"(pa.field({col!r}, {f.type}, nullable=False))"
+                    f"primary key column {col!r} is nullable in the stored schema: key "
+                    "columns are NOT NULL (create_table makes them so)"
                 )
             if _is_nested(f.type):
                 raise UpsertError(
@@ -290,6 +290,21 @@ class UpsertSpec:
             props.get("upsert.delete_column"),
             json.loads(partial) if partial is not None else None,
         )
+
+
+def key_not_null(schema: pa.Schema, primary_key: object) -> pa.Schema:
+    """``schema`` with its primary key columns NOT NULL: a key column may be given
+    nullable (Spark computes most columns so), and every write then refuses a null
+    there, as a NOT NULL constraint. Names that are not columns are left to
+    :meth:`UpsertSpec.parse` to refuse."""
+    keys = [primary_key] if isinstance(primary_key, str) else primary_key
+    if not isinstance(keys, Iterable):
+        return schema
+    named = {k for k in keys if isinstance(k, str)}
+    return pa.schema(
+        [f.with_nullable(False) if f.name in named else f for f in schema],
+        metadata=schema.metadata,
+    )
 
 
 def refuse_consistent_push(props: Mapping[str, str]) -> None:

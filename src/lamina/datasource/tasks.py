@@ -226,7 +226,8 @@ def write_partition(spec: WriteSpec, batches: Iterator[pa.RecordBatch]) -> Stage
     def flush() -> None:
         if not pending:
             return
-        data = conform(pa.Table.from_batches(pending), spec.schema)
+        need = () if spec.time_column is None else (spec.time_column,)
+        data = conform(pa.Table.from_batches(pending), spec.schema, need)
         pending.clear()
         parts = split_by_chunk(data, spec.time_column, spec.granularity, spec.target_rows)
         try:

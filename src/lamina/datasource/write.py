@@ -7,9 +7,11 @@ import logging
 import uuid
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 
 from lamina.catalog import Catalog, connect
+from lamina.core.columns import EPOCH_UNIT, match_columns, required_columns
 from lamina.core.model import Commit
 from lamina.datasource.options import SourceOptions
 from lamina.datasource.tasks import StagedFiles, WriteSpec, write_partition
@@ -56,27 +58,26 @@ def write_spec(h: TableHandle, spark_schema: Any) -> WriteSpec:
 
 
 def check_columns(h: TableHandle, given: Any) -> None:
-    """Raises SchemaError unless ``given`` (an Arrow schema) has the table's columns,
-    by name, of types that may go into them (values are checked as tasks write them).
-    A partial-upsert table takes records without some columns."""
+    """Raises SchemaError unless ``given`` (an Arrow schema) has the table's required
+    columns, by name ignoring case, of types that may go into them (values are checked
+    as tasks write them). A nullable column it lacks is written as nulls (on a
+    partial-upsert table: merged as a field the record leaves out), except the time,
+    key and comparison columns."""
     schema = h.schema
-    spec = h.upsert_spec
-    optional: set[str] = set()
-    if spec is not None and spec.is_partial:
-        need = {*spec.primary_key, spec.comparison_column, h.time_column}
-        optional = {f.name for f in schema if f.nullable and f.name not in need}
-    missing = [n for n in schema.names if n not in given.names and n not in optional]
-    extra = [n for n in given.names if n not in schema.names]
-    if missing or extra:
+    matched = match_columns(given.names, schema.names)
+    need = {n.lower() for n in required_columns(h.record)}
+    missing = [n for n in matched.missing if not schema.field(n).nullable or n.lower() in need]
+    if missing or matched.extra:
         raise SchemaError(
             f"the DataFrame does not match table {h.name!r}: missing columns {missing}, "
-            f"unknown columns {extra}; the table has columns {schema.names}"
+            f"unknown columns {matched.extra}; the table has columns {schema.names}"
         )
-    bad = [
-        f"{f.name}: {f.type} -> {schema.field(f.name).type}"
-        for f in given
-        if not castable(f.type, schema.field(f.name).type)
-    ]
+    bad = []
+    for f in given:
+        into = schema.field(matched.renames.get(f.name, f.name))
+        epoch = pa.types.is_integer(f.type) and EPOCH_UNIT in (into.metadata or {})
+        if not (castable(f.type, into.type) or epoch):
+            bad.append(f"{f.name}: {f.type} -> {into.type}")
     if bad:
         raise SchemaError(
             f"column types do not match table {h.name!r}: {', '.join(bad)}; cast those "

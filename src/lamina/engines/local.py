@@ -13,25 +13,24 @@ from typing import Any
 
 import pyarrow as pa
 
+from lamina.core.columns import EPOCH_UNIT
 from lamina.engines.files import FileFormat, data_files, format_of, is_tsv, parse_size
 from lamina.errors import InputFileError
+from lamina.io.arrow import inferred_schema
 
 
-def _normalize_inferred(schema: pa.Schema, tz: str | None = "UTC") -> pa.Schema:
-    """Guessed types from CSV/JSON samples: timestamps at lamina's µs resolution (naive
-    ones given the zone ``tz``: UTC, as Spark reads them), and text for a column the
-    sample leaves empty (a null type could never hold a value; Spark guesses text)."""
-
-    def guessed(t: pa.DataType) -> pa.DataType:
-        if pa.types.is_timestamp(t):
-            return pa.timestamp("us", tz=t.tz or tz)
-        return pa.string() if pa.types.is_null(t) else t
-
-    return pa.schema([f.with_type(guessed(f.type)) for f in schema])
+def _normalize_inferred(schema: pa.Schema) -> pa.Schema:
+    """Guessed types from CSV/JSON samples: timestamps as lamina infers them,
+    ``timestamp[us, tz=UTC]`` (naive ones are UTC wall-clock times, as Spark reads them
+    in lamina's UTC session), and text for a column the sample leaves empty (a null
+    type could never hold a value; Spark guesses text)."""
+    guessed = inferred_schema(schema)
+    return pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f for f in guessed])
 
 
 def infer_schema(path: str, fmt: FileFormat | None = None) -> pa.Schema:
-    """Arrow schema of a sample Parquet, CSV (first block) or JSON-lines file.
+    """Arrow schema of a sample Parquet, CSV (first block) or JSON-lines file, its
+    timestamps ``timestamp[us, tz=UTC]`` (lamina's one inferred timestamp type).
 
     Raises :class:`InputFileError` if the file cannot be read as that format.
     """
@@ -42,10 +41,10 @@ def infer_schema(path: str, fmt: FileFormat | None = None) -> pa.Schema:
 
     fmt = fmt or format_of([path])
     try:
-        if fmt is FileFormat.parquet:
+        if fmt is FileFormat.parquet:  # its timestamps too as lamina infers them
             if os.path.isdir(path):
-                return pads.dataset(path, format="parquet").schema
-            return pq.read_schema(path)
+                return inferred_schema(pads.dataset(path, format="parquet").schema)
+            return inferred_schema(pq.read_schema(path))
         if fmt is FileFormat.csv:
             parse = pacsv.ParseOptions(delimiter="\t" if is_tsv(path) else ",")
             with pacsv.open_csv(path, parse_options=parse) as reader:
@@ -298,9 +297,10 @@ def _reader(
 _ZONED = r"[Tt ]\d\d(:?\d\d){0,2}([.,]\d+)? ?([Zz]|[+-]\d\d(:?\d\d)?)$"
 
 
-def _parse_times(column: pa.Array, target: pa.DataType) -> pa.Array:
+def _parse_times(column: pa.Array, target: pa.DataType, epoch: bytes | None = None) -> pa.Array:
     """ISO-8601 text -> ``target`` timestamps: values with a zone are instants, values
-    without one are read as UTC (as Spark does with lamina's UTC session).
+    without one are read as UTC (as Spark does with lamina's UTC session); ``epoch``:
+    the unit of a time column of epoch numbers, whose text may be those numbers.
 
     Raises ``pa.ArrowInvalid`` for text that is not a time."""
     aware, naive = pa.timestamp("us", tz="UTC"), pa.timestamp("us")
@@ -309,6 +309,17 @@ def _parse_times(column: pa.Array, target: pa.DataType) -> pa.Array:
             return column.cast(as_type).cast(target)
         except pa.ArrowInvalid:
             continue
+    if epoch is not None:  # numbers (of the unit), and maybe times beside them
+        import pyarrow.compute as pc  # only for a time column of epoch numbers
+
+        number = pc.fill_null(pc.match_substring_regex(column, r"^\s*-?\d+\s*$"), False)
+        none = pa.scalar(None, pa.string())
+        counts = pc.if_else(number, column, none).cast(pa.int64())
+        stamps = counts.cast(pa.timestamp(epoch.decode(), tz="UTC")).cast(target)
+        if pc.all(number).as_py() is not False:
+            return stamps
+        times = _parse_times(pc.if_else(number, none, column), target)
+        return pc.if_else(number, stamps, times)
     import pyarrow.compute as pc  # only for a mix of zoned and naive values
 
     zoned = pc.fill_null(pc.match_substring_regex(column, _ZONED), False)  # some of each
@@ -326,9 +337,11 @@ def _typed_schema(schema: pa.Schema, target: pa.Schema | None) -> pa.Schema:
         return schema
     fields = []
     for f in schema:
-        t = target.field(f.name).type if f.name in target.names else None
+        into = target.field(f.name) if f.name in target.names else None
         text = pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
-        fields.append(f.with_type(t) if t is not None and text and pa.types.is_timestamp(t) else f)
+        if into is not None and text and pa.types.is_timestamp(into.type):
+            f = f.with_type(into.type).with_metadata(into.metadata)
+        fields.append(f)
     return pa.schema(fields)
 
 
@@ -344,7 +357,8 @@ def _typed(batch: pa.RecordBatch, target: pa.Schema | None) -> pa.RecordBatch:
             cols.append(col)
             continue
         try:
-            cols.append(_parse_times(col.cast(pa.string()), f.type))
+            unit = (f.metadata or {}).get(EPOCH_UNIT)
+            cols.append(_parse_times(col.cast(pa.string()), f.type, unit))
         except pa.ArrowInvalid as exc:
             raise pa.ArrowInvalid(f"column {f.name!r}: {_first_line(exc)}") from None
     return pa.RecordBatch.from_arrays(cols, schema=schema)
@@ -376,7 +390,15 @@ def _first_schema(
     if fmt is FileFormat.parquet:
         with _open(path, True) as file:
             return target, _typed_schema(_reader(fmt, file, tsv, target, 1)[0], target)
-    return target, _typed_schema(_first_block_schema(fmt, path, tsv, target), target)
+    read = _first_block_schema(fmt, path, tsv, target)
+    if schema is not None:
+        # the table's columns as the file spells them (names match ignoring case)
+        other = {n.lower(): n for n in read.names if n not in schema.names}
+        spelled = pa.schema([f.with_name(other.get(f.name.lower(), f.name)) for f in schema])
+        if spelled.names != schema.names:
+            target = spelled
+            read = _first_block_schema(fmt, path, tsv, target)
+    return target, _typed_schema(read, target)
 
 
 def _first_block_schema(

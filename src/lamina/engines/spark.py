@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lamina.core.columns import required_columns
 from lamina.core.interval import ETERNITY, US_PER_HOUR, Granularity, Interval, to_us
 from lamina.core.model import NewSegment, TableRecord
 from lamina.core.properties import SCHEMA_CHANGED_SEQ
@@ -253,7 +254,7 @@ def spark_producer(
             "df.toArrow()"
         )
     spark = df.sparkSession
-    data = conform(df, rec.schema)
+    data = conform(df, rec.schema, required_columns(rec), rec.time_column)
     partitioned = rec.time_column is not None
     if partitioned:
         assert rec.time_column is not None
@@ -362,7 +363,7 @@ def _collect_files(
         meta = pq.read_metadata(info.path, filesystem=wh.fs)
         lo, hi = _time_stats(meta, time_column)
         out.append(NewSegment(chunk, rel, meta.num_rows, int(info.size or 0), lo, hi))
-        _check_not_null(meta, schema, rel)
+        _check_not_null(meta, schema)
     return sorted(out, key=_task_order)
 
 
@@ -380,7 +381,7 @@ def _task_order(seg: NewSegment) -> tuple[int, int, int, str]:
     )
 
 
-def _check_not_null(meta: pq.FileMetaData, schema: pa.Schema | None, rel: str) -> None:
+def _check_not_null(meta: pq.FileMetaData, schema: pa.Schema | None) -> None:
     """SchemaError when a NOT NULL column of ``schema`` holds nulls in the file Spark
     wrote (its footer counts them; Spark's own schema is nullable throughout)."""
     if schema is None:
@@ -397,8 +398,8 @@ def _check_not_null(meta: pq.FileMetaData, schema: pa.Schema | None, rel: str) -
                 nulls += stats.null_count
         if nulls:
             raise SchemaError(
-                f"column {f.name!r} is NOT NULL in the table, but the data holds nulls there "
-                f"(in {rel}): fill or drop them"
+                f"column {f.name!r} is NOT NULL in the table, but {nulls} row(s) of the data "
+                "hold null there: fill or drop them"
             )
 
 

@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, TextIO
 import pyarrow as pa
 from py4j.protocol import Py4JJavaError
 
+from lamina.core.columns import EPOCH_UNIT
 from lamina.engines.files import FileFormat, data_files, is_tsv
+from lamina.engines.spark_casts import from_epoch
 from lamina.engines.spark_schema import arrow_to_spark_schema, ref
 from lamina.errors import InputFileError, LaminaError
 
@@ -136,11 +138,19 @@ def _cast_to(df: DataFrame, schema: pa.Schema) -> DataFrame:
     """Cast the (string) columns of ``df`` that the table has to the table's types."""
     from pyspark.sql import functions as F  # loads pyspark
 
-    target = {f.name: f.dataType for f in arrow_to_spark_schema(schema).fields}
+    target = {f.name.lower(): f.dataType for f in arrow_to_spark_schema(schema).fields}
+    epoch = {f.name.lower(): f for f in schema if EPOCH_UNIT in (f.metadata or {})}
     cols = []
-    for c in df.columns:
+    for c in df.columns:  # names match ignoring case, as the write's conform matches them
         col = F.col(ref(c))
-        cols.append(col.cast(target[c]).alias(c) if c in target else col)
+        kind = target.get(c.lower())
+        if c.lower() in epoch:  # a time column of epoch numbers: numbers, or times
+            numbers = from_epoch(col.cast("long"), epoch[c.lower()])
+            times = col.cast("timestamp")
+            col = F.when(col.rlike(r"^\s*-?[0-9]+\s*$"), numbers).otherwise(times)
+            cols.append(col.alias(c))
+            continue
+        cols.append(col.cast(kind).alias(c) if kind is not None else col)
     return df.select(*cols)
 
 

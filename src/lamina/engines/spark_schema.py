@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from lamina.errors import SchemaError, UnsupportedTypeError
-from lamina.io.arrow import storage_schema
+from lamina.io.arrow import inferred_schema, storage_schema
 
 #: Spark types lamina cannot store, and what to do instead
 _SPARK_UNSUPPORTED = {
@@ -62,6 +62,15 @@ def spark_to_arrow_schema(schema: Any) -> pa.Schema:
             f"a column's Spark type has no Arrow equivalent lamina can store ({exc}): cast "
             "it to a supported type (see Column types in the docs)"
         ) from None
+
+
+def inferred_spark_or_arrow(schema: Any) -> pa.Schema:
+    """:func:`lamina.io.arrow.inferred_schema` of an Arrow schema or a Spark struct (a
+    table made from the files a command reads: timestamps µs, UTC). Raises
+    UnsupportedTypeError (a Spark type lamina cannot store)."""
+    if not isinstance(schema, pa.Schema):
+        schema = spark_to_arrow_schema(schema)
+    return inferred_schema(schema)
 
 
 def _spark_arrow_type(t: pa.DataType) -> pa.DataType:

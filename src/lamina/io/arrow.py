@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
+from lamina.core.columns import EPOCH_UNIT, match_columns
 from lamina.core.interval import US_PER_DAY, Granularity, Interval
 from lamina.errors import (
     SchemaError,
@@ -107,8 +108,13 @@ def check_time_column(schema: pa.Schema, time_column: str | None) -> None:
         )
     t = schema.field(time_column).type
     if not (pa.types.is_timestamp(t) or pa.types.is_date(t)):
+        epoch = (
+            " (epoch numbers: give their unit, create_table(..., time_unit='ms'))"
+            if pa.types.is_integer(t)
+            else ""
+        )
         raise TimeColumnError(
-            f"time column {time_column!r} has type {t}; it must be a timestamp or a date"
+            f"time column {time_column!r} has type {t}; it must be a timestamp or a date{epoch}"
         )
 
 
@@ -192,6 +198,36 @@ def storage_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema(fields, metadata=schema.metadata)
 
 
+#: the type lamina infers for timestamps (CSV and JSON files, Parquet files a table is
+#: made from, a column a write's ``evolve=True`` adds): instants in µs, UTC
+INFERRED_TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+
+def inferred_type(t: pa.DataType) -> pa.DataType:
+    """The type of a column lamina infers from data of type ``t``: a timestamp of any
+    unit and zone (or none: a UTC wall-clock time) is :data:`INFERRED_TIMESTAMP`,
+    also inside lists, maps and structs; the rest as given."""
+    if pa.types.is_timestamp(t):
+        return INFERRED_TIMESTAMP
+    if is_list_like(t):
+        return _with_value_field(t, t.value_field.with_type(inferred_type(t.value_type)))
+    if pa.types.is_map(t):
+        key, item = t.key_field, t.item_field
+        return pa.map_(
+            key.with_type(inferred_type(key.type)),
+            item.with_type(inferred_type(item.type)),
+            keys_sorted=t.keys_sorted,
+        )
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(inferred_type(f.type)) for f in t])
+    return t
+
+
+def inferred_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with each column's :func:`inferred_type` (the one timestamp rule)."""
+    return pa.schema([f.with_type(inferred_type(f.type)) for f in schema], metadata=schema.metadata)
+
+
 def table_schema(schema: pa.Schema) -> pa.Schema:
     """The schema a new table stores: :func:`storage_schema`, checked against the
     Parquet writer. Raises UnsupportedTypeError naming the first column it cannot write."""
@@ -242,9 +278,8 @@ def castable(src: pa.DataType, dst: pa.DataType) -> bool:
     fam = _family(src)
     if fam != _family(dst):
         return fam == "int" and _family(dst) == "float"
-    if fam == "timestamp":
-        # a zone-aware instant and a naive wall-clock time are different things
-        return (src.tz is None) == (dst.tz is None)
+    if fam == "timestamp":  # naive times are UTC wall-clock times: converted both ways
+        return True
     if fam == "list":
         fixed = pa.types.is_fixed_size_list(dst)
         if fixed and not (pa.types.is_fixed_size_list(src) and src.list_size == dst.list_size):
@@ -330,6 +365,14 @@ def _cast_column(column: pa.ChunkedArray, field: pa.Field) -> pa.ChunkedArray:
     try:
         chunks = [_cast_chunk(c, field.type) for c in column.chunks]
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        if _finer_times(column.type, field.type):
+            raise SchemaError(
+                f"column {field.name!r} holds times finer than its table type {field.type} "
+                f"keeps, which it cannot take without loss ({exc}); lamina never truncates "
+                "them: round them first (pandas: "
+                f"df[{field.name!r}].dt.floor('{field.type.unit}')), or create the table "
+                "with a finer unit"
+            ) from None
         raise SchemaError(
             f"column {field.name!r} cannot be cast from {column.type} to {field.type} "
             f"without loss: {exc}; fix or cast the values"
@@ -337,28 +380,57 @@ def _cast_column(column: pa.ChunkedArray, field: pa.Field) -> pa.ChunkedArray:
     return pa.chunked_array(chunks, type=field.type)
 
 
-def conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
+_UNIT_ORDER = ("s", "ms", "us", "ns")
+
+
+def _finer_times(src: pa.DataType, dst: pa.DataType) -> bool:
+    """Whether ``src`` timestamps have a finer unit than ``dst``'s."""
+    if not (pa.types.is_timestamp(src) and pa.types.is_timestamp(dst)):
+        return False
+    return _UNIT_ORDER.index(src.unit) > _UNIT_ORDER.index(dst.unit)
+
+
+def conform(
+    data: pa.Table,
+    schema: pa.Schema,
+    required: Collection[str] = (),
+    first_row: int = 0,
+) -> pa.Table:
     """Reorder and safely cast ``data`` to the storage form of ``schema``
-    (:func:`storage_schema`). Raises UnsupportedTypeError for a column type lamina
-    cannot store, SchemaError for missing, unknown or repeated columns, a lossy cast or
-    a null in a NOT NULL column."""
+    (:func:`storage_schema`). Columns match by name ignoring case (the table's spelling
+    is kept); a nullable column the data lacks is written as nulls, unless it is one of
+    ``required`` (the time column, an upsert table's key and comparison columns).
+    Naive and zone-aware timestamps are converted into each other (naive ones are UTC
+    wall-clock times); integers go into a time column of epoch numbers
+    (:data:`lamina.core.columns.EPOCH_UNIT`). ``first_row``: the position of the data's
+    first row in the whole input (errors name rows by it). Raises UnsupportedTypeError
+    for a column type lamina cannot store, SchemaError for missing, unknown or repeated
+    columns, a lossy cast or a null in a NOT NULL column."""
     schema = storage_schema(schema)  # tables created before normalization may hold views
     repeated = sorted({n for n in data.column_names if data.column_names.count(n) > 1})
     if repeated:
         raise SchemaError(f"the data has column {repeated[0]!r} more than once: keep one")
-    missing = [n for n in schema.names if n not in data.column_names]
-    extra = [n for n in data.column_names if n not in schema.names]
-    if missing or extra:
+    matched = match_columns(data.column_names, schema.names)
+    if matched.renames:
+        data = data.rename_columns([matched.renames.get(n, n) for n in data.column_names])
+    need = {n.lower() for n in required}
+    missing = [n for n in matched.missing if not schema.field(n).nullable or n.lower() in need]
+    if missing or matched.extra:
         parts = []
         if missing:
             parts.append(f"missing columns {missing}")
-        if extra:
-            parts.append(f"unknown columns {extra}")
+        if matched.extra:
+            parts.append(f"unknown columns {matched.extra}")
         raise SchemaError(
             f"data does not match the table schema: {'; '.join(parts)}; "
             f"the table has columns {schema.names}"
+            + (_required_note(schema, missing, need) if missing else "")
         )
-    data = data.select(schema.names)
+    for name in matched.missing:  # nullable: written as nulls
+        data = data.append_column(
+            schema.field(name), pa.nulls(data.num_rows, schema.field(name).type)
+        )
+    data = _epoch_numbers(data.select(schema.names), schema)
     for f in data.schema:
         storage_type(f.type, f.name)  # name the column whose type cannot be stored
     bad = [
@@ -375,12 +447,58 @@ def conform(data: pa.Table, schema: pa.Schema) -> pa.Table:
         columns = [_cast_column(data.column(f.name), f) for f in schema]
         data = pa.Table.from_arrays(columns, schema=schema)
     for f in schema:
-        nulls = 0 if f.nullable else data.column(f.name).null_count
-        if nulls:
+        if not f.nullable and data.column(f.name).null_count:
+            raise SchemaError(null_rows_message(data, f.name, first_row))
+    return data
+
+
+def _required_note(schema: pa.Schema, missing: list[str], need: set[str]) -> str:
+    """Why the ``missing`` columns are required (a nullable column a write lacks is
+    written as nulls)."""
+    fixed = [n for n in missing if not schema.field(n).nullable]
+    named = [n for n in missing if n.lower() in need and schema.field(n).nullable]
+    why = []
+    if fixed:
+        why.append(f"its NOT NULL columns {fixed}")
+    if named:
+        why.append(f"its time, key and comparison columns {named}")
+    return f"; a write must give {' and '.join(why)} (other columns it lacks are nulls)"
+
+
+def null_rows_message(data: pa.Table, column: str, first_row: int = 0) -> str:
+    """What a null in NOT NULL ``column`` says: how many rows hold one, the first
+    positions (from ``first_row``, 0-based) and the first such row's values."""
+    nulls = data.column(column).is_null()
+    if isinstance(nulls, pa.ChunkedArray):
+        nulls = nulls.combine_chunks()
+    at = np.flatnonzero(nulls.to_numpy(zero_copy_only=False))
+    shown = ", ".join(str(first_row + int(i)) for i in at[:5]) + (", ..." if len(at) > 5 else "")
+    row = data.slice(int(at[0]), 1).to_pylist()[0]
+    values = ", ".join(f"{k}={'null' if v is None else v}" for k, v in row.items())
+    if len(values) > 200:
+        values = values[:200] + "..."
+    return (
+        f"column {column!r} is NOT NULL in the table, but the data holds {len(at)} null(s) "
+        f"there: rows {shown} (counted from 0; the first: {values}); fill or drop them"
+    )
+
+
+def _epoch_numbers(data: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Integers given for a time column of epoch numbers (:data:`EPOCH_UNIT` in its
+    field's metadata), as timestamps of their unit (UTC)."""
+    for i, f in enumerate(schema):
+        unit = (f.metadata or {}).get(EPOCH_UNIT)
+        col = data.column(i)
+        if unit is None or not pa.types.is_integer(col.type):
+            continue
+        try:
+            as_int = col.cast(pa.int64(), safe=True)
+        except pa.ArrowInvalid as exc:
             raise SchemaError(
-                f"column {f.name!r} is NOT NULL in the table, but the data holds {nulls} "
-                "null(s) there: fill or drop them"
-            )
+                f"column {f.name!r}: {exc}; give epoch numbers within int64"
+            ) from None
+        stamps = as_int.cast(pa.timestamp(unit.decode(), tz="UTC"))
+        data = data.set_column(i, f.name, stamps)
     return data
 
 

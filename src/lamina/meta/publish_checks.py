@@ -110,7 +110,7 @@ def _publishable(
         app_txns.check(conn, table_id, *plan.txn)
     _outside_locks(conn, table_id, plan, commit_id, covered)
     if plan.adds():
-        _columns_free(trow, plan.adds(), commit_id)
+        _columns_free(trow, plan.adds(), commit_id, same_ok=not plan.rewrites)
     carry = _conflicts(conn, trow, commit_id, plan, covered)
     entry = _entry(db, conn, table_id, plan.lineage)
     if entry is None and plan.overwrites() is None and not plan.remove_ids:
@@ -124,13 +124,21 @@ def _publishable(
     return Cleared(entry, carry, current, hidden, removed)
 
 
-def _columns_free(trow: Any, fields: tuple[Any, ...], commit_id: int) -> None:
+def _columns_free(trow: Any, fields: tuple[Any, ...], commit_id: int, same_ok: bool) -> None:
     """Refuse columns to add whose names (any case) the table's schema has now: another
-    commit added them since the write began. Raises CommitConflictError (retryable)."""
+    commit added them since the write began — unless ``same_ok`` (a write's schema
+    merge, not a rollup's count) and it added one of the very name and type, which the
+    write's files then fill. Raises CommitConflictError (retryable)."""
     import pyarrow as pa  # loads numpy, pyarrow
 
-    have = {n.lower() for n in pa.ipc.read_schema(pa.py_buffer(bytes(trow.schema_ipc))).names}
-    taken = [f.name for f in fields if f.name.lower() in have]
+    now = pa.ipc.read_schema(pa.py_buffer(bytes(trow.schema_ipc)))
+    have = {n.lower() for n in now.names}
+    taken = [
+        f.name
+        for f in fields
+        if f.name.lower() in have
+        and not (same_ok and f.name in now.names and now.field(f.name).type == f.type)
+    ]
     if taken:
         raise CommitConflictError(
             f"commit {commit_id} adds column {taken[0]!r}, which the table got meanwhile "

@@ -82,12 +82,15 @@ def add_at(
     conn: Connection, table_id: int, old_ipc: bytes, seq: int, fields: tuple[pa.Field, ...]
 ) -> None:
     """Add ``fields`` at the end of the table's schema from the commit of ``seq`` on (a
-    major compaction's rollup count columns, checked free at publish, under the table's
-    lock)."""
+    major compaction's rollup count columns, a write's new columns: checked at publish,
+    under the table's lock); those the schema has by now (the same, another write's)
+    are left as they are."""
     import pyarrow as pa  # loads numpy, pyarrow
 
     rec = table_record(conn.execute(select(tables).where(tables.c.id == table_id)).one())
-    record_schema(conn, rec, old_ipc, seq, pa.schema([*rec.schema, *fields]))
+    new = [f for f in fields if f.name not in rec.schema.names]
+    if new:
+        record_schema(conn, rec, old_ipc, seq, pa.schema([*rec.schema, *new]))
 
 
 def schema_at(conn: Connection, rec: TableRecord, seq: int) -> TableRecord:

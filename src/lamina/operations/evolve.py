@@ -4,19 +4,28 @@ wider types its columns can take, checked against its schema and upsert definiti
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from lamina.changes import CHANGE, COMMIT_ID, COMMIT_SEQ
+from lamina.core.args import flag
 from lamina.core.autocompact import check_policy, check_properties, policy_of
+from lamina.core.columns import match_columns
 from lamina.core.comparison import cmp_dtype
 from lamina.core.model import Commit, TableRecord
 from lamina.core.properties import as_text, check_reserved
 from lamina.core.upsert_spec import UpsertSpec, refuse_consistent_push
 from lamina.core.widening import refusal, widens
 from lamina.errors import SchemaError, UpsertError
-from lamina.io.arrow import storage_type, table_schema
+from lamina.io.arrow import (
+    inferred_type,
+    is_spark_dataframe,
+    storage_type,
+    table_schema,
+    to_arrow_table,
+)
 from lamina.meta import tables
 from lamina.meta.schemas import change_schema
 from lamina.operations.handle import TableHandle
@@ -174,3 +183,52 @@ def widened(rec: TableRecord, column: Any, new_type: Any) -> tuple[pa.Schema, di
     schema = rec.schema.set(names.index(column), old_field.with_type(new))
     UpsertSpec.from_properties(rec.properties, schema, rec.time_column)  # still fits
     return schema, {"widen_column": {"name": column, "from": str(old), "to": str(new)}}
+
+
+def merged(
+    h: TableHandle,
+    data: Any,
+    evolve: bool,
+    metadata: dict[str, Any],
+    write: Callable[[TableHandle, Any, dict[str, Any]], Commit],
+) -> Commit:
+    """``write(handle, data, metadata)``; with ``evolve``, Delta's ``mergeSchema``: the
+    input's columns the table lacks are added (nullable, at the end) by the write's own
+    commit, which records them in its metadata (``add_columns``), and ``h`` then has
+    the new schema. Raises SchemaError (a new column declared NOT NULL, a name that
+    is reserved, a type lamina cannot store or that does not fit the table's column),
+    UpsertError (a column the upsert table cannot take), InvalidArgumentError
+    (``evolve`` not a bool), and what ``write`` raises; nothing changes then."""
+    if not flag(evolve, "evolve"):
+        return write(h, data, metadata)
+    given, data = _input_schema(data)
+    extra = match_columns(given.names, h.schema.names).extra
+    if not extra:
+        return write(h, data, metadata)
+    fixed = [n for n in extra if not given.field(n).nullable]
+    if fixed:
+        raise SchemaError(
+            f"evolve=True adds columns, nullable ones only (the rows already written have "
+            f"no value for them), but the data declares {fixed} NOT NULL: make them nullable "
+            f"or add them with t.add_columns(pa.field(name, type)) first"
+        )
+    fields = [pa.field(n, inferred_type(given.field(n).type)) for n in extra]
+    schema, meta = added(h.record, fields)
+    adding = tuple(schema.field(n) for n in extra)
+    evolving = TableHandle(h.ctx, h.record.with_schema(schema), adding)
+    done = write(evolving, data, {**metadata, **meta})
+    h.record = h.reloaded()[0]
+    return done
+
+
+def _input_schema(data: Any) -> tuple[pa.Schema, Any]:
+    """The Arrow schema of a write's input, and the input (read into Arrow if it had
+    to be). Raises UnsupportedInputError, SchemaError."""
+    if is_spark_dataframe(data):
+        from lamina.engines.spark_schema import spark_to_arrow_schema  # loads pyspark
+
+        return spark_to_arrow_schema(data.schema), data
+    if isinstance(data, pa.Table | pa.RecordBatch | pa.RecordBatchReader):
+        return data.schema, data
+    table = to_arrow_table(data)
+    return table.schema, table

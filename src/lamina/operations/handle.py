@@ -38,11 +38,16 @@ READ_ATTEMPTS = 5
 class TableHandle:
     """One table's catalog context and catalog row, as operations use them."""
 
-    __slots__ = ("ctx", "record")
+    __slots__ = ("adding", "ctx", "record")
 
-    def __init__(self, ctx: CatalogContext, record: TableRecord) -> None:
+    def __init__(
+        self, ctx: CatalogContext, record: TableRecord, adding: tuple[pa.Field, ...] = ()
+    ) -> None:
         self.ctx = ctx
         self.record = record
+        #: columns ``record``'s schema has and the catalog's not yet: the commits of
+        #: this handle's writes add them (a write with ``evolve=True``)
+        self.adding = adding
 
     # -- the definition, as loaded ------------------------------------------------------
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from lamina.core.args import whole_number
+from lamina.core.columns import required_columns
 from lamina.core.interval import ETERNITY, Granularity, Interval
 from lamina.core.model import Commit, CommitAction, NewSegment, txn_of
 from lamina.core.planner import allocate
@@ -141,9 +142,13 @@ def producer(
     stream = isinstance(data, pa.RecordBatchReader)
     pieces = gathered(data, STREAM_FLUSH_BYTES) if stream else iter([to_arrow_table(data)])
 
+    required = required_columns(rec)
+    seen = [0]  # rows of the pieces before: errors name rows of the whole input
+
     def split(piece: pa.Table) -> list[ChunkPart]:
         try:
-            conformed = conform(piece, rec.schema)
+            conformed = conform(piece, rec.schema, required, seen[0])
+            seen[0] += piece.num_rows
         except SchemaError as exc:
             hint = _reload_hint(table)
             if not hint:
@@ -246,6 +251,7 @@ def write(
                 txn=txn,
                 upsert=None if upsert is None else upsert(files),
                 remove_ids=remove,
+                columns=table.adding,
             )
             if finish is None:
                 return w.publish(plan)

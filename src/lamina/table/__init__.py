@@ -11,6 +11,7 @@ from lamina.core.args import flag, names
 from lamina.core.interval import Interval
 from lamina.core.model import Commit, txn_of, user_metadata
 from lamina.errors import (
+    InvalidArgumentError,
     LineageEntryNotFoundError,
     LineageRequestError,
     SegmentNotFoundError,
@@ -55,6 +56,7 @@ class Table(TableDefinition):
         *,
         txn: tuple[str, int] | None = None,
         retries: int = 0,
+        evolve: bool = False,
     ) -> Commit:
         """Add rows. New segments join existing chunks at their current version.
 
@@ -63,16 +65,26 @@ class Table(TableDefinition):
         ``txn=(app_id, version)``: exactly once — skipped (returning the commit that
         recorded it) unless ``version`` is above the application's recorded one.
         ``retries``: publish again this many times after a conflict that is safe to
-        retry (see ``CommitConflictError.retryable``).
+        retry (see ``CommitConflictError.retryable``). ``evolve``: the data's columns
+        the table lacks are added (nullable, at the end) by this commit, as Delta's
+        ``mergeSchema`` (without it they are refused; columns the data lacks are nulls).
         Raises CommitConflictError, SchemaError, TimeColumnError, MetadataError.
         """
-        from lamina.operations.kinds import kind_of  # the write path: pyarrow, numpy
+        from lamina.operations.evolve import merged  # the write path: pyarrow, numpy
+        from lamina.operations.kinds import kind_of
         from lamina.table.connect import is_spark_connect, write_through_source  # pyarrow
 
         h = self._handle
         if is_spark_connect(data):
+            _no_evolve(evolve)
             return write_through_source(h, data, "append", user_metadata(metadata), txn)
-        return kind_of(h).append(h, data, user_metadata(metadata), txn, retries)
+        return merged(
+            h,
+            data,
+            evolve,
+            user_metadata(metadata),
+            lambda h, data, meta: kind_of(h).append(h, data, meta, txn, retries),
+        )
 
     def upsert(
         self,
@@ -80,19 +92,28 @@ class Table(TableDefinition):
         metadata: dict[str, Any] | None = None,
         *,
         txn: tuple[str, int] | None = None,
+        evolve: bool = False,
     ) -> Commit:
         """Write records of an upsert table: per primary key only the latest is visible
         (the greatest comparison value; on a tie the later commit, then the later row).
-        ``txn``: exactly once, as for :meth:`append`. Raises UpsertError (not an upsert
-        table, null keys or comparison values), SchemaError, TimeColumnError,
-        MetadataError."""
-        from lamina.operations.kinds import upserted  # the write path: pyarrow, numpy
+        ``txn``: exactly once, ``evolve``: new columns, as for :meth:`append`. Raises
+        UpsertError (not an upsert table, null keys or comparison values), SchemaError,
+        TimeColumnError, MetadataError."""
+        from lamina.operations.evolve import merged  # the write path: pyarrow, numpy
+        from lamina.operations.kinds import upserted
         from lamina.table.connect import is_spark_connect, write_through_source  # pyarrow
 
         if is_spark_connect(data):
+            _no_evolve(evolve)
             meta = user_metadata(metadata)
             return write_through_source(self._handle, data, "upsert", meta, txn)
-        return upserted(self._handle, data, user_metadata(metadata), txn)
+        return merged(
+            self._handle,
+            data,
+            evolve,
+            user_metadata(metadata),
+            lambda h, data, meta: upserted(h, data, meta, txn),
+        )
 
     @property
     def primary_key(self) -> tuple[str, ...] | None:
@@ -108,21 +129,31 @@ class Table(TableDefinition):
         *,
         txn: tuple[str, int] | None = None,
         retries: int = 0,
+        evolve: bool = False,
     ) -> Commit:
         """Replace every row in ``interval`` (default: the chunks the data touches)
         with ``data``, under a new, higher version, in one commit. ``txn``,
-        ``retries``: as :meth:`append` (an overwrite that lost to another overwrite is
-        never retried: that would silently drop the other's rows).
-        Raises CommitConflictError, DataOutsideIntervalError, MetadataError."""
-        from lamina.operations.kinds import kind_of  # the write path: pyarrow, numpy
+        ``retries``, ``evolve``: as :meth:`append` (an overwrite that lost to another
+        overwrite is never retried: that would silently drop the other's rows).
+        Raises CommitConflictError, DataOutsideIntervalError, SchemaError,
+        MetadataError."""
+        from lamina.operations.evolve import merged  # the write path: pyarrow, numpy
+        from lamina.operations.kinds import kind_of
         from lamina.table.connect import is_spark_connect, write_through_source  # pyarrow
 
         h = self._handle
         if is_spark_connect(data):
+            _no_evolve(evolve)
             meta = user_metadata(metadata)
             return write_through_source(h, data, "overwrite", meta, txn, interval)
         iv = aligned(h, interval)
-        return kind_of(h).overwrite(h, data, iv, user_metadata(metadata), txn, retries)
+        return merged(
+            h,
+            data,
+            evolve,
+            user_metadata(metadata),
+            lambda h, data, meta: kind_of(h).overwrite(h, data, iv, meta, txn, retries),
+        )
 
     def refresh(
         self,
@@ -334,6 +365,16 @@ class Table(TableDefinition):
 
     def __repr__(self) -> str:
         return f"Table({self.name!r}, time_column={self.time_column!r}, {self.granularity.value})"
+
+
+def _no_evolve(evolve: Any) -> None:
+    """Raises InvalidArgumentError for ``evolve=True`` with a Spark Connect DataFrame
+    (written through ``format("lamina")``, which adds no column)."""
+    if flag(evolve, "evolve"):
+        raise InvalidArgumentError(
+            "evolve=True cannot take a Spark Connect DataFrame (it is written through "
+            'format("lamina")): add the new columns with t.add_columns(...) first'
+        )
 
 
 def _entry_id(value: Any) -> str:

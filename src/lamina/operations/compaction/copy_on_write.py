@@ -107,6 +107,7 @@ def finish(table: TableHandle, plan: PublishPlan, where: str) -> PublishPlan:
         txn=plan.txn,
         upsert=plan.upsert,
         lineage=plan.lineage,
+        columns=plan.columns,
         runs=runs,
         remove_ids=tuple(i for r in runs for i in r.inputs),
     )

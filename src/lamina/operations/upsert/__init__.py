@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from lamina.core.columns import match_columns, required_columns
 from lamina.core.keyhash import key_hashes
 from lamina.core.model import Commit, CommitAction
 from lamina.core.upsert import UpsertBatch, UpsertSpec, resolve_against, resolve_batch
@@ -56,26 +57,27 @@ def refuse(table: TableHandle, what: str) -> None:
 
 
 def records_of(spec: UpsertSpec, rec: TableRecord, data: Any) -> pa.Table:
-    """``data`` (Arrow, pandas, Polars, ...) as the table stores it. On a
-    partial-upsert table, a nullable column the input leaves out (not a key, the
-    comparison or the time column) comes as nulls, as a field missing from a record
-    does in Pinot: the merge then keeps its key's value (FORCE_OVERWRITE takes the
-    null); a delete column left out comes as false (not a delete, and kept by SQL's
-    ``WHERE NOT deleted``). Raises SchemaError (a column missing elsewhere, an unknown
-    one, a type)."""
+    """``data`` (Arrow, pandas, Polars, ...) as the table stores it. A nullable column
+    the input leaves out (not a key, the comparison or the time column) comes as
+    nulls: a full upsert stores the record with nulls there; on a partial-upsert
+    table, as a field missing from a record does in Pinot, the merge then keeps its
+    key's value (FORCE_OVERWRITE takes the null), and a delete column left out comes
+    as false (not a delete, and kept by SQL's ``WHERE NOT deleted``). Raises
+    SchemaError (a required column missing, an unknown one, a type)."""
 
     # a Spark DataFrame's Arrow stream takes no time zone (pyspark asserts on timestamps)
     batch = to_arrow_table(data.toArrow() if is_spark_dataframe(data) else data)
     if spec.is_partial:
         need = {*spec.primary_key, spec.comparison_column, rec.time_column}
+        lacks = match_columns(batch.column_names, rec.schema.names).missing
         for f in storage_schema(rec.schema):
-            if f.name not in batch.column_names and f.name not in need and f.nullable:
+            if f.name in lacks and f.name not in need and f.nullable:
                 n = batch.num_rows
                 fill = pa.nulls(n, f.type)
                 if f.name == spec.delete_column:  # false, 'false' or 0: no delete
                     fill = no_delete(n, f.type)
                 batch = batch.append_column(f.name, fill)
-    return conform(batch, rec.schema)
+    return conform(batch, rec.schema, required_columns(rec))
 
 
 def upsert(
