@@ -63,10 +63,17 @@ def check_predicate(where: Any) -> Predicate:
     )
 
 
-def matching(plan: ScanPlan, wh: Warehouse, where: Predicate, rows: bool = False) -> Matches:
+def matching(
+    plan: ScanPlan,
+    wh: Warehouse,
+    where: Predicate,
+    rows: bool = False,
+    tables: Mapping[str, pa.Table] | None = None,
+) -> Matches:
     """The visible rows of ``plan`` that ``where`` matches (with the rows themselves
-    when ``rows``). Raises RowLevelError (an unknown column, a type error, a
-    predicate that is not boolean), SnapshotNotFoundError."""
+    when ``rows``). A SQL ``where`` sees the table's rows as ``target``, and
+    ``tables`` by their names. Raises RowLevelError (an unknown column, a type error,
+    a predicate that is not boolean), SnapshotNotFoundError."""
     out = Matches(plan)
     groups: dict[Interval | None, list[str]] = {}
     for path, keep in plan.reads():
@@ -75,9 +82,9 @@ def matching(plan: ScanPlan, wh: Warehouse, where: Predicate, rows: bool = False
     with snapshot_files(plan.seq, plan.table.name):
         for keep, paths in groups.items():
             if isinstance(where, str) and wh.local:
-                got = _duckdb_files(plan, paths, keep, where, rows)
+                got = _duckdb_files(plan, paths, keep, where, rows, tables or {})
             else:
-                got = _arrow_files(plan, wh, paths, keep, where, rows)
+                got = _arrow_files(plan, wh, paths, keep, where, rows, tables or {})
             parts.append(got)
     found = pa.concat_tables(parts) if parts else None
     if found is None or not found.num_rows:
@@ -125,7 +132,12 @@ def _failed(where: Predicate, exc: Exception) -> RowLevelError:
 
 
 def _duckdb_files(
-    plan: ScanPlan, paths: list[str], keep: Interval | None, where: str, rows: bool
+    plan: ScanPlan,
+    paths: list[str],
+    keep: Interval | None,
+    where: str,
+    rows: bool,
+    tables: Mapping[str, pa.Table],
 ) -> pa.Table:
     """The matches among ``paths`` (local files), read by DuckDB's Parquet reader."""
     files = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
@@ -137,11 +149,13 @@ def _duckdb_files(
     cols = ", *" if rows else ""
     sql = (
         f"SELECT file_index::BIGINT AS {FILE}, file_row_number::BIGINT AS {POS}{cols} "
-        f"FROM read_parquet({files}, hive_partitioning=false{by_name}) WHERE {cond}"
+        f"FROM read_parquet({files}, hive_partitioning=false{by_name}) AS target WHERE {cond}"
     )
     con = duckdb.connect()
     try:
-        got = _fetch(con.sql(sql))
+        for name, table in tables.items():
+            con.register(name, table)
+        got = fetch(con.sql(sql))
     except duckdb.Error as exc:
         raise _failed(where, exc) from None
     finally:
@@ -152,9 +166,10 @@ def _duckdb_files(
     return got
 
 
-def _fetch(rel: duckdb.DuckDBPyRelation) -> pa.Table:
-    fetch = getattr(rel, "to_arrow_table", None) or rel.arrow
-    got = fetch()
+def fetch(rel: duckdb.DuckDBPyRelation) -> pa.Table:
+    """A DuckDB relation's rows as one Arrow table."""
+    read = getattr(rel, "to_arrow_table", None) or rel.arrow
+    got = read()
     return got if isinstance(got, pa.Table) else got.read_all()
 
 
@@ -165,6 +180,7 @@ def _arrow_files(
     keep: Interval | None,
     where: Predicate,
     rows: bool,
+    tables: Mapping[str, pa.Table],
 ) -> pa.Table:
     """The matches among ``paths``, each file read whole by pyarrow, then filtered by
     ``pyarrow.dataset`` (an Expression) or DuckDB over Arrow (a SQL string)."""
@@ -180,7 +196,7 @@ def _arrow_files(
         if isinstance(where, str):
             if flt is not None:
                 data = ds.dataset(data).to_table(filter=flt)
-            parts.append(_duckdb_arrow(data, where))
+            parts.append(_duckdb_arrow(data, where, tables))
             continue
         flt = where if flt is None else flt & where
         try:
@@ -192,11 +208,13 @@ def _arrow_files(
     return got.select(cols)
 
 
-def _duckdb_arrow(data: pa.Table, where: str) -> pa.Table:
+def _duckdb_arrow(data: pa.Table, where: str, tables: Mapping[str, pa.Table]) -> pa.Table:
     con = duckdb.connect()
     try:
         con.register("__lamina_rows", data)
-        return _fetch(con.sql(f"SELECT * FROM __lamina_rows WHERE ({where})"))
+        for name, table in tables.items():
+            con.register(name, table)
+        return fetch(con.sql(f"SELECT * FROM __lamina_rows AS target WHERE ({where})"))
     except duckdb.Error as exc:
         raise _failed(where, exc) from None
     finally:
@@ -231,7 +249,7 @@ def with_values(
         con = duckdb.connect()
         try:
             con.register("__lamina_rows", base)
-            got = _fetch(con.sql(f"SELECT * REPLACE ({sets}) FROM __lamina_rows"))
+            got = fetch(con.sql(f"SELECT * REPLACE ({sets}) FROM __lamina_rows"))
         except duckdb.Error as exc:
             first = str(exc).strip().splitlines()[0]
             raise RowLevelError(
