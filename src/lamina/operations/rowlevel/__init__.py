@@ -95,7 +95,9 @@ def change(
     attempts: int = ATTEMPTS,
 ) -> Commit | None:
     """One commit of a plain table doing what ``decide`` says of the snapshot it starts
-    from; None when it decides to do nothing (nothing is committed). Made again after
+    from (its base); None when it decides to do nothing (nothing is committed: it
+    decides on the latest snapshot before it opens the commit, and again on the base
+    if that is newer). Made again after
     a conflict with a concurrent commit that changed a file it read, up to
     ``attempts`` times. Raises CommitConflictError (the last conflict), RowLevelError,
     SchemaError."""
@@ -105,11 +107,16 @@ def change(
 
     def attempt(i: int) -> Commit | None:
         meta = dict(metadata or {})
+        plan = table.scan()  # decided before the commit opens: nothing to do, no commit
+        got = decide(plan)
+        if got.empty:
+            return None
         with WriteTransaction(ctx, table.record, action, meta, inflight=True) as w:
-            plan = base_plan(table, w.base_seq)
-            got = decide(plan)
-            if got.empty:
-                return None  # the commit aborts: nothing to publish
+            if w.base_seq != plan.seq:  # a commit came in between: decide on the base
+                plan = base_plan(table, w.base_seq)
+                got = decide(plan)
+                if got.empty:
+                    return None  # the commit aborts: nothing to publish
             files = []
             if got.add is not None and got.add.num_rows:
                 files = producer(table, got.add, CommitAction.APPEND.value, None)(w.dir)
