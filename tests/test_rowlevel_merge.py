@@ -55,7 +55,7 @@ def test_every_clause_kind_in_one_commit(cat: lamina.Catalog, mode: str) -> None
     assert len(got) == 30 - 3 + 1
     assert seq is not None
     feed = t.read_changes(seq)
-    assert sorted(zip(feed.column("_change").to_pylist(), feed.column("k").to_pylist())) == [
+    assert sorted(zip(feed.column("_change").to_pylist(), feed.column("k").to_pylist(), strict=True)) == [
         ("delete", 1), ("delete", 2), ("delete", 28), ("delete", 29), ("insert", 1),
         ("insert", 40),
     ]  # fmt: skip

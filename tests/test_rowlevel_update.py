@@ -61,7 +61,9 @@ def test_an_update_of_an_upsert_table_is_an_upsert(cat: lamina.Catalog) -> None:
     assert got[2] == 2.5 and got[3] == 3.5 and len(got) == 10
     assert seq is not None
     feed = t.read_changes(seq)
-    assert sorted(zip(feed.column("_change").to_pylist(), feed.column("v").to_pylist())) == [
+    assert sorted(
+        zip(feed.column("_change").to_pylist(), feed.column("v").to_pylist(), strict=True)
+    ) == [
         ("delete", 2.0),
         ("delete", 3.0),
         ("insert", 2.5),
