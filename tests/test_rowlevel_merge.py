@@ -55,7 +55,8 @@ def test_every_clause_kind_in_one_commit(cat: lamina.Catalog, mode: str) -> None
     assert len(got) == 30 - 3 + 1
     assert seq is not None
     feed = t.read_changes(seq)
-    assert sorted(zip(feed.column("_change").to_pylist(), feed.column("k").to_pylist(), strict=True)) == [
+    got_feed = zip(feed.column("_change").to_pylist(), feed.column("k").to_pylist(), strict=True)
+    assert sorted(got_feed) == [
         ("delete", 1), ("delete", 2), ("delete", 28), ("delete", 29), ("insert", 1),
         ("insert", 40),
     ]  # fmt: skip
