@@ -6,13 +6,19 @@ retention agree. On an upsert table a delete is a tombstone per matched key."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from typer.testing import CliRunner
+
 import lamina
-from lamina.errors import RowLevelError
+from lamina.cli import app
+from lamina.errors import RowLevelError, SqlError
+
+RUNNER = CliRunner(env={"COLUMNS": "250", "NO_COLOR": "1"})
 
 T0 = datetime(2024, 1, 1)
 SCHEMA = pa.schema(
@@ -201,3 +207,36 @@ def test_a_bad_predicate_is_refused_and_leaves_the_table_unchanged(
     with pytest.raises(RowLevelError, match=says):
         t.delete(where)
     assert len(t.history()) == n and keys(t) == list(range(30))
+
+
+def test_lamina_delete_deletes_by_a_predicate(tmp_path: Path) -> None:
+    wh = str(tmp_path / "wh")
+    with lamina.connect(warehouse=wh) as cat:
+        plain(cat, "merge-on-read")
+    got = RUNNER.invoke(app, ["--warehouse", wh, "delete", "t", "--where", "k >= 20"])
+    assert got.exit_code == 0, got.output
+    assert "10 rows deleted" in got.output
+    got = RUNNER.invoke(app, ["--warehouse", wh, "delete", "t", "--where", "k >= 20"])
+    assert got.exit_code == 0 and "nothing committed" in got.output
+    got = RUNNER.invoke(app, ["--warehouse", wh, "delete", "t", "--where", "nope = 1"])
+    assert got.exit_code == 1 and "nope" in got.output
+    with lamina.connect(warehouse=wh) as cat:
+        assert keys(cat.load_table("t")) == list(range(20))
+
+
+@pytest.mark.parametrize(
+    ("sql", "method"),
+    [
+        ("DELETE FROM t WHERE k < 3", "t.delete(where)"),
+        ("UPDATE t SET v = 0 WHERE k < 3", "t.update(where, set="),
+        ("MERGE INTO t USING t AS s ON t.k = s.k WHEN MATCHED THEN DELETE", "t.merge(source"),
+    ],
+)
+def test_sql_that_changes_rows_is_refused_naming_the_method_that_does(
+    local_cat: lamina.Catalog, sql: str, method: str
+) -> None:
+    t = plain(local_cat, "merge-on-read")
+    with pytest.raises(SqlError) as err:
+        local_cat.sql(sql)
+    assert method in str(err.value)
+    assert keys(t) == list(range(30)) and len(t.history()) == 1

@@ -5,12 +5,15 @@ and a key column cannot be set."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow.compute as pc
 import pytest
 
 import lamina
+from lamina.cli import app
 from lamina.errors import RowLevelError
-from tests.test_rowlevel_delete import MODES, keys, plain, upsert_table
+from tests.test_rowlevel_delete import MODES, RUNNER, keys, plain, upsert_table
 
 
 def values(t: lamina.Table, as_of: int | None = None) -> dict[int, float]:
@@ -106,3 +109,18 @@ def test_an_update_matching_nothing_commits_nothing(local_cat: lamina.Catalog) -
     n = len(t.history())
     assert t.update("k < 0", set={"v": "0"}) is None
     assert len(t.history()) == n and keys(t) == list(range(30))
+
+
+def test_lamina_update_sets_columns_by_a_predicate(tmp_path: Path) -> None:
+    wh = str(tmp_path / "wh")
+    with lamina.connect(warehouse=wh) as cat:
+        plain(cat, "copy-on-write")
+    args = ["--warehouse", wh, "update", "t", "--set", "v = v * 2", "-s", "region = 'x'"]
+    got = RUNNER.invoke(app, [*args, "--where", "k < 3"])
+    assert got.exit_code == 0, got.output
+    assert "3 rows updated" in got.output
+    got = RUNNER.invoke(app, ["--warehouse", wh, "update", "t", "--set", "v", "--where", "k=1"])
+    assert got.exit_code == 2 and "COLUMN = SQL expression" in got.output
+    with lamina.connect(warehouse=wh) as cat:
+        t = cat.load_table("t")
+        assert values(t) == {k: float(k) * (2 if k < 3 else 1) for k in range(30)}
