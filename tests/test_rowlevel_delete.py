@@ -11,7 +11,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-
 from typer.testing import CliRunner
 
 import lamina
