@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -239,3 +240,23 @@ def test_sql_that_changes_rows_is_refused_naming_the_method_that_does(
         local_cat.sql(sql)
     assert method in str(err.value)
     assert keys(t) == list(range(30)) and len(t.history()) == 1
+
+
+def test_spark_pipeline_deletes_on_the_driver_and_reads_without_the_rows(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A Spark job writes through ``format("lamina")``, its driver deletes with
+    ``t.delete``, and Spark's readers (the data source, ``to_spark``) apply the vectors."""
+    url, wh = f"sqlite:///{tmp_path}/cat.db", str(tmp_path / "wh")
+    opts = {"table": "t", "catalog": url, "warehouse": wh}
+    with lamina.connect(url, wh) as cat:
+        utc = SCHEMA.set(0, pa.field("ts", pa.timestamp("us", tz="UTC")))  # as Spark has it
+        t = cat.create_table("t", utc, time_column="ts", segment_granularity="DAY")
+        df = spark.createDataFrame(rows(range(30)).cast(utc).to_pandas())
+        df.write.format("lamina").options(**opts).mode("append").save()
+        done = t.delete("region = 'eu' AND k < 20")
+        assert done is not None and done.metadata["row_change"]["deleted"] == 10
+        want = [k for k in range(30) if not (k % 2 == 0 and k < 20)]
+        read = spark.read.format("lamina").options(**opts).load()
+        assert sorted(r["k"] for r in read.collect()) == want
+        assert sorted(r["k"] for r in t.to_spark(spark).collect()) == want
