@@ -6,6 +6,7 @@ hides (deletion vectors, the times a file shows in part) never match."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
@@ -38,15 +39,31 @@ Predicate: TypeAlias = "str | pc.Expression"
 class Matches:
     """A predicate's matches in one snapshot: per file path (as planned), the sorted
     positions of its visible rows that match, and (asked for) the matching rows
-    themselves with :data:`FILE` (the path) and :data:`POS` (the position)."""
+    themselves with :data:`FILE` (the index of the file in :attr:`paths`) and
+    :data:`POS` (the position)."""
 
     plan: ScanPlan
     positions: dict[str, np.ndarray] = field(default_factory=dict)
     rows: pa.Table | None = None
+    #: the files read, in the order :data:`FILE` numbers them
+    paths: list[str] = field(default_factory=list)
 
     @property
     def count(self) -> int:
         return int(sum(len(p) for p in self.positions.values()))
+
+
+_DB: list[duckdb.DuckDBPyConnection] = []
+_DB_LOCK = threading.Lock()
+
+
+def connection() -> duckdb.DuckDBPyConnection:
+    """A cursor of the process's in-memory DuckDB database for row-level changes (one
+    database: opening one costs more than a small change's query); close it after use."""
+    with _DB_LOCK:
+        if not _DB:
+            _DB.append(duckdb.connect())
+        return _DB[0].cursor()
 
 
 def check_predicate(where: Any) -> Predicate:
@@ -85,42 +102,46 @@ def matching(
                 got = _duckdb_files(plan, paths, keep, where, rows, tables or {})
             else:
                 got = _arrow_files(plan, wh, paths, keep, where, rows, tables or {})
+            if out.paths:  # the group's file indexes follow the earlier groups'
+                shifted = pc.add(got.column(FILE), pa.scalar(len(out.paths), pa.int64()))
+                got = got.set_column(0, FILE, shifted)
+            out.paths += paths
             parts.append(got)
     found = pa.concat_tables(parts) if parts else None
     if found is None or not found.num_rows:
         if rows:
             out.rows = _empty_rows(plan)
         return out
-    found = _visible(plan, found)
-    files = found.column(FILE).to_numpy(zero_copy_only=False)
+    files = found.column(FILE).to_numpy(zero_copy_only=False).astype(np.int64)
     pos = found.column(POS).to_numpy(zero_copy_only=False).astype(np.int64)
-    for path in np.unique(files):
-        at = pos[files == path]
-        out.positions[str(path)] = np.unique(at)
+    order = np.lexsort((pos, files))
+    files, pos = files[order], pos[order]
+    bounds = np.searchsorted(files, np.arange(len(out.paths) + 1))
+    keep = np.ones(len(files), bool)
+    for i, path in enumerate(out.paths):
+        lo, hi = int(bounds[i]), int(bounds[i + 1])
+        if lo == hi:
+            continue
+        at = pos[lo:hi]
+        hidden = plan.deletes.get(path)
+        if hidden is not None and len(hidden):  # hidden already: not matched again
+            seen = np.isin(at, hidden)
+            keep[lo:hi] = ~seen
+            at = at[~seen]
+        if len(at):
+            got = out.positions.get(path)  # a file read for two pieces of time
+            out.positions[path] = at if got is None else np.union1d(got, at)
     if rows:
+        found = found.take(pa.array(order[keep]))
         out.rows = found
     return out
 
 
 def _empty_rows(plan: ScanPlan) -> pa.Table:
     empty = plan.table.schema.empty_table()
-    return empty.append_column(FILE, pa.array([], pa.string())).append_column(
+    return empty.append_column(FILE, pa.array([], pa.int64())).append_column(
         POS, pa.array([], pa.int64())
     )
-
-
-def _visible(plan: ScanPlan, found: pa.Table) -> pa.Table:
-    """``found`` less the rows the plan's deletion vectors hide."""
-    if not plan.deletes:
-        return found
-    files = found.column(FILE).to_numpy(zero_copy_only=False)
-    pos = found.column(POS).to_numpy(zero_copy_only=False).astype(np.int64)
-    keep = np.ones(found.num_rows, bool)
-    for path, hidden in plan.deletes.items():
-        at = np.flatnonzero(files == path)
-        if len(at):
-            keep[at[np.isin(pos[at], hidden)]] = False
-    return found if keep.all() else found.filter(pa.array(keep))
 
 
 def _failed(where: Predicate, exc: Exception) -> RowLevelError:
@@ -151,7 +172,7 @@ def _duckdb_files(
         f"SELECT file_index::BIGINT AS {FILE}, file_row_number::BIGINT AS {POS}{cols} "
         f"FROM read_parquet({files}, hive_partitioning=false{by_name}) AS target WHERE {cond}"
     )
-    con = duckdb.connect()
+    con = connection()
     try:
         for name, table in tables.items():
             con.register(name, table)
@@ -160,9 +181,6 @@ def _duckdb_files(
         raise _failed(where, exc) from None
     finally:
         con.close()
-    index = got.column(FILE).to_numpy(zero_copy_only=False)
-    named = pa.array(np.asarray(paths, dtype=object)[index] if len(index) else [], pa.string())
-    got = got.set_column(0, FILE, named)
     return got
 
 
@@ -186,9 +204,10 @@ def _arrow_files(
     ``pyarrow.dataset`` (an Expression) or DuckDB over Arrow (a SQL string)."""
     rec = plan.table
     parts = []
-    for path in paths:
+    for i, path in enumerate(paths):
         data = pq.read_table(path, filesystem=wh.fs, schema=rec.schema)
-        data = data.append_column(FILE, pa.array([path] * data.num_rows, pa.string()))
+        index = pa.array(np.full(data.num_rows, i), pa.int64())
+        data = data.append_column(FILE, index)
         data = data.append_column(POS, pa.array(np.arange(data.num_rows), pa.int64()))
         flt: pc.Expression | None = None
         if keep is not None and rec.time_column is not None:
@@ -209,7 +228,7 @@ def _arrow_files(
 
 
 def _duckdb_arrow(data: pa.Table, where: str, tables: Mapping[str, pa.Table]) -> pa.Table:
-    con = duckdb.connect()
+    con = connection()
     try:
         con.register("__lamina_rows", data)
         for name, table in tables.items():
@@ -246,7 +265,7 @@ def with_values(
     base = rows.select(schema.names)
     if values:
         sets = ", ".join(f"({e}) AS {quote(c)}" for c, e in values.items())
-        con = duckdb.connect()
+        con = connection()
         try:
             con.register("__lamina_rows", base)
             got = fetch(con.sql(f"SELECT * REPLACE ({sets}) FROM __lamina_rows"))

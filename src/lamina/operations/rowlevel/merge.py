@@ -36,7 +36,7 @@ from lamina.io.arrow import conform, to_arrow_table
 from lamina.operations.handle import TableHandle
 from lamina.operations.kinds import upserted
 from lamina.operations.rowlevel import Decision, attempts_of, change, check_values
-from lamina.operations.rowlevel.matching import FILE, POS, fetch, matching
+from lamina.operations.rowlevel.matching import FILE, POS, connection, fetch, matching
 
 _SOURCE = "__lamina_source"
 _TARGET = "__lamina_target"
@@ -182,11 +182,11 @@ class MergeBuilder:
             plan, table.ctx.warehouse, where, rows=True, tables={_SOURCE: self._source}
         )
         assert found.rows is not None
-        con = duckdb.connect()
+        con = connection()
         try:
             con.register(_SOURCE, self._source)
             con.register(_TARGET, found.rows)
-            return _run(con, self._clauses, keys, schema)
+            return _run(con, self._clauses, keys, schema, found.paths)
         except duckdb.Error as exc:
             first = str(exc).strip().splitlines()[0]
             raise RowLevelError(
@@ -203,7 +203,11 @@ def _case(clauses: list[tuple[int, Clause]], then: Any, otherwise: str) -> str:
 
 
 def _run(
-    con: duckdb.DuckDBPyConnection, clauses: list[Clause], keys: str, schema: pa.Schema
+    con: duckdb.DuckDBPyConnection,
+    clauses: list[Clause],
+    keys: str,
+    schema: pa.Schema,
+    paths: list[str],
 ) -> tuple[dict[str, np.ndarray], pa.Table, pa.Table, dict[str, int]]:
     numbered = list(enumerate(clauses))
     matched = [(i, c) for i, c in numbered if c.kind == "matched"]
@@ -217,10 +221,13 @@ def _run(
     counts = {"updated": 0, "deleted": 0, "inserted": 0}
 
     def hidden(rows: pa.Table) -> None:
-        files = rows.column(FILE).to_numpy(zero_copy_only=False)
+        files = rows.column(FILE).to_numpy(zero_copy_only=False).astype(np.int64)
         pos = rows.column(POS).to_numpy(zero_copy_only=False).astype(np.int64)
-        for f in np.unique(files):
-            hide.setdefault(str(f), []).append(pos[files == f])
+        order = np.argsort(files, kind="stable")
+        files, pos = files[order], pos[order]
+        cuts = np.flatnonzero(np.diff(files)) + 1
+        for f, at in zip(np.split(files, cuts), np.split(pos, cuts), strict=True):
+            hide.setdefault(paths[int(f[0])], []).append(at)
 
     if matched:
         values = ", ".join(
