@@ -117,7 +117,7 @@ def matching(
     order = np.lexsort((pos, files))
     files, pos = files[order], pos[order]
     bounds = np.searchsorted(files, np.arange(len(out.paths) + 1))
-    keep = np.ones(len(files), bool)
+    shown = np.ones(len(files), bool)
     for i, path in enumerate(out.paths):
         lo, hi = int(bounds[i]), int(bounds[i + 1])
         if lo == hi:
@@ -126,13 +126,13 @@ def matching(
         hidden = plan.deletes.get(path)
         if hidden is not None and len(hidden):  # hidden already: not matched again
             seen = np.isin(at, hidden)
-            keep[lo:hi] = ~seen
+            shown[lo:hi] = ~seen
             at = at[~seen]
         if len(at):
             got = out.positions.get(path)  # a file read for two pieces of time
             out.positions[path] = at if got is None else np.union1d(got, at)
     if rows:
-        found = found.take(pa.array(order[keep]))
+        found = found.take(pa.array(order[shown]))
         out.rows = found
     return out
 
