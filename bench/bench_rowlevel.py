@@ -10,7 +10,8 @@ file. lamina's table is a plain table of DAY segments in its default
 ``write.update.mode`` (merge-on-read: deletion vectors); copy-on-write is measured too,
 for reference. Each system loads the same rows into a fresh table per sample (not
 timed), then the operation is timed alone, in this process (DuckLake: in its own
-interpreter, see bench_upsert.ducklake_python); samples rotate their order; the
+interpreter, see bench_upsert.ducklake_python) after a warm-up of each system's
+operations on a small table; samples rotate their order; the
 figure is the median of each system's samples, and the ratio lamina / other of the
 medians. Every result is checked (row counts, and a sum over the changed column);
 timed assertions: none — a wrong result raises.
@@ -180,6 +181,18 @@ def check(op: str, got: pa.Table, base: pa.Table, src: pa.Table | None, who: str
         raise AssertionError(f"{who} {op}: {n} rows, price sum {total}; want {want_n}, {want_sum}")
 
 
+def warm_up() -> None:
+    """Each system's operations once on a small table: imports, DuckDB's database and
+    deltalake's runtime are there before the timed runs (a warm process)."""
+    small = rows(1000)
+    src = merge_source(small, 100)
+    for op in ("delete", "update", "merge"):
+        with scratch_dir("rowlevel-warm") as d:
+            lamina_op(op, small, src if op == "merge" else None, d, "merge-on-read")
+        with scratch_dir("rowlevel-warm") as d:
+            delta_op(op, small, src if op == "merge" else None, d)
+
+
 def main(quick: bool = False) -> dict[str, Any]:
     """Row-level delete, update and merge against deltalake and DuckLake."""
     n = 1_000_000 if quick else 10_000_000
@@ -187,6 +200,7 @@ def main(quick: bool = False) -> dict[str, Any]:
     reps = 1 if quick else 3
     python, dl_note = ducklake_python()
     print(f"  DuckLake: {dl_note if python else 'skipped: ' + dl_note}")
+    warm_up()
     figures, details = [], {"rows": n, "merge": [merge_n, merge_into], "reps": reps}
     for op in ("delete", "update", "merge"):
         base = rows(merge_into if op == "merge" else n)

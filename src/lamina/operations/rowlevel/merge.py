@@ -186,7 +186,7 @@ class MergeBuilder:
         try:
             con.register(_SOURCE, self._source)
             con.register(_TARGET, found.rows)
-            return _run(con, self._clauses, keys, schema, found.paths)
+            return _run(con, self._clauses, keys, schema, found.paths, self._on)
         except duckdb.Error as exc:
             first = str(exc).strip().splitlines()[0]
             raise RowLevelError(
@@ -208,6 +208,7 @@ def _run(
     keys: str,
     schema: pa.Schema,
     paths: list[str],
+    on: tuple[str, ...],
 ) -> tuple[dict[str, np.ndarray], pa.Table, pa.Table, dict[str, int]]:
     numbered = list(enumerate(clauses))
     matched = [(i, c) for i, c in numbered if c.kind == "matched"]
@@ -242,14 +243,15 @@ def _run(
         clause = _case(matched, lambda i, c: str(i), "-1")
         got = fetch(
             con.sql(
-                f"SELECT {lamina}, count(*) OVER (PARTITION BY {lamina}) AS __n, "
-                f"{clause} AS __clause, {values} "
+                f"SELECT {lamina}, {clause} AS __clause, {values} "
                 f"FROM {_TARGET} AS target JOIN {_SOURCE} AS source ON {keys}"
             )
         )
-        if got.num_rows and max(got.column("__n").to_pylist()) > 1:
-            at = got.column("__n").to_pylist().index(max(got.column("__n").to_pylist()))
-            row = {k: got.column(k)[at].as_py() for k in cols[:8]}
+        at = np.asarray(got.column(FILE).to_numpy(zero_copy_only=False), np.int64) << 32
+        at |= np.asarray(got.column(POS).to_numpy(zero_copy_only=False), np.int64)
+        uniq, first, many = np.unique(at, return_index=True, return_counts=True)
+        if len(uniq) < len(at):  # a target row several source rows match
+            row = {k: got.column(k)[int(first[np.argmax(many)])].as_py() for k in on}
             raise RowLevelError(
                 f"several source rows of the merge match one target row ({row}): make the "
                 "source's on= columns unique (Delta's 'multiple source rows matched'); "
