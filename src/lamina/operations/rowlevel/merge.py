@@ -32,7 +32,7 @@ from lamina.core.model import Commit, CommitAction, user_metadata
 from lamina.core.scan import ScanPlan
 from lamina.engines.duckdb_views import quote
 from lamina.errors import RowLevelError
-from lamina.io.arrow import conform, to_arrow_table
+from lamina.io.arrow import conform, is_spark_dataframe, to_arrow_table
 from lamina.operations.handle import TableHandle
 from lamina.operations.kinds import upserted
 from lamina.operations.rowlevel import Decision, attempts_of, change, check_values
@@ -60,6 +60,8 @@ class MergeBuilder:
 
     def __init__(self, table: TableHandle, source: Any, on: Any) -> None:
         self._table = table
+        if is_spark_dataframe(source):  # to the driver, as a partial upsert's batch
+            source = source.toArrow()
         self._source = to_arrow_table(source)  # read once: a retry reads it again
         self._on = _on(on, table.schema.names, self._source.column_names)
         self._clauses: list[Clause] = []
