@@ -33,8 +33,8 @@ def source(ks: list[int], vs: list[float]) -> pa.Table:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_every_clause_kind_in_one_commit(cat: lamina.Catalog, mode: str) -> None:
-    t = plain(cat, mode)
+def test_every_clause_kind_in_one_commit(local_cat: lamina.Catalog, mode: str) -> None:
+    t = plain(local_cat, mode)
     seq = t.history()[-1].seq
     src = source([1, 2, 3, 40, 41], [100.0, 200.0, 300.0, 400.0, 410.0])
     done = (
@@ -135,7 +135,8 @@ def test_an_unknown_on_column_is_refused(local_cat: lamina.Catalog) -> None:
         t.merge(source([1], [1.0]), on="id")
 
 
-def test_a_plain_merge_into_an_upsert_table_is_an_upsert(cat: lamina.Catalog) -> None:
+def test_a_plain_merge_into_an_upsert_table_is_an_upsert(local_cat: lamina.Catalog) -> None:
+    cat = local_cat
     t = upsert_table(cat)
     src = pa.table(
         {"k": [1, 20], "ts": pa.array([datetime(2024, 1, 2)] * 2, pa.timestamp("us")),

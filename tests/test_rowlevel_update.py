@@ -23,8 +23,9 @@ def values(t: lamina.Table, as_of: int | None = None) -> dict[int, float]:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_updated_rows_read_changed_and_time_travel_reads_them_as_they_were(
-    cat: lamina.Catalog, mode: str
+    local_cat: lamina.Catalog, mode: str
 ) -> None:
+    cat = local_cat
     t = plain(cat, mode)
     before = t.history()[-1]
     done = t.update("region = 'us' AND k < 10", set={"v": "v * 100", "region": "'void'"})
@@ -55,8 +56,8 @@ def test_the_change_feed_shows_an_update_as_a_delete_and_an_insert(
     assert {r["_commit_id"] for r in feed} == {done.id}
 
 
-def test_an_update_of_an_upsert_table_is_an_upsert(cat: lamina.Catalog) -> None:
-    t = upsert_table(cat)
+def test_an_update_of_an_upsert_table_is_an_upsert(local_cat: lamina.Catalog) -> None:
+    t = upsert_table(local_cat)
     seq = t.history()[-1].seq
     done = t.update("k IN (2, 3)", set={"v": "v + 0.5"})
     assert done is not None and done.action == "UPSERT"
