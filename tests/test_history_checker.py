@@ -883,6 +883,7 @@ def test_random_histories_with_killed_writers(catalog_url: str, tmp_path: Path) 
                     "OVERWRITE",
                     "REFRESH",
                     "DELETE",
+                    "DELETE_ROWS",  # t.delete: rows by a predicate
                     "APPEND",  # a transaction that deleted a segment
                     "END_REPLACE",
                     "REVERT_REPLACE",
