@@ -58,6 +58,7 @@ BENCHMARKS = {
     "upsert_modes": "bench_upsert_modes.py",
     "upsert_soak": "bench_upsert_soak.py",
     "schema": "bench_schema.py",
+    "rowlevel": "bench_rowlevel.py",
 }
 
 

@@ -94,8 +94,10 @@ KINDS = {
     "minor": 1.5,
     "major": 0.8,
     "retention": 0.6,  # the table keeps replaced segments 0s: no commit, nothing logged
+    "rowdel": 1.0,  # t.delete: the rows whose k % 7 is one number, by deletion vectors
 }
-NO_ROWS = ("delete", "revert", "minor", "major")  # writes of no rows of their own
+NO_ROWS = ("delete", "revert", "minor", "major", "rowdel")  # writes of no rows of their own
+ROWDEL_MOD = 7
 
 
 # -- writers and readers (spawned processes) --------------------------------------------
@@ -182,6 +184,11 @@ def _op(t: lamina.Table, rng: random.Random, kind: str, tok: str, base: int, log
             return None
         log.put(op=tok, kind=kind, sub=kind, parts=[], seg=seg.id, seg_ks=ks)
         return {"commit": t.delete_segments([seg.id]).id}
+    if kind == "rowdel":  # rows by a predicate: vectors, made again after a conflict
+        rem = rng.randrange(ROWDEL_MOD)
+        log.put(op=tok, kind=kind, parts=[], rem=rem)
+        done = t.delete(f"k % {ROWDEL_MOD} = {rem}", metadata=meta)
+        return {"commit": done.id} if done is not None else {"nothing": True}
     if kind == "tx":  # overwrites some days, appends into others, may delete a segment
         days = list(DAYS)
         rng.shuffle(days)
@@ -439,6 +446,7 @@ class Model:
         self.carried_major = 0  # rows major compactions carried
         self.superseded = 0  # entry sources a replace hid before the entry ended/reverted
         self.gen = dict.fromkeys(DAYS, 0)  # day -> replaces of it so far
+        self.rowdeleted: set[int] = set()  # rows row-level deletes hid (in their files)
         vis: set[int] = set()
         appended_at: dict[int, int] = {}  # row -> seq of the append that showed it
         for seq in sorted(by_seq):
@@ -459,9 +467,9 @@ class Model:
         assert seen, f"seq {seq}: no writer meant to delete {seg_id}"
         shown = [set(ks) for ks in seen if set(ks) & vis]
         for ks in shown:
-            assert ks <= vis, f"seq {seq}: segment {seg_id} was partly visible"
+            assert ks - self.rowdeleted <= vis, f"seq {seq}: segment {seg_id} was partly visible"
         assert len(shown) <= 1, f"seq {seq}: segment id {seg_id} names different rows"
-        return shown[0] if shown else set()
+        return shown[0] & vis if shown else set()
 
     def _current(self, e: dict[str, Any], ks: set[int]) -> bool:
         """Whether no replace hit the days of rows ``ks`` since entry ``e`` started."""
@@ -491,8 +499,11 @@ class Model:
                 assert e["state"] == "IN_PROGRESS", (seq, e)
                 hid: set[int] = set()
                 for sid, ks in w.source_segments(e["token"], e["from"]).items():
-                    if ks <= vis:  # it still shows (or a replace carried it): it goes
-                        hid |= ks
+                    live = ks - self.rowdeleted  # rows a row-level delete hid stay hidden
+                    if not live:
+                        continue
+                    if live <= vis:  # it still shows (or a replace carried it): it goes
+                        hid |= live
                     else:  # a replace of its day hid it meanwhile (and stays on top)
                         assert not self._current(e, ks), f"seq {seq}: source {sid} not visible"
                         assert not ks & vis, f"seq {seq}: source {sid} partly visible"
@@ -521,6 +532,12 @@ class Model:
                     self.new_ok[seq] = back
                     e["reverted"], e["restored"] = seq, back
                 e["state"] = "REVERTED"
+        elif c.action == "DELETE_ROWS":  # the matching rows visible at its base
+            rem = w.intents[tok]["rem"]
+            gone = {k for k in self.snaps[c.base_seq or 0] if k % ROWDEL_MOD == rem}
+            assert gone <= vis, f"seq {seq}: rows it deleted were gone: {gone - vis}"
+            vis -= gone
+            self.rowdeleted |= gone
         elif c.action == "DELETE":
             for seg_id in meta["segments"]:
                 vis -= self._deleted(seg_id, vis, seq)
@@ -550,7 +567,7 @@ class Model:
             own = w.rows(tok)
             assert not own & vis, f"seq {seq}: its rows were visible already"
             if "seg_ks" in it:  # a transaction that also deleted a segment
-                gone = set(it["seg_ks"])
+                gone = set(it["seg_ks"]) - self.rowdeleted
                 assert gone <= vis, f"seq {seq}: the segment it deleted was not visible"
                 vis -= gone
             days = set(it.get("replaced", []))
@@ -582,16 +599,24 @@ def _read(t: lamina.Table, c: lamina.Commit) -> list[int] | None:
         return None
 
 
-def _listed(t: lamina.Table, c: lamina.Commit, files: dict[str, list[int]]) -> list[int] | None:
+def _listed(
+    t: lamina.Table, c: lamina.Commit, files: dict[str, list[int]], vectors: bool = False
+) -> list[int] | None:
     """The sorted ks of a commit's snapshot from its visible segments, each file read
-    once (``files``: a cache; files never change); None when retention purged it."""
+    once (``files``: a cache; files never change), less the rows its deletion vectors
+    hide (``vectors``: a row-level delete came before); None when retention purged it."""
     try:
         ks = []
+        hidden = t._handle.scan(c.id).deletes if vectors else {}
         for seg in t.segments(as_of=c.id):
             if seg.location not in files:
                 got = pq.ParquetFile(seg.location).read(columns=["k"])["k"].to_pylist()
                 files[seg.location] = got
-            ks += files[seg.location]
+            rows = files[seg.location]
+            if seg.location in hidden:
+                drop = set(hidden[seg.location].tolist())
+                rows = [k for i, k in enumerate(rows) if i not in drop]
+            ks += rows
         return sorted(ks)
     except (SnapshotNotFoundError, OSError):
         return None
@@ -683,7 +708,8 @@ def test_random_histories_with_killed_writers(catalog_url: str, tmp_path: Path) 
         until = time.time() + 0.3
         for c in sorted(todo, key=lambda c: c.seq or 0):
             assert c.seq is not None
-            got = _listed(rt, c, files)
+            vectors = any(d.action == "DELETE_ROWS" and (d.seq or 0) <= c.seq for d in done)
+            got = _listed(rt, c, files, vectors)
             if got is None:
                 purged_early.add(c.seq)
             recorded[c.seq] = got if got is not None else []
@@ -801,11 +827,17 @@ def test_random_histories_with_killed_writers(catalog_url: str, tmp_path: Path) 
                 continue
             stats[f"{kind} completed"] += 1
             ack = out["ack"]
+            if "nothing" in ack:  # a row-level delete that matched no row
+                continue
             if "commit" in ack:
                 c = completed[ack["commit"]]
                 assert c.seq is not None
                 if it["kind"] == "delete":
                     assert not set(it["seg_ks"]) & snaps[c.seq], tok
+                elif it["kind"] == "rowdel":
+                    base = snaps[c.base_seq or 0]
+                    left = {k for k in base & snaps[c.seq] if k % ROWDEL_MOD == it["rem"]}
+                    assert c.action == "DELETE_ROWS" and not left, tok
                 elif it["kind"] == "minor":
                     # (retention may have deleted the input rows: history lists none)
                     assert c.action == "COMPACT" and list(c.removed) in ([], it["inputs"]), tok
@@ -851,6 +883,7 @@ def test_random_histories_with_killed_writers(catalog_url: str, tmp_path: Path) 
                     "OVERWRITE",
                     "REFRESH",
                     "DELETE",
+                    "DELETE_ROWS",  # t.delete: rows by a predicate
                     "APPEND",  # a transaction that deleted a segment
                     "END_REPLACE",
                     "REVERT_REPLACE",

@@ -281,8 +281,11 @@ def test_parse_errors_and_failures_are_sql_errors(cat10: lamina.Catalog) -> None
     with pytest.raises(SqlError, match="query failed"):
         cat10.sql("select nope from events")
     before = n(cat10.sql("SELECT count(*) AS n FROM events"))
-    for write in ("INSERT INTO events SELECT * FROM events", "DELETE FROM events"):
-        with pytest.raises(SqlError, match="cannot change them: write with t.append"):
+    for write, advice in (
+        ("INSERT INTO events SELECT * FROM events", "write with t.append"),
+        ("DELETE FROM events", r"use t\.delete\(where\)"),  # docs/rowlevel.md
+    ):
+        with pytest.raises(SqlError, match=f"cannot change them: {advice}"):
             cat10.sql(write)
     assert n(cat10.sql("SELECT count(*) AS n FROM events")) == before
 

@@ -203,3 +203,10 @@ class KeyIndexFileError(LaminaError):
 class ServeError(LaminaError):
     """The REST server cannot listen where it was asked (the port is taken, the address
     is not this machine's): pick another --port or --host."""
+
+
+class RowLevelError(LaminaError, ValueError):
+    """A row-level delete, update or merge that cannot run as asked: its predicate or a
+    set expression names an unknown column or fails on the column's type, it updates a
+    key column of an upsert table, or a merge source holds several rows for one target
+    row. Nothing was changed."""

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from lamina.context import CatalogContext
 from lamina.core.interval import Interval
-from lamina.core.model import AsOf, Snapshot
+from lamina.core.model import AsOf, Snapshot, TableRecord
+from lamina.core.properties import ROWS_CHANGED_SEQ
 from lamina.core.scan import ScanPlan, plan_scan
 from lamina.errors import LaminaError
 from lamina.failpoints import failpoint
@@ -36,14 +37,22 @@ def plan(
     ctx: CatalogContext, name: str, as_of: AsOf = None, interval: Interval | None = None
 ) -> ScanPlan:
     """The scan plan of one snapshot of ``name``, pruned to ``interval``; for an upsert
-    table with the rows each file hides at that snapshot (its deletion vectors).
+    table, or a table with row-level changes, with the rows each file hides at that
+    snapshot (its deletion vectors).
     Raises TableNotFoundError, SnapshotNotFoundError, TimelineError."""
     got = _plan(ctx, name, as_of, interval)
-    if got.table.is_upsert:
+    if got.table.is_upsert or has_row_changes(got.table, got.seq):
         # planned in one catalog read; the deletion vectors are read in another
         failpoint("read.plan.before_deletes", ctx=ctx, plan=got)
         _attach_deletes(ctx, got)
     return got
+
+
+def has_row_changes(table: TableRecord, seq: int) -> bool:
+    """Whether snapshot ``seq`` of a plain table may hide rows by deletion vectors (a
+    row-level change committed at or before it)."""
+    since = table.properties.get(ROWS_CHANGED_SEQ)
+    return since is not None and seq >= int(since)
 
 
 def _attach_deletes(ctx: CatalogContext, plan: ScanPlan) -> None:

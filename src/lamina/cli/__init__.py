@@ -56,11 +56,13 @@ COMMANDS = {
     **dict.fromkeys(("ingest", "upsert", "revert", "push"), "write"),
     **dict.fromkeys(("query", "retention", "orphans", "serve"), "admin"),
     **dict.fromkeys(("compact", "services"), "services"),
+    **dict.fromkeys(("delete", "update"), "rows"),
 }
 _MODULES = (
     "tables",
     "inspect",
     "write",
+    "rows",
     "admin",
     "services",
 )  # their commands in this order in --help

@@ -9,7 +9,9 @@ the catalog reads the footprints, this module decides.
 Kinds of write (``Kind``): an APPEND adds segments and reads nothing; a REPLACE
 (overwrite, refresh) replaces what was visible in its intervals at its base snapshot;
 a DELETE removes named segments; a LINEAGE transition changes a lineage entry; a
-COMPACT (minor compaction) replaces named segments by segments holding the same rows.
+COMPACT (minor compaction) replaces named segments by segments holding the same rows;
+ROWS (a row-level delete, update or merge) read the rows of some segments and hid some
+of them — by deletion vectors, or by copies without them — and may append new rows.
 
 The rules, ``mine`` = the write publishing now, ``other`` = a commit that completed
 after ``mine``'s base (see :data:`RULES`):
@@ -40,6 +42,21 @@ COMPACT  APPEND    no conflict: a minor compaction never touches what others app
 COMPACT  REPLACE   conflict if it replaced an interval where ``mine``'s inputs lie
 COMPACT  DELETE    conflict if it deleted one of ``mine``'s inputs
 COMPACT  COMPACT   conflict if both compacted the same segment
+ROWS     APPEND    no conflict: the rows appended meanwhile were not read (Delta's
+                   WriteSerializable blind appends)
+ROWS     REPLACE   conflict if it replaced an interval where a segment ``mine``
+                   read lies, or removed one (Delta's ConcurrentDeleteRead)
+ROWS     DELETE    conflict if it deleted a segment ``mine`` read
+ROWS     COMPACT   conflict if it compacted a segment ``mine`` read
+ROWS     ROWS      conflict if it hid rows of, or removed, a segment ``mine`` read
+APPEND   ROWS      no conflict
+REPLACE  ROWS      conflict if it hid rows in ``mine``'s intervals (``mine`` would
+                   put them back, or drop the rows it appended: both replace them);
+                   the rows it appended are an APPEND's (carried)
+DELETE   ROWS      conflict if it removed a segment ``mine`` deletes
+COMPACT  ROWS      conflict if it hid rows of, or removed, one of ``mine``'s inputs
+                   (Iceberg's validateNoNewDeletesForDataFiles)
+LINEAGE  ROWS      no conflict
 any      LINEAGE   conflict if ``other`` transitioned a lineage entry ``mine``
                    writes under (the entry ``mine`` builds on was ended or
                    reverted: never clobber an entry, Pinot #10103)
@@ -60,8 +77,10 @@ run in one catalog transaction against the entry's current state, so they never
 have a gap between base and publish to check.
 
 ``retryable``: whether publishing again on a newer base is safe — it is for an
-app-id race (the retry re-reads the app's version and skips if applied); never for a
-data conflict, where a retry would silently drop the other writer's changes.
+app-id race (the retry re-reads the app's version and skips if applied), and for a
+row-level change (the retry evaluates its predicate again on the newer snapshot);
+never for another data conflict, where a retry would silently drop the other
+writer's changes.
 """
 
 from __future__ import annotations
@@ -83,6 +102,7 @@ class Kind(enum.StrEnum):
     DELETE = "DELETE"
     LINEAGE = "LINEAGE"
     COMPACT = "COMPACT"
+    ROWS = "ROWS"
 
     @classmethod
     def of(cls, action: CommitAction | str) -> Kind:
@@ -100,6 +120,9 @@ _KIND_OF = {
     CommitAction.REVERT_REPLACE: Kind.LINEAGE,
     CommitAction.COMPACT: Kind.COMPACT,
     CommitAction.UPSERT: Kind.APPEND,  # resolved by key at publish: never a conflict
+    CommitAction.DELETE_ROWS: Kind.ROWS,
+    CommitAction.UPDATE: Kind.ROWS,
+    CommitAction.MERGE: Kind.ROWS,
 }
 
 
@@ -143,6 +166,10 @@ class Footprint:
     #: the segments whose rows a lineage transition swapped: an end's segments_from,
     #: a rollback's segments_from and segments_to
     swapped: tuple[SegmentRef, ...] = ()
+    #: a row-level change (ROWS): the segments whose rows it read (mine), and those
+    #: it hid rows of (vectors added, or rewritten without them)
+    read: tuple[SegmentRef, ...] = ()
+    changed: tuple[SegmentRef, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -239,6 +266,45 @@ def _replace_vs_lineage(mine: Footprint, other: Footprint, iso: Isolation) -> st
     return None
 
 
+def _read_changed(mine: Footprint, other: Footprint, iso: Isolation) -> str | None:
+    """``mine`` read rows (a row-level change): ``other`` removed, replaced or hid
+    rows of a segment it read (Delta's ConcurrentDeleteReadException)."""
+    read = {s.id: s for s in mine.read}
+    for seg in (*other.removed, *other.changed):
+        if seg.id in read:
+            return f"it changed segment {seg.id}, whose rows this write read"
+    hit = _overlap(other.replaced, (s.interval for s in mine.read))
+    if hit is not None:
+        return f"it replaced {hit}, whose rows this write read"
+    return _vs_lineage(mine, other, iso) or _swapped_read(mine, other)
+
+
+def _swapped_read(mine: Footprint, other: Footprint) -> str | None:
+    read = {s.id for s in mine.read}
+    hit = sorted(s.id for s in (*other.swapped, *other.shown) if s.id in read)
+    return (
+        f"its lineage transition moved segment {hit[0]}, whose rows this write read"
+        if hit
+        else None
+    )
+
+
+def _replace_vs_rows(mine: Footprint, other: Footprint, iso: Isolation) -> str | None:
+    hit = _overlap(mine.replaced, (s.interval for s in other.changed))
+    if hit is not None:
+        return f"it deleted or updated rows in {hit}, which this write replaces"
+    return _replace_vs_append(
+        mine, Footprint(other.commit_id, Kind.APPEND, tuple(appended(other))), iso
+    )
+
+
+def _rows_changed_inputs(mine: Footprint, other: Footprint, iso: Isolation) -> str | None:
+    """``mine`` removes named segments: ``other`` hid rows of one (or removed it)."""
+    theirs = {s.id for s in (*other.changed, *other.removed)}
+    same = sorted(s.id for s in mine.removed if s.id in theirs)
+    return f"it deleted or updated rows of segment {same[0]} meanwhile" if same else None
+
+
 Rule = Callable[[Footprint, Footprint, Isolation], str | None]
 
 #: (mine, other) -> rule giving a reason to refuse, or None. Every pair is listed.
@@ -263,8 +329,19 @@ RULES: dict[tuple[Kind, Kind], Rule] = {
     (Kind.COMPACT, Kind.REPLACE): _removes_replaced,
     (Kind.COMPACT, Kind.DELETE): _removes_removed,
     (Kind.COMPACT, Kind.COMPACT): _removes_removed,
+    (Kind.ROWS, Kind.APPEND): _none,
+    (Kind.ROWS, Kind.REPLACE): _read_changed,
+    (Kind.ROWS, Kind.DELETE): _read_changed,
+    (Kind.ROWS, Kind.COMPACT): _read_changed,
+    (Kind.ROWS, Kind.ROWS): _read_changed,
+    (Kind.APPEND, Kind.ROWS): _none,
+    (Kind.REPLACE, Kind.ROWS): _replace_vs_rows,
+    (Kind.DELETE, Kind.ROWS): _rows_changed_inputs,
+    (Kind.COMPACT, Kind.ROWS): _rows_changed_inputs,
+    (Kind.LINEAGE, Kind.ROWS): _none,
     **{(k, Kind.LINEAGE): _vs_lineage for k in Kind},
     (Kind.REPLACE, Kind.LINEAGE): _replace_vs_lineage,
+    (Kind.ROWS, Kind.LINEAGE): _read_changed,
 }
 
 
@@ -276,7 +353,7 @@ _ALSO_DELETES = (Kind.APPEND, Kind.REPLACE)
 def appended(footprint: Footprint) -> list[SegmentRef]:
     """The segments a commit appended: all it added for an APPEND; for a REPLACE (a
     transaction that also appends), those outside the intervals it replaced."""
-    if footprint.kind is Kind.APPEND:
+    if footprint.kind in (Kind.APPEND, Kind.ROWS):
         return list(footprint.added)
     if footprint.kind is Kind.REPLACE:
         return [s for s in footprint.added if _overlap(footprint.replaced, [s.interval]) is None]
@@ -328,8 +405,8 @@ def check(
             and other.kind is not Kind.LINEAGE
         ):
             why = _replace_vs_lineage(mine, other, isolation)  # a batch that ended its push
-        if why is not None:
-            return Verdict(Conflict(other.commit_id, why))
+        if why is not None:  # a row-level change retried reads its rows again
+            return Verdict(Conflict(other.commit_id, why, retryable=mine.kind is Kind.ROWS))
         if mine.kind is Kind.REPLACE and other.kind is Kind.COMPACT:
             merged = sorted({s.id for s in other.removed} & {s.id for s in carry})
             if merged:

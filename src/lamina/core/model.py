@@ -49,6 +49,9 @@ class CommitAction(enum.StrEnum):
     COMPACT = "COMPACT"  # a minor compaction (a major one is an OVERWRITE)
     UPSERT = "UPSERT"  # records of an upsert table, resolved by key at publish
     ALTER = "ALTER"  # a schema change: columns added (no files)
+    DELETE_ROWS = "DELETE_ROWS"  # rows matching a predicate hidden (t.delete)
+    UPDATE = "UPDATE"  # rows hidden and written again, changed (t.update)
+    MERGE = "MERGE"  # a merge of a source into the table (t.merge)
 
 
 @dataclass(frozen=True)
@@ -226,6 +229,7 @@ RESERVED_METADATA = frozenset(
         "granularity",
         "lineage_entry",
         "rollup",
+        "row_change",
         "runs",
         "segments_from",
         "segments_to",

@@ -15,6 +15,9 @@ snapshot producers do over one base):
 :class:`TransactionPlan`        a transaction's operations — an overwrite, appends
                                 beside it, deletes — together, as one commit
 :class:`MajorCompactionPlan`    a transaction rewriting rows it read at its base
+:class:`RowLevelPlan`           a row-level delete, update or merge: rows of the files
+                                it read hidden (deletion vectors, or copies without
+                                them), new rows appended
 ==============================  =======================================================
 
 Catalog-only commits (no files) have plans too — :class:`DeletePlan`,
@@ -25,8 +28,8 @@ plan's kind what applies.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, ClassVar
 
 from lamina.core.conflicts import Isolation
@@ -107,6 +110,16 @@ class PublishPlan:
         """The nullable columns its commit adds to the table's schema (none: the schema
         stays), at its end as stored."""
         return self.columns
+
+    def reads(self) -> tuple[str, ...]:
+        """The segments (ids) whose rows it read and decided on (a row-level change:
+        its conflict check); none for other writes."""
+        return ()
+
+    def hides(self) -> Mapping[str, Sequence[int]]:
+        """Rows it hides by deletion vectors, per file location (relative to the
+        warehouse): positions in the file."""
+        return {}
 
     @property
     def footprint(self) -> tuple[Interval, ...]:
@@ -225,6 +238,37 @@ class MajorCompactionPlan(TransactionPlan):
     are added to its schema by the same commit."""
 
     rewrites: ClassVar[bool] = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowLevelPlan(PublishPlan):
+    """A row-level change (``t.delete``, ``t.update``, ``t.merge``) of a plain table:
+    ``files`` appended (updated and inserted rows), the rows ``hidden`` of the files it
+    read hidden by deletion vectors (merge-on-read) — or, copy-on-write, ``runs``
+    replacing those files (``remove_ids``) by copies without them, the rows hidden in
+    the replaced files all the same (the change feed reads them there) — checked
+    against every commit that changed a segment it ``read`` (:mod:`lamina.core.conflicts`,
+    ROWS). ``action``: DELETE_ROWS, UPDATE or MERGE."""
+
+    action: CommitAction
+    read: tuple[str, ...] = ()
+    hidden: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    runs: tuple[CompactedRun, ...] = ()
+    #: what its commit's metadata records of it (``row_change``): the rows it deleted,
+    #: updated and inserted, its predicate
+    summary: Mapping[str, object] = field(default_factory=dict)
+
+    def compacts(self) -> tuple[CompactedRun, ...]:
+        return self.runs
+
+    def reads(self) -> tuple[str, ...]:
+        return self.read
+
+    def hides(self) -> Mapping[str, Sequence[int]]:
+        return self.hidden
+
+    def action_of(self, opened: str) -> str:
+        return self.action.value
 
 
 def write_plan(

@@ -74,6 +74,10 @@ COMPACTION_KEYS = (
 #: the seq of a table's last schema change (``t.add_columns``; lamina's own, not
 #: settable): files written before it may lack columns, which read as nulls
 SCHEMA_CHANGED_SEQ = "schema.changed_seq"
+#: the seq of a plain table's first row-level change (``t.delete``, ``t.update``,
+#: ``t.merge``; lamina's own, not settable): snapshots from then on may hide rows of
+#: their files by deletion vectors, and its change feed is read row by row
+ROWS_CHANGED_SEQ = "rows.changed_seq"
 #: settings of a catalog (``lamina.connect``), which a table property cannot change
 CATALOG_SETTINGS = ("writer_wait_s", "heartbeat_s", "stale_after_s")
 
@@ -177,6 +181,12 @@ def check_reserved(names: Iterable[str], creating: bool) -> None:
         raise PropertyError(
             f"{own[0]} is lamina's record of the table's schema changes "
             "(t.add_columns, t.widen_column): it cannot be set or removed"
+        )
+    rows = sorted(k for k in names if k.startswith("rows."))
+    if rows:
+        raise PropertyError(
+            f"{rows[0]}: rows.* properties are lamina's record of a table's row-level "
+            "changes (t.delete, t.update, t.merge); they cannot be given, set or removed"
         )
     fixed = sorted(k for k in names if k.startswith("upsert."))
     if fixed and creating:

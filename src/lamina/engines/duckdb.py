@@ -413,7 +413,20 @@ def _parsed(
         parser.close()
 
 
-_WRITES = {duckdb.StatementType.INSERT, duckdb.StatementType.UPDATE, duckdb.StatementType.DELETE}
+_WRITES = {
+    duckdb.StatementType.INSERT,
+    duckdb.StatementType.UPDATE,
+    duckdb.StatementType.DELETE,
+    duckdb.StatementType.MERGE_INTO,
+}
+#: the table method doing what a statement of that type asks (docs/rowlevel.md)
+_ROW_METHODS = {
+    duckdb.StatementType.DELETE: "t.delete(where) (`lamina delete TABLE --where ...`)",
+    duckdb.StatementType.UPDATE: (
+        "t.update(where, set={...}) (`lamina update TABLE --set 'col = expr' --where ...`)"
+    ),
+    duckdb.StatementType.MERGE_INTO: "t.merge(source, on=[...])",
+}
 
 
 def _writes_hint(parser: duckdb.DuckDBPyConnection, query: str) -> str:
@@ -426,6 +439,11 @@ def _writes_hint(parser: duckdb.DuckDBPyConnection, query: str) -> str:
         return ""
     if not kinds & _WRITES:
         return ""
+    rows = [_ROW_METHODS[k] for k in sorted(kinds & set(_ROW_METHODS), key=str)]
+    if rows:
+        return " — cat.sql reads lamina tables as views and cannot change them: use " + " or ".join(
+            rows
+        )
     return (
         " — cat.sql reads lamina tables as views and cannot change them: write with "
         "t.append, t.overwrite, t.upsert or t.delete_segments"

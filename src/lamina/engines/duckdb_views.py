@@ -45,7 +45,7 @@ def _literal(t: pa.DataType, us: int) -> str:
     return f"'{text}+00'" if t.tz is not None else f"'{text}'"
 
 
-def _keep_sql(column: str, t: pa.DataType, keep: Interval) -> str:
+def keep_sql(column: str, t: pa.DataType, keep: Interval) -> str:
     """``keep.start <= column < keep.end``; a bound no value of the column can reach
     (infinite, or past TIMESTAMP_NS's 1677-2262, which DuckDB cannot write as a
     literal of the column's type) is TRUE or FALSE."""
@@ -235,7 +235,7 @@ def view_sql(
             return sql
         assert tc is not None
         t = plan.table.schema.field(tc).type
-        return f"SELECT * FROM ({sql}) WHERE {_keep_sql(quote(tc), t, keep)}"
+        return f"SELECT * FROM ({sql}) WHERE {keep_sql(quote(tc), t, keep)}"
 
     united = " UNION ALL ".join(scan(*part) for part in parts)
     return f"SELECT * EXCLUDE ({_PAD}) FROM ({united})" if lead else united

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +115,7 @@ def change_points(db: Db, name: str, after_seq: int, until_seq: int | None) -> C
                 if seq is not None and after_seq < seq <= until:
                     touched[int(seq)].append(Interval.of(s, e))
         _lineage_touches(conn, rec.id, after_seq, until, touched)
+        _row_touches(conn, rec.id, done, touched)
         points = tuple(
             ChangePoint(
                 int(r.id),
@@ -159,6 +161,22 @@ def _layout_only(row: Any) -> bool:
         return True
     meta = json.loads(row.metadata) if row.metadata else {}
     return meta.get("compaction") == "major" and "rollup" not in meta
+
+
+def _row_touches(
+    conn: Connection, table_id: int, done: Sequence[Any], touched: dict[int, list[Interval]]
+) -> None:
+    """Add the intervals of the segments row-level changes hid rows of (by deletion
+    vectors: no segment row tells)."""
+    by_seq = {int(r.seq): json.loads(r.footprint).get("rows", []) for r in done if r.footprint}
+    ids = sorted({i for got in by_seq.values() for i in got})
+    if not ids:
+        return
+    spans = {
+        r.segment_id: Interval.of(r.start_us, r.end_us) for r in rows_by_id(conn, table_id, ids)
+    }
+    for seq, got in by_seq.items():
+        touched[seq] += [spans[i] for i in got if i in spans]
 
 
 def _lineage_touches(

@@ -54,13 +54,14 @@ def encode(
     shown: Iterable[tuple[str, str]] = (),
     swapped: Iterable[tuple[str, str]] = (),
     rewrote: Iterable[str] = (),
+    rows: Iterable[str] = (),
 ) -> str:
     """The ``footprint`` column of a completed commit. A lineage transition (or the
     batch that ended its push) records the id lists, as (entry id, role), of the
     segments whose rows it ``shown`` (an end's segments_to) and ``swapped`` (an end's
     segments_from; both lists of a completed entry's rollback). A copy-on-write upsert
     records the segments it ``rewrote`` (copies of those it removed, less the records
-    it superseded)."""
+    it superseded). A row-level change records the segments it hid ``rows`` of."""
     doc: dict[str, Any] = {}
     spans = [[iv.start, iv.end] for iv in replaced]
     if spans:
@@ -75,6 +76,9 @@ def encode(
     rewrote = sorted(rewrote)
     if rewrote:
         doc["rewrote"] = rewrote
+    rows = sorted(rows)
+    if rows:
+        doc["rows"] = rows
     return json.dumps(doc)
 
 
@@ -133,9 +137,10 @@ def keep_lists(conn: Connection, table_id: int, entry_id: str, seqs: Iterable[in
 
 
 def _refs(conn: Connection, table_id: int, docs: list[dict[str, Any]]) -> dict[str, SegmentRef]:
-    """The segments lineage transitions among ``docs`` showed or swapped, by id (those
-    purged since are gone: nothing to carry or to conflict with)."""
-    ids = sorted({i for d in docs for key in ("shown", "swapped") for i in d.get(key, ())})
+    """The segments lineage transitions among ``docs`` showed or swapped, and row-level
+    changes hid rows of, by id (those purged since are gone: nothing to carry or to
+    conflict with)."""
+    ids = sorted({i for d in docs for key in ("shown", "swapped", "rows") for i in d.get(key, ())})
     if not ids:
         return {}
     return {
@@ -211,6 +216,7 @@ def since(
                 ),
                 shown=tuple(refs[i] for i in doc.get("shown", ()) if i in refs),
                 swapped=tuple(refs[i] for i in doc.get("swapped", ()) if i in refs),
+                changed=tuple(refs[i] for i in doc.get("rows", ()) if i in refs),
             )
         )
     return out

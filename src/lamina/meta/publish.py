@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, and_, bindparam, select
+from sqlalchemy import Connection, and_, bindparam, select, update
 
 from lamina.core.interval import ETERNITY, Interval, from_us
 from lamina.core.lineage import LineageEntry, LineageState, hidden_by, may_show
@@ -42,7 +42,8 @@ from lamina.core.planner import (
     refuse_named,
     refuse_partial,
 )
-from lamina.core.plans import CopyOnWritePlan, DeletePlan, PublishPlan
+from lamina.core.plans import CopyOnWritePlan, DeletePlan, PublishPlan, RowLevelPlan
+from lamina.core.properties import ROWS_CHANGED_SEQ
 from lamina.core.segment import Segment
 from lamina.errors import CommitError, LineageError, TableNotFoundError
 from lamina.failpoints import failpoint
@@ -246,7 +247,7 @@ def _plan_identities(
     if plan.appends():
         _plan_appends(conn, table, trow, plan.appends(), version, suffix, planned)
     _plan_runs(conn, table, plan.compacts(), planned)
-    if isinstance(plan, CopyOnWritePlan):  # its rewrites, told apart from its appends
+    if isinstance(plan, (CopyOnWritePlan, RowLevelPlan)):  # rewrites, not appends
         planned.rewrote = [s.id for s in planned.new if s.minor_version > 0]
     _plan_carried(conn, table, commit_id, cleared.carry, planned)
     return planned
@@ -412,6 +413,8 @@ def _record(
     meta = json.loads(trow.commit_metadata)
     if plan.adds():
         meta["add_columns"] = [{"name": f.name, "type": str(f.type)} for f in plan.adds()]
+    if isinstance(plan, RowLevelPlan):  # what it did, known once it read its rows
+        meta["row_change"] = dict(plan.summary)
     entry = planned.entry
     shown: list[tuple[str, str]] = []  # the batch that ends its push shows all of it
     swapped: list[tuple[str, str]] = []
@@ -435,9 +438,36 @@ def _record(
             shown,
             swapped,
             planned.rewrote,
+            _hid_rows_of(conn, table_id, plan),
         ),
     )
     return done, meta
+
+
+def _hid_rows_of(conn: Connection, table_id: int, plan: PublishPlan) -> list[str]:
+    """The segments a row-level change hides rows of (by vectors, or in the files its
+    copies replace)."""
+    if not plan.hides():
+        return []
+    hidden = plan.hides()
+    return [
+        r.segment_id for r in rows_by_id(conn, table_id, list(plan.reads())) if r.location in hidden
+    ]
+
+
+def _rows_changed(conn: Connection, table_id: int, seq: int) -> None:
+    """Mark the table as one whose snapshots from ``seq`` on may hide rows by deletion
+    vectors (its first row-level change; see :data:`ROWS_CHANGED_SEQ`)."""
+    raw = conn.execute(select(tables.c.properties).where(tables.c.id == table_id)).scalar_one()
+    props = json.loads(raw) if raw else {}
+    if ROWS_CHANGED_SEQ in props:
+        return
+    props[ROWS_CHANGED_SEQ] = str(seq)
+    conn.execute(
+        update(tables)
+        .where(tables.c.id == table_id)
+        .values(properties=json.dumps(props, sort_keys=True))
+    )
 
 
 def _side_rows(
@@ -466,6 +496,14 @@ def _side_rows(
         from lamina.meta import deletes
 
         deletes.carry(conn, table_id, seq, commit_id, maps)
+    if isinstance(plan, RowLevelPlan):  # a row-level change: its vectors
+        from pyroaring import BitMap
+
+        from lamina.meta import deletes  # loads numpy, pyroaring
+
+        _rows_changed(conn, table_id, seq)
+        vectors = {loc: BitMap([int(r) for r in rows]) for loc, rows in plan.hides().items()}
+        deletes.add(conn, table_id, seq, commit_id, vectors, {})
     if plan.txn is not None:
         app_txns.record(conn, table_id, *plan.txn, commit_id)
     if plan.locked:

@@ -262,10 +262,15 @@ def _conflicts(
         SegmentRef(r.segment_id, Interval.of(r.start_us, r.end_us))
         for r in rows_by_id(conn, table_id, list(plan.remove_ids))
     )
+    read = tuple(
+        SegmentRef(r.segment_id, Interval.of(r.start_us, r.end_us))
+        for r in rows_by_id(conn, table_id, list(plan.reads()))
+    )
     mine = Footprint(
         commit_id,
         kind,
         removed=removed,
+        read=read,
         replaced=plan.footprint,
         lineage=frozenset([plan.lineage.entry] if plan.lineage is not None else []),
         app_id=plan.txn[0] if plan.txn is not None else None,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from lamina import changes
 from lamina.core.interval import Interval
 from lamina.core.model import Commit, CommitAction
+from lamina.core.properties import ROWS_CHANGED_SEQ
 from lamina.operations import append as plain_append
 from lamina.operations import overwrite as plain_overwrite
 from lamina.operations import upsert
@@ -67,6 +68,13 @@ class TableKind(Protocol):
     ) -> Any: ...
 
 
+def _rows_changed(h: TableHandle) -> bool:
+    """Whether the plain table had a row-level change (``t.delete``, ``t.update``,
+    ``t.merge``): its change feed is then read row by row, as an upsert table's (the
+    catalog's record, not the handle's: another process may have made it)."""
+    return ROWS_CHANGED_SEQ in h.reloaded()[0].properties
+
+
 class PlainTable:
     """A table without a primary key: rows are appended, or replace an interval."""
 
@@ -78,7 +86,10 @@ class PlainTable:
     def read_changes(
         h: TableHandle, after: int, until: int | None, columns: list[str] | None
     ) -> pa.Table:
-        """Rows each commit made visible or invisible, segment by segment."""
+        """Rows each commit made visible or invisible, segment by segment (row by row
+        once rows were deleted or updated)."""
+        if _rows_changed(h):
+            return upsert_read.read_changes(h, after, until, columns)
         return changes.read_changes(h.ctx, h.name, after, until, columns)
 
     @staticmethod
@@ -86,12 +97,16 @@ class PlainTable:
         h: TableHandle, after: int, until: int | None
     ) -> tuple[TableRecord, list[changes.ChangedPiece]]:
         """The change feed as pieces of files (:func:`lamina.changes.change_plan`)."""
+        if _rows_changed(h):
+            return UpsertTable.change_plan(h, after, until)
         return changes.change_plan(h.ctx, h.name, after, until)
 
     @staticmethod
     def read_changes_spark(
         spark: Any, h: TableHandle, after: int, until: int | None, columns: list[str] | None
     ) -> Any:
+        if _rows_changed(h):
+            return upsert_read.read_changes_spark(spark, h, after, until, columns)
         return changes.read_changes_spark(spark, h.ctx, h.name, after, until, columns)
 
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from lamina.core.lineage import LineageEntry
     from lamina.operations.handle import TableHandle
     from lamina.operations.push import ConsistentPush
+    from lamina.operations.rowlevel.merge import MergeBuilder
     from lamina.operations.transaction import Transaction
 
 # The write path (the operations that load pyarrow and numpy) is imported by the
@@ -295,6 +296,59 @@ class Table(TableDefinition):
         from lamina.operations.push import ConsistentPush  # the write path: pyarrow, numpy
 
         return ConsistentPush(self._handle, user_metadata(metadata))
+
+    # -- row-level changes (docs/rowlevel.md) --------------------------------------
+
+    def delete(
+        self, where: Any, metadata: dict[str, Any] | None = None, *, retries: int = 4
+    ) -> Commit | None:
+        """Delete the rows ``where`` matches — a SQL expression string
+        (``"amount < 0 AND region = 'eu'"``) or a ``pyarrow.compute`` Expression — in
+        one commit (DELETE_ROWS), stored as the table's ``write.update.mode`` says:
+        deletion vectors, or the files holding them rewritten. Returns the commit
+        (``commit.metadata["row_change"]["deleted"]``: how many), or None when no
+        row matched (nothing committed). On an upsert table it upserts a tombstone
+        per matched key (the table needs a delete column). A concurrent commit that
+        changed a file it read makes it evaluate ``where`` again, ``retries`` times.
+        Raises RowLevelError (bad predicate: nothing changed), CommitConflictError,
+        MetadataError."""
+        from lamina.operations import rowlevel  # the write path: pyarrow, numpy, duckdb
+
+        meta = user_metadata(metadata)
+        return rowlevel.delete(self._handle, where, meta, retries)
+
+    def update(
+        self,
+        where: Any,
+        set: dict[str, str],  # noqa: A002 - Delta's and SQL's name
+        metadata: dict[str, Any] | None = None,
+        *,
+        retries: int = 4,
+    ) -> Commit | None:
+        """Set columns of the rows ``where`` matches (as :meth:`delete` takes it) to
+        SQL expressions of the row's values (``set={"amount": "amount * 2"}``), in one
+        commit (UPDATE): the old rows hidden, the new ones written; the change feed
+        shows each as a delete and an insert. Returns the commit
+        (``metadata["row_change"]["updated"]``), or None when no row matched. On an
+        upsert table the updated records are upserted; a key column cannot be set.
+        Raises RowLevelError (nothing changed), CommitConflictError, MetadataError."""
+        from lamina.operations import rowlevel  # the write path: pyarrow, numpy, duckdb
+
+        meta = user_metadata(metadata)
+        return rowlevel.update(self._handle, where, set, meta, retries)
+
+    def merge(self, source: Any, on: list[str] | str) -> MergeBuilder:
+        """A merge of ``source`` (a pyarrow Table or RecordBatchReader, a pandas or
+        polars DataFrame, a DuckDB relation: what :meth:`append` takes) into the table,
+        matched on the columns ``on`` (equal in both): add clauses
+        (``when_matched_update``, ``when_matched_update_all``, ``when_matched_delete``,
+        ``when_not_matched_insert``, ``when_not_matched_insert_all``,
+        ``when_not_matched_by_source_delete``), then ``execute()`` publishes one commit
+        (Delta's semantics: a row takes the first clause whose condition holds).
+        Raises RowLevelError."""
+        from lamina.operations.rowlevel.merge import MergeBuilder  # pyarrow, duckdb
+
+        return MergeBuilder(self._handle, source, on)
 
     # -- lineage --------------------------------------------------------------------
 

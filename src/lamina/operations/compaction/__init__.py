@@ -47,6 +47,7 @@ from lamina.core.model import (
     RowMap,
 )
 from lamina.core.plans import MinorCompactionPlan
+from lamina.core.properties import ROWS_CHANGED_SEQ
 from lamina.core.rollup import Rollup, check_query_granularity
 from lamina.core.segment import Segment
 from lamina.engines.files import parse_size
@@ -200,7 +201,8 @@ def superseded(table: TableHandle, segs: list[Segment]) -> Superseded:
     ``compaction.max_vector_age`` set, a record superseded by a commit that completed
     that long ago or more (:func:`lamina.core.autocompact.to_age_out`); empty for
     other tables. Raises PropertyError."""
-    if not table.is_upsert or not segs:
+    rows_changed = ROWS_CHANGED_SEQ in table.record.properties  # a plain table's deletes
+    if not (table.is_upsert or rows_changed) or not segs:
         return Superseded()
     from lamina.meta import deletes  # loads pyroaring
 
@@ -445,9 +447,8 @@ def compact_minor(
 def _superseded(table: TableHandle, runs: list[MinorRun]) -> dict[str, np.ndarray] | None:
     """Upsert tables: per input path, the rows that are no longer their key's latest
     record (a compaction leaves them out; live tombstones stay, still deciding later
-    comparisons); None for other tables."""
-    if not table.is_upsert:
-        return None
+    comparisons); a plain table's inputs: the rows row-level deletes hid (None when
+    none has any: read every time, the handle may predate the table's first)."""
     from lamina.meta import deletes  # loads pyroaring
 
     ctx, tid = table.ctx, table.record.id
@@ -455,6 +456,8 @@ def _superseded(table: TableHandle, runs: list[MinorRun]) -> dict[str, np.ndarra
     paths = {str(s.location): str(s.location).removeprefix(root) for r in runs for s in r.inputs}
 
     found = ctx.db.read(lambda conn: deletes.latest(conn, tid, list(paths.values())))
+    if not table.is_upsert and not any(v.hidden for v in found.values()):
+        return None
     return {
         path: np.fromiter(v.superseded, np.int64, len(v.superseded))
         for path, rel in paths.items()

@@ -1,0 +1,287 @@
+"""Which rows of a snapshot a predicate matches, file by file: a SQL expression
+evaluated by DuckDB over the snapshot's Parquet files (only the columns it names are
+read; a remote warehouse's files are read through pyarrow first), or a
+``pyarrow.compute`` Expression evaluated by ``pyarrow.dataset``. Rows the snapshot
+hides (deletion vectors, the times a file shows in part) never match."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from lamina.core.interval import Interval
+from lamina.core.properties import SCHEMA_CHANGED_SEQ
+from lamina.core.scan import ScanPlan
+from lamina.engines.duckdb_views import keep_sql, quote
+from lamina.errors import RowLevelError
+from lamina.io.arrow import time_filter
+from lamina.io.reader import snapshot_files
+from lamina.io.warehouse import Warehouse
+
+#: the position column lamina adds to rows it reads (no table has it)
+POS = "__lamina_pos"
+#: the file column lamina adds to rows it reads
+FILE = "__lamina_file"
+
+Predicate: TypeAlias = "str | pc.Expression"
+
+
+@dataclass
+class Matches:
+    """A predicate's matches in one snapshot: per file path (as planned), the sorted
+    positions of its visible rows that match, and (asked for) the matching rows
+    themselves with :data:`FILE` (the index of the file in :attr:`paths`) and
+    :data:`POS` (the position)."""
+
+    plan: ScanPlan
+    positions: dict[str, np.ndarray] = field(default_factory=dict)
+    rows: pa.Table | None = None
+    #: the files read, in the order :data:`FILE` numbers them
+    paths: list[str] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return int(sum(len(p) for p in self.positions.values()))
+
+
+_DB: list[duckdb.DuckDBPyConnection] = []
+_DB_LOCK = threading.Lock()
+
+
+def connection() -> duckdb.DuckDBPyConnection:
+    """A cursor of the process's in-memory DuckDB database for row-level changes (one
+    database: opening one costs more than a small change's query); close it after use."""
+    with _DB_LOCK:
+        if not _DB:
+            _DB.append(duckdb.connect())
+        return _DB[0].cursor()
+
+
+def check_predicate(where: Any) -> Predicate:
+    """``where`` as a predicate: a non-empty SQL expression string, or a
+    ``pyarrow.compute.Expression``. Raises RowLevelError."""
+    if isinstance(where, pc.Expression):
+        return where
+    if isinstance(where, str) and where.strip():
+        return where
+    raise RowLevelError(
+        f"where= takes a SQL expression string (\"amount < 0 AND region = 'eu'\") or a "
+        f"pyarrow.compute Expression (pc.field('amount') < 0), not {where!r}; to match "
+        "every row, pass 'TRUE'"
+    )
+
+
+def matching(
+    plan: ScanPlan,
+    wh: Warehouse,
+    where: Predicate,
+    rows: bool = False,
+    tables: Mapping[str, pa.Table] | None = None,
+) -> Matches:
+    """The visible rows of ``plan`` that ``where`` matches (with the rows themselves
+    when ``rows``). A SQL ``where`` sees the table's rows as ``target``, and
+    ``tables`` by their names. Raises RowLevelError (an unknown column, a type error,
+    a predicate that is not boolean), SnapshotNotFoundError."""
+    out = Matches(plan)
+    groups: dict[Interval | None, list[str]] = {}
+    for path, keep in plan.reads():
+        groups.setdefault(keep, []).append(path)
+    parts: list[pa.Table] = []
+    with snapshot_files(plan.seq, plan.table.name):
+        for keep, paths in groups.items():
+            if isinstance(where, str) and wh.local:
+                got = _duckdb_files(plan, paths, keep, where, rows, tables or {})
+            else:
+                got = _arrow_files(plan, wh, paths, keep, where, rows, tables or {})
+            if out.paths:  # the group's file indexes follow the earlier groups'
+                shifted = pc.add(got.column(FILE), pa.scalar(len(out.paths), pa.int64()))
+                got = got.set_column(0, FILE, shifted)
+            out.paths += paths
+            parts.append(got)
+    found = pa.concat_tables(parts) if parts else None
+    if found is None or not found.num_rows:
+        if rows:
+            out.rows = _empty_rows(plan)
+        return out
+    files = found.column(FILE).to_numpy(zero_copy_only=False).astype(np.int64)
+    pos = found.column(POS).to_numpy(zero_copy_only=False).astype(np.int64)
+    order = np.lexsort((pos, files))
+    files, pos = files[order], pos[order]
+    bounds = np.searchsorted(files, np.arange(len(out.paths) + 1))
+    shown = np.ones(len(files), bool)
+    for i, path in enumerate(out.paths):
+        lo, hi = int(bounds[i]), int(bounds[i + 1])
+        if lo == hi:
+            continue
+        at = pos[lo:hi]
+        hidden = plan.deletes.get(path)
+        if hidden is not None and len(hidden):  # hidden already: not matched again
+            seen = np.isin(at, hidden)
+            shown[lo:hi] = ~seen
+            at = at[~seen]
+        if len(at):
+            got = out.positions.get(path)  # a file read for two pieces of time
+            out.positions[path] = at if got is None else np.union1d(got, at)
+    if rows:
+        found = found.take(pa.array(order[shown]))
+        out.rows = found
+    return out
+
+
+def _empty_rows(plan: ScanPlan) -> pa.Table:
+    empty = plan.table.schema.empty_table()
+    return empty.append_column(FILE, pa.array([], pa.int64())).append_column(
+        POS, pa.array([], pa.int64())
+    )
+
+
+def _failed(where: Predicate, exc: Exception) -> RowLevelError:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return RowLevelError(
+        f"the predicate {str(where)!r} cannot be evaluated: {first}; check its column "
+        "names and types (nothing was changed)"
+    )
+
+
+def _duckdb_files(
+    plan: ScanPlan,
+    paths: list[str],
+    keep: Interval | None,
+    where: str,
+    rows: bool,
+    tables: Mapping[str, pa.Table],
+) -> pa.Table:
+    """The matches among ``paths`` (local files), read by DuckDB's Parquet reader."""
+    files = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
+    by_name = ", union_by_name=true" if SCHEMA_CHANGED_SEQ in plan.table.properties else ""
+    cond = f"({where})"
+    tc = plan.table.time_column
+    if keep is not None and tc is not None:
+        cond += " AND " + keep_sql(quote(tc), plan.table.schema.field(tc).type, keep)
+    cols = ", *" if rows else ""
+    sql = (
+        f"SELECT file_index::BIGINT AS {FILE}, file_row_number::BIGINT AS {POS}{cols} "
+        f"FROM read_parquet({files}, hive_partitioning=false{by_name}) AS target WHERE {cond}"
+    )
+    con = connection()
+    try:
+        for name, table in tables.items():
+            con.register(name, table)
+        got = fetch(con.sql(sql))
+    except duckdb.Error as exc:
+        raise _failed(where, exc) from None
+    finally:
+        con.close()
+    return got
+
+
+def fetch(rel: duckdb.DuckDBPyRelation) -> pa.Table:
+    """A DuckDB relation's rows as one Arrow table."""
+    read = getattr(rel, "to_arrow_table", None) or rel.arrow
+    got = read()
+    return got if isinstance(got, pa.Table) else got.read_all()
+
+
+def _arrow_files(
+    plan: ScanPlan,
+    wh: Warehouse,
+    paths: list[str],
+    keep: Interval | None,
+    where: Predicate,
+    rows: bool,
+    tables: Mapping[str, pa.Table],
+) -> pa.Table:
+    """The matches among ``paths``, each file read whole by pyarrow, then filtered by
+    ``pyarrow.dataset`` (an Expression) or DuckDB over Arrow (a SQL string)."""
+    rec = plan.table
+    parts = []
+    for i, path in enumerate(paths):
+        data = pq.read_table(path, filesystem=wh.fs, schema=rec.schema)
+        index = pa.array(np.full(data.num_rows, i), pa.int64())
+        data = data.append_column(FILE, index)
+        data = data.append_column(POS, pa.array(np.arange(data.num_rows), pa.int64()))
+        flt: pc.Expression | None = None
+        if keep is not None and rec.time_column is not None:
+            flt = time_filter(rec.schema.field(rec.time_column), keep)
+        if isinstance(where, str):
+            if flt is not None:
+                data = ds.dataset(data).to_table(filter=flt)
+            parts.append(_duckdb_arrow(data, where, tables))
+            continue
+        flt = where if flt is None else flt & where
+        try:
+            parts.append(ds.dataset(data).to_table(filter=flt))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            raise _failed(where, exc) from None
+    got = pa.concat_tables(parts) if parts else _empty_rows(plan)
+    cols = [FILE, POS, *(rec.schema.names if rows else [])]
+    return got.select(cols)
+
+
+def _duckdb_arrow(data: pa.Table, where: str, tables: Mapping[str, pa.Table]) -> pa.Table:
+    con = connection()
+    try:
+        con.register("__lamina_rows", data)
+        for name, table in tables.items():
+            con.register(name, table)
+        return fetch(con.sql(f"SELECT * FROM __lamina_rows AS target WHERE ({where})"))
+    except duckdb.Error as exc:
+        raise _failed(where, exc) from None
+    finally:
+        con.close()
+
+
+def with_values(
+    rows: pa.Table, schema: pa.Schema, values: Mapping[str, str], what: str = "set"
+) -> pa.Table:
+    """``rows`` (of ``schema``, and lamina's own columns) with each column of
+    ``values`` set to its SQL expression, evaluated row by row by DuckDB over the
+    rows as they were; the result conformed to ``schema`` (lamina's columns
+    dropped). Raises RowLevelError (an unknown column, an expression that fails or
+    whose values the column's type cannot hold)."""
+    from lamina.io.arrow import conform  # loads numpy, pyarrow
+
+    unknown = [c for c in values if c not in schema.names]
+    if unknown:
+        raise RowLevelError(
+            f"{what}= names column {unknown[0]!r}, which the table does not have (its "
+            f"columns: {', '.join(schema.names)})"
+        )
+    bad = [c for c, e in values.items() if not isinstance(e, str) or not e.strip()]
+    if bad:
+        raise RowLevelError(
+            f"{what}= takes SQL expression strings per column ({{'amount': 'amount * 2'}}); "
+            f"{bad[0]!r} has {values[bad[0]]!r}"
+        )
+    base = rows.select(schema.names)
+    if values:
+        sets = ", ".join(f"({e}) AS {quote(c)}" for c, e in values.items())
+        con = connection()
+        try:
+            con.register("__lamina_rows", base)
+            got = fetch(con.sql(f"SELECT * REPLACE ({sets}) FROM __lamina_rows"))
+        except duckdb.Error as exc:
+            first = str(exc).strip().splitlines()[0]
+            raise RowLevelError(
+                f"{what}= {dict(values)!r} cannot be evaluated: {first}; check its column "
+                "names and types (nothing was changed)"
+            ) from None
+        finally:
+            con.close()
+        base = got
+    try:
+        return conform(base, schema)
+    except Exception as exc:  # noqa: BLE001 - SchemaError, ArrowInvalid: the value's fault
+        raise RowLevelError(
+            f"{what}= {dict(values)!r} gives values the table's columns cannot hold: {exc}"
+            " (nothing was changed)"
+        ) from None

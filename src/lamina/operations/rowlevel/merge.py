@@ -1,0 +1,352 @@
+"""``t.merge(source, on=[...])``: Delta's MERGE as a builder, executed as one commit.
+
+The clauses, each with an optional condition (a SQL expression over ``source.<col>``
+and ``target.<col>``), are tried in the order they were added; a row takes the first
+whose condition holds, and is left alone when none does (Delta's rules):
+
+- ``when_matched_update(set=...)``, ``when_matched_update_all()``,
+  ``when_matched_delete()``: target rows with a source row of equal ``on`` values;
+- ``when_not_matched_insert(values=...)``, ``when_not_matched_insert_all()``: source
+  rows no target row matches;
+- ``when_not_matched_by_source_delete()``: target rows no source row matches.
+
+A target row that several source rows match is refused when a matched clause exists
+(Delta's "multiple source rows matched"): nothing is changed. On a plain table the
+merge is a :func:`lamina.operations.rowlevel.change` (MERGE); on an upsert table
+(``on`` = its primary key) its updated and inserted records and a tombstone per
+deleted one are upserted together — so a plain merge (update all, insert all) is an
+upsert.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from lamina.core.model import Commit, CommitAction, user_metadata
+from lamina.core.scan import ScanPlan
+from lamina.engines.duckdb_views import quote
+from lamina.errors import RowLevelError
+from lamina.io.arrow import conform, is_spark_dataframe, to_arrow_table
+from lamina.operations.handle import TableHandle
+from lamina.operations.kinds import upserted
+from lamina.operations.rowlevel import Decision, attempts_of, change, check_values
+from lamina.operations.rowlevel.matching import FILE, POS, connection, fetch, matching
+
+_SOURCE = "__lamina_source"
+_TARGET = "__lamina_target"
+
+
+@dataclass(frozen=True)
+class Clause:
+    """One WHEN clause: ``kind`` (matched, not_matched, not_matched_by_source),
+    ``action`` (update, delete, insert), its condition, and the values it sets
+    (column -> SQL expression; None: every column from the source)."""
+
+    kind: str
+    action: str
+    condition: str | None
+    values: Mapping[str, str] | None
+
+
+class MergeBuilder:
+    """A merge being built (see the module); each ``when_*`` adds a clause and returns
+    the builder, :meth:`execute` runs it."""
+
+    def __init__(self, table: TableHandle, source: Any, on: Any) -> None:
+        self._table = table
+        if is_spark_dataframe(source):  # to the driver, as a partial upsert's batch
+            source = source.toArrow()
+        self._source = to_arrow_table(source)  # read once: a retry reads it again
+        self._on = _on(on, table.schema.names, self._source.column_names)
+        self._clauses: list[Clause] = []
+        if table.is_upsert:
+            spec = table.upsert_spec
+            assert spec is not None
+            if set(self._on) != set(spec.primary_key):
+                raise RowLevelError(
+                    f"merge into upsert table {table.name!r} matches on its primary key "
+                    f"{list(spec.primary_key)}, not on={list(self._on)}"
+                )
+
+    def _add(
+        self, kind: str, action: str, condition: Any, values: Mapping[str, str] | None
+    ) -> MergeBuilder:
+        if condition is not None and (not isinstance(condition, str) or not condition.strip()):
+            raise RowLevelError(
+                f"condition= takes a SQL expression over source.<col> and target.<col>, "
+                f"not {condition!r}"
+            )
+        self._clauses.append(Clause(kind, action, condition, values))
+        return self
+
+    def when_matched_update(self, set: Any, condition: str | None = None) -> MergeBuilder:  # noqa: A002
+        """Update matched target rows: ``set`` {column: SQL expression over source.* and
+        target.*}. Raises RowLevelError."""
+        return self._add("matched", "update", condition, check_values(self._table, set))
+
+    def when_matched_update_all(self, condition: str | None = None) -> MergeBuilder:
+        """Update matched target rows with every column of their source row."""
+        values = {
+            c: f"source.{quote(c)}" for c in self._columns_from_source() if c not in self._on
+        }  # the on= columns are equal already
+        if not values:
+            raise RowLevelError("when_matched_update_all: the source has no column but on=")
+        return self._add("matched", "update", condition, check_values(self._table, values))
+
+    def when_matched_delete(self, condition: str | None = None) -> MergeBuilder:
+        """Delete matched target rows."""
+        return self._add("matched", "delete", condition, None)
+
+    def when_not_matched_insert(self, values: Any, condition: str | None = None) -> MergeBuilder:
+        """Insert source rows no target row matches: ``values`` {column: SQL expression
+        over source.*}; columns not named are null. Raises RowLevelError."""
+        return self._add("not_matched", "insert", condition, _values(self._table, values))
+
+    def when_not_matched_insert_all(self, condition: str | None = None) -> MergeBuilder:
+        """Insert source rows no target row matches, every column from the source."""
+        values = {c: f"source.{quote(c)}" for c in self._columns_from_source()}
+        return self._add("not_matched", "insert", condition, values)
+
+    def when_not_matched_by_source_delete(self, condition: str | None = None) -> MergeBuilder:
+        """Delete target rows no source row matches (condition over target.*)."""
+        return self._add("not_matched_by_source", "delete", condition, None)
+
+    def _columns_from_source(self) -> list[str]:
+        have = set(self._source.column_names)
+        missing = [c for c in self._table.schema.names if c not in have]
+        nullable = {f.name for f in self._table.schema if f.nullable}
+        required = [c for c in missing if c not in nullable]
+        if required:
+            raise RowLevelError(
+                f"the merge source has no column {required[0]!r}, which an update or insert "
+                "of every column needs (it is not nullable)"
+            )
+        return [c for c in self._table.schema.names if c in have]
+
+    def execute(self, metadata: dict[str, Any] | None = None, *, retries: int = 4) -> Commit | None:
+        """Run the merge as one commit (MERGE; an UPSERT on an upsert table); None when
+        it changes nothing. Raises RowLevelError (nothing changed), CommitConflictError,
+        MetadataError."""
+        if not self._clauses:
+            raise RowLevelError(
+                "a merge needs at least one clause (when_matched_update_all(), "
+                "when_not_matched_insert_all(), ...)"
+            )
+        meta = user_metadata(metadata)
+        table = self._table
+        summary: dict[str, object] = {"operation": "MERGE", "on": list(self._on)}
+        if table.is_upsert:
+            return self._upsert(meta, summary)
+
+        def decide(plan: ScanPlan) -> Decision:
+            hide, add, _, counts = self._decide(plan)
+            return Decision(hide, add, {**summary, **counts})
+
+        return change(table, CommitAction.MERGE, decide, meta, attempts_of(retries))
+
+    def _upsert(self, meta: dict[str, Any], summary: dict[str, object]) -> Commit | None:
+        table = self._table
+        spec = table.upsert_spec
+        assert spec is not None
+        hide, add, gone, counts = self._decide(table.scan())
+        if not sum(len(p) for p in hide.values()) and not add.num_rows:
+            return None
+        parts = [add]
+        if gone.num_rows:
+            if spec.delete_column is None:
+                raise RowLevelError(
+                    f"upsert table {table.name!r} has no delete column: a merge's delete "
+                    "writes a tombstone per key, which needs one (nothing was changed)"
+                )
+            col = table.schema.field(spec.delete_column)
+            marks = pa.array(np.ones(gone.num_rows, bool)).cast(col.type)
+            gone = gone.set_column(gone.schema.get_field_index(col.name), col.name, marks)
+            parts.append(gone)
+        rows = pa.concat_tables(parts)
+        return upserted(table, rows, {**meta, "row_change": {**summary, **counts}}, None)
+
+    def _decide(
+        self, plan: ScanPlan
+    ) -> tuple[dict[str, np.ndarray], pa.Table, pa.Table, dict[str, int]]:
+        """(positions hidden per file, rows added, target rows deleted, counts)."""
+        table = self._table
+        schema = plan.table.schema
+        keys = " AND ".join(f"source.{quote(k)} = target.{quote(k)}" for k in self._on)
+        by_source = [c for c in self._clauses if c.kind == "not_matched_by_source"]
+        where = "TRUE" if by_source else f"EXISTS (SELECT 1 FROM {_SOURCE} AS source WHERE {keys})"
+        found = matching(
+            plan, table.ctx.warehouse, where, rows=True, tables={_SOURCE: self._source}
+        )
+        assert found.rows is not None
+        con = connection()
+        try:
+            con.register(_SOURCE, self._source)
+            con.register(_TARGET, found.rows)
+            return _run(con, self._clauses, keys, schema, found.paths, self._on)
+        except duckdb.Error as exc:
+            first = str(exc).strip().splitlines()[0]
+            raise RowLevelError(
+                f"the merge's clauses cannot be evaluated: {first}; check their column "
+                "names (source.<col>, target.<col>) and types (nothing was changed)"
+            ) from None
+        finally:
+            con.close()
+
+
+def _case(clauses: list[tuple[int, Clause]], then: Any, otherwise: str) -> str:
+    whens = " ".join(f"WHEN {c.condition or 'TRUE'} THEN {then(i, c)}" for i, c in clauses)
+    return f"CASE {whens} ELSE {otherwise} END" if clauses else otherwise
+
+
+def _run(
+    con: duckdb.DuckDBPyConnection,
+    clauses: list[Clause],
+    keys: str,
+    schema: pa.Schema,
+    paths: list[str],
+    on: tuple[str, ...],
+) -> tuple[dict[str, np.ndarray], pa.Table, pa.Table, dict[str, int]]:
+    numbered = list(enumerate(clauses))
+    matched = [(i, c) for i, c in numbered if c.kind == "matched"]
+    inserts = [(i, c) for i, c in numbered if c.kind == "not_matched"]
+    by_source = [(i, c) for i, c in numbered if c.kind == "not_matched_by_source"]
+    cols = schema.names
+    lamina = f"target.{FILE}, target.{POS}"
+    hide: dict[str, list[np.ndarray]] = {}
+    added: list[pa.Table] = []
+    gone: list[pa.Table] = []
+    counts = {"updated": 0, "deleted": 0, "inserted": 0}
+
+    def hidden(rows: pa.Table) -> None:
+        files = rows.column(FILE).to_numpy(zero_copy_only=False).astype(np.int64)
+        pos = rows.column(POS).to_numpy(zero_copy_only=False).astype(np.int64)
+        order = np.argsort(files, kind="stable")
+        files, pos = files[order], pos[order]
+        cuts = np.flatnonzero(np.diff(files)) + 1
+        for f, at in zip(np.split(files, cuts), np.split(pos, cuts), strict=True):
+            hide.setdefault(paths[int(f[0])], []).append(at)
+
+    if matched:
+        values = ", ".join(
+            _case(
+                matched,
+                lambda i, c, col=col: (c.values or {}).get(col, f"target.{quote(col)}"),
+                f"target.{quote(col)}",
+            )
+            + f" AS {quote(col)}"
+            for col in cols
+        )
+        clause = _case(matched, lambda i, c: str(i), "-1")
+        got = fetch(
+            con.sql(
+                f"SELECT {lamina}, {clause} AS __clause, {values} "
+                f"FROM {_TARGET} AS target JOIN {_SOURCE} AS source ON {keys}"
+            )
+        )
+        at = np.asarray(got.column(FILE).to_numpy(zero_copy_only=False), np.int64) << 32
+        at |= np.asarray(got.column(POS).to_numpy(zero_copy_only=False), np.int64)
+        uniq, first, many = np.unique(at, return_index=True, return_counts=True)
+        if len(uniq) < len(at):  # a target row several source rows match
+            row = {k: got.column(k)[int(first[np.argmax(many)])].as_py() for k in on}
+            raise RowLevelError(
+                f"several source rows of the merge match one target row ({row}): make the "
+                "source's on= columns unique (Delta's 'multiple source rows matched'); "
+                "nothing was changed"
+            )
+        which = got.column("__clause").to_numpy(zero_copy_only=False)
+        kinds = {i: c.action for i, c in matched}
+        upd = np.isin(which, [i for i, a in kinds.items() if a == "update"])
+        dele = np.isin(which, [i for i, a in kinds.items() if a == "delete"])
+        if upd.any():
+            rows = got.filter(pa.array(upd))
+            hidden(rows)
+            added.append(rows.select(cols))
+            counts["updated"] = int(upd.sum())
+        if dele.any():
+            rows = got.filter(pa.array(dele))
+            hidden(rows)
+            gone.append(rows.select(cols))
+            counts["deleted"] += int(dele.sum())
+    if inserts:
+        values = ", ".join(
+            _case(inserts, lambda i, c, col=col: (c.values or {}).get(col, "NULL"), "NULL")
+            + f" AS {quote(col)}"
+            for col in cols
+        )
+        clause = _case(inserts, lambda i, c: str(i), "-1")
+        got = fetch(
+            con.sql(
+                f"SELECT {clause} AS __clause, {values} FROM {_SOURCE} AS source "
+                f"WHERE NOT EXISTS (SELECT 1 FROM {_TARGET} AS target WHERE {keys})"
+            )
+        )
+        which = got.column("__clause").to_numpy(zero_copy_only=False)
+        take = which >= 0
+        if take.any():
+            added.append(got.filter(pa.array(take)).select(cols))
+            counts["inserted"] = int(take.sum())
+    if by_source:
+        clause = _case(by_source, lambda i, c: str(i), "-1")
+        got = fetch(
+            con.sql(
+                f"SELECT {lamina}, {clause} AS __clause, "
+                + ", ".join(f"target.{quote(c)}" for c in cols)
+                + f" FROM {_TARGET} AS target "
+                f"WHERE NOT EXISTS (SELECT 1 FROM {_SOURCE} AS source WHERE {keys})"
+            )
+        )
+        take = got.column("__clause").to_numpy(zero_copy_only=False) >= 0
+        if take.any():
+            rows = got.filter(pa.array(take))
+            hidden(rows)
+            gone.append(rows.select(cols))
+            counts["deleted"] += int(take.sum())
+    try:
+        add = pa.concat_tables([conform(a, schema) for a in added]) if added else None
+    except Exception as exc:  # noqa: BLE001 - SchemaError, ArrowInvalid: the values' fault
+        raise RowLevelError(
+            f"the merge gives values the table's columns cannot hold: {exc} (nothing was changed)"
+        ) from None
+    positions = {f: np.unique(np.concatenate(p)) for f, p in hide.items()}
+    empty = schema.empty_table()
+    deleted = pa.concat_tables([conform(g, schema) for g in gone]) if gone else empty
+    return positions, add if add is not None else empty, deleted, counts
+
+
+def _on(on: Any, table_cols: list[str], source_cols: list[str]) -> tuple[str, ...]:
+    names = [on] if isinstance(on, str) else on
+    if (
+        not isinstance(names, list | tuple)
+        or not names
+        or not all(isinstance(n, str) for n in names)
+    ):
+        raise RowLevelError(f"on= takes a column name or a list of them, not {on!r}")
+    for n in names:
+        if n not in table_cols:
+            raise RowLevelError(f"on= names column {n!r}, which the table does not have")
+        if n not in source_cols:
+            raise RowLevelError(f"on= names column {n!r}, which the merge source does not have")
+    return tuple(names)
+
+
+def _values(table: TableHandle, values: Any) -> dict[str, str]:
+    if not isinstance(values, Mapping) or not values:
+        raise RowLevelError(
+            "values= takes a dict of column -> SQL expression over source.<col>, e.g. "
+            f"{{'id': 'source.id', 'v': 'source.v * 2'}}, not {values!r}"
+        )
+    unknown = [c for c in values if c not in table.schema.names]
+    if unknown:
+        raise RowLevelError(f"values= names column {unknown[0]!r}, which the table does not have")
+    bad = [c for c, e in values.items() if not isinstance(e, str) or not e.strip()]
+    if bad:
+        raise RowLevelError(
+            f"values= takes SQL expression strings; {bad[0]!r} has {values[bad[0]]!r}"
+        )
+    return {str(c): str(e) for c, e in values.items()}

@@ -1,0 +1,157 @@
+"""``t.merge(source, on=...)``: Delta's MERGE as a builder, one commit. Each row takes
+the first clause whose condition holds; a target row several source rows match is
+refused; sources come in every form ``t.append`` takes; on an upsert table a plain
+merge is an upsert."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import duckdb
+import pandas as pd
+import polars as pl
+import pyarrow as pa
+import pytest
+
+import lamina
+from lamina.errors import RowLevelError
+from tests.test_rowlevel_delete import MODES, keys, plain, upsert_table
+
+DAY = datetime(2024, 1, 2)
+
+
+def values(t: lamina.Table) -> dict[int, float]:
+    got = t.to_arrow()
+    return dict(zip(got.column("k").to_pylist(), got.column("v").to_pylist(), strict=True))
+
+
+def source(ks: list[int], vs: list[float]) -> pa.Table:
+    return pa.table(
+        {"ts": pa.array([DAY] * len(ks), pa.timestamp("us")), "k": ks,
+         "region": ["src"] * len(ks), "v": vs}
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_clause_kind_in_one_commit(local_cat: lamina.Catalog, mode: str) -> None:
+    t = plain(local_cat, mode)
+    seq = t.history()[-1].seq
+    src = source([1, 2, 3, 40, 41], [100.0, 200.0, 300.0, 400.0, 410.0])
+    done = (
+        t.merge(src, on="k")
+        .when_matched_update(set={"v": "source.v + target.v"}, condition="source.k = 1")
+        .when_matched_delete(condition="source.k = 2")
+        .when_not_matched_insert_all(condition="source.k = 40")
+        .when_not_matched_by_source_delete(condition="target.k >= 28")
+        .execute()
+    )
+    assert done is not None and done.action == "MERGE"
+    assert done.metadata["row_change"] == {
+        "operation": "MERGE", "on": ["k"], "updated": 1, "deleted": 3, "inserted": 1,
+    }  # fmt: skip
+    got = values(t)
+    assert got[1] == 101.0 and got[3] == 3.0 and got[40] == 400.0  # 3: no clause took it
+    assert 2 not in got and 28 not in got and 29 not in got and 41 not in got
+    assert len(got) == 30 - 3 + 1
+    assert seq is not None
+    feed = t.read_changes(seq)
+    got_feed = zip(feed.column("_change").to_pylist(), feed.column("k").to_pylist(), strict=True)
+    assert sorted(got_feed) == [
+        ("delete", 1), ("delete", 2), ("delete", 28), ("delete", 29), ("insert", 1),
+        ("insert", 40),
+    ]  # fmt: skip
+
+
+def test_the_first_clause_whose_condition_holds_wins(local_cat: lamina.Catalog) -> None:
+    t = plain(local_cat, "merge-on-read")
+    (
+        t.merge(source([4, 5, 6], [0.0, 0.0, 0.0]), on=["k"])
+        .when_matched_update(set={"v": "-1"}, condition="target.v > 4")
+        .when_matched_update(set={"v": "-2"})
+        .when_matched_delete()  # never reached: the clause before holds always
+        .execute()
+    )
+    got = values(t)
+    assert (got[4], got[5], got[6]) == (-2.0, -1.0, -1.0)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda t: pd.DataFrame(t.to_pydict()),
+        lambda t: pl.from_arrow(t),
+        lambda t: pa.RecordBatchReader.from_batches(t.schema, t.to_batches()),
+        lambda t: duckdb.from_arrow(t),
+    ],
+    ids=["pandas", "polars", "reader", "duckdb"],
+)
+def test_a_source_comes_in_every_form_append_takes(local_cat: lamina.Catalog, make) -> None:  # type: ignore[no-untyped-def]
+    t = plain(local_cat, "merge-on-read")
+    src = make(source([7, 50], [70.0, 500.0]))
+    t.merge(src, on="k").when_matched_update_all().when_not_matched_insert_all().execute()
+    got = values(t)
+    assert got[7] == 70.0 and got[50] == 500.0 and len(got) == 31
+
+
+def test_several_source_rows_for_one_target_row_are_refused(local_cat: lamina.Catalog) -> None:
+    t = plain(local_cat, "merge-on-read")
+    n = len(t.history())
+    merge = t.merge(source([3, 3], [1.0, 2.0]), on="k").when_matched_update_all()
+    with pytest.raises(RowLevelError, match="several source rows"):
+        merge.execute()
+    assert len(t.history()) == n and values(t)[3] == 3.0
+
+
+def test_duplicate_source_keys_that_match_nothing_are_inserted(local_cat: lamina.Catalog) -> None:
+    t = plain(local_cat, "merge-on-read")
+    t.merge(source([60, 60], [1.0, 2.0]), on="k").when_not_matched_insert_all().execute()
+    assert keys(t).count(60) == 2
+
+
+@pytest.mark.parametrize(
+    ("build", "says"),
+    [
+        (lambda m: m.when_matched_update(set={"v": "source.nope"}), "nope"),
+        (lambda m: m.when_matched_update(set={"v": "'x'"}), "convert string"),
+        (lambda m: m.when_matched_delete(condition="target.region > 1"), "cannot be evaluated"),
+        (lambda m: m, "at least one clause"),
+    ],
+)
+def test_a_bad_clause_is_refused_and_leaves_the_table_unchanged(
+    local_cat: lamina.Catalog,
+    build,
+    says: str,  # type: ignore[no-untyped-def]
+) -> None:
+    t = plain(local_cat, "merge-on-read")
+    n = len(t.history())
+    with pytest.raises(RowLevelError, match=says):
+        build(t.merge(source([1], [1.0]), on="k")).execute()
+    assert len(t.history()) == n and keys(t) == list(range(30))
+
+
+def test_an_unknown_on_column_is_refused(local_cat: lamina.Catalog) -> None:
+    t = plain(local_cat, "merge-on-read")
+    with pytest.raises(RowLevelError, match="on= names column 'id'"):
+        t.merge(source([1], [1.0]), on="id")
+
+
+def test_a_plain_merge_into_an_upsert_table_is_an_upsert(local_cat: lamina.Catalog) -> None:
+    cat = local_cat
+    t = upsert_table(cat)
+    src = pa.table(
+        {"k": [1, 20], "ts": pa.array([datetime(2024, 1, 2)] * 2, pa.timestamp("us")),
+         "v": [11.0, 20.0], "gone": [False, False]}
+    )  # fmt: skip
+    done = t.merge(src, on="k").when_matched_update_all().when_not_matched_insert_all().execute()
+    assert done is not None and done.action == "UPSERT"
+    got = values(t)
+    assert got[1] == 11.0 and got[20] == 20.0 and len(got) == 11
+    gone = t.merge(src.slice(0, 1), on="k").when_matched_delete().execute()
+    assert gone is not None and 1 not in values(t)
+
+
+def test_a_merge_into_an_upsert_table_matches_on_its_key(local_cat: lamina.Catalog) -> None:
+    t = upsert_table(local_cat)
+    src = pa.table({"k": [1], "v": [1.0]})
+    with pytest.raises(RowLevelError, match="primary key"):
+        t.merge(src, on="v")
