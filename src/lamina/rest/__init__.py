@@ -41,6 +41,7 @@ from lamina.rest.auth import (
     documented_bearer,
 )
 from lamina.rest.console import api as console_api
+from lamina.rest.console.pages import pages as console_pages
 from lamina.rest.errors import message, status_of
 from lamina.rest.models import (
     ChunkCompactionInfo,
@@ -312,6 +313,7 @@ def create_app(catalog: lamina.Catalog, token: str | None = None) -> FastAPI:
     app.include_router(writes)
     app.include_router(console_api.reads)
     app.include_router(console_api.actions)
+    app.include_router(console_pages)
     return app
 
 
