@@ -294,3 +294,70 @@ def test_openapi_documents_the_console_calls(local_client: TestClient) -> None:
     sql = spec["paths"]["/sql"]["post"]
     assert sql["security"] == [{"HTTPBearer": []}]
     assert {"401", "403", "400"} <= set(sql["responses"])
+
+
+MARKUP = "<script>window.pwned=1</script><img src=x onerror=\"alert('x')\">'"
+
+
+def test_pages_show_names_and_values_as_text(
+    local_cat: lamina.Catalog, local_client: TestClient
+) -> None:
+    schema = pa.schema([("ts", pa.timestamp("us")), (MARKUP, pa.string())])
+    local_cat.create_table("odd", schema, "ts", "DAY", properties={"note": MARKUP})
+    for path in ("/", "/console/tables/odd/timeline", "/console/tables/odd/compaction"):
+        r = local_client.get(path)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+        assert "<script>window" not in r.text and "<img src=x" not in r.text
+        assert "script-src 'self'" in r.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
+    page = local_client.get("/console/tables/odd/timeline").text
+    assert page.count("&lt;script&gt;window.pwned=1&lt;/script&gt;") == 2  # column, property
+    assert "&#39;" in page and "&#34;alert" in page  # quotes escaped too
+    assert local_client.get("/console/tables/nope/timeline").status_code == 404
+
+
+def test_actions_cannot_be_forged_from_another_site(
+    local_cat: lamina.Catalog, local_client: TestClient
+) -> None:
+    t = local_cat.create_table("ev", SCHEMA, "ts", "DAY")
+    for i in range(3):
+        t.append(events(days=1, per_day=2, seed=i))
+    # what a page of another site can send: a form post, cookies, no Authorization header
+    local_client.cookies.set("session", "whatever")
+    forged = local_client.post(
+        "/tables/ev/compact",
+        content='{"mode": "minor"}',
+        headers={"Content-Type": "text/plain", "Origin": "https://evil.example"},
+    )
+    assert forged.status_code == 403 and "cross-site" in forged.json()["detail"]
+    # even with the token (a script of another site cannot read it, but say it could)
+    forged = local_client.post(
+        "/sql",
+        json={"query": "SELECT 1"},
+        headers={**AUTH, "Sec-Fetch-Site": "cross-site"},
+    )
+    assert forged.status_code == 403
+    no_token = local_client.post("/tables/ev/compact", json={"mode": "minor"})
+    assert no_token.status_code == 401
+    assert len(t.segments()) == 3  # nothing compacted
+    same_site = local_client.post(
+        "/tables/ev/compact",
+        json={"mode": "minor"},
+        headers={**AUTH, "Origin": "http://testserver", "Sec-Fetch-Site": "same-origin"},
+    )
+    assert same_site.status_code == 200 and len(t.segments()) == 1
+
+
+def test_without_a_token_actions_still_refuse_other_sites(
+    local_cat: lamina.Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LAMINA_API_TOKEN", raising=False)
+    t = local_cat.create_table("ev", SCHEMA, "ts", "DAY", consistent_push=True)
+    with t.push() as p:
+        p.append(events(days=1, per_day=2))
+    entry = t.lineage()[-1].id
+    with TestClient(create_app(local_cat, token="")) as c:
+        url = f"/tables/ev/revertReplaceSegments?segmentLineageEntryId={entry}"
+        forged = c.post(url, headers={"Origin": "https://evil.example"})
+        assert forged.status_code == 403 and t.lineage()[-1].state == "COMPLETED"
+        assert c.post(url).json()["state"] == "REVERTED"  # a client outside a browser

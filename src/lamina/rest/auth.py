@@ -53,14 +53,36 @@ def check_token(expected: str | None, authorization: str | None) -> None:
         raise HTTPException(status.HTTP_403_FORBIDDEN, "the token is not valid")
 
 
+def check_same_site(request: Request) -> None:
+    """Raise 403 for a request a browser made from another site's page (its ``Origin``
+    is not this server, or ``Sec-Fetch-Site`` says cross-site): with no token set, an
+    action would otherwise be one form post away from any page the user opens.
+    Clients outside a browser send neither header."""
+    site = request.headers.get("sec-fetch-site")
+    origin = request.headers.get("origin")
+    if site == "cross-site" or (origin is not None and origin != _own_origin(request)):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            "cross-site request refused: call the API from the console's own pages, or "
+            "from a client outside a browser",
+        )
+
+
+def _own_origin(request: Request) -> str:
+    host = request.headers.get("host", "")
+    return f"{request.url.scheme}://{host}"
+
+
 class AuthenticatedRoute(APIRoute):
-    """Checks the token before FastAPI reads the body, so an unauthenticated caller
-    gets 401/403, never a validation error about a request it may not make."""
+    """Checks the site and the token before FastAPI reads the body, so an
+    unauthenticated caller gets 401/403, never a validation error about a request it
+    may not make."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def checked(request: Request) -> Response:
+            check_same_site(request)
             check_token(request.app.state.token, request.headers.get("authorization"))
             return await handler(request)
 
