@@ -46,26 +46,42 @@ def refusal(parser: duckdb.DuckDBPyConnection, query: str) -> str | None:
     if tree.get("error"):
         return f"cannot parse the query: {tree.get('error_message', 'unknown error')}"
     called: set[str] = set()
-    _table_functions(tree, called)
+    paths: set[str] = set()
+    _references(tree, called, paths)
     refused = sorted(called - TABLE_FUNCTIONS)
     if refused:
         return (
             f"table function {refused[0]}() is refused: the query box reads only lamina's "
             "tables (by name)"
         )
+    if paths:
+        return (
+            f"file {sorted(paths)[0]!r} is refused: the query box reads only lamina's "
+            "tables (by name)"
+        )
     return None
 
 
-def _table_functions(node: Any, out: set[str]) -> None:
+def _references(node: Any, called: set[str], paths: set[str]) -> None:
+    """The table functions a parse tree calls, and the names in its FROM that are file
+    paths (DuckDB reads ``FROM 'x.csv'`` as the file)."""
     if isinstance(node, dict):
         if node.get("type") == "TABLE_FUNCTION":
             fn = node.get("function") or {}
-            out.add(str(fn.get("function_name", "?")).lower())
+            called.add(str(fn.get("function_name", "?")).lower())
+        elif node.get("type") == "BASE_TABLE":
+            name = str(node.get("table_name") or "")
+            if (
+                any(c in name for c in "/\\:.")
+                or node.get("catalog_name")
+                or (node.get("schema_name") not in (None, "", "main"))
+            ):
+                paths.add(name)
         for value in node.values():
-            _table_functions(value, out)
+            _references(value, called, paths)
     elif isinstance(node, list):
         for value in node:
-            _table_functions(value, out)
+            _references(value, called, paths)
 
 
 def run_sandboxed(
