@@ -57,6 +57,7 @@ BENCHMARKS = {
     "upsert_modes": "bench_upsert_modes.py",
     "upsert_soak": "bench_upsert_soak.py",
     "schema": "bench_schema.py",
+    "console": "bench_console.py",
 }
 
 
