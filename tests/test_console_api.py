@@ -97,6 +97,8 @@ def test_timeline_shows_an_overwritten_day_as_overshadowed(
 ) -> None:
     t = cat.create_table("ev", SCHEMA, "ts", "DAY")
     t.append(events(days=3, per_day=10))
+    before = client.get("/tables/ev/timeline").json()  # remembered until the next commit
+    assert all(len(b["versions"]) == 1 for b in before["buckets"])
     t.overwrite(events(days=1, per_day=4, start="2024-01-02"), "2024-01-02/2024-01-03")
 
     tl = client.get("/tables/ev/timeline").json()
@@ -164,6 +166,24 @@ def test_chunk_segments_hide_history_unless_asked(
     assert states == [(2, "visible", second.id), (1, "removed", first.id)]
     missing = local_client.get("/tables/ev/chunkSegments")
     assert missing.status_code == 422
+
+
+def test_a_push_in_progress_is_not_shown_visible(
+    local_cat: lamina.Catalog, local_client: TestClient
+) -> None:
+    t = local_cat.create_table("ev", SCHEMA, "ts", "DAY", consistent_push=True)
+    day = {"interval": "2024-01-01/2024-01-02"}
+    with t.push() as p:
+        p.append(events(days=1, per_day=5))
+        (bucket,) = local_client.get("/tables/ev/timeline", params=day).json()["buckets"]
+        assert bucket["visibleVersion"] is None and bucket["segments"] == 0
+        assert [c["state"] for c in bucket["versions"]] == ["overshadowed"]
+        shown = local_client.get("/tables/ev/chunkSegments", params=day).json()
+        assert shown == []
+        every = local_client.get("/tables/ev/chunkSegments", params={**day, "history": "true"})
+        assert [s["state"] for s in every.json()] == ["lineage"]
+    (bucket,) = local_client.get("/tables/ev/timeline", params=day).json()["buckets"]
+    assert bucket["visibleVersion"] == 1 and bucket["rows"] == 5
 
 
 def test_commits_list_what_each_did(local_cat: lamina.Catalog, local_client: TestClient) -> None:

@@ -194,52 +194,57 @@ def group_states(groups: list[Group]) -> list[str]:
 
 def aggregate(groups: list[Group], edges: list[int], locks: list[Interval]) -> list[Bucket]:
     """The buckets between ``edges``: each group counted in every bucket it overlaps,
-    versions highest first, and the locks overlapping each bucket."""
+    one cell per version (highest first; a version whose chunks differ in state there
+    is ``partial``), and the locks overlapping each bucket."""
     buckets = [Bucket(a, b) for a, b in zip(edges, edges[1:], strict=False)]
     if not buckets:
         return []
+    last_bucket = len(buckets) - 1
+    cells: list[dict[int, VersionCell]] = [{} for _ in buckets]
+    seen: list[set[tuple[int, int]]] = [set() for _ in buckets]
     states = group_states(groups)
     for g, state in zip(groups, states, strict=True):
         first = max(bisect.bisect_right(edges, g.start) - 1, 0)
-        last = min(bisect.bisect_left(edges, g.end) - 1, len(buckets) - 1)
-        for b in buckets[first : last + 1]:
-            tomb = g.tombstones == g.segments
-            b.versions.append(VersionCell(g.version, state, g.segments, g.rows, g.minor, tomb))
+        last = min(bisect.bisect_left(edges, g.end) - 1, last_bucket)
+        tomb = g.tombstones == g.segments
+        for i in range(first, last + 1):
+            b = buckets[i]
+            m = cells[i].get(g.version)
+            if m is None:
+                cells[i][g.version] = VersionCell(
+                    g.version, state, g.segments, g.rows, g.minor, tomb
+                )
+            else:
+                m.segments += g.segments
+                m.rows += g.rows
+                m.minor = max(m.minor, g.minor)
+                m.tombstone = m.tombstone and tomb
+                if m.state != state:
+                    m.state = "partial"
+            seen[i].add((g.start, g.end))
             b.segments += g.live
             b.small += g.small
             b.deletion_vectors += g.deletion_vectors
             if state != "overshadowed":
                 b.rows += g.rows
                 b.bytes += g.bytes
-    for b in buckets:
-        b.versions.sort(key=lambda c: (-c.version, c.state))
-        merged: dict[int, VersionCell] = {}
-        for c in b.versions:  # one cell per version (several chunks of a coarse bucket)
-            m = merged.get(c.version)
-            if m is None:
-                merged[c.version] = VersionCell(
-                    c.version, c.state, c.segments, c.rows, c.minor, c.tombstone
-                )
-            else:
-                m.segments += c.segments
-                m.rows += c.rows
-                m.minor = max(m.minor, c.minor)
-                m.tombstone = m.tombstone and c.tombstone
-                if m.state != c.state:
-                    m.state = "partial"
-        b.versions = list(merged.values())
+    for b, by_version, chunks in zip(buckets, cells, seen, strict=True):
+        b.versions = [by_version[v] for v in sorted(by_version, reverse=True)]
+        b.chunks = len(chunks)
         visible = [c.version for c in b.versions if c.state != "overshadowed"]
         b.visible_version = max(visible) if visible else None
         b.overshadowed_versions = sum(1 for c in b.versions if c.state == "overshadowed")
-    chunk_ranges = sorted({(g.start, g.end) for g in groups})
-    for s, e in chunk_ranges:
-        first = max(bisect.bisect_right(edges, s) - 1, 0)
-        last = min(bisect.bisect_left(edges, e) - 1, len(buckets) - 1)
-        for b in buckets[first : last + 1]:
-            b.chunks += 1
+    for b, n in zip(buckets, lock_counts(edges, locks), strict=True):
+        b.locks = n
+    return buckets
+
+
+def lock_counts(edges: list[int], locks: list[Interval]) -> list[int]:
+    """How many of ``locks`` overlap each bucket between ``edges``."""
+    counts = [0] * max(len(edges) - 1, 0)
     for lock in locks:
         first = max(bisect.bisect_right(edges, lock.start) - 1, 0)
-        last = min(bisect.bisect_left(edges, lock.end) - 1, len(buckets) - 1)
-        for b in buckets[first : last + 1]:
-            b.locks += 1
-    return buckets
+        last = min(bisect.bisect_left(edges, lock.end) - 1, len(counts) - 1)
+        for i in range(first, last + 1):
+            counts[i] += 1
+    return counts

@@ -10,21 +10,72 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, case, func, literal, select, union_all
+from sqlalchemy import ColumnElement, Connection, and_, case, func, literal, select
 
 from lamina.core.console import Group, TableStats
 from lamina.core.interval import Interval
 from lamina.meta.db import Db
+from lamina.meta.lineage_lists import hidden_at
 from lamina.meta.schema import app_txns, commits, deletes, locks, segments, tables
 from lamina.meta.segments import overlapping
 from lamina.meta.tables import now_us, read_table
 
 OPEN_STATES = ("REQUESTED", "INFLIGHT")
+_HIDDEN_MAX = 20_000  # lineage-hidden ids a timeline query leaves out (beyond: shown)
 
 
-def table_stats(db: Db, small_rows: Callable[[Mapping[str, str]], int]) -> list[TableStats]:
-    """Every table's statistics (by name). ``small_rows(properties)``: the row count
-    under which a segment of a table with those properties is small."""
+#: What the segment totals of a catalog depend on: (tables, sum of their seqs, newest id).
+Version = tuple[int, int, int]
+#: Per table id: segments, rows, bytes, small segments (published, not removed).
+Totals = dict[int, tuple[int, int, int, int]]
+
+
+def catalog_version(db: Db) -> Version:
+    """Changes whenever a table commits, or is created or dropped (one small query)."""
+    row = db.read(
+        lambda conn: conn.execute(
+            select(
+                func.count(),
+                func.coalesce(func.sum(tables.c.last_seq), 0),
+                func.coalesce(func.max(tables.c.id), 0),
+            )
+        ).one()
+    )
+    return int(row[0]), int(row[1]), int(row[2])
+
+
+def segment_totals(db: Db, small_rows: Callable[[Mapping[str, str]], int]) -> Totals:
+    """Every table's published data segments not removed: count, rows, bytes, and the
+    small ones (``small_rows(properties)``: the row count under which a segment of a
+    table with those properties is small). One grouped query per distinct threshold."""
+
+    def txn(conn: Connection) -> Totals:
+        by_limit: dict[int, list[int]] = {}
+        for tid, raw in conn.execute(select(tables.c.id, tables.c.properties)):
+            by_limit.setdefault(small_rows(json.loads(raw or "{}")), []).append(int(tid))
+        live = and_(segments.c.removed_seq.is_(None), segments.c.location.is_not(None))
+        out: Totals = {}
+        for limit, ids in by_limit.items():
+            for r in conn.execute(
+                select(
+                    segments.c.table_id,
+                    func.count(),
+                    func.coalesce(func.sum(segments.c.row_count), 0),
+                    func.coalesce(func.sum(segments.c.size_bytes), 0),
+                    func.sum(case((segments.c.row_count < limit, 1), else_=0)),
+                )
+                .where(live, segments.c.table_id.in_(ids))
+                .group_by(segments.c.table_id)
+            ):
+                out[int(r[0])] = (int(r[1]), int(r[2]), int(r[3]), int(r[4] or 0))
+        return out
+
+    return db.read(txn)
+
+
+def table_stats(db: Db, totals: Totals) -> list[TableStats]:
+    """Every table's statistics (by name), with its ``totals`` (:func:`segment_totals`)
+    and, read now, its last commit, open writers and superseded rows."""
 
     def txn(conn: Connection) -> list[TableStats]:
         now = now_us()
@@ -32,30 +83,7 @@ def table_stats(db: Db, small_rows: Callable[[Mapping[str, str]], int]) -> list[
         if not defs:
             return []
         props = {r.id: json.loads(r.properties or "{}") for r in defs}
-        limits = union_all(
-            *(
-                select(literal(tid).label("tid"), literal(small_rows(p)).label("small"))
-                for tid, p in props.items()
-            )
-        ).subquery()
         live = and_(segments.c.removed_seq.is_(None), segments.c.location.is_not(None))
-        seg = {
-            r.table_id: r
-            for r in conn.execute(
-                select(
-                    segments.c.table_id,
-                    func.count().label("n"),
-                    func.coalesce(func.sum(segments.c.row_count), 0).label("rows"),
-                    func.coalesce(func.sum(segments.c.size_bytes), 0).label("bytes"),
-                    func.sum(case((segments.c.row_count < limits.c.small, 1), else_=0)).label(
-                        "small"
-                    ),
-                )
-                .join(limits, limits.c.tid == segments.c.table_id)
-                .where(live)
-                .group_by(segments.c.table_id)
-            )
-        }
         last = dict(
             conn.execute(
                 select(commits.c.table_id, func.max(commits.c.completed_at))
@@ -86,17 +114,17 @@ def table_stats(db: Db, small_rows: Callable[[Mapping[str, str]], int]) -> list[
         )
         out = []
         for r in defs:
-            s = seg.get(r.id)
+            n, rows, size, small = totals.get(r.id, (0, 0, 0, 0))
             w = writers.get(r.id)
             done = last.get(r.id)
             out.append(
                 TableStats(
                     name=r.name,
                     upsert="upsert.primary_key" in props[r.id],
-                    segments=int(s.n) if s else 0,
-                    rows=int(s.rows) if s else 0,
-                    bytes=int(s.bytes) if s else 0,
-                    small=int(s.small or 0) if s else 0,
+                    segments=n,
+                    rows=rows,
+                    bytes=size,
+                    small=small,
                     superseded_rows=int(superseded.get(r.id) or 0),
                     last_commit_age_s=None if done is None else (now - int(done)) / 1e6,
                     open_writers=int(w.n) if w else 0,
@@ -108,18 +136,26 @@ def table_stats(db: Db, small_rows: Callable[[Mapping[str, str]], int]) -> list[
     return db.read(txn)
 
 
-def timeline_groups(
-    db: Db, name: str, span: Interval, small: int
-) -> tuple[list[Group], list[Interval]]:
+def timeline_groups(db: Db, name: str, span: Interval, small: int) -> list[Group]:
     """The published segments of table ``name`` overlapping ``span`` (removed ones
-    too: they are the history), one :class:`Group` per (chunk interval, version); and
-    the intervals of its held or waiting locks overlapping ``span``. Raises
-    TableNotFoundError."""
+    too: they are the history; those lineage hides count as removed), one
+    :class:`Group` per (chunk interval, version). Raises TableNotFoundError."""
 
-    def txn(conn: Connection) -> tuple[list[Group], list[Interval]]:
+    def txn(conn: Connection) -> list[Group]:
         rec = read_table(conn, name)
         s = segments.c
-        with_dv = s.location.in_(select(deletes.c.location).where(deletes.c.table_id == rec.id))
+        hidden = hidden_at(conn, rec.id)  # lineage: shown as gone, as readers see them
+        live: ColumnElement[bool] = s.removed_seq.is_(None)
+        if hidden:
+            live = and_(live, s.segment_id.not_in(sorted(hidden)[:_HIDDEN_MAX]))
+        any_dv = conn.execute(
+            select(deletes.c.location).where(deletes.c.table_id == rec.id).limit(1)
+        ).first()
+        if any_dv is None:  # most tables: no per-row lookup
+            dv: Any = literal(0)
+        else:
+            with_dv = s.location.in_(select(deletes.c.location).where(deletes.c.table_id == rec.id))
+            dv = func.sum(case((with_dv, 1), else_=0))
         rows = conn.execute(
             select(
                 s.start_us,
@@ -128,17 +164,28 @@ def timeline_groups(
                 func.count(),
                 func.max(s.num_core_partitions),
                 func.sum(case((s.partition_id < s.num_core_partitions, 1), else_=0)),
-                func.sum(case((s.removed_seq.is_(None), 1), else_=0)),
+                func.sum(case((live, 1), else_=0)),
                 func.sum(case((s.location.is_(None), 1), else_=0)),
                 func.coalesce(func.sum(s.row_count), 0),
                 func.coalesce(func.sum(s.size_bytes), 0),
                 func.sum(case((and_(s.row_count < small, s.location.is_not(None)), 1), else_=0)),
                 func.max(s.minor_version),
-                func.sum(case((with_dv, 1), else_=0)),
+                dv,
             )
             .where(*overlapping(conn, rec.id, span))
             .group_by(s.start_us, s.end_us, s.version)
         ).all()
+        return [Group(*(int(v or 0) for v in r)) for r in rows]
+
+    return db.read(txn)
+
+
+def lock_intervals(db: Db, name: str, span: Interval) -> list[Interval]:
+    """The intervals of the table's held or waiting locks overlapping ``span``.
+    Raises TableNotFoundError."""
+
+    def txn(conn: Connection) -> list[Interval]:
+        rec = read_table(conn, name)
         held = conn.execute(
             select(locks.c.start_us, locks.c.end_us).where(
                 locks.c.table_id == rec.id,
@@ -147,8 +194,7 @@ def timeline_groups(
                 locks.c.end_us > span.start,
             )
         ).all()
-        groups = [Group(*(int(v or 0) for v in r)) for r in rows]
-        return groups, [Interval.of(int(a), int(b)) for a, b in held]
+        return [Interval.of(int(a), int(b)) for a, b in held]
 
     return db.read(txn)
 
@@ -350,5 +396,18 @@ def extent(db: Db, name: str) -> Interval | None:
             )
         ).one()
         return None if lo is None else Interval.of(int(lo), int(hi))
+
+    return db.read(txn)
+
+
+def table_seq(db: Db, name: str) -> int:
+    """The table's last seq (what changes with every commit). Raises
+    TableNotFoundError."""
+
+    def txn(conn: Connection) -> int:
+        seq = conn.execute(select(tables.c.last_seq).where(tables.c.name == name)).scalar()
+        if seq is None:
+            read_table(conn, name)  # raises TableNotFoundError
+        return int(seq or 0)
 
     return db.read(txn)

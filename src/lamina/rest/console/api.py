@@ -9,7 +9,9 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import math
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, cast
 
@@ -128,7 +130,19 @@ def table_summaries(
     """Each table's rows, bytes, segments, small-segment share, superseded share (upsert
     tables), last commit's age and health mark with its reason; sorted and paginated
     here (``offset``, ``limit``)."""
-    stats = queries.table_stats(cat.context.db, small_rows)
+    db = cat.context.db
+    version = queries.catalog_version(db)
+    key = (id(db), "totals")
+    with _cache_lock:
+        hit = _cache.get(key)
+    if hit is not None and hit[0] == version:
+        totals = hit[1]
+    else:  # every segment row of the catalog: kept until some table commits
+        totals = queries.segment_totals(db, small_rows)
+        if queries.catalog_version(db) == version:
+            with _cache_lock:
+                _cache[key] = (version, totals)
+    stats = queries.table_stats(db, totals)
     items = sorted((_summary(s) for s in stats), key=lambda s: s.name)
     items.sort(key=_SORT[sort_by], reverse=order == "desc")
     return TableSummaryPage(
@@ -159,7 +173,11 @@ def timeline(
     """The aggregated timeline (see :func:`get_timeline`)."""
     h = handle_of(cat, table)
     db = cat.context.db
-    span = Interval.parse(interval) if interval else queries.extent(db, h.name)
+    span = (
+        Interval.parse(interval)
+        if interval
+        else _remembered(cat, h.name, ("extent",), lambda: queries.extent(db, h.name))
+    )
     if span is None:  # no data: nothing to draw
         return TimelineInfo(table=h.name, interval="", zoom="DAY", buckets=[])
     g = Granularity.parse(zoom) if zoom else rules.zoom_for(span, h.granularity)
@@ -172,8 +190,13 @@ def timeline(
             f"use zoom={coarser.value} or a shorter interval",
         )
     shown = Interval.of(edges[0], edges[-1])
-    groups, locks = queries.timeline_groups(db, h.name, shown, small_rows(h.properties))
-    buckets = rules.aggregate(groups, edges, locks)
+    small = small_rows(h.properties)
+
+    def aggregated() -> list[rules.Bucket]:
+        return rules.aggregate(queries.timeline_groups(db, h.name, shown, small), edges, [])
+
+    buckets = _remembered(cat, h.name, ("buckets", tuple(edges), small), aggregated)
+    locks = rules.lock_counts(edges, queries.lock_intervals(db, h.name, shown))
     return TimelineInfo(
         table=h.name,
         interval=str(shown),
@@ -189,7 +212,7 @@ def timeline(
                 rows=b.rows,
                 bytes=b.bytes,
                 smallSegments=b.small,
-                locks=b.locks,
+                locks=n_locks,
                 deletionVectors=b.deletion_vectors,
                 versions=[
                     VersionCellInfo(
@@ -203,9 +226,35 @@ def timeline(
                     for c in b.versions
                 ],
             )
-            for b in buckets
+            for b, n_locks in zip(buckets, locks, strict=True)
         ],
     )
+
+
+_CACHE_SIZE = 16
+_cache: OrderedDict[tuple[Any, ...], tuple[Any, Any]] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def _remembered(cat: lamina.Catalog, name: str, key: tuple[Any, ...], make: Any) -> Any:
+    """``make()``, remembered by the table's last seq: a timeline shown again, or
+    refreshed, costs one small query until the next commit (grouping a 1M-segment
+    table reads every row). Locks are not kept: they are read each time."""
+    db = cat.context.db
+    full = (id(db), name, *key)
+    seq = queries.table_seq(db, name)
+    with _cache_lock:
+        hit = _cache.get(full)
+        if hit is not None and hit[0] == seq:
+            _cache.move_to_end(full)
+            return hit[1]
+    value = make()
+    if queries.table_seq(db, name) == seq:  # no commit meanwhile: keep it
+        with _cache_lock:
+            _cache[full] = (seq, value)
+            while len(_cache) > _CACHE_SIZE:
+                _cache.popitem(last=False)
+    return value
 
 
 @reads.get("/tables/{table}/timeline", response_model=TimelineInfo)
