@@ -382,3 +382,25 @@ def test_without_a_token_actions_still_refuse_other_sites(
         forged = c.post(url, headers={"Origin": "https://evil.example"})
         assert forged.status_code == 403 and t.lineage()[-1].state == "COMPLETED"
         assert c.post(url).json()["state"] == "REVERTED"  # a client outside a browser
+
+
+def test_the_spec_is_as_strict_as_the_server(
+    local_cat: lamina.Catalog, local_client: TestClient
+) -> None:
+    """The three places schemathesis found the spec looser than the server."""
+    spec = local_client.get("/openapi.json").json()["components"]["schemas"]
+    custom = spec["StartReplaceRequest"]["properties"]["customMap"]
+    assert custom["maxProperties"] == 0  # null passes: it constrains objects only
+    sort_by = spec["CompactRequest"]["properties"]["sortBy"]["anyOf"][0]
+    assert sort_by["items"]["minLength"] == 1
+    t = local_cat.create_table("ev", SCHEMA, "ts", "DAY")
+    for i in range(2):
+        t.append(events(days=1, per_day=2, seed=i))
+    empty = local_client.post("/tables/ev/compact", json={"sortBy": [""]}, headers=AUTH)
+    assert empty.status_code == 422
+    fraction = {"targetRowsPerSegment": 2.5}
+    assert local_client.post("/tables/ev/compact", json=fraction, headers=AUTH).status_code == 422
+    whole = local_client.post(
+        "/tables/ev/compact", json={"targetRowsPerSegment": 100.0}, headers=AUTH
+    )
+    assert whole.status_code == 200 and len(t.segments()) == 1

@@ -62,7 +62,12 @@ _CUSTOM_MAP = (
 
 
 class _LineageRequest(ApiRequest):
-    custom_map: dict[str, str] | None = Field(None, alias="customMap", description=_CUSTOM_MAP)
+    custom_map: dict[str, str] | None = Field(
+        None,
+        alias="customMap",
+        description=_CUSTOM_MAP,
+        json_schema_extra={"maxProperties": 0},  # one with entries: 400, named
+    )
 
     def refuse_custom_map(self) -> None:
         """400 for a custom map with entries (lamina would drop them)."""
@@ -119,8 +124,13 @@ class CompactRequest(ApiRequest):
     mode: str = Field("minor", description="minor (merge small segments) or major (rewrite).")
     interval: str | None = Field(None, description="START/END; default: the whole table.")
     segment_granularity: str | None = Field(None, alias="segmentGranularity")
-    sort_by: list[str] | None = Field(None, alias="sortBy")
-    target_rows_per_segment: int | None = Field(None, alias="targetRowsPerSegment", ge=1)
+    sort_by: list[Annotated[str, StringConstraints(min_length=1)]] | None = Field(
+        None, alias="sortBy"
+    )
+    # lax: JSON Schema's integer takes 2.0 as 2 (a fraction stays refused)
+    target_rows_per_segment: int | None = Field(
+        None, alias="targetRowsPerSegment", ge=1, strict=False
+    )
 
 
 class CompactResult(ApiModel):

@@ -152,8 +152,10 @@ class RevertPreview(ApiModel):
 
 class SqlRequest(ApiRequest):
     query: str = Field(min_length=1, max_length=100_000)
-    max_rows: int = Field(1000, alias="maxRows", ge=1, le=10_000)
-    timeout_s: int = Field(10, alias="timeoutS", ge=1, le=300, description="Whole seconds.")
+    max_rows: int = Field(1000, alias="maxRows", ge=1, le=10_000, strict=False)
+    timeout_s: int = Field(
+        10, alias="timeoutS", ge=1, le=300, strict=False, description="Whole seconds."
+    )
 
 
 class SqlColumn(ApiModel):
