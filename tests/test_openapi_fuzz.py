@@ -49,7 +49,7 @@ def test_the_spec_says_what_the_server_takes(schema: Any, method: str, path: str
 
     @given(case=op.as_strategy())
     @settings(
-        max_examples=25,
+        max_examples=15,
         deadline=None,
         suppress_health_check=list(HealthCheck),
         database=None,
