@@ -24,7 +24,7 @@ Zoom = Literal["HOUR", "DAY", "WEEK", "MONTH", "QUARTER", "YEAR"]
 
 class TableSummary(ApiModel):
     name: str
-    rows: int
+    rows: int = Field(description="Rows of the published data segments not yet removed.")
     bytes: int
     segments: int
     small_segments: int = Field(alias="smallSegments")
