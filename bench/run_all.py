@@ -59,6 +59,7 @@ BENCHMARKS = {
     "upsert_soak": "bench_upsert_soak.py",
     "schema": "bench_schema.py",
     "rowlevel": "bench_rowlevel.py",
+    "console": "bench_console.py",
 }
 
 

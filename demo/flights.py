@@ -181,6 +181,11 @@ def main() -> None:
     compaction_demo(cat, t)
     upsert_demo(cat, spark, t, Path(args.warehouse) / "_raw" / "stream")
     spark.stop()
+    console.rule("[bold]web console")
+    console.print(
+        f"lamina serve --warehouse {args.warehouse}   then open http://127.0.0.1:8080/ "
+        "(timeline, commits, lineage, locks, compaction, SQL; docs/console.md)"
+    )
 
 
 def upsert_demo(cat: lamina.Catalog, spark: Any, flights: lamina.Table, inbox: Path) -> None:

@@ -256,7 +256,8 @@ def serve(
     catalog: CatalogOpt = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
-    """Serve the REST API (tables, segments, lineage; start/end/revertReplaceSegments).
+    """Serve the REST API (tables, segments, lineage; start/end/revertReplaceSegments)
+    and the web console at / (docs/console.md).
 
     POST calls need `Authorization: Bearer $LAMINA_API_TOKEN` when that variable is set.
     OpenAPI at /openapi.json, docs at /docs (a page of its own: nothing from the

@@ -33,6 +33,7 @@ from lamina.core.interval import Interval
 from lamina.core.scan import ScanPlan, ScanTask, prune_plan
 from lamina.engines.duckdb_views import quote, register_view, view_sql
 from lamina.engines.sql_bounds import one_statement, time_bound
+from lamina.engines.sql_sandbox import refusal, run_sandboxed
 from lamina.errors import SqlError
 from lamina.failpoints import failpoint
 
@@ -111,6 +112,30 @@ class SqlEngine:
             except duckdb.Error as exc:
                 if not _vanished(exc):
                     raise
+                if attempt == self._attempts - 1:
+                    raise SqlError(f"query failed: {exc}") from None
+        raise AssertionError("unreachable")
+
+    def read_only(self, query: str, fetch: Fetch[T], timeout_s: float, allowed: list[str]) -> T:
+        """:meth:`run` for untrusted text: one SELECT over the latest snapshots, in a
+        sandboxed database of its own (:mod:`lamina.engines.sql_sandbox`) that opens no
+        file outside the ``allowed`` directories, stopped after ``timeout_s``. Raises
+        SqlError: refused, failed, or past the time limit."""
+        parser = duckdb.connect()
+        try:
+            why = refusal(parser, query)
+            named = frozenset() if why else frozenset(_table_names(parser, query))
+        except duckdb.Error as exc:
+            raise SqlError(f"cannot parse the query: {exc}") from None
+        finally:
+            parser.close()
+        if why:
+            raise SqlError(why)
+        for attempt in range(self._attempts):
+            plans = self._plans(named, stale=attempt > 0)
+            try:
+                return run_sandboxed(query, plans, fetch, timeout_s, allowed, self._scheme)
+            except duckdb.IOException as exc:
                 if attempt == self._attempts - 1:
                     raise SqlError(f"query failed: {exc}") from None
         raise AssertionError("unreachable")

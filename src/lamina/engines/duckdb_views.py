@@ -322,6 +322,15 @@ def empty_file(schema: pa.Schema) -> str:
     return path
 
 
+def empty_dir() -> str:
+    """The folder :func:`empty_file` writes to (a sandboxed query may read it)."""
+    with _EMPTY_LOCK:
+        if not _EMPTY_DIR or not os.path.isdir(_EMPTY_DIR[0]):
+            _EMPTY_DIR[:] = [tempfile.mkdtemp(prefix="lamina-empty-")]
+            atexit.register(shutil.rmtree, _EMPTY_DIR[0], True)
+        return _EMPTY_DIR[0] + "/"
+
+
 def register_view(
     con: duckdb.DuckDBPyConnection, name: str, plan: ScanPlan, scheme: str = ""
 ) -> None:

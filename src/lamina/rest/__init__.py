@@ -14,19 +14,16 @@ thread pool; they share the catalog (its SQLAlchemy engine is thread-safe).
 
 from __future__ import annotations
 
-import hmac
 import json
 import os
 import re
 import socket
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Security, status
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, Response
-from fastapi.routing import APIRoute
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.responses import HTMLResponse, JSONResponse
 
 import lamina
 from lamina.core.lineage import LineageState
@@ -38,6 +35,15 @@ from lamina.errors import (
 )
 from lamina.meta.tables import get_table
 from lamina.operations.handle import TableHandle
+from lamina.rest.auth import (
+    AUTH_ERRORS,
+    TOKEN_ENV,
+    AuthenticatedRoute,
+    check_token,
+    documented_bearer,
+)
+from lamina.rest.console import api as console_api
+from lamina.rest.console.pages import pages as console_pages
 from lamina.rest.docs import docs_page
 from lamina.rest.errors import message, status_of
 from lamina.rest.models import (
@@ -57,7 +63,8 @@ from lamina.rest.models import (
     segment_info,
 )
 
-TOKEN_ENV = "LAMINA_API_TOKEN"
+__all__ = ["TOKEN_ENV", "check_token", "create_app", "serve"]
+
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 EntryId = Annotated[
@@ -69,60 +76,6 @@ EntryId = Annotated[
         description="Id returned by startReplaceSegments.",
     ),
 ]
-
-
-# -- authentication --------------------------------------------------------------------------
-
-_bearer = HTTPBearer(
-    auto_error=False,
-    description=f"Required on POST calls when the server has a token (${TOKEN_ENV}).",
-)
-
-
-def _unauthorized(detail: str) -> HTTPException:
-    return HTTPException(
-        status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"}
-    )
-
-
-def check_token(expected: str | None, authorization: str | None) -> None:
-    """Raise 401 without Bearer credentials, 403 with the wrong ones (no-op without a
-    configured token). Constant-time comparison of the raw bytes."""
-    if not expected:
-        return
-    if not authorization:
-        raise _unauthorized("this call needs an Authorization: Bearer <token> header")
-    scheme, _, credentials = authorization.strip().partition(" ")
-    credentials = credentials.strip()
-    if scheme.lower() != "bearer" or not credentials:
-        raise _unauthorized("the Authorization header must be 'Bearer <token>'")
-    # Starlette decodes header bytes as latin-1: re-encode to compare what was sent
-    try:
-        given = credentials.encode("latin-1")
-    except UnicodeEncodeError:
-        given = credentials.encode("utf-8")
-    if not hmac.compare_digest(given, expected.encode("utf-8")):
-        raise HTTPException(status.HTTP_403_FORBIDDEN, "the token is not valid")
-
-
-class _AuthenticatedRoute(APIRoute):
-    """Checks the token before FastAPI reads the body, so an unauthenticated caller
-    gets 401/403, never a validation error about a request it may not make."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def checked(request: Request) -> Response:
-            check_token(request.app.state.token, request.headers.get("authorization"))
-            return await handler(request)
-
-        return checked
-
-
-def _documented_bearer(
-    _: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)],
-) -> None:
-    """Only puts the Bearer scheme in the OpenAPI document; _AuthenticatedRoute checks."""
 
 
 # -- dependencies ----------------------------------------------------------------------------
@@ -147,10 +100,6 @@ _ERRORS: dict[int | str, dict[str, object]] = {
     404: {"model": ErrorResponse, "description": "Unknown table or lineage entry."},
     409: {"model": ErrorResponse, "description": "Not allowed in the entry's current state."},
 }
-_AUTH_ERRORS: dict[int | str, dict[str, object]] = {
-    401: {"model": ErrorResponse, "description": "No Bearer token."},
-    403: {"model": ErrorResponse, "description": "Wrong token."},
-}
 
 
 # -- routes ----------------------------------------------------------------------------------
@@ -158,9 +107,9 @@ _AUTH_ERRORS: dict[int | str, dict[str, object]] = {
 reads = APIRouter(tags=["tables"])
 writes = APIRouter(
     tags=["segment lineage"],
-    route_class=_AuthenticatedRoute,
-    dependencies=[Depends(_documented_bearer)],
-    responses={**_ERRORS, **_AUTH_ERRORS},
+    route_class=AuthenticatedRoute,
+    dependencies=[Depends(documented_bearer)],
+    responses={**_ERRORS, **AUTH_ERRORS},
 )
 
 
@@ -388,6 +337,9 @@ def create_app(catalog: lamina.Catalog, token: str | None = None) -> FastAPI:
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.include_router(reads)
     app.include_router(writes)
+    app.include_router(console_api.reads)
+    app.include_router(console_api.actions)
+    app.include_router(console_pages)
     return app
 
 

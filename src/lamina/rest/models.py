@@ -19,24 +19,24 @@ SegmentId = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 # -- models ------------------------------------------------------------------------------
 
 
-class _Model(BaseModel):
+class ApiModel(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="forbid")
 
 
-class _Request(_Model):
+class ApiRequest(ApiModel):
     """A request body: values of the declared JSON types only (``true`` is no count)."""
 
     model_config = ConfigDict(populate_by_name=True, extra="forbid", strict=True)
 
 
-class TableInfo(_Model):
+class TableInfo(ApiModel):
     name: str
     time_column: str | None = Field(alias="timeColumn")
     granularity: str
     properties: dict[str, str]
 
 
-class SegmentInfo(_Model):
+class SegmentInfo(ApiModel):
     id: str
     interval: str = Field(description="START/END, ISO-8601 UTC, half-open.")
     version: int
@@ -47,7 +47,7 @@ class SegmentInfo(_Model):
     commit_id: int | None = Field(alias="commitId")
 
 
-class LineageEntryInfo(_Model):
+class LineageEntryInfo(ApiModel):
     id: str
     segments_from: list[str] = Field(alias="segmentsFrom")
     segments_to: list[str] = Field(alias="segmentsTo")
@@ -61,8 +61,13 @@ _CUSTOM_MAP = (
 )
 
 
-class _LineageRequest(_Request):
-    custom_map: dict[str, str] | None = Field(None, alias="customMap", description=_CUSTOM_MAP)
+class _LineageRequest(ApiRequest):
+    custom_map: dict[str, str] | None = Field(
+        None,
+        alias="customMap",
+        description=_CUSTOM_MAP,
+        json_schema_extra={"maxProperties": 0},  # one with entries: 400, named
+    )
 
     def refuse_custom_map(self) -> None:
         """400 for a custom map with entries (lamina would drop them)."""
@@ -97,16 +102,16 @@ class EndReplaceRequest(_LineageRequest):
     )
 
 
-class StartReplaceResponse(_Model):
+class StartReplaceResponse(ApiModel):
     segment_lineage_entry_id: str = Field(alias="segmentLineageEntryId")
 
 
-class ReplaceResult(_Model):
+class ReplaceResult(ApiModel):
     segment_lineage_entry_id: str = Field(alias="segmentLineageEntryId")
     state: str = Field(description="The entry's state after the call.")
 
 
-class ChunkCompactionInfo(_Model):
+class ChunkCompactionInfo(ApiModel):
     interval: str = Field(description="The chunk, START/END.")
     status: str = Field(description="PENDING, COMPLETE or SKIPPED under the table's policy.")
     action: str = Field(description="What auto-compaction does: minor, major or none.")
@@ -115,15 +120,20 @@ class ChunkCompactionInfo(_Model):
     reason: str
 
 
-class CompactRequest(_Request):
+class CompactRequest(ApiRequest):
     mode: str = Field("minor", description="minor (merge small segments) or major (rewrite).")
     interval: str | None = Field(None, description="START/END; default: the whole table.")
     segment_granularity: str | None = Field(None, alias="segmentGranularity")
-    sort_by: list[str] | None = Field(None, alias="sortBy")
-    target_rows_per_segment: int | None = Field(None, alias="targetRowsPerSegment", ge=1)
+    sort_by: list[Annotated[str, StringConstraints(min_length=1)]] | None = Field(
+        None, alias="sortBy"
+    )
+    # lax: JSON Schema's integer takes 2.0 as 2 (a fraction stays refused)
+    target_rows_per_segment: int | None = Field(
+        None, alias="targetRowsPerSegment", ge=1, strict=False
+    )
 
 
-class CompactResult(_Model):
+class CompactResult(ApiModel):
     commit_id: int | None = Field(alias="commitId", description="None: nothing to compact.")
     segments_before: int = Field(alias="segmentsBefore")
     segments_after: int = Field(alias="segmentsAfter")
@@ -133,7 +143,7 @@ class ErrorResponse(BaseModel):
     detail: str
 
 
-class HealthInfo(_Model):
+class HealthInfo(ApiModel):
     """The server answers and its catalog can be read."""
 
     status: str = Field(description="ok")

@@ -1,0 +1,106 @@
+"""The web console at scale: the tables page with 1,000 tables and the timeline of a
+table with 1,000,000 segments — server time per page and bytes sent.
+
+The big table's catalog rows are made directly, as bench_planning.py makes them
+(100k hourly chunks x 10 partitions; no files: the pages never open them). The 1,000
+tables are created through lamina, each with one segment row. Pages are fetched
+in-process through Starlette's test client (the server's time: routing, catalog
+queries, aggregation, rendering), median of the runs after a first view: the timeline's
+aggregates and the catalog's segment totals are remembered until the next commit, so
+the first view of each (reported apart) reads every segment row it covers.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import warnings
+from typing import Any
+
+import pyarrow as pa
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import cli, figure, median, print_figures, result, scratch_dir, timed  # noqa: E402
+from bench_planning import HOUR_US, START_US, TABLE, populate  # noqa: E402
+
+import lamina  # noqa: E402
+from lamina.core.interval import format_us  # noqa: E402
+from lamina.rest import create_app  # noqa: E402
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message=".*httpx2")
+    from fastapi.testclient import TestClient
+
+
+def fetch(client: Any, url: str, runs: int) -> tuple[float, int]:
+    """Median seconds and the bytes of the response body."""
+    times = []
+    size = 0
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        r = client.get(url)
+        times.append(time.perf_counter() - t0)
+        assert r.status_code == 200, (url, r.status_code, r.text[:300])
+        size = len(r.content)
+    return median(times), size
+
+
+def main(quick: bool = False) -> dict[str, Any]:
+    """Console pages: tables page (1,000 tables), timeline (1M segments)."""
+    n_tables = 200 if quick else 1000
+    chunks = 10_000 if quick else 100_000
+    parts = 10
+    runs = 5
+    schema = pa.schema([("ts", pa.timestamp("us")), ("v", pa.int64())])
+    with scratch_dir("console") as root:
+        cat = lamina.connect(warehouse=os.path.join(root, "wh"))
+        cat.create_table(TABLE, schema, time_column="ts", segment_granularity="HOUR")
+        insert_s, inserted = timed(lambda: populate(cat, chunks, parts))
+        one = pa.table({"ts": pa.array([0], pa.timestamp("us")), "v": [1]})
+        make_s, _ = timed(
+            lambda: [
+                cat.create_table(f"t{i:04d}", schema, "ts", "DAY").append(one)
+                for i in range(n_tables - 1)
+            ]
+        )
+        print(f"  {inserted:,} segment rows in {insert_s:.1f}s; {n_tables} tables in {make_s:.1f}s")
+        week = f"{format_us(START_US)}/{format_us(START_US + 7 * 24 * HOUR_US)}"
+        hour = f"{format_us(START_US)}/{format_us(START_US + HOUR_US)}"
+        pages = {
+            "tables page (50 of N, sorted by rows)": "/?sortBy=rows&order=desc",
+            "GET /tableSummaries?limit=500": "/tableSummaries?limit=500",
+            "timeline page, whole table": f"/console/tables/{TABLE}/timeline",
+            "GET /tables/big/timeline (whole table)": f"/tables/{TABLE}/timeline",
+            "timeline page, one week by the hour": (
+                f"/console/tables/{TABLE}/timeline?interval={week}"
+            ),
+            "timeline page + one hour's segments": (
+                f"/console/tables/{TABLE}/timeline?interval={week}&chunk={hour}"
+            ),
+        }
+        measured: dict[str, tuple[float, int]] = {}
+        first: dict[str, float] = {}
+        with TestClient(create_app(cat, token="")) as client:
+            client.get("/openapi.json")  # imports, routes
+            for label, url in pages.items():
+                first[label], _ = timed(lambda url=url: client.get(url))  # reads every row
+                measured[label] = fetch(client, url, runs)
+        cat.close()
+    figures = []
+    for label, (secs, size) in measured.items():
+        target = "< 0.2" if "page" in label else None
+        figures.append(figure(label, secs, "s", target, note=f"{size:,} bytes sent"))
+        figures.append(figure(f"  bytes sent: {label}", size, "B"))
+        figures.append(figure(f"  first view (nothing remembered yet): {label}", first[label], "s"))
+    print_figures(f"Console: {n_tables:,} tables, {inserted:,} segments", figures)
+    return result(
+        "console",
+        {"tables": n_tables, "segments": inserted, "runs": runs},
+        figures,
+        {"insert_s": insert_s, "tables_s": make_s, "pages": measured, "first": first},
+    )
+
+
+if __name__ == "__main__":
+    cli(main, "console")

@@ -1,0 +1,413 @@
+"""The catalog reads behind the web console: per-table statistics, a table's timeline
+grouped by (chunk interval, version) in SQL, its commits with what each added and
+removed, its locks with their holders' heartbeats, its open writers. Each is one read
+transaction; what the numbers mean is :mod:`lamina.core.console`'s."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, and_, case, func, literal, select
+
+from lamina.core.console import Group, TableStats
+from lamina.core.interval import Interval
+from lamina.meta.db import Db
+from lamina.meta.lineage_lists import hidden_at
+from lamina.meta.schema import app_txns, commits, deletes, locks, segments, tables
+from lamina.meta.segments import overlapping
+from lamina.meta.tables import now_us, read_table
+
+OPEN_STATES = ("REQUESTED", "INFLIGHT")
+_HIDDEN_MAX = 20_000  # lineage-hidden ids a timeline query leaves out (beyond: shown)
+
+
+#: What the segment totals of a catalog depend on: (tables, sum of their seqs, newest id).
+Version = tuple[int, int, int]
+#: Per table id: segments, rows, bytes, small segments (published, not removed).
+Totals = dict[int, tuple[int, int, int, int]]
+
+
+def catalog_version(db: Db) -> Version:
+    """Changes whenever a table commits, or is created or dropped (one small query)."""
+    row = db.read(
+        lambda conn: conn.execute(
+            select(
+                func.count(),
+                func.coalesce(func.sum(tables.c.last_seq), 0),
+                func.coalesce(func.max(tables.c.id), 0),
+            )
+        ).one()
+    )
+    return int(row[0]), int(row[1]), int(row[2])
+
+
+def segment_totals(db: Db, small_rows: Callable[[Mapping[str, str]], int]) -> Totals:
+    """Every table's published data segments not removed: count, rows, bytes, and the
+    small ones (``small_rows(properties)``: the row count under which a segment of a
+    table with those properties is small). One grouped query per distinct threshold."""
+
+    def txn(conn: Connection) -> Totals:
+        by_limit: dict[int, list[int]] = {}
+        for tid, raw in conn.execute(select(tables.c.id, tables.c.properties)):
+            by_limit.setdefault(small_rows(json.loads(raw or "{}")), []).append(int(tid))
+        live = and_(segments.c.removed_seq.is_(None), segments.c.location.is_not(None))
+        out: Totals = {}
+        for limit, ids in by_limit.items():
+            for r in conn.execute(
+                select(
+                    segments.c.table_id,
+                    func.count(),
+                    func.coalesce(func.sum(segments.c.row_count), 0),
+                    func.coalesce(func.sum(segments.c.size_bytes), 0),
+                    func.sum(case((segments.c.row_count < limit, 1), else_=0)),
+                )
+                .where(live, segments.c.table_id.in_(ids))
+                .group_by(segments.c.table_id)
+            ):
+                out[int(r[0])] = (int(r[1]), int(r[2]), int(r[3]), int(r[4] or 0))
+        return out
+
+    return db.read(txn)
+
+
+def table_stats(db: Db, totals: Totals) -> list[TableStats]:
+    """Every table's statistics (by name), with its ``totals`` (:func:`segment_totals`)
+    and, read now, its last commit, open writers and superseded rows."""
+
+    def txn(conn: Connection) -> list[TableStats]:
+        now = now_us()
+        defs = conn.execute(select(tables.c.id, tables.c.name, tables.c.properties)).all()
+        if not defs:
+            return []
+        props = {r.id: json.loads(r.properties or "{}") for r in defs}
+        live = and_(segments.c.removed_seq.is_(None), segments.c.location.is_not(None))
+        last = dict(
+            conn.execute(
+                select(commits.c.table_id, func.max(commits.c.completed_at))
+                .where(commits.c.state == "COMPLETED")
+                .group_by(commits.c.table_id)
+            ).all()
+        )
+        writers = {
+            r.table_id: r
+            for r in conn.execute(
+                select(commits.c.table_id, func.count().label("n"), func.min(commits.c.started_at))
+                .where(commits.c.state.in_(OPEN_STATES))
+                .group_by(commits.c.table_id)
+            )
+        }
+        superseded = dict(
+            conn.execute(
+                select(deletes.c.table_id, func.sum(deletes.c.cardinality))
+                .where(
+                    deletes.c.location.in_(
+                        select(segments.c.location).where(
+                            live, segments.c.table_id == deletes.c.table_id
+                        )
+                    )
+                )
+                .group_by(deletes.c.table_id)
+            ).all()
+        )
+        out = []
+        for r in defs:
+            n, rows, size, small = totals.get(r.id, (0, 0, 0, 0))
+            w = writers.get(r.id)
+            done = last.get(r.id)
+            out.append(
+                TableStats(
+                    name=r.name,
+                    upsert="upsert.primary_key" in props[r.id],
+                    segments=n,
+                    rows=rows,
+                    bytes=size,
+                    small=small,
+                    superseded_rows=int(superseded.get(r.id) or 0),
+                    last_commit_age_s=None if done is None else (now - int(done)) / 1e6,
+                    open_writers=int(w.n) if w else 0,
+                    oldest_writer_age_s=None if w is None else (now - int(w[2])) / 1e6,
+                )
+            )
+        return out
+
+    return db.read(txn)
+
+
+def timeline_groups(db: Db, name: str, span: Interval, small: int) -> list[Group]:
+    """The published segments of table ``name`` overlapping ``span`` (removed ones
+    too: they are the history; those lineage hides count as removed), one
+    :class:`Group` per (chunk interval, version). Raises TableNotFoundError."""
+
+    def txn(conn: Connection) -> list[Group]:
+        rec = read_table(conn, name)
+        s = segments.c
+        hidden = hidden_at(conn, rec.id)  # lineage: shown as gone, as readers see them
+        live: ColumnElement[bool] = s.removed_seq.is_(None)
+        if hidden:
+            live = and_(live, s.segment_id.not_in(sorted(hidden)[:_HIDDEN_MAX]))
+        any_dv = conn.execute(
+            select(deletes.c.location).where(deletes.c.table_id == rec.id).limit(1)
+        ).first()
+        if any_dv is None:  # most tables: no per-row lookup
+            dv: Any = literal(0)
+        else:
+            with_dv = s.location.in_(select(deletes.c.location).where(deletes.c.table_id == rec.id))
+            dv = func.sum(case((with_dv, 1), else_=0))
+        rows = conn.execute(
+            select(
+                s.start_us,
+                s.end_us,
+                s.version,
+                func.count(),
+                func.max(s.num_core_partitions),
+                func.sum(case((s.partition_id < s.num_core_partitions, 1), else_=0)),
+                func.sum(case((live, 1), else_=0)),
+                func.sum(case((s.location.is_(None), 1), else_=0)),
+                func.coalesce(func.sum(s.row_count), 0),
+                func.coalesce(func.sum(s.size_bytes), 0),
+                func.sum(case((and_(s.row_count < small, s.location.is_not(None)), 1), else_=0)),
+                func.max(s.minor_version),
+                dv,
+            )
+            .where(*overlapping(conn, rec.id, span))
+            .group_by(s.start_us, s.end_us, s.version)
+        ).all()
+        return [Group(*(int(v or 0) for v in r)) for r in rows]
+
+    return db.read(txn)
+
+
+def lock_intervals(db: Db, name: str, span: Interval) -> list[Interval]:
+    """The intervals of the table's held or waiting locks overlapping ``span``.
+    Raises TableNotFoundError."""
+
+    def txn(conn: Connection) -> list[Interval]:
+        rec = read_table(conn, name)
+        held = conn.execute(
+            select(locks.c.start_us, locks.c.end_us).where(
+                locks.c.table_id == rec.id,
+                locks.c.state.in_(("GRANTED", "WAITING")),
+                locks.c.start_us < span.end,
+                locks.c.end_us > span.start,
+            )
+        ).all()
+        return [Interval.of(int(a), int(b)) for a, b in held]
+
+    return db.read(txn)
+
+
+@dataclass(frozen=True)
+class CommitRow:
+    id: int
+    action: str
+    state: str
+    seq: int | None
+    txn: str | None
+    writer: str
+    started_us: int
+    completed_us: int | None
+    segments_added: int
+    segments_removed: int
+    rows_added: int
+    rows_removed: int
+
+
+def commit_rows(db: Db, name: str, limit: int, before: int | None) -> tuple[int, list[CommitRow]]:
+    """The table's commit count, and up to ``limit`` of its commits, newest first (only
+    ids below ``before`` when given), with the segments and rows each added and
+    removed. Raises TableNotFoundError."""
+
+    def txn(conn: Connection) -> tuple[int, list[CommitRow]]:
+        rec = read_table(conn, name)
+        total = conn.execute(
+            select(func.count()).select_from(commits).where(commits.c.table_id == rec.id)
+        ).scalar_one()
+        which = commits.c.table_id == rec.id
+        if before is not None:
+            which &= commits.c.id < before
+        rows = conn.execute(
+            select(commits).where(which).order_by(commits.c.id.desc()).limit(limit)
+        ).all()
+        ids = [r.id for r in rows]
+        added = _sums(conn, rec.id, segments.c.commit_id, ids)
+        removed = _sums(conn, rec.id, segments.c.removed_commit, ids)
+        versions = dict(
+            conn.execute(
+                select(app_txns.c.commit_id, app_txns.c.version).where(
+                    app_txns.c.table_id == rec.id, app_txns.c.commit_id.in_(ids)
+                )
+            ).all()
+        )
+        out = []
+        for r in rows:
+            app = json.loads(r.footprint or "{}").get("app_id")
+            if app is not None and r.id in versions:
+                app = f"{app}:{versions[r.id]}"
+            out.append(
+                CommitRow(
+                    id=int(r.id),
+                    action=r.action,
+                    state=r.state,
+                    seq=None if r.seq is None else int(r.seq),
+                    txn=None if app is None else str(app),
+                    writer=r.owner,
+                    started_us=int(r.started_at),
+                    completed_us=None if r.completed_at is None else int(r.completed_at),
+                    segments_added=added.get(r.id, (0, 0))[0],
+                    segments_removed=removed.get(r.id, (0, 0))[0],
+                    rows_added=added.get(r.id, (0, 0))[1],
+                    rows_removed=removed.get(r.id, (0, 0))[1],
+                )
+            )
+        return int(total), out
+
+    return db.read(txn)
+
+
+def _sums(
+    conn: Connection, table_id: int, by: Any, ids: Collection[int]
+) -> dict[int, tuple[int, int]]:
+    """Segments and rows per commit id in ``by`` (added, or removed)."""
+    if not ids:
+        return {}
+    return {
+        int(cid): (int(n), int(rows or 0))
+        for cid, n, rows in conn.execute(
+            select(by, func.count(), func.sum(segments.c.row_count))
+            .where(segments.c.table_id == table_id, by.in_(list(ids)))
+            .group_by(by)
+        )
+    }
+
+
+@dataclass(frozen=True)
+class LockRow:
+    id: int
+    type: str
+    interval: Interval
+    priority: int
+    state: str
+    commit_id: int
+    holder: str
+    action: str | None
+    heartbeat_age_s: float | None
+    segments: int
+
+
+@dataclass(frozen=True)
+class WriterRow:
+    commit_id: int
+    action: str
+    state: str
+    owner: str
+    age_s: float
+    heartbeat_age_s: float
+
+
+def lock_rows(db: Db, name: str) -> tuple[list[LockRow], list[WriterRow]]:
+    """The table's task locks (with their holder commit's writer and heartbeat age)
+    and its open commits (writers in flight). Raises TableNotFoundError."""
+
+    def txn(conn: Connection) -> tuple[list[LockRow], list[WriterRow]]:
+        rec = read_table(conn, name)
+        now = now_us()
+        held = conn.execute(
+            select(
+                locks,
+                commits.c.owner,
+                commits.c.action.label("holder_action"),
+                commits.c.heartbeat_at,
+            )
+            .join(commits, commits.c.id == locks.c.commit_id, isouter=True)
+            .where(locks.c.table_id == rec.id)
+            .order_by(locks.c.id)
+        ).all()
+        lock_out = [
+            LockRow(
+                id=int(r.id),
+                type=r.type,
+                interval=Interval.of(int(r.start_us), int(r.end_us)),
+                priority=int(r.priority),
+                state=r.state,
+                commit_id=int(r.commit_id),
+                holder=r.owner or "",
+                action=r.holder_action,
+                heartbeat_age_s=None if r.heartbeat_at is None else (now - r.heartbeat_at) / 1e6,
+                segments=len(json.loads(r.segment_ids)) if r.segment_ids else 0,
+            )
+            for r in held
+        ]
+        open_ = conn.execute(
+            select(commits)
+            .where(commits.c.table_id == rec.id, commits.c.state.in_(OPEN_STATES))
+            .order_by(commits.c.id)
+        ).all()
+        writers = [
+            WriterRow(
+                commit_id=int(r.id),
+                action=r.action,
+                state=r.state,
+                owner=r.owner,
+                age_s=(now - int(r.started_at)) / 1e6,
+                heartbeat_age_s=(now - int(r.heartbeat_at)) / 1e6,
+            )
+            for r in open_
+        ]
+        return lock_out, writers
+
+    return db.read(txn)
+
+
+def superseded_rows(db: Db, name: str, locations: Collection[str]) -> dict[str, int]:
+    """Rows deletion vectors hide, by data file (relative location), of those given.
+    Raises TableNotFoundError."""
+
+    def txn(conn: Connection) -> dict[str, int]:
+        rec = read_table(conn, name)
+        if not locations:
+            return {}
+        return {
+            str(loc): int(n or 0)
+            for loc, n in conn.execute(
+                select(deletes.c.location, func.sum(deletes.c.cardinality))
+                .where(
+                    deletes.c.table_id == rec.id,
+                    deletes.c.location.in_(list(locations)),
+                )
+                .group_by(deletes.c.location)
+            )
+        }
+
+    return db.read(txn)
+
+
+def extent(db: Db, name: str) -> Interval | None:
+    """From the earliest start to the latest end of the table's published data
+    segments (None: it has none). Raises TableNotFoundError."""
+
+    def txn(conn: Connection) -> Interval | None:
+        rec = read_table(conn, name)
+        lo, hi = conn.execute(
+            select(func.min(segments.c.start_us), func.max(segments.c.end_us)).where(
+                segments.c.table_id == rec.id, segments.c.location.is_not(None)
+            )
+        ).one()
+        return None if lo is None else Interval.of(int(lo), int(hi))
+
+    return db.read(txn)
+
+
+def table_seq(db: Db, name: str) -> int:
+    """The table's last seq (what changes with every commit). Raises
+    TableNotFoundError."""
+
+    def txn(conn: Connection) -> int:
+        seq = conn.execute(select(tables.c.last_seq).where(tables.c.name == name)).scalar()
+        if seq is None:
+            read_table(conn, name)  # raises TableNotFoundError
+        return int(seq or 0)
+
+    return db.read(txn)

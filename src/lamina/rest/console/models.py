@@ -1,0 +1,170 @@
+"""Response (and request) bodies of the console's REST calls: table summaries, timeline
+aggregates, a chunk's segments, commits, locks and writers, a revert's preview, SQL."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from lamina.rest.models import ApiModel, ApiRequest
+
+SortKey = Literal[
+    "name",
+    "rows",
+    "bytes",
+    "segments",
+    "smallShare",
+    "supersededShare",
+    "lastCommitAge",
+    "health",
+]
+Zoom = Literal["HOUR", "DAY", "WEEK", "MONTH", "QUARTER", "YEAR"]
+
+
+class TableSummary(ApiModel):
+    name: str
+    rows: int = Field(description="Rows of the published data segments not yet removed.")
+    bytes: int
+    segments: int
+    small_segments: int = Field(alias="smallSegments")
+    small_share: float = Field(alias="smallShare", description="Small segments / segments.")
+    superseded_share: float | None = Field(
+        alias="supersededShare", description="Rows deletion vectors hide / rows (upsert tables)."
+    )
+    last_commit_age_s: float | None = Field(alias="lastCommitAgeS")
+    open_writers: int = Field(alias="openWriters")
+    health: str = Field(description="ok, warn or empty.")
+    reason: str = Field(description="Why the mark, written out.")
+
+
+class TableSummaryPage(ApiModel):
+    total: int
+    offset: int
+    limit: int
+    sort_by: SortKey = Field(alias="sortBy")
+    order: Literal["asc", "desc"]
+    items: list[TableSummary]
+
+
+class VersionCellInfo(ApiModel):
+    version: int
+    state: str = Field(description="visible, partial (partly overshadowed) or overshadowed.")
+    segments: int
+    rows: int
+    minor_version: int = Field(alias="minorVersion", description="Highest minor version.")
+    tombstone: bool
+
+
+class BucketInfo(ApiModel):
+    start: str
+    end: str
+    chunks: int = Field(description="Chunk intervals overlapping the bucket.")
+    visible_version: int | None = Field(alias="visibleVersion")
+    overshadowed_versions: int = Field(alias="overshadowedVersions")
+    segments: int = Field(description="Published segments not removed.")
+    rows: int = Field(description="Rows of the versions not overshadowed.")
+    bytes: int
+    small_segments: int = Field(alias="smallSegments")
+    locks: int = Field(description="Held or waiting task locks overlapping the bucket.")
+    deletion_vectors: int = Field(alias="deletionVectors", description="Files with some.")
+    versions: list[VersionCellInfo] = Field(description="Highest first.")
+
+
+class TimelineInfo(ApiModel):
+    table: str
+    interval: str = Field(description="The range shown, START/END (aligned to the zoom).")
+    zoom: Zoom
+    buckets: list[BucketInfo]
+
+
+class ChunkSegmentInfo(ApiModel):
+    id: str
+    interval: str
+    version: int
+    partition: int
+    minor_version: int = Field(alias="minorVersion")
+    rows: int
+    bytes: int
+    superseded_share: float = Field(alias="supersededShare")
+    commit_id: int | None = Field(alias="commitId")
+    state: str = Field(
+        description="visible, overshadowed, lineage (hidden by a lineage entry) or removed."
+    )
+
+
+class CommitInfo(ApiModel):
+    id: int
+    action: str
+    state: str
+    seq: int | None
+    txn: str | None = Field(description="An exactly-once write's application version.")
+    writer: str
+    started_at: str = Field(alias="startedAt")
+    duration_ms: float | None = Field(alias="durationMs")
+    segments_added: int = Field(alias="segmentsAdded")
+    segments_removed: int = Field(alias="segmentsRemoved")
+    rows_added: int = Field(alias="rowsAdded")
+    rows_removed: int = Field(alias="rowsRemoved")
+
+
+class CommitPage(ApiModel):
+    total: int
+    items: list[CommitInfo]
+
+
+class LockRowInfo(ApiModel):
+    id: int
+    type: str
+    interval: str
+    priority: int
+    state: str
+    commit_id: int = Field(alias="commitId")
+    holder: str
+    action: str | None
+    heartbeat_age_s: float | None = Field(alias="heartbeatAgeS")
+    segments: int = Field(description="A SEGMENT lock's segment count.")
+
+
+class WriterInfo(ApiModel):
+    commit_id: int = Field(alias="commitId")
+    action: str
+    state: str
+    owner: str
+    age_s: float = Field(alias="ageS")
+    heartbeat_age_s: float = Field(alias="heartbeatAgeS")
+
+
+class LocksInfo(ApiModel):
+    locks: list[LockRowInfo]
+    writers: list[WriterInfo]
+
+
+class RevertPreview(ApiModel):
+    segment_lineage_entry_id: str = Field(alias="segmentLineageEntryId")
+    state: str
+    rows_now: int = Field(alias="rowsNow", description="Rows the entry's segments show now.")
+    rows_after: int = Field(alias="rowsAfter", description="Rows readers see there after.")
+    segments_shown: list[str] = Field(alias="segmentsShown")
+    segments_hidden: list[str] = Field(alias="segmentsHidden")
+    summary: str
+
+
+class SqlRequest(ApiRequest):
+    query: str = Field(min_length=1, max_length=100_000)
+    max_rows: int = Field(1000, alias="maxRows", ge=1, le=10_000, strict=False)
+    timeout_s: int = Field(
+        10, alias="timeoutS", ge=1, le=300, strict=False, description="Whole seconds."
+    )
+
+
+class SqlColumn(ApiModel):
+    name: str
+    type: str
+
+
+class SqlResult(ApiModel):
+    columns: list[SqlColumn]
+    rows: list[list[Any]]
+    truncated: bool = Field(description="More rows than maxRows: the rest left out.")
+    elapsed_ms: float = Field(alias="elapsedMs")
