@@ -68,7 +68,7 @@ def status(cat: lamina.Catalog, name: str = "u") -> dict[str, tuple[str, str, st
 def snapshots(t: lamina.Table) -> dict[int, list[dict[str, Any]]]:
     """Every completed commit's rows (sorted): what time travel reads."""
     return {
-        c.id: sorted(t.to_arrow(as_of=c.id).to_pylist(), key=lambda r: r["key"])
+        c.id: sorted(t.to_arrow(as_of=c.version).to_pylist(), key=lambda r: r["key"])
         for c in t.history()
         if c.state == "COMPLETED"
     }

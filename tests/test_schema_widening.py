@@ -126,7 +126,7 @@ def test_files_written_before_read_as_the_wider_type(cat: lamina.Catalog) -> Non
     assert got.schema == want
     assert got.column(C).to_pylist() == [7, -(2**31), 2**40]
     assert got.column("d").to_pylist()[2] == decimal.Decimal("1234567890.12")
-    assert t.to_arrow(as_of=first.id).schema == SCHEMA  # as it was
+    assert t.to_arrow(as_of=first.version).schema == SCHEMA  # as it was
     sql = cat.sql(f"SELECT sum({C}) AS s, max(d) AS d, count(*) AS n FROM e")
     assert sql.to_pylist() == [
         {"s": 7 - 2**31 + 2**40, "d": decimal.Decimal("1234567890.12"), "n": 3}

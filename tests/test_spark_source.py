@@ -337,7 +337,7 @@ def test_spark_to_spark_of_an_upsert_table_applies_vectors_in_tasks(
         )
         first = u.upsert(_rows(range(100), 1))
         u.upsert(_rows(range(0, 100, 3), 2))
-        for as_of in (None, first.id):
+        for as_of in (None, first.version):
             want = sorted(u.to_arrow(as_of=as_of).select(["k", "v"]).to_pylist(), key=str)
             got = [r.asDict() for r in u.to_spark(spark, as_of=as_of).select("k", "v").collect()]
             assert sorted(got, key=str) == want

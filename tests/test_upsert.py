@@ -292,7 +292,7 @@ def test_all_versions_gives_every_record_with_its_validity(t: lamina.Table) -> N
         ("a", 9): (c2.seq, c2.seq),
         ("b", 0): (c3.seq, c3.seq),
     }
-    old = t.to_arrow(as_of=c2.id, all_versions=True, columns=["key", "value"])
+    old = t.to_arrow(as_of=c2.version, all_versions=True, columns=["key", "value"])
     assert sorted(old.column_names) == ["$valid_from", "$valid_until", "key", "value"]
     assert {(r["key"], r["value"]): r["$valid_until"] for r in old.to_pylist()} == {
         ("a", 1): c2.seq, ("b", 1): None, ("a", 2): None, ("a", 9): c2.seq
@@ -1225,7 +1225,7 @@ def test_retention_between_a_plan_and_its_vectors_fails_the_read(
         failpoints.armed("read.plan.before_deletes", retention_meanwhile),
         pytest.raises(lamina.SnapshotNotFoundError, match="no longer readable"),
     ):
-        t.to_arrow(as_of=second.id)
+        t.to_arrow(as_of=second.version)
     assert latest(t) == {"a": 2, "b": 2}
 
 
@@ -1239,7 +1239,7 @@ def test_retention_before_all_versions_reads_validity_fails_the_read(
     t.upsert(rows(("a", 0, 1), ("b", 0, 1)))
     second = t.upsert(rows(("a", 1, 2), ("b", 1, 2)))
     t.compact()
-    got = t.to_arrow(as_of=second.id, all_versions=True).to_pylist()
+    got = t.to_arrow(as_of=second.version, all_versions=True).to_pylist()
     assert sorted((r["key"], r["value"], r["$valid_until"]) for r in got) == [
         ("a", 1, second.seq),
         ("a", 2, None),
@@ -1257,4 +1257,4 @@ def test_retention_before_all_versions_reads_validity_fails_the_read(
         failpoints.armed("upsert.read.validity.before", retention_meanwhile),
         pytest.raises(lamina.SnapshotNotFoundError, match="no longer readable"),
     ):
-        t.to_arrow(as_of=second.id, all_versions=True)
+        t.to_arrow(as_of=second.version, all_versions=True)

@@ -403,7 +403,7 @@ def test_retention_keeps_the_latest_records_and_upserts_resolving(
         assert conn.execute(vectors).all()
         assert conn.execute(vectors.where(deletes.c.location.not_in(named))).all() == []
     with pytest.raises(lamina.SnapshotNotFoundError):
-        t.to_arrow(as_of=t.history()[0].id)  # its files are gone: refused, not wrong
+        t.to_arrow(as_of=t.history()[0].version)  # its files are gone: refused, not wrong
     t.upsert(rows(("a", 2 * DAY + 9, -1), ("b", DAY + 3, 9), ("f", 3 * DAY, 2)))
     expected = {"a": 3, "b": 9, "e": 8, "f": 2, "x": 1}  # a: out of order; b: none left
     assert by_key(truth(t)) == expected
@@ -470,7 +470,7 @@ def test_the_change_feed_after_retention_says_how_to_resume_without_losing_rows(
     cat.run_retention(now=FUTURE)
     with pytest.raises(lamina.SnapshotNotFoundError) as err:
         t.read_changes(1)
-    found = re.search(r"as_of=(\d+).*read changes after seq (\d+)", str(err.value))
+    found = re.search(r"as_of=(\d+).*read changes after version (\d+)", str(err.value))
     assert found is not None, str(err.value)
     whole = t.to_arrow(as_of=int(found[1]))
     t.upsert(rows(("g", 3 * DAY, 7)))
@@ -723,7 +723,7 @@ def test_to_spark_reads_the_latest_records_and_every_version_at_every_snapshot(
             got = list(zip(*(tb[c].to_pylist() for c in cols), strict=True))
         return sorted(got, key=repr)
 
-    for as_of in [None, *(c.id for c in commits)]:
+    for as_of in [None, *(c.version for c in commits)]:
         assert spark_rows(as_of) == sorted(by_key(truth(t, as_of)).items())
         assert versions(True, as_of) == versions(False, as_of)
     day2 = [(r["key"], r["value"]) for r in truth(t) if r["ts"].date() == dt.date(2024, 1, 2)]

@@ -25,7 +25,7 @@ import typer
 
 from lamina.cli import coerce
 from lamina.cli.output import OutputFormat, error_line
-from lamina.errors import LaminaError, SnapshotNotFoundError, TableNotFoundError
+from lamina.errors import LaminaError, TableNotFoundError
 
 if TYPE_CHECKING:
     from typer.models import CommandInfo
@@ -45,6 +45,7 @@ COMMANDS = {
     **dict.fromkeys(("ingest", "upsert", "revert", "push"), "write"),
     **dict.fromkeys(("query", "retention", "orphans", "serve"), "admin"),
     **dict.fromkeys(("compact", "services"), "services"),
+    "restore": "restore",
 }
 _MODULES = (
     "tables",
@@ -52,6 +53,7 @@ _MODULES = (
     "write",
     "admin",
     "services",
+    "restore",
 )  # their commands in this order in --help
 
 
@@ -145,6 +147,7 @@ _CLI_WORDS = (
     ("t.segments(all=True)", "`lamina segments TABLE --all`"),
     ("t.segments()", "`lamina segments TABLE`"),
     ("t.lineage()", "`lamina lineage TABLE`"),
+    ("t.history()", "`lamina history TABLE`"),
 )
 
 
@@ -191,6 +194,33 @@ OutputOpt = Annotated[
     typer.Option("--format", "-f", help="Output format: table, csv, json or jsonl."),
 ]
 TableArg = Annotated[str, typer.Argument(help="Table name.")]
+AsOfOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--as-of",
+        help="Read the table as of a version (a number, see `lamina history`) or a time "
+        "(ISO-8601, UTC unless it has an offset): the latest version completed then.",
+        show_default=False,
+    ),
+]
+
+
+def as_of_arg(text: str | None, what: str = "--as-of") -> int | str | None:
+    """A version (digits) or an ISO-8601 time given on the command line; a usage
+    error (exit 2) for anything else."""
+    if text is None:
+        return None
+    from lamina.core.versions import AtTime, travel_text  # loads nothing heavy
+
+    try:
+        got = travel_text(text, what)
+    except LaminaError:
+        raise typer.BadParameter(
+            f"{text!r} is neither a version (a number, see `lamina history TABLE`) nor an "
+            "ISO-8601 time such as 2024-01-02T03:00:00Z",
+            param_hint=what,
+        ) from None
+    return text.strip() if isinstance(got, AtTime) else int(got)  # type: ignore[arg-type]
 
 
 @app.callback()
@@ -253,15 +283,9 @@ def load(cat: lamina.Catalog, name: str) -> lamina.Table:
         ) from None
 
 
-def snapshot(t: lamina.Table, as_of: int | None, all_published: bool) -> Snapshot:
-    """The table's snapshot; SnapshotNotFoundError saying how to list the commits."""
-    try:
-        return t.snapshot(as_of, all_published=all_published)
-    except SnapshotNotFoundError as exc:  # the reason stays; the advice is the CLI's
-        why = str(exc).split("; ")[0]
-        raise SnapshotNotFoundError(
-            f"{why}; `lamina history {t.name}` lists the commits you can read"
-        ) from None
+def snapshot(t: lamina.Table, as_of: int | str | None, all_published: bool) -> Snapshot:
+    """The table's snapshot (SnapshotNotFoundError's advice in the CLI's words)."""
+    return t.snapshot(as_of, all_published=all_published)
 
 
 def run() -> None:

@@ -217,7 +217,11 @@ def add_columns(
         added = ", ".join(f"{f.name} ({f.type})" for f in fields)
         console().print(
             Text.assemble(
-                ("added ", "green"), added, " to ", (table.name, "bold"), f" (commit {commit.id})"
+                ("added ", "green"),
+                added,
+                " to ",
+                (table.name, "bold"),
+                f" (version {commit.version})",
             )
         )
 
@@ -243,6 +247,6 @@ def widen_column(
         console().print(
             Text.assemble(
                 ("widened ", "green"), f"{column} ({old} -> {new}) of ", (table.name, "bold"),
-                f" (commit {commit.id})",
+                f" (version {commit.version})",
             )
         )  # fmt: skip

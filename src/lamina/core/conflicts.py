@@ -100,6 +100,7 @@ _KIND_OF = {
     CommitAction.REVERT_REPLACE: Kind.LINEAGE,
     CommitAction.COMPACT: Kind.COMPACT,
     CommitAction.UPSERT: Kind.APPEND,  # resolved by key at publish: never a conflict
+    CommitAction.RESTORE: Kind.REPLACE,  # replaces the whole table
 }
 
 
