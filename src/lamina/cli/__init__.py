@@ -25,7 +25,7 @@ import typer
 
 from lamina.cli import coerce
 from lamina.cli.output import OutputFormat, error_line
-from lamina.errors import LaminaError, TableNotFoundError
+from lamina.errors import LaminaError, SnapshotNotFoundError, TableNotFoundError
 
 if TYPE_CHECKING:
     from typer.models import CommandInfo
@@ -283,9 +283,34 @@ def load(cat: lamina.Catalog, name: str) -> lamina.Table:
         ) from None
 
 
+def as_of_tables(values: Sequence[str] | None) -> Any:
+    """``--as-of`` of a query: ``VERSION|TIME`` for every table, or ``TABLE=VERSION|TIME``
+    (repeatable): what ``cat.sql(as_of=...)`` takes. A usage error for anything else."""
+    if not values:
+        return None
+    per: dict[str, int | str | None] = {}
+    every: list[int | str | None] = []
+    for text in values:
+        name, eq, value = text.partition("=")
+        if eq:
+            per[name.strip()] = as_of_arg(value)
+        else:
+            every.append(as_of_arg(text))
+    if every and (per or len(every) > 1):
+        raise typer.BadParameter(
+            "give one VERSION|TIME for every table, or TABLE=VERSION|TIME for each",
+            param_hint="--as-of",
+        )
+    return every[0] if every else per
+
+
 def snapshot(t: lamina.Table, as_of: int | str | None, all_published: bool) -> Snapshot:
-    """The table's snapshot (SnapshotNotFoundError's advice in the CLI's words)."""
-    return t.snapshot(as_of, all_published=all_published)
+    """The table's snapshot; SnapshotNotFoundError's advice names the table's history."""
+    try:
+        return t.snapshot(as_of, all_published=all_published)
+    except SnapshotNotFoundError as exc:  # its type (and attributes) kept
+        exc.args = (str(exc).replace("t.history()", f"`lamina history {t.name}`"),)
+        raise
 
 
 def run() -> None:

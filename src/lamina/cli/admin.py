@@ -10,7 +10,16 @@ from typing import Annotated
 
 import typer
 
-from lamina.cli import CatalogOpt, OutputOpt, WarehouseOpt, command, connect, load, locations
+from lamina.cli import (
+    CatalogOpt,
+    OutputOpt,
+    WarehouseOpt,
+    as_of_tables,
+    command,
+    connect,
+    load,
+    locations,
+)
 from lamina.cli.output import (
     Column,
     OutputFormat,
@@ -45,15 +54,26 @@ def query(
             show_default=False,
         ),
     ] = None,
+    as_of: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--as-of",
+            help="Read past snapshots: VERSION|TIME for every table, or TABLE=VERSION|TIME "
+            "(repeatable). In the SQL, `t AT (VERSION => 3)` reads one reference so.",
+            show_default=False,
+        ),
+    ] = None,
     fmt: OutputOpt = OutputFormat.table,
     catalog: CatalogOpt = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
-    """Run SQL (DuckDB) over the latest snapshots of the tables it names."""
+    """Run SQL (DuckDB) over the latest snapshots of the tables it names (or past ones:
+    --as-of, or `FROM t AT (VERSION => 3)` / `AT (TIMESTAMP => '2024-01-02')`)."""
     if sql == "-":
         sql = sys.stdin.read()
+    travel = as_of_tables(as_of)
     with connect(ctx, catalog, warehouse) as cat:
-        result = cat.sql_engine().run(sql, fetch_result)  # plain rows need no pyarrow
+        result = cat.sql_engine().run(sql, fetch_result, travel)  # plain rows: no pyarrow
     if limit is None:
         limit = 50 if fmt is OutputFormat.table else 0
     emit_result(result, fmt, limit)

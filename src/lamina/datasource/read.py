@@ -77,9 +77,7 @@ def as_of_of(o: opts.SourceOptions) -> AsOf:
     """The snapshot the options name: ``versionAsOf`` (a table version),
     ``timestampAsOf`` (an ISO-8601 time: the latest version completed then) or
     ``asOf`` (either); at most one of them. Raises InvalidArgumentError."""
-    given = {
-        k: v for k in ("asof", "versionasof", "timestampasof") if (v := o.get(k)) is not None
-    }
+    given = {k: v for k in ("asof", "versionasof", "timestampasof") if (v := o.get(k)) is not None}
     if not given:
         return None
     if len(given) > 1:
