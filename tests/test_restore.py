@@ -244,3 +244,31 @@ def test_lamina_restore(cat: lamina.Catalog, tmp_path: Path) -> None:
         ["3", "RESTORE"],
         ["4", "RESTORE"],
     ]
+
+
+def test_writes_that_began_before_a_restore_publish_as_beside_an_overwrite(
+    cat: lamina.Catalog,
+) -> None:
+    """An overwrite that began before a restore conflicts with it (it would replace rows
+    it never saw); an append joins the restored chunks, its rows on top."""
+    t = cat.create_table("t", SCHEMA, time_column="ts", segment_granularity="DAY")
+    c1 = t.append(events(days=1, per_day=3))
+    t.append(events(days=1, per_day=2, seed=1))
+    other = cat.load_table("t")
+    started: list[int] = []
+
+    def restore_meanwhile(commit_id: int) -> None:
+        if not started:  # once: the restore publishes through this failpoint too
+            started.append(commit_id)
+            other.restore(c1)
+
+    armed = failpoints.armed("write.publish.before", restore_meanwhile)
+    with armed, pytest.raises(CommitConflictError, match="conflicts with commit"):
+        t.overwrite(events(days=1, per_day=7, seed=2))
+    assert rows(t) == rows(t, c1)
+    started.clear()
+    with failpoints.armed("write.publish.before", restore_meanwhile):
+        late = t.append(events(days=1, per_day=4, seed=3))
+    assert late.version == 5 and t.count() == 3 + 4  # version 4: the second restore
+    done = sorted((c.version, c.action) for c in t.history() if c.version)
+    assert done[-2:] == [(4, "RESTORE"), (5, "APPEND")]
