@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 
 class LaminaError(Exception):
     """Base class of every error lamina raises for bad input or a refused operation."""
@@ -89,7 +91,7 @@ class SnapshotTooOldError(SnapshotNotFoundError):
         self,
         message: str,
         earliest_version: int | None = None,
-        earliest_time: object = None,
+        earliest_time: dt.datetime | None = None,
     ) -> None:
         super().__init__(message)
         self.earliest_version = earliest_version
