@@ -904,7 +904,7 @@ def test_as_of_a_purged_snapshot_is_a_typed_error(t: lamina.Table, cat: lamina.C
     c2 = t.refresh(new())
     assert arrow_vals(t, as_of=c1.version) == {1.0: 30}
     cat.run_retention(now=later(seconds=1))
-    with pytest.raises(errors.SnapshotNotFoundError, match="read a newer commit"):
+    with pytest.raises(errors.SnapshotTooOldError, match="the earliest available is version"):
         t.to_arrow(as_of=c1.version)
     with pytest.raises(errors.SnapshotNotFoundError):
         t.count(as_of=c1.version)
