@@ -321,7 +321,7 @@ def test_the_command_line_adds_columns(tmp_path: object) -> None:
     wh = str(tmp_path) + "/wh"
     ok(wh, "create-table", "e", "--time-column", "ts", "--schema", "ts:timestamp[us],k:int64")
     out = ok(wh, "add-columns", "e", "--schema", "c:float64,note:string")
-    assert "added c (double), note (string) to e (commit" in out
+    assert "added c (double), note (string) to e (version 1)" in out
     with lamina.connect(warehouse=wh) as cat:
         assert cat.load_table("e").schema.names == ["ts", "k", "c", "note"]
     assert "already has a column 'k'" in fails(wh, "add-columns", "e", "--schema", "k:int8")

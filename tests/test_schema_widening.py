@@ -211,7 +211,7 @@ def test_the_command_line_widens_a_column(tmp_path: object) -> None:
     wh = str(tmp_path) + "/wh"
     ok(wh, "create-table", "e", "--time-column", "ts", "--schema", "ts:timestamp[us],k:int32")
     out = ok(wh, "widen-column", "e", "k", "int64")
-    assert "widened k (int32 -> int64) of e (commit" in out
+    assert "widened k (int32 -> int64) of e (version" in out
     with lamina.connect(warehouse=wh) as cat:
         assert cat.load_table("e").schema.field("k").type == pa.int64()
     assert "widenings of int64: none" in fails(wh, "widen-column", "e", "k", "int32")
