@@ -350,7 +350,7 @@ def _replay(t: lamina.Table, run: Run) -> tuple[Model, dict[int, lamina.Commit]]
     def rids(ids: Iterable[str], seq: int) -> set[int]:
         """The records of segments (published by then: as of ``seq``); a major
         compaction of a day whose records were all superseded leaves an empty one."""
-        where.update((s.id, s.location) for s in t.segments(True, by_seq[seq].id))
+        where.update((s.id, s.location) for s in t.segments(True, by_seq[seq].version))
         read = [str(where[i]) for i in ids if where[i] is not None]
         return {r for path in read for r in pq.read_table(path, columns=["rid"])["rid"].to_pylist()}
 
