@@ -136,7 +136,7 @@ def querier(wh: str, stop: threading.Event, out: list[dict[str, Any]]) -> None:
             secs_u, got = timed(lambda s=sql: cat.sql(s.format(t="u")))  # type: ignore[misc]
             p = engine._cache["u"][1]  # the plan the query's view was built on
             b0 = time.perf_counter()
-            rows = u.to_arrow(as_of=p.commit_id)
+            rows = u.to_arrow(as_of=p.seq)
             if "b" in cat.list_tables():
                 cat.drop_table("b")
             b = cat.create_table("b", SCHEMA, time_column="ts", segment_granularity="DAY")

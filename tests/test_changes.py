@@ -17,7 +17,7 @@ import pytest
 import lamina
 from lamina.core.changes import merge, subtract
 from lamina.core.interval import Interval
-from lamina.errors import SchemaError, SnapshotNotFoundError
+from lamina.errors import InvalidArgumentError, SchemaError, SnapshotNotFoundError
 from tests.helpers import SCHEMA, events
 
 KEY = ["ts", "k", "v", "s"]
@@ -36,7 +36,7 @@ def snapshot_rows(t: lamina.Table, seq: int) -> Counter[tuple]:
     if seq == 0:
         return Counter()
     commit = next(c for c in t.history() if c.seq == seq)
-    return rows(t.to_arrow(as_of=commit.id))
+    return rows(t.to_arrow(as_of=commit.version))
 
 
 def apply(base: Counter[tuple], changes: pa.Table) -> Counter[tuple]:
@@ -149,7 +149,7 @@ def test_a_table_without_time_column(cat: lamina.Catalog) -> None:
 
 @pytest.mark.parametrize(
     ("after", "until", "match"),
-    [(2, 1, "must not exceed"), (0, 99, "seqs run from 0"), (-1, None, "seqs run from 0")],
+    [(2, 1, "must not exceed"), (0, 99, "versions run from 0"), (-1, None, "versions run from 0")],
 )
 def test_seqs_out_of_range_are_refused(
     t: lamina.Table, after: int, until: int | None, match: str
@@ -160,19 +160,22 @@ def test_seqs_out_of_range_are_refused(
         t.read_changes(after, until)
 
 
-def test_seqs_of_numpy_integers_are_read_and_other_types_refused(t: lamina.Table) -> None:
+def test_versions_of_numpy_integers_and_commits_are_read_and_other_types_refused(
+    t: lamina.Table,
+) -> None:
     """Before, SQLite compared a numpy seq as a BLOB (an empty feed) and a float matched
-    no commit (every row inserted again)."""
+    no commit (every row inserted again). A Commit stands for its version."""
     import numpy as np
 
     t.append(events(days=1, per_day=2))
     c = t.append(events(days=1, per_day=3, seed=1))
     assert t.read_changes(np.int64(1)).num_rows == 3
     assert t.read_changes(np.int32(0), np.int64(c.seq)).num_rows == 5
-    for bad in (1.5, True, "1", c):
-        with pytest.raises(SnapshotNotFoundError, match="takes a snapshot seq"):
+    assert t.read_changes(0, c).num_rows == 5 and t.read_changes(c).num_rows == 0
+    for bad in (1.5, True, "1"):
+        with pytest.raises(InvalidArgumentError, match="after_seq takes a table version"):
             t.read_changes(bad)  # type: ignore[arg-type]
-        with pytest.raises(SnapshotNotFoundError, match="until_seq takes a snapshot seq"):
+        with pytest.raises(InvalidArgumentError, match="until_seq takes a table version"):
             t.read_changes(0, bad)  # type: ignore[arg-type]
 
 
@@ -259,14 +262,14 @@ def test_a_table_created_again_continues_its_seqs(cat: lamina.Catalog) -> None:
     assert checkpoint is not None and t.history()[0].seq == checkpoint + 1
     got = t.read_changes(checkpoint).column("v").to_pylist()
     assert sorted(got) == [10.0, 11.0, 12.0, 13.0, 14.0]
-    assert t.to_arrow(as_of=t.history()[0].id).num_rows == 1
+    assert t.to_arrow(as_of=t.history()[0].version).num_rows == 1
 
 
 def test_a_commit_without_a_seq_is_refused_without_a_wrong_hint(t: lamina.Table) -> None:
-    """An aborted commit has no seq: the error said "pass its .seq" (None)."""
+    """An aborted commit has no version: the error said "pass its .seq" (None)."""
     with pytest.raises(KeyError), t.transaction() as tx:
         tx.append(events(days=1, per_day=1))
         raise KeyError("fail the transaction")
     (aborted,) = [c for c in t.history() if c.state == "ABORTED"]
-    with pytest.raises(SnapshotNotFoundError, match="no seq: not completed"):
-        t.read_changes(aborted)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="not completed"):
+        t.read_changes(aborted)

@@ -262,22 +262,22 @@ def test_tables_segments_history(wh: str, events: lamina.Table) -> None:
     assert "6 published segments; 3 visible" in out
 
     out = ok(wh, "segments", "events", "--as-of", "1")
-    assert "3 visible segments, 9 rows" in out and "snapshot of commit 1" in out
+    assert "3 visible segments, 9 rows" in out and "version 1" in out
 
     out = ok(wh, "history", "events")
     commits = [line.split() for line in out.splitlines()[1:]]
-    assert [c[0] for c in commits] == ["1", "2", "3", "4"]
-    assert [(c[1], c[2]) for c in commits] == [("0", "1"), ("1", "2"), ("2", "3"), ("3", "4")]
-    assert [c[3] for c in commits] == ["APPEND", "APPEND", "OVERWRITE", "OVERWRITE"]
-    assert all(c[4] == "COMPLETED" for c in commits)
-    assert '{"job": "load"}' in out
+    assert [c[0] for c in commits] == ["1", "2", "3", "4"]  # one number: the version
+    assert [c[1] for c in commits] == ["APPEND", "APPEND", "OVERWRITE", "OVERWRITE"]
+    assert all(c[2] == "COMPLETED" for c in commits)
+    assert "job" not in out  # metadata on request
+    assert '{"job": "load"}' in ok(wh, "history", "events", "--metadata")
 
 
 def test_timeline_shows_versions(wh: str, events: lamina.Table) -> None:
     out = ok(wh, "timeline", "events")
     lines = out.splitlines()
     assert "3 chunks (2 with several versions)" in lines[0]
-    assert "snapshot of commit 4" in lines[0]
+    assert "version 4" in lines[0]
     body = "\n".join(lines[2:])
     day0, day1, day2 = (
         out.split("2024-01-01")[1].split("2024-01-02")[0],
@@ -292,7 +292,7 @@ def test_timeline_shows_versions(wh: str, events: lamina.Table) -> None:
 
     past = ok(wh, "timeline", "events", "--as-of", "2")
     assert "overshadowed" not in past.split("█ visible")[0]
-    assert "snapshot of commit 2" in past
+    assert "version 2" in past
 
     only = ok(wh, "timeline", "events", "--interval", "2024-01-02/2024-01-03")
     assert "2024-01-02" in only and "2024-01-01 " not in only and "2024-01-03 " not in only
@@ -312,7 +312,7 @@ def test_errors_are_one_red_line(wh: str, events: lamina.Table) -> None:
     for command in ("segments", "timeline", "history"):
         assert "no table named 'nope'; `lamina tables`" in fails(wh, command, "nope")
     assert "query failed" in fails(wh, "query", "SELECT * FROM nope")
-    assert "no completed commit 99" in fails(wh, "timeline", "events", "--as-of", "99")
+    assert "has no version 99" in fails(wh, "timeline", "events", "--as-of", "99")
     assert "`lamina history events`" in fails(wh, "segments", "events", "--as-of", "99")
     assert "START/END" in fails(wh, "timeline", "events", "--interval", "yesterday", code=2)
     assert "--create" in fails(wh, "ingest", "nope", __file__, "--format", "csv")
@@ -331,12 +331,12 @@ def test_ingest_with_spark(wh: str, tmp_path: Path, spark: Any) -> None:
     )
     out = ok(wh, "ingest", "events", str(csv), "--create", "--time-column", "ts", "-e", "spark")
     assert "created table events" in out
-    assert "commit 1 (append) on events: 3 rows, 2 segments added" in out and "Spark task" in out
+    assert "version 1 (append) on events: 3 rows, 2 segments added" in out and "Spark task" in out
 
     parquet = tmp_path / "more.parquet"
     pq.write_table(_rows([2, 3], 2, k0=10), parquet)
     out = ok(wh, "ingest", "events", str(parquet), "--engine", "spark")
-    assert "commit 2 (append) on events: 4 rows, 2 segments added" in out
+    assert "version 2 (append) on events: 4 rows, 2 segments added" in out
 
     fixed = tmp_path / "fixed.csv"
     fixed.write_text("ts,k,v\n2024-01-01 12:00:00,7,7.0\n")
@@ -344,7 +344,7 @@ def test_ingest_with_spark(wh: str, tmp_path: Path, spark: Any) -> None:
         wh, "ingest", "events", str(fixed), "--mode", "overwrite",
         "--interval", "2024-01-01/2024-01-03", "--engine", "spark",
     )  # fmt: skip
-    assert "commit 3 (overwrite) on events: 1 row, 1 segment added, 2 replaced" in out
+    assert "version 3 (overwrite) on events: 1 row, 1 segment added, 2 replaced" in out
     assert "1 chunk emptied" in out  # 2024-01-02 had rows, the new data has none
 
     out = ok(wh, "query", "SELECT count(*) AS n, sum(k) AS s FROM events")
@@ -352,7 +352,7 @@ def test_ingest_with_spark(wh: str, tmp_path: Path, spark: Any) -> None:
 
     out = ok(wh, "timeline", "events")
     assert "overshadowed by v3" in out and "deleted (tombstone)" in out
-    assert '"format": "parquet"' in ok(wh, "history", "events")
+    assert '"format": "parquet"' in ok(wh, "history", "events", "--metadata")
 
     bad = tmp_path / "bad.csv"
     bad.write_text("ts,k,v\n2024-01-05 00:00:00,abc,1.0\n")
@@ -423,7 +423,7 @@ def test_retention_and_orphans(wh: str, pushed: lamina.Table) -> None:
     out = ok(wh, "retention", "--now", "2100-01-01T00:00:00Z", "-t", "events", "-t", "events")
     assert "retention on 1 table: deleted 0 segment files and 1 orphan file" in out
     assert not stray.exists() and pushed.count() == 9
-    first = min(c.id for c in pushed.history() if c.state == "COMPLETED")
+    first = min(c.version or 0 for c in pushed.history() if c.state == "COMPLETED")
     purged = fails(wh, "segments", "events", "--as-of", str(first))  # the reason, kept
     assert "is no longer readable" in purged and "`lamina history events`" in purged
     assert run(wh, "orphans").stdout == ""
@@ -568,11 +568,12 @@ def test_timeline_data_formats_list_every_chunk(wh: str, cat: lamina.Catalog) ->
 
 def test_history_formats(wh: str, events: lamina.Table) -> None:
     rows, data = _listing(wh, "history", "events")
-    assert [r["commit"] for r in data] == [1, 2, 3, 4]
+    assert [r["version"] for r in data] == [1, 2, 3, 4] == [r["commit"] for r in data]
     assert [r["action"] for r in rows] == ["APPEND", "APPEND", "OVERWRITE", "OVERWRITE"]
     assert data[0]["metadata"] == {"job": "load"} and json.loads(rows[0]["metadata"]) == {
         "job": "load"
     }
+    assert data[1]["base_version"] == 1
     assert data[2]["segments_added"] == 1 and data[2]["segments_removed"] == 1
     started = dt.datetime.fromisoformat(data[0]["started_at"])
     assert started.tzinfo is not None and data[0]["state"] == "COMPLETED"
@@ -752,7 +753,7 @@ def test_ingest_local_csv_jsonl_parquet(wh: str, tmp_path: Path, cat: lamina.Cat
     )
     out = ok(wh, "ingest", "events", str(csv_file), "--create", "-t", "ts", "--engine", "local")
     assert "created table events" in out and "local engine" in out
-    assert "commit 1 (append) on events: 3 rows, 2 segments added" in out
+    assert "version 1 (append) on events: 3 rows, 2 segments added" in out
     t = cat.load_table("events")
     assert t.schema.field("ts").type == pa.timestamp("us", tz="UTC")  # naive text read as UTC
     assert t.schema.field("k").type == pa.int64() and t.schema.field("v").type == pa.float64()
@@ -764,7 +765,7 @@ def test_ingest_local_csv_jsonl_parquet(wh: str, tmp_path: Path, cat: lamina.Cat
         '{"ts": "2024-01-03 07:30:00", "k": 12, "v": 2.5}\n'  # no zone: UTC
     )
     out = ok(wh, "ingest", "events", str(jsonl))  # auto: small input, local engine
-    assert "commit 2 (append) on events: 3 rows, 1 segment added" in out and "local" in out
+    assert "version 2 (append) on events: 3 rows, 1 segment added" in out and "local" in out
 
     parquet = tmp_path / "p.parquet"
     pq.write_table(_rows([4], 2, k0=20), parquet)
@@ -783,7 +784,7 @@ def test_ingest_local_csv_jsonl_parquet(wh: str, tmp_path: Path, cat: lamina.Cat
         wh, "ingest", "events", str(fixed), "-m", "overwrite", "-i", "2024-01-01/2024-01-03",
         "-e", "local",
     )  # fmt: skip
-    assert "commit 4 (overwrite) on events: 1 row, 1 segment added, 2 replaced" in out
+    assert "version 4 (overwrite) on events: 1 row, 1 segment added, 2 replaced" in out
     assert "1 chunk emptied" in out
     assert sorted(t.to_arrow()["k"].to_pylist()) == [7, 10, 11, 12, 20, 21]
 

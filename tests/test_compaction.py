@@ -52,7 +52,7 @@ def test_small_segments_of_a_chunk_merge_into_one_at_a_higher_minor_version(
     t = cat.create_table("events", schema=SCHEMA, time_column="ts")
     small_appends(t, 10)
     small_appends(t, 3, day="2024-01-02")
-    before, base = rows(t), t.history()[-1].id
+    before, base = rows(t), t.history()[-1].version
     assert len(t.segments()) == 13
     c = t.compact()
     assert c is not None and c.action == "COMPACT" and len(c.removed) == 13

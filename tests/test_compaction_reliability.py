@@ -366,7 +366,7 @@ def test_readers_see_every_acknowledged_row_once_while_compactions_race_appender
             assert c.seq is not None
             for snap in (by_seq[max(c.seq - 2, 0)], c):
                 assert snap.seq is not None
-                ks = t.to_arrow(as_of=snap.id, columns=["k"])["k"].to_pylist()
+                ks = t.to_arrow(as_of=snap.version, columns=["k"])["k"].to_pylist()
                 assert model.mismatch(ks, snap.seq) is None, (c.id, snap.seq)
 
         # the final table: every acknowledged key once, in fewer segments

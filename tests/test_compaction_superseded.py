@@ -68,7 +68,7 @@ def status(cat: lamina.Catalog, name: str = "u") -> dict[str, tuple[str, str, st
 def snapshots(t: lamina.Table) -> dict[int, list[dict[str, Any]]]:
     """Every completed commit's rows (sorted): what time travel reads."""
     return {
-        c.id: sorted(t.to_arrow(as_of=c.id).to_pylist(), key=lambda r: r["key"])
+        c.id: sorted(t.to_arrow(as_of=c.version).to_pylist(), key=lambda r: r["key"])
         for c in t.history()
         if c.state == "COMPLETED"
     }
@@ -187,7 +187,7 @@ def test_auto_compaction_and_the_services_purge_aged_vectors(
     assert picked == ["2024-01-01", "2024-01-02"]
     assert len({r.commit.id for r in results if r.commit is not None}) == 1  # one commit
     assert day_rows(t, "2024-01-01") == day_rows(t, "2024-01-02") == [9]
-    assert latest(t) == want and latest(t, first.id) == want
+    assert latest(t) == want and latest(t, first.version) == want
     later = t.upsert(rows(("a01", 2 * DAY, 101)))
     assert later.completed_at is not None
     assert status(cat)["2024-01-01"][:2] == ("COMPLETE", "none")  # a new vector: young
@@ -325,7 +325,7 @@ def test_upserts_proceed_while_an_inline_compaction_holds_its_locks(
         assert all(c.seq is not None and c.seq < (done.seq or 0) for c in landed)
         assert {k: v for k, v in snapshots(t).items() if k in before} == before
         want = {"a0": 10, "a1": 11, "a2": 12, "a3": 100, "a4": 101, "a5": 5, "n0": 0, "n1": 1}
-        assert latest(t) == want and latest(t, landed[-1].id) == want
+        assert latest(t) == want and latest(t, landed[-1].version) == want
         assert latest(u) == want
         u.upsert(rows(("a3", 10, 7), ("a0", DAY, 70)))  # a tie with a compacted record; newer
         assert latest(t) == {**want, "a3": 7, "a0": 70}

@@ -52,7 +52,7 @@ def test_concurrent_processes_lose_no_commit(catalog_url: str, tmp_path: Path) -
     # one commit's rows (writers run at once: ids follow starts, seqs completions)
     done = sorted(hist, key=lambda c: c.seq or 0)
     assert [c.seq for c in done] == list(range(1, 16))
-    assert [t.count(as_of=c.id) for c in done] == [10 * (i + 1) for i in range(15)]
+    assert [t.count(as_of=c.version) for c in done] == [10 * (i + 1) for i in range(15)]
     segs = t.segments()
     assert len({s.id for s in segs}) == len(segs) == 30
     cat.close()

@@ -594,7 +594,7 @@ class Model:
 def _read(t: lamina.Table, c: lamina.Commit) -> list[int] | None:
     """The sorted ks of a commit's snapshot; None when retention purged it."""
     try:
-        return sorted(t.to_arrow(as_of=c.id, columns=["k"])["k"].to_pylist())
+        return sorted(t.to_arrow(as_of=c.version, columns=["k"])["k"].to_pylist())
     except SnapshotNotFoundError:
         return None
 
@@ -607,8 +607,8 @@ def _listed(
     hide (``vectors``: a row-level delete came before); None when retention purged it."""
     try:
         ks = []
-        hidden = t._handle.scan(c.id).deletes if vectors else {}
-        for seg in t.segments(as_of=c.id):
+        hidden = t._handle.scan(c.version).deletes if vectors else {}
+        for seg in t.segments(as_of=c.version):
             if seg.location not in files:
                 got = pq.ParquetFile(seg.location).read(columns=["k"])["k"].to_pylist()
                 files[seg.location] = got
@@ -741,7 +741,7 @@ def test_random_histories_with_killed_writers(catalog_url: str, tmp_path: Path) 
         while lo < hi:
             mid = (lo + hi) // 2
             try:
-                t.snapshot(as_of=by_seq[mid].id)
+                t.snapshot(as_of=by_seq[mid].version)
                 hi = mid
             except SnapshotNotFoundError:
                 lo = mid + 1
@@ -1395,10 +1395,10 @@ def test_a_snapshot_read_while_a_cleanup_deletes_its_rows_stays_whole(
             c.load_table("x").start_replace([new.id], [], force_cleanup=True)  # deletes old
 
     with failpoints.armed("snapshots.resolved", cleaning_up_meanwhile):
-        assert [s.id for s in t.segments(as_of=batch.id)] == [old.id]  # got: []
+        assert [s.id for s in t.segments(as_of=batch.version)] == [old.id]  # got: []
     assert ran, "the cleanup ran"
     with pytest.raises(SnapshotNotFoundError):  # purged by the cleanup, read afterwards
-        t.segments(as_of=batch.id)
+        t.segments(as_of=batch.version)
 
 
 def test_a_push_never_ends_under_a_newer_version_that_lineage_hides_for_now(

@@ -144,8 +144,8 @@ def test_refresh_swaps_whole_table_and_returns_the_visible_commit(t: lamina.Tabl
     assert sorted(e.segments_from) == s1
     assert sorted(e.segments_to) == live_ids(t)
     # the returned commit is the one at which the data became visible
-    assert arrow_vals(t, as_of=c2.id) == {2.0: 21}
-    assert arrow_vals(t, as_of=c1.id) == {1.0: 30}
+    assert arrow_vals(t, as_of=c2.version) == {2.0: 21}
+    assert arrow_vals(t, as_of=c1.version) == {1.0: 30}
     assert not in_progress(t)
 
 
@@ -159,7 +159,7 @@ def test_refresh_interval_replaces_only_that_interval(t: lamina.Table) -> None:
     e = t.lineage()[-1]
     assert e.state == COMPLETED and list(e.segments_from) == day2
     assert len(e.segments_to) == 1
-    assert arrow_vals(t, as_of=c.id) == {1.0: 20, 5.0: 4}
+    assert arrow_vals(t, as_of=c.version) == {1.0: 20, 5.0: 4}
     # ...and it rolls back
     t.revert_replace(e.id)
     sees(t, {1.0: 30})
@@ -179,7 +179,7 @@ def test_refresh_without_consistent_push_is_a_plain_atomic_swap(cat: lamina.Cata
     c = t.refresh(new(days=2))
     sees(t, {2.0: 14})
     assert t.lineage() == []
-    assert arrow_vals(t, as_of=c.id) == {2.0: 14}
+    assert arrow_vals(t, as_of=c.version) == {2.0: 14}
 
 
 # -- rollback -------------------------------------------------------------------------
@@ -603,9 +603,9 @@ def test_routing_of_past_snapshots_follows_the_entry_state_at_that_time(
     t.revert_replace(t.lineage()[-1].id)
     revert_commit = t.history()[-1]
     assert revert_commit.action == "REVERT_REPLACE"
-    assert arrow_vals(t, as_of=c1.id) == {1.0: 30}
-    assert arrow_vals(t, as_of=c2.id) == {2.0: 21}  # was COMPLETED then
-    assert arrow_vals(t, as_of=revert_commit.id) == {1.0: 30}
+    assert arrow_vals(t, as_of=c1.version) == {1.0: 30}
+    assert arrow_vals(t, as_of=c2.version) == {2.0: 21}  # was COMPLETED then
+    assert arrow_vals(t, as_of=revert_commit.version) == {1.0: 30}
 
 
 @pytest.mark.spark
@@ -694,7 +694,7 @@ def test_append_on_a_consistent_push_table_is_one_revertible_entry(t: lamina.Tab
     sees(t, {1.0: 30, 4.0: 5})
     e = t.lineage()[-1]
     assert e.state == COMPLETED and e.segments_from == () and e.segments_to == c.added
-    assert arrow_vals(t, as_of=c.id) == {1.0: 30, 4.0: 5}
+    assert arrow_vals(t, as_of=c.version) == {1.0: 30, 4.0: 5}
     t.revert_replace(e.id)
     sees(t, {1.0: 30})
 
@@ -707,7 +707,7 @@ def test_consistent_push_toggled_off_in_place(t: lamina.Table, cat: lamina.Catal
     assert not cat.load_table("ev").consistent_push
     c = t.refresh(events(days=2, per_day=5, value=3.0))
     sees(t, {3.0: 10})
-    assert arrow_vals(t, as_of=c.id) == {3.0: 10}
+    assert arrow_vals(t, as_of=c.version) == {3.0: 10}
     t.append(events(days=1, per_day=2, start="2024-02-01", value=4.0))
     sees(t, {3.0: 10, 4.0: 2})
     assert t.lineage() == entries  # no new entries; the old ones still route
@@ -894,23 +894,23 @@ def test_third_push_keeps_the_previous_snapshot_readable(t: lamina.Table) -> Non
     c2 = t.refresh(new())
     t.refresh(events(days=3, per_day=5, value=3.0, seed=2))
     with pytest.raises(errors.SnapshotNotFoundError, match=r"t\.history\(\)"):
-        t.to_arrow(as_of=c1.id)
-    assert arrow_vals(t, as_of=c2.id) == {2.0: 21}
+        t.to_arrow(as_of=c1.version)
+    assert arrow_vals(t, as_of=c2.version) == {2.0: 21}
 
 
 def test_as_of_a_purged_snapshot_is_a_typed_error(t: lamina.Table, cat: lamina.Catalog) -> None:
     t.set_properties(replaced_segments_retention="0s")
     c1 = t.refresh(old())
     c2 = t.refresh(new())
-    assert arrow_vals(t, as_of=c1.id) == {1.0: 30}
+    assert arrow_vals(t, as_of=c1.version) == {1.0: 30}
     cat.run_retention(now=later(seconds=1))
-    with pytest.raises(errors.SnapshotNotFoundError, match="read a newer commit"):
-        t.to_arrow(as_of=c1.id)
+    with pytest.raises(errors.SnapshotTooOldError, match="the earliest available is version"):
+        t.to_arrow(as_of=c1.version)
     with pytest.raises(errors.SnapshotNotFoundError):
-        t.count(as_of=c1.id)
+        t.count(as_of=c1.version)
     with pytest.raises(errors.SnapshotNotFoundError):
-        t.segments(as_of=c1.id)
-    assert arrow_vals(t, as_of=c2.id) == {2.0: 21}
+        t.segments(as_of=c1.version)
+    assert arrow_vals(t, as_of=c2.version) == {2.0: 21}
 
 
 def test_retention_of_pure_additions_keeps_old_snapshots_readable(
@@ -922,7 +922,7 @@ def test_retention_of_pure_additions_keeps_old_snapshots_readable(
     t.append(events(days=1, per_day=5, start="2024-02-01", value=2.0))
     cat.run_retention(now=later(seconds=1))
     assert t.lineage() == []  # nothing was replaced, the entry is simply dropped
-    assert arrow_vals(t, as_of=c1.id) == {1.0: 10}
+    assert arrow_vals(t, as_of=c1.version) == {1.0: 10}
 
 
 def test_history_keeps_the_commits_of_removed_entries(t: lamina.Table, cat: lamina.Catalog) -> None:
@@ -971,7 +971,7 @@ def test_retention_of_a_push_that_replaced_nothing_keeps_time_travel_exact(
     t.refresh(old())
     with t.push() as p:
         p.append(events(days=1, per_day=2, start="2024-03-01"))
-        mid = t.history()[-1].id
+        mid = t.history()[-1].version
         p.append(events(days=1, per_day=3, start="2024-03-02"))
     assert arrow_vals(t, mid) == {1.0: 30}  # the push does not show until it ends
     cat.run_retention(now=later(seconds=1))
@@ -992,7 +992,7 @@ def test_dropping_a_rolled_back_delete_keeps_time_travel_exact(
     gone = live_ids(t)[0]
     entry = t.start_replace([gone], [])
     t.end_replace(entry)
-    deleted = t.history()[-1].id
+    deleted = t.history()[-1].version
     without = arrow_vals(t, deleted)
     t.revert_replace(entry)
     assert arrow_vals(t, deleted) == without  # the rollback does not change the past
@@ -1098,7 +1098,7 @@ def test_the_previous_snapshot_goes_only_as_pinot_cleans_it_up(
     x = t.start_replace(from_ids, [], force_cleanup=how != "no_force")
     assert len(t.segments(all=True)) == stored  # nothing deleted
     assert [x_.id for x_ in t.lineage()][:2] == [t.lineage()[0].id, e.id]
-    assert arrow_vals(t, as_of=c1.id) == {1.0: 30}  # snapshot 1 still readable
+    assert arrow_vals(t, as_of=c1.version) == {1.0: 30}  # snapshot 1 still readable
     t.revert_replace(x, force=True)  # the third push fails
     t.revert_replace(e.id)  # and the second can still be rolled back
     sees(t, {1.0: 30})

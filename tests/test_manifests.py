@@ -44,7 +44,7 @@ def object_plan(t: lamina.Table, as_of: int | None, iv: Interval | None) -> Scan
 def check_every_snapshot(t: lamina.Table) -> None:
     """Each completed commit, whole and over two intervals: columnar == objects."""
     intervals = [None, Interval.of(JAN1 + DAY // 2, JAN1 + 2 * DAY), Interval.of(JAN1, JAN1 + DAY)]
-    for c in [None] + [c.id for c in t.history() if c.state == "COMPLETED"]:
+    for c in [None] + [c.version for c in t.history() if c.state == "COMPLETED"]:
         for iv in intervals:
             try:
                 want = object_plan(t, c, iv)
@@ -223,7 +223,7 @@ def test_time_travel_plans_from_an_older_manifest_without_writing_one(
 ) -> None:
     for i in range(4):
         t.append(events(days=2, per_day=2, seed=i))
-    first = t.history()[-1].id  # the oldest commit
+    first = t.history()[-1].version  # the oldest commit
     t.scan()
     written = manifest_rows(cat)
     assert t.scan(as_of=first) == object_plan(t, first, None)

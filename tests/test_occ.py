@@ -79,7 +79,7 @@ def test_an_overwrite_of_a_wide_interval_costs_what_lies_there(t: lamina.Table) 
     assert values(t) == {1.0: 20, 5.0: 1}
     tombstones = [str(s.interval)[:10] for s in t.segments(all=True) if s.location is None]
     assert tombstones == ["2024-01-09"]
-    assert t.to_arrow(as_of=t.history()[-2].id).num_rows == 32  # before: as it was
+    assert t.to_arrow(as_of=t.history()[-2].version).num_rows == 32  # before: as it was
 
 
 def test_overwrites_of_other_chunks_both_publish(t: lamina.Table) -> None:

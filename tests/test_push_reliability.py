@@ -205,7 +205,7 @@ def test_pusher_killed_at_each_step(catalog_url: str, tmp_path: Path, step: str)
     _assert_snapshot(cat, t, NEXT)
     if step != "push_batch":  # a dead append-push overlaps no refresh: retention's job
         assert not _in_progress(t)
-    assert dict(Counter(t.to_arrow(as_of=c.id, columns=["v"]).column("v").to_pylist())) == NEXT
+    assert dict(Counter(t.to_arrow(as_of=c.version, columns=["v"]).column("v").to_pylist())) == NEXT
     cat.run_retention(now=far_future())
     assert cat.find_orphans() == []
     assert not _in_progress(t)
@@ -307,7 +307,7 @@ def test_two_pushes_racing_on_one_table(catalog_url: str, tmp_path: Path) -> Non
     entries = t.lineage()
     for w, cid in ok.items():
         assert hist[cid].state == "COMPLETED" and hist[cid].action == "REFRESH"
-        assert _vals(t, as_of=cid) == RACE_DATA[w]
+        assert _vals(t, as_of=hist[cid].version) == RACE_DATA[w]
         mine = [e for e in entries if sorted(e.segments_to) == sorted(hist[cid].added)]
         assert [e.state for e in mine] == [LineageState.COMPLETED], (w, entries)
     if len(ok) == 2:  # the later push replaced exactly the earlier one's segments

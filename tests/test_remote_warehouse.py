@@ -193,7 +193,7 @@ def test_cat_sql_plans_again_when_retention_deleted_files_it_had_read(
         later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=5)
         calls = 0
 
-        def plan_then_replace(name: str) -> Any:
+        def plan_then_replace(name: str, as_of: None = None) -> Any:
             """Plans; the second time, an overwrite and retention delete its files."""
             nonlocal calls
             calls += 1

@@ -69,7 +69,7 @@ def test_a_count_metric_the_table_lacks_is_added_by_the_compaction_s_own_commit(
     assert cat.sql("SELECT count(n) AS c FROM e").to_pylist() == [{"c": 3}]
     assert sorted(t.to_arrow(columns=["n"])["n"].to_pylist(), key=str)[:3] == [4, 4, 4]
     # time travel to before the compaction: the old schema and the raw rows
-    old = t.to_arrow(as_of=before.id)
+    old = t.to_arrow(as_of=before.version)
     assert old.schema == SCHEMA and old.num_rows == 24
 
 

@@ -66,7 +66,7 @@ def test_deleted_rows_disappear_from_every_read_path_in_one_commit(
     assert keys(t) == left
     assert t.count() == len(left)
     assert sorted(cat.sql("SELECT k FROM t").column("k").to_pylist()) == left
-    assert keys(t, before.id) == list(range(30))  # time travel stays exact
+    assert keys(t, before.version) == list(range(30))  # time travel stays exact
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -119,7 +119,7 @@ def test_compaction_and_retention_keep_deleted_rows_deleted(
     t = plain(local_cat, mode)
     t.append(rows(range(30, 36)))  # a second, small file per day to compact with
     t.delete("k % 5 = 0")
-    at = t.history()[-1].id
+    at = t.history()[-1].version
     t.compact()
     want = [k for k in range(36) if k % 5]
     assert keys(t) == want

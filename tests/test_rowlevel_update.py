@@ -34,7 +34,7 @@ def test_updated_rows_read_changed_and_time_travel_reads_them_as_they_were(
     got = values(t)
     assert got == {k: float(k) * (100 if k < 10 and k % 2 else 1) for k in range(30)}
     assert t.count() == 30
-    assert values(t, before.id) == {k: float(k) for k in range(30)}
+    assert values(t, before.version) == {k: float(k) for k in range(30)}
     voids = cat.sql("SELECT k FROM t WHERE region = 'void' ORDER BY k").column("k").to_pylist()
     assert voids == [1, 3, 5, 7, 9]
 

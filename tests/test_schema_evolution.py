@@ -67,18 +67,18 @@ def test_snapshots_before_the_change_read_with_their_schema(cat: lamina.Catalog)
     a1 = t.add_columns(C)
     c2 = t.append(with_c(events(days=1, per_day=2, start="2024-01-03")))
     a2 = t.add_columns(pa.field("d", pa.int32()))
-    before = t.to_arrow(as_of=c1.id)
+    before = t.to_arrow(as_of=c1.version)
     assert before.schema == SCHEMA and before.num_rows == 4
-    assert t.to_arrow(as_of=a1.id).schema.names == [*SCHEMA.names, "c"]
-    middle = t.to_arrow(as_of=c2.id)
+    assert t.to_arrow(as_of=a1.version).schema.names == [*SCHEMA.names, "c"]
+    middle = t.to_arrow(as_of=c2.version)
     assert middle.schema.names == [*SCHEMA.names, "c"] and middle.num_rows == 6
     assert sorted(middle.column("c").to_pylist(), key=str) == [0.5, 1.5, None, None, None, None]
-    latest = t.to_arrow(as_of=a2.id)
+    latest = t.to_arrow(as_of=a2.version)
     assert latest.schema.names == [*SCHEMA.names, "c", "d"]
     assert latest.column("d").null_count == 6
-    assert t.to_arrow(as_of=c1.id, columns=["k"]).num_rows == 4
+    assert t.to_arrow(as_of=c1.version, columns=["k"]).num_rows == 4
     with pytest.raises(SchemaError, match="unknown columns"):  # not a column then
-        t.to_arrow(as_of=c1.id, columns=["c"])
+        t.to_arrow(as_of=c1.version, columns=["c"])
 
 
 def test_sql_sees_the_new_column_at_once_and_a_cached_view_is_rebuilt(
@@ -193,7 +193,7 @@ def test_a_dropped_table_takes_its_schema_history_along(cat: lamina.Catalog) -> 
     cat.drop_table("e")
     again = cat.create_table("e", SCHEMA, time_column="ts")
     c = again.append(events(days=1, per_day=2))
-    assert again.to_arrow(as_of=c.id).schema == SCHEMA
+    assert again.to_arrow(as_of=c.version).schema == SCHEMA
     assert "schema.changed_seq" not in again.properties
 
 
@@ -230,7 +230,7 @@ def test_an_upsert_table_hides_superseded_records_after_the_change(cat: lamina.C
     assert every.num_rows == 8 and every.column("c").null_count == 6
     changes = u.read_changes(0)
     assert changes.column("c").to_pylist().count(30.0) == 1
-    hidden = u.to_arrow(as_of=u.history()[1].id)
+    hidden = u.to_arrow(as_of=u.history()[1].version)
     assert hidden.schema.names == USCHEMA.names and hidden.num_rows == 4
 
 
@@ -296,7 +296,7 @@ def test_spark_reads_writes_and_compacts_across_the_change(
     got = t.to_spark(spark)
     assert got.columns == t.schema.names and got.count() == 5
     assert sorted(r["c"] for r in got.where("c IS NOT NULL").collect()) == [1.0, 2.0]
-    assert t.to_spark(spark, as_of=c1.id).columns == utc.names
+    assert t.to_spark(spark, as_of=c1.version).columns == utc.names
     assert t.compact(mode="minor", engine="spark") is not None
     after = t.to_arrow()
     assert after.num_rows == 5 and sorted(after.column("c").to_pylist(), key=str) == [
@@ -320,7 +320,7 @@ def test_the_command_line_adds_columns(tmp_path: object) -> None:
     wh = str(tmp_path) + "/wh"
     ok(wh, "create-table", "e", "--time-column", "ts", "--schema", "ts:timestamp[us],k:int64")
     out = ok(wh, "add-columns", "e", "--schema", "c:float64,note:string")
-    assert "added c (double), note (string) to e (commit" in out
+    assert "added c (double), note (string) to e (version 1)" in out
     with lamina.connect(warehouse=wh) as cat:
         assert cat.load_table("e").schema.names == ["ts", "k", "c", "note"]
     assert "already has a column 'k'" in fails(wh, "add-columns", "e", "--schema", "k:int8")

@@ -82,8 +82,8 @@ def test_all_versions_as_of_before_the_change_has_the_schema_of_then(
     c1 = u.upsert(records([1, 2], 1))
     u.add_columns(C)
     u.upsert(records([2], 2, c=[2.0]))
-    assert u.to_arrow(as_of=c1.id).schema.names == USCHEMA.names
-    every = u.to_arrow(as_of=c1.id, all_versions=True)
+    assert u.to_arrow(as_of=c1.version).schema.names == USCHEMA.names
+    every = u.to_arrow(as_of=c1.version, all_versions=True)
     assert every.schema.names == [*USCHEMA.names, "$valid_from", "$valid_until"]
 
 

@@ -43,7 +43,7 @@ def test_evolve_adds_new_columns_in_the_commit_of_the_rows(local_cat: lamina.Cat
     got = t.to_arrow().sort_by("k")
     assert got.column("country").to_pylist() == [None, "fr", None]
     assert got.column("seen").null_count == 2
-    assert t.to_arrow(as_of=first.id).schema.names == SCHEMA.names  # the schema it had
+    assert t.to_arrow(as_of=first.version).schema.names == SCHEMA.names  # the schema it had
     assert local_cat.sql("SELECT count(country) AS n FROM e").to_pylist() == [{"n": 1}]
     other.append(events(days=1, per_day=1, seed=2))  # an older handle: nulls there
     assert local_cat.load_table("e").count() == 4

@@ -126,7 +126,7 @@ def test_files_written_before_read_as_the_wider_type(cat: lamina.Catalog) -> Non
     assert got.schema == want
     assert got.column(C).to_pylist() == [7, -(2**31), 2**40]
     assert got.column("d").to_pylist()[2] == decimal.Decimal("1234567890.12")
-    assert t.to_arrow(as_of=first.id).schema == SCHEMA  # as it was
+    assert t.to_arrow(as_of=first.version).schema == SCHEMA  # as it was
     sql = cat.sql(f"SELECT sum({C}) AS s, max(d) AS d, count(*) AS n FROM e")
     assert sql.to_pylist() == [
         {"s": 7 - 2**31 + 2**40, "d": decimal.Decimal("1234567890.12"), "n": 3}
@@ -211,7 +211,7 @@ def test_the_command_line_widens_a_column(tmp_path: object) -> None:
     wh = str(tmp_path) + "/wh"
     ok(wh, "create-table", "e", "--time-column", "ts", "--schema", "ts:timestamp[us],k:int32")
     out = ok(wh, "widen-column", "e", "k", "int64")
-    assert "widened k (int32 -> int64) of e (commit" in out
+    assert "widened k (int32 -> int64) of e (version" in out
     with lamina.connect(warehouse=wh) as cat:
         assert cat.load_table("e").schema.field("k").type == pa.int64()
     assert "widenings of int64: none" in fails(wh, "widen-column", "e", "k", "int32")

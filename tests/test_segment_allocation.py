@@ -162,7 +162,7 @@ def test_an_append_into_a_split_day_goes_hour_by_hour(cat: lamina.Catalog) -> No
     assert {s.commit_id for s in t.segments() if s.commit_id == c.id} == {c.id}
     # the first try, refused at publish, is an aborted commit: it showed nothing
     before = [h for h in t.history() if h.seq is not None and h.id < c.id][-1]
-    assert sorted(t.to_arrow(as_of=before.id).column("v").to_pylist()) == [1.0, 2.0]
+    assert sorted(t.to_arrow(as_of=before.version).column("v").to_pylist()) == [1.0, 2.0]
 
 
 def test_a_push_and_an_upsert_into_a_split_day(cat: lamina.Catalog) -> None:

@@ -467,6 +467,7 @@ def test_compaction_status_and_trigger(cat: lamina.Catalog, client: TestClient) 
     r = client.post("/tables/small/compact", json={"mode": "minor"}, headers=AUTH)
     assert r.status_code == 200 and r.json()["segmentsBefore"] == 6
     assert r.json()["segmentsAfter"] == 2 and r.json()["commitId"] is not None
+    assert r.json()["tableVersion"] == 4 == t.history()[-1].version  # three appends before
     done = client.get("/tables/small/compaction").json()
     assert {c["status"] for c in done} == {"COMPLETE"}
     before = state(t)

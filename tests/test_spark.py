@@ -45,7 +45,7 @@ def test_spark_write_read_roundtrip(spark: Any, cat: lamina.Catalog) -> None:
     expected = 2000 - day2.count() + 10
     c2 = t.overwrite(day2.limit(10))
     assert t.to_spark(spark).count() == expected == t.count()
-    assert t.to_spark(spark, as_of=c.id).count() == 2000
+    assert t.to_spark(spark, as_of=c.version).count() == 2000
     assert c2.id > c.id
     day = t.to_spark(spark, interval="2024-01-02/2024-01-03").collect()
     assert len(day) == 10
@@ -335,7 +335,7 @@ def test_spark_reads_an_upsert_tables_latest_records(spark: Any, cat: lamina.Cat
         return sorted((r["key"], r["value"]) for r in rows_)
 
     assert pairs(t.to_spark(spark).collect()) == [("a", 2), ("b", 1)]
-    assert pairs(t.to_spark(spark, as_of=c1.id).collect()) == [("a", 1), ("b", 1), ("c", 1)]
+    assert pairs(t.to_spark(spark, as_of=c1.version).collect()) == [("a", 1), ("b", 1), ("c", 1)]
     assert pairs(t.to_spark(spark).collect()) == pairs(t.to_arrow().to_pylist())
 
 

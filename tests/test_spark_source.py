@@ -103,8 +103,12 @@ def test_spark_source_reads_as_of_columns_and_interval(spark: Any, lake: tuple[s
         t = cat.create_table("ev", SCHEMA, time_column="ts", segment_granularity="DAY")
         first = t.append(_rows(range(24), 1))
         t.append(_rows(range(24, 48), 2))
-    assert len(_read(spark, lake, "ev", asOf=str(first.id))) == 24
-    assert len(_read(spark, lake, "ev", asOf=f"seq:{first.seq}")) == 24
+    assert len(_read(spark, lake, "ev", asOf=str(first.version))) == 24
+    assert len(_read(spark, lake, "ev", versionAsOf=str(first.version))) == 24
+    assert first.completed_at is not None
+    when = first.completed_at.isoformat()
+    assert len(_read(spark, lake, "ev", timestampAsOf=when)) == 24
+    assert len(_read(spark, lake, "ev", asOf=when)) == 24
     day2 = _read(spark, lake, "ev", interval="2024-01-02/2024-01-03")
     assert day2 == [(k, 2) for k in range(24, 48)]
     df = spark.read.format("lamina").options(**_opts(lake, "ev"), columns="v").load()
@@ -337,7 +341,7 @@ def test_spark_to_spark_of_an_upsert_table_applies_vectors_in_tasks(
         )
         first = u.upsert(_rows(range(100), 1))
         u.upsert(_rows(range(0, 100, 3), 2))
-        for as_of in (None, first.id):
+        for as_of in (None, first.version):
             want = sorted(u.to_arrow(as_of=as_of).select(["k", "v"]).to_pylist(), key=str)
             got = [r.asDict() for r in u.to_spark(spark, as_of=as_of).select("k", "v").collect()]
             assert sorted(got, key=str) == want

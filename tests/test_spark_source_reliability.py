@@ -498,8 +498,15 @@ BAD = [
         r"SchemaError: .*\bk\b",
     ),
     ("asOf abc", {"read": {"asOf": "abc"}}, r"InvalidArgumentError: option asOf='abc'"),
-    ("asOf 0", {"read": {"asOf": "0"}}, r"InvalidArgumentError: option asOf='0'"),
-    ("asOf seq:999", {"read": {"asOf": "seq:999"}}, r"SnapshotNotFoundError: option asOf="),
+    ("asOf 0", {"read": {"asOf": "0"}}, r"SnapshotNotFoundError: table .* has no version 0"),
+    ("versionAsOf 999", {"read": {"versionAsOf": "999"}}, r"has no version 999"),
+    ("versionAsOf a time", {"read": {"versionAsOf": "2024-01-01"}}, r"give a table version"),
+    ("timestampAsOf 2001", {"read": {"timestampAsOf": "2001-01-01"}}, r"SnapshotTooOldError"),
+    (
+        "asOf and versionAsOf",
+        {"read": {"asOf": "1", "versionAsOf": "1"}},
+        r"options asOf and versionAsOf both name a snapshot",
+    ),
     ("dropped table", {"read": {"table": "gone"}}, r"TableNotFoundError"),
     # Spark 4.3 takes only append and overwrite from a Python data source
     ("mode error", {"mode": "error"}, r"UNSUPPORTED_DATA_SOURCE_SAVE_MODE.*ErrorIfExists"),

@@ -57,8 +57,8 @@ def cat(tmp_path: Path) -> Iterator[lamina.Catalog]:
 def build(t: lamina.Table, widen: bool = False) -> list[int]:
     """Five upserts, a file each: A (200 keys), B (200), C (200, never updated), D
     updating 1 of A's rows (0.5%: few) and 100 of B's (50%: many), E updating all of D's
-    (D hides every row). ``widen``: a column ``extra`` added after B. Commit ids."""
-    commits = [t.upsert(rows(range(0, 200), 1, 0)).id, t.upsert(rows(range(200, 400), 2, 0)).id]
+    (D hides every row). ``widen``: a column ``extra`` added after B. Their versions."""
+    commits = [t.upsert(rows(range(0, 200), 1, 0)), t.upsert(rows(range(200, 400), 2, 0))]
     if widen:
         t.add_columns(pa.field("extra", pa.int64()))
 
@@ -72,8 +72,8 @@ def build(t: lamina.Table, widen: bool = False) -> list[int]:
         rows([0, *range(200, 300)], 4, 1000),
         rows([0, *range(200, 300)], 5, 2000),
     ):
-        commits.append(t.upsert(more(data)).id)
-    return commits
+        commits.append(t.upsert(more(data)))
+    return [c.version for c in commits]
 
 
 def via_view(

@@ -37,9 +37,9 @@ def counting_engine(cat: lamina.Catalog) -> tuple[SqlEngine, list[str]]:
     """An engine wired like Catalog.sql's, recording every plan it asks for."""
     planned: list[str] = []
 
-    def plan(name: str) -> ScanPlan:
+    def plan(name: str, as_of: int | None = None) -> ScanPlan:
         planned.append(name)
-        return plan_scan(snapshot(cat.context.db, name))
+        return plan_scan(snapshot(cat.context.db, name, as_of))
 
     return SqlEngine(lambda names: latest_seqs(cat.context.db, names), plan), planned
 
@@ -223,7 +223,7 @@ def test_files_removed_under_a_cached_plan_are_planned_again(cat10: lamina.Catal
     later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=5)
     calls = 0
 
-    def plan_then_replace(name: str) -> ScanPlan:
+    def plan_then_replace(name: str, as_of: None = None) -> ScanPlan:
         """Plans, then (first time only) an overwrite and retention delete its files."""
         nonlocal calls
         calls += 1

@@ -103,15 +103,15 @@ def test_overwrite_interval_replaces_and_time_travel(cat: lamina.Catalog) -> Non
     assert day3.num_rows == 0
     day2 = t.to_arrow(interval="2024-01-02/2024-01-03")
     assert day2.num_rows == 7 and pc.all(pc.equal(day2["v"], 2.0)).as_py()
-    assert t.count(as_of=c1.id) == 250
-    assert t.count(as_of=c2.id) == 157
+    assert t.count(as_of=c1.version) == 250
+    assert t.count(as_of=c2.version) == 157
     hist = t.history()
     assert [h.id for h in hist] == [c1.id, c2.id]
     assert hist[1].action == "OVERWRITE" and len(hist[1].removed) == 2
     assert set(c2.removed) == set(hist[1].removed) and set(c2.added) == set(hist[1].added)
     # versions strictly increase and the overwrite's is higher than what it replaced
     v_new = {s.version for s in t.segments() if s.interval == Interval("2024-01-02", "2024-01-03")}
-    v_old = {s.version for s in t.segments(as_of=c1.id)}
+    v_old = {s.version for s in t.segments(as_of=c1.version)}
     assert min(v_new) > max(v_old)
 
 
@@ -293,9 +293,10 @@ def test_segment_files_dictionary_encode_strings_and_small_integers(
     assert t.to_arrow().sort_by("id").equals(data)
 
 
-def test_as_of_takes_a_commit_id_or_the_commit_a_write_returned(cat: lamina.Catalog) -> None:
-    """``as_of`` takes the id or the Commit itself (numpy integers too); a commit of
-    another table, or anything else, is refused with SnapshotNotFoundError."""
+def test_as_of_takes_a_version_or_the_commit_a_write_returned(cat: lamina.Catalog) -> None:
+    """``as_of`` takes the table version or the Commit itself (numpy integers too); a
+    commit of another table is refused with SnapshotNotFoundError, a value of another
+    type with InvalidArgumentError."""
     import numpy as np
     import pytest
 
@@ -303,7 +304,7 @@ def test_as_of_takes_a_commit_id_or_the_commit_a_write_returned(cat: lamina.Cata
     first = t.append(events(days=1, per_day=3, seed=1))
     t.append(events(days=1, per_day=4, seed=2))
     assert t.count() == 7
-    for as_of in (first, first.id, np.int64(first.id)):
+    for as_of in (first, first.version, np.int64(first.version)):
         assert t.count(as_of=as_of) == 3
         assert t.to_arrow(as_of=as_of).num_rows == 3
         assert len(t.segments(as_of=as_of)) == 1
@@ -312,7 +313,7 @@ def test_as_of_takes_a_commit_id_or_the_commit_a_write_returned(cat: lamina.Cata
     with pytest.raises(lamina.SnapshotNotFoundError, match="of table 'f', not of 'e'"):
         t.to_arrow(as_of=theirs)
     for bad in ("1", 1.0, True):
-        with pytest.raises(lamina.SnapshotNotFoundError, match="as_of takes a commit id"):
+        with pytest.raises(lamina.InvalidArgumentError, match="as_of"):
             t.to_arrow(as_of=bad)  # type: ignore[arg-type]
 
 

@@ -139,9 +139,9 @@ def test_an_overwrite_leaves_a_coarse_appended_segment_whose_rows_it_does_not_hi
     appended = t.append(day(2, 4, 4.0))  # into the MONTH chunk, rows of day 2
     done = replace.commit()
     assert values(t) == {1.0: 20, 3.0: 2, 4.0: 4}
-    at = t.to_arrow(columns=["v"], as_of=done.id)
+    at = t.to_arrow(columns=["v"], as_of=done.version)
     assert Counter(at.column("v").to_pylist()) == values(t)
-    before = t.to_arrow(columns=["v"], as_of=appended.id)  # it completed first
+    before = t.to_arrow(columns=["v"], as_of=appended.version)  # it completed first
     assert Counter(before.column("v").to_pylist()) == {1.0: 30, 4.0: 4}
 
 

@@ -109,9 +109,9 @@ def test_time_travel_reads_the_latest_record_as_of_each_commit(t: lamina.Table) 
     c1 = t.upsert(rows(("a", 1, 1), ("b", 1, 1)))
     c2 = t.upsert(rows(("a", 2, 2)))
     c3 = t.upsert(rows(("b", 3, 0, True), ("c", 3, 3)))
-    assert latest(t, c1.id) == {"a": 1, "b": 1}
-    assert latest(t, c2.id) == {"a": 2, "b": 1}
-    assert latest(t, c3.id) == {"a": 2, "c": 3}
+    assert latest(t, c1.version) == {"a": 1, "b": 1}
+    assert latest(t, c2.version) == {"a": 2, "b": 1}
+    assert latest(t, c3.version) == {"a": 2, "c": 3}
     assert latest(t) == {"a": 2, "c": 3}
 
 
@@ -291,7 +291,7 @@ def test_all_versions_gives_every_record_with_its_validity(t: lamina.Table) -> N
         ("a", 9): (c2.seq, c2.seq),
         ("b", 0): (c3.seq, c3.seq),
     }
-    old = t.to_arrow(as_of=c2.id, all_versions=True, columns=["key", "value"])
+    old = t.to_arrow(as_of=c2.version, all_versions=True, columns=["key", "value"])
     assert sorted(old.column_names) == ["$valid_from", "$valid_until", "key", "value"]
     assert {(r["key"], r["value"]): r["$valid_until"] for r in old.to_pylist()} == {
         ("a", 1): c2.seq, ("b", 1): None, ("a", 2): None, ("a", 9): c2.seq
@@ -731,7 +731,7 @@ def test_a_minor_compaction_drops_superseded_records_and_keeps_every_answer(
     commits = [t.upsert(rows(*[(f"k{i}", b * 10 + i, b * 100 + i) for i in range(b, 6)]))
                for b in range(4)]  # fmt: skip
     t.upsert(rows(("k5", 100, 0, True)))  # a tombstone: k5 goes
-    before = {c.id: latest(t, c.id) for c in commits}
+    before = {c.id: latest(t, c.version) for c in commits}
     stored = t.to_arrow(all_versions=True).num_rows
 
     def then_upsert(**_: Any) -> None:
@@ -742,7 +742,7 @@ def test_a_minor_compaction_drops_superseded_records_and_keeps_every_answer(
         c = t.compact()
     assert c is not None and len(t.segments()) == 2  # the compaction's output + the upsert
     assert latest(t) == {"k0": 0, "k1": 101, "k2": 202, "k3": 303, "k4": -4}
-    assert {c_.id: latest(t, c_.id) for c_ in commits} == before
+    assert {c_.id: latest(t, c_.version) for c_ in commits} == before
     kept = t.to_arrow(all_versions=True).num_rows
     # kept: k0-k4's latest at the time (k4's superseded meanwhile: hidden, still stored),
     # k5's tombstone, and the upsert's own record
@@ -935,7 +935,7 @@ def test_a_major_compaction_keeps_each_keys_latest_record(cat: lamina.Catalog) -
         t.upsert(rows(*[(f"k{i}", b * 70 + i, b * 100 + i) for i in range(b, 6)])) for b in range(4)
     ]
     commits.append(t.upsert(rows(("k5", 400, 0, True))))  # a tombstone: k5 goes
-    before = {c.id: latest(t, c.id) for c in commits}
+    before = {c.id: latest(t, c.version) for c in commits}
     stored = t.to_arrow(all_versions=True).num_rows
     with pytest.raises(UpsertError, match="rollup"):
         t.compact(mode="major", rollup={"dimensions": ["key"], "metrics": {"value": "sum"}})
@@ -943,7 +943,7 @@ def test_a_major_compaction_keeps_each_keys_latest_record(cat: lamina.Catalog) -
     assert c is not None
     assert {s.interval.end - s.interval.start for s in t.segments()} == {24 * 3600 * 10**6}
     assert latest(t) == {"k0": 0, "k1": 101, "k2": 202, "k3": 303, "k4": 304}
-    assert {c_.id: latest(t, c_.id) for c_ in commits} == before
+    assert {c_.id: latest(t, c_.version) for c_ in commits} == before
     assert t.to_arrow(all_versions=True).num_rows == 5 + 1 < stored  # + k5's tombstone
     assert cat.sql("SELECT count(*) AS n FROM h").column("n")[0].as_py() == 5
     t.upsert(rows(("k5", 300, 5), ("k4", 200, -1)))  # both older: out of order
@@ -967,7 +967,7 @@ def test_a_major_compaction_into_finer_segments_takes_whole_segments(
     before = t.history()[-1]
     c = t.compact(mode="major", interval="2024-01-06/2024-01-07", segment_granularity="HOUR")
     assert c is not None
-    assert latest(t) == want and latest(t, before.id) == want
+    assert latest(t) == want and latest(t, before.version) == want
     assert t.count() == 3
     assert sorted(cat.sql("SELECT key FROM u").column("key").to_pylist()) == sorted(want)
     assert all(s.interval.end - s.interval.start == 3600 * 10**6 for s in t.segments())
@@ -1071,7 +1071,7 @@ def test_a_run_whose_records_are_all_superseded_compacts_to_an_empty_segment(
         s for s in t.segments() if s.interval.start == min(x.interval.start for x in t.segments())
     ]
     assert [s.row_count for s in day1] == [0]
-    assert latest(t) == {"a": 3, "b": 4} and latest(t, first.id) == {"a": 1}
+    assert latest(t) == {"a": 3, "b": 4} and latest(t, first.version) == {"a": 1}
 
 
 @MERGE_ON_READ_STORAGE
@@ -1094,9 +1094,9 @@ def test_a_segment_with_many_superseded_records_is_rewritten_without_them(
     t.upsert(rows(*[(f"k{i:03d}", 4, -i) for i in range(60, 69)]))  # 10 of its 90
     (st,) = [r.status for r in cat.compact_auto(dry_run=True)]  # compacted, yet pending
     assert (st.status, st.action) == ("PENDING", "minor")
-    want, before = latest(t), latest(t, first.id)
+    want, before = latest(t), latest(t, first.version)
     (done,) = [r for r in cat.compact_auto() if r.commit is not None]
-    assert latest(t) == want and latest(t, first.id) == before
+    assert latest(t) == want and latest(t, first.version) == before
     assert t.to_arrow(all_versions=True).num_rows == 100  # the superseded ones went
     assert [r.status.status for r in cat.compact_auto(dry_run=True)] == ["COMPLETE"]
     got = cat.sql("SELECT count(*) AS n, sum(value) AS s FROM u").to_pylist()
@@ -1118,7 +1118,7 @@ def test_a_refresh_replaces_the_records_stored_in_its_interval(
     assert got == [{"key": "a", "value": 5}, {"key": "b", "value": 7}, {"key": "d", "value": 5}]
     r = t.refresh(rows(("z", 3 * day, 0)))  # the whole table
     assert latest(t) == {"z": 0} and r.action == "REFRESH"
-    assert latest(t, c1.id) == {"a": 1, "b": 1, "c": 1}  # time travel as before
+    assert latest(t, c1.version) == {"a": 1, "b": 1, "c": 1}  # time travel as before
 
 
 def test_consistent_push_is_refused_on_upsert_tables(cat: lamina.Catalog, t: lamina.Table) -> None:
@@ -1144,7 +1144,7 @@ def test_an_overwrite_replaces_the_records_stored_in_its_chunks(t: lamina.Table)
     assert latest(t) == {"b": 10, "c": 30, "d": 4}  # a's latest went: a has none
     t.overwrite(rows(("c", 1, 99)))  # day 1: older than c's record on day 2
     assert latest(t) == {"c": 30}
-    assert latest(t, c1.id) == {"a": 1, "b": 1}  # time travel as before
+    assert latest(t, c1.version) == {"a": 1, "b": 1}  # time travel as before
 
 
 @pytest.mark.parametrize("rebuilt", [False, True])
@@ -1210,7 +1210,7 @@ def test_retention_between_a_plan_and_its_vectors_fails_the_read(
     t.upsert(rows(("a", 0, 1), ("b", 0, 1)))
     second = t.upsert(rows(("a", 1, 2), ("b", 1, 2)))
     t.compact()  # replaces both files: retention may delete them and their vectors
-    assert latest(t, second.id) == {"a": 2, "b": 2}
+    assert latest(t, second.version) == {"a": 2, "b": 2}
 
     def retention_meanwhile(ctx: Any, plan: Any) -> None:
         # another process's retention commits its catalog transaction between the
@@ -1224,7 +1224,7 @@ def test_retention_between_a_plan_and_its_vectors_fails_the_read(
         failpoints.armed("read.plan.before_deletes", retention_meanwhile),
         pytest.raises(lamina.SnapshotNotFoundError, match="no longer readable"),
     ):
-        t.to_arrow(as_of=second.id)
+        t.to_arrow(as_of=second.version)
     assert latest(t) == {"a": 2, "b": 2}
 
 
@@ -1238,7 +1238,7 @@ def test_retention_before_all_versions_reads_validity_fails_the_read(
     t.upsert(rows(("a", 0, 1), ("b", 0, 1)))
     second = t.upsert(rows(("a", 1, 2), ("b", 1, 2)))
     t.compact()
-    got = t.to_arrow(as_of=second.id, all_versions=True).to_pylist()
+    got = t.to_arrow(as_of=second.version, all_versions=True).to_pylist()
     assert sorted((r["key"], r["value"], r["$valid_until"]) for r in got) == [
         ("a", 1, second.seq),
         ("a", 2, None),
@@ -1256,4 +1256,4 @@ def test_retention_before_all_versions_reads_validity_fails_the_read(
         failpoints.armed("upsert.read.validity.before", retention_meanwhile),
         pytest.raises(lamina.SnapshotNotFoundError, match="no longer readable"),
     ):
-        t.to_arrow(as_of=second.id, all_versions=True)
+        t.to_arrow(as_of=second.version, all_versions=True)

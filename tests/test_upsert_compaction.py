@@ -106,7 +106,7 @@ def test_the_threshold_percent_is_inclusive_and_clean_segments_are_never_picked(
     assert [str(r.status.chunk)[:10] for r in done] == ["2024-01-01"]
     assert [s.row_count for s in day_segments(t, "2024-01-01")] == [50]
     assert clean <= {s.id for s in t.segments()}  # the clean segments were not rewritten
-    assert answers(cat, t) == want and latest(t, before.id) == want
+    assert answers(cat, t) == want and latest(t, before.version) == want
     assert status(cat)["2024-01-01"] == ("COMPLETE", "none")
     # a000's dropped record (ts 1) is older than this one, its latest (day 3) newer: ignored
     t.upsert(rows(("a000", 2, 7), ("a099", 3 * DAY, 99), ("b0", 0, 5)))  # b0: older
@@ -244,7 +244,7 @@ def test_a_compaction_keeps_exactly_the_valid_records(cat: lamina.Catalog) -> No
     assert cat.compact_auto(tables=["u"])
     assert stored(t) == expected  # exactly the latest records and live tombstones
     assert answers(cat, t) == want
-    assert all(latest(t, c.id) == seen for c, seen in commits)  # time travel as before
+    assert all(latest(t, c.version) == seen for c, seen in commits)  # time travel as before
     assert set(status(cat).values()) <= {("COMPLETE", "none")}
     dead = sorted(k for k, (_, _, d) in winner.items() if d)
     alive = sorted(want)
@@ -286,7 +286,7 @@ def test_deletes_stay_until_superseded_as_pinots_default_valid_doc_ids_keep_them
     assert kept == {("a", 5, False), ("c", 1, False), ("e", 3, False),
                     ("b", 0, True), ("f", 0, True), ("g", 0, True)}  # fmt: skip
     assert tombs <= {s.id for s in t.segments()}  # not rewritten
-    assert answers(cat, t) == want and latest(t, last.id) == want
+    assert answers(cat, t) == want and latest(t, last.version) == want
     t.upsert(rows(("b", 2 * DAY, 1), ("f", 3 * DAY, 2), ("c", 0, 3)))  # all older: ignored
     assert answers(cat, t) == want
     t.upsert(rows(("b", 4 * DAY, 4), ("g", 3 * DAY + 1, 5)))  # newer; a tie with the delete
@@ -313,7 +313,7 @@ def test_records_superseded_while_a_compaction_runs_stay_hidden(cat: lamina.Cata
     with failpoints.armed("compaction.minor.superseded_read", then_upsert):
         assert t.compact() is not None
     now = {"a": 2, "b": 3, "c": 1}
-    assert answers(cat, t) == now and latest(t, base.id) == want
+    assert answers(cat, t) == now and latest(t, base.version) == want
     t._handle.ctx.keys.forget(t._handle.record.id)  # rebuilt from the files
     t.upsert(rows(("c", 10, 4), ("d", 10, 5), ("b", 9, 6)))  # tie; tie with the delete; older
     assert answers(cat, t) == {"a": 2, "b": 3, "c": 4, "d": 5}
@@ -368,7 +368,7 @@ def test_adjacent_small_segments_are_grouped_up_to_the_target(cat: lamina.Catalo
     after = {s.id: s.row_count for s in day_segments(t, "2024-01-01")}
     assert sorted(after.values()) == [20, 100] and day1[-1] in after  # the sixth stays
     assert {s.id for s in day_segments(t, "2024-01-02")} == day2
-    assert answers(cat, t) == want and latest(t, lone.id) == want
+    assert answers(cat, t) == want and latest(t, lone.version) == want
     t.upsert(rows(("k1-0", 0, -1), ("k5-0", DAY, 55), ("m0", DAY + 1, 66)))  # older; newer
     assert answers(cat, t) == {**want, "k5-0": 55, "m0": 66}
 

@@ -350,7 +350,7 @@ def _replay(t: lamina.Table, run: Run) -> tuple[Model, dict[int, lamina.Commit]]
     def rids(ids: Iterable[str], seq: int) -> set[int]:
         """The records of segments (published by then: as of ``seq``); a major
         compaction of a day whose records were all superseded leaves an empty one."""
-        where.update((s.id, s.location) for s in t.segments(True, by_seq[seq].id))
+        where.update((s.id, s.location) for s in t.segments(True, by_seq[seq].version))
         read = [str(where[i]) for i in ids if where[i] is not None]
         return {r for path in read for r in pq.read_table(path, columns=["rid"])["rid"].to_pylist()}
 
@@ -379,10 +379,10 @@ def _pairs(data: pa.Table) -> dict[str, int]:
     return dict(zip(keys, data["rid"].to_pylist(), strict=True))
 
 
-def _planned(t: lamina.Table, commit_id: int, files: dict[str, pa.Table]) -> pa.Table:
+def _planned(t: lamina.Table, version: int, files: dict[str, pa.Table]) -> pa.Table:
     """The snapshot's records from its scan plan: each file (read once: ``files``)
     less the rows its deletion vector hides."""
-    plan = t.scan(as_of=commit_id)
+    plan = t.scan(as_of=version)
     parts = []
     for path, keep in plan.reads():
         if path not in files:
@@ -404,14 +404,14 @@ def _check(cat: lamina.Catalog, t: lamina.Table, model: Model, run: Run, by_seq:
     last = model.last
     files: dict[str, pa.Table] = {}
     for seq in range(1, last + 1):  # every snapshot: one record per key, the right one
-        got = _pairs(_planned(t, by_seq[seq].id, files))
+        got = _pairs(_planned(t, seq, files))
         assert got == model.snaps[seq], f"seq {seq} ({by_seq[seq].action})"
     rng = random.Random(last)
     cuts = [s for s in by_seq if by_seq[s].action == "DELETE"]
     sample = {last, *rng.sample(range(1, last + 1), min(8, last))}
     sample |= {s for d in rng.sample(cuts, min(3, len(cuts))) for s in (d - 1, d)}
     for seq in sorted(sample - {0}):
-        got = _pairs(t.to_arrow(as_of=by_seq[seq].id, columns=["key", "rid"]))
+        got = _pairs(t.to_arrow(as_of=by_seq[seq].version, columns=["key", "rid"]))
         assert got == model.snaps[seq], f"seq {seq} ({by_seq[seq].action})"
     final = model.snaps[last]
     assert _pairs(cat.sql("SELECT key, rid FROM u")) == final

@@ -235,9 +235,9 @@ def test_reads_time_travel_and_the_next_upsert_after(
     earlier snapshot reads as it did; count, pandas, column and interval reads, SQL
     and the change feed agree with them; the next upsert resolves against them."""
     commits = build(t)
-    before = {c.id: truth(t, c.id) for c in commits}
+    before = {c.id: truth(t, c.version) for c in commits}
     for c in commits:
-        check_reads(t, c.id, before[c.id])
+        check_reads(t, c.version, before[c.id])
     seq = t.history()[-1].seq
     assert seq is not None
     want = OPS[op](t)
@@ -245,7 +245,7 @@ def test_reads_time_travel_and_the_next_upsert_after(
     check_reads(t, None, truth(t))
     check_reads(t, t.history()[-1].id, truth(t))
     for c in commits:  # time travel, as before
-        check_reads(t, c.id, before[c.id])
+        check_reads(t, c.version, before[c.id])
     check_sql(cat, t)
     state = by_key(before[commits[-1].id])  # the feed since: folds onto the answer
     for r in sorted(
@@ -300,7 +300,7 @@ def test_an_overwrite_of_part_of_a_coarser_compacted_segment_is_refused(
 
 def _fold(t: lamina.Table, after_seq: int) -> dict[str, int]:
     """The snapshot of ``after_seq`` with the change feed since applied (checked)."""
-    base = next((c.id for c in t.history() if c.seq == after_seq), None)
+    base = next((c.version for c in t.history() if c.seq == after_seq), None)
     state = {} if base is None else by_key(truth(t, base))
     feed = t.read_changes(after_seq, columns=["key", "value"]).to_pylist()
     for r in sorted(feed, key=lambda r: (r["_commit_seq"], r["_change"] != "delete")):
@@ -403,7 +403,7 @@ def test_retention_keeps_the_latest_records_and_upserts_resolving(
         assert conn.execute(vectors).all()
         assert conn.execute(vectors.where(deletes.c.location.not_in(named))).all() == []
     with pytest.raises(lamina.SnapshotNotFoundError):
-        t.to_arrow(as_of=t.history()[0].id)  # its files are gone: refused, not wrong
+        t.to_arrow(as_of=t.history()[0].version)  # its files are gone: refused, not wrong
     t.upsert(rows(("a", 2 * DAY + 9, -1), ("b", DAY + 3, 9), ("f", 3 * DAY, 2)))
     expected = {"a": 3, "b": 9, "e": 8, "f": 2, "x": 1}  # a: out of order; b: none left
     assert by_key(truth(t)) == expected
@@ -470,7 +470,7 @@ def test_the_change_feed_after_retention_says_how_to_resume_without_losing_rows(
     cat.run_retention(now=FUTURE)
     with pytest.raises(lamina.SnapshotNotFoundError) as err:
         t.read_changes(1)
-    found = re.search(r"as_of=(\d+).*read changes after seq (\d+)", str(err.value))
+    found = re.search(r"as_of=(\d+).*read changes after version (\d+)", str(err.value))
     assert found is not None, str(err.value)
     whole = t.to_arrow(as_of=int(found[1]))
     t.upsert(rows(("g", 3 * DAY, 7)))
@@ -667,7 +667,7 @@ def test_rest_compactions_and_listings_of_an_upsert_table(
     """The REST server has no endpoint returning rows, SQL results, counts or changes;
     its compactions (minor, major) keep every answer and its listings work."""
     commits = build(t)
-    before = {c.id: truth(t, c.id) for c in commits}
+    before = {c.id: truth(t, c.version) for c in commits}
     paths = {r.path for r in client.app.routes if hasattr(r, "path")}  # type: ignore[attr-defined]
     assert not any(w in p for p in paths for w in ("rows", "sql", "query", "count", "changes"))
     statuses = client.get("/tables/u/compaction")
@@ -683,7 +683,7 @@ def test_rest_compactions_and_listings_of_an_upsert_table(
     assert r.status_code == 200 and r.json()["segmentsAfter"] == 1
     assert by_key(truth(t)) == WANT
     check_sql(cat, t)
-    assert {c.id: truth(t, c.id) for c in commits} == before
+    assert {c.id: truth(t, c.version) for c in commits} == before
     segs = client.get("/tables/u/segments")
     assert segs.status_code == 200 and len(segs.json()) == 1
     r = client.post("/tables/u/startReplaceSegments", json={"segmentsFrom": [], "segmentsTo": []})
@@ -723,7 +723,7 @@ def test_to_spark_reads_the_latest_records_and_every_version_at_every_snapshot(
             got = list(zip(*(tb[c].to_pylist() for c in cols), strict=True))
         return sorted(got, key=repr)
 
-    for as_of in [None, *(c.id for c in commits)]:
+    for as_of in [None, *(c.version for c in commits)]:
         assert spark_rows(as_of) == sorted(by_key(truth(t, as_of)).items())
         assert versions(True, as_of) == versions(False, as_of)
     day2 = [(r["key"], r["value"]) for r in truth(t) if r["ts"].date() == dt.date(2024, 1, 2)]

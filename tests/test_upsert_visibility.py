@@ -289,8 +289,8 @@ def test_removing_a_segment_does_not_bring_back_older_records(
     s2 = p.add_segment("s2", 2, S2_PKS, S2_CMPS)
     p.remove_segment(s2)
     p.expect("remove s2", {1: "s1:4"})
-    p.expect("as of s1", {0: "s1:5", 1: "s1:4", 2: "s1:2"}, as_of=s1.id)
-    p.expect("as of s2", {0: "s2:0", 1: "s1:4", 2: "s2:2", 3: "s2:3"}, as_of=s2.id)
+    p.expect("as of s1", {0: "s1:5", 1: "s1:4", 2: "s1:2"}, as_of=s1.version)
+    p.expect("as of s2", {0: "s2:0", 1: "s1:4", 2: "s2:2", 3: "s2:3"}, as_of=s2.version)
     p.verify()
 
 

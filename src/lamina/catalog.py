@@ -389,14 +389,20 @@ class Catalog:
 
     # -- SQL ----------------------------------------------------------------------
 
-    def sql(self, query: str) -> pa.Table:
+    def sql(self, query: str, as_of: Any = None) -> pa.Table:
         """Run DuckDB SQL over the current snapshots of the tables the query names.
 
-        Raises SqlError when the query cannot be parsed or fails.
+        ``as_of`` reads past snapshots instead: ``{"t": 3}`` (per table: a version, a
+        Commit or a time, as ``t.to_arrow(as_of=...)`` takes), or one value for every
+        table. In the query, ``t AT (VERSION => 3)`` or ``t AT (TIMESTAMP =>
+        '2024-01-02 03:00')`` (UTC unless zoned) reads that snapshot of ``t`` there.
+        Raises SqlError when the query cannot be parsed or fails, or ``as_of`` names a
+        table it does not read; InvalidArgumentError, SnapshotNotFoundError,
+        SnapshotTooOldError as ``t.to_arrow(as_of=...)``.
         """
         if not isinstance(query, str):
             raise SqlError(f"cat.sql takes the query as a string, not {query!r}")
-        return self.sql_engine().sql(query)
+        return self.sql_engine().sql(query, as_of)
 
     def sql_engine(self) -> SqlEngine:
         """The catalog's DuckDB engine (``.run(query, fetch)`` reads results other
@@ -408,7 +414,7 @@ class Catalog:
                 ctx = self.context
                 self._sql = SqlEngine(
                     lambda names: table_rows.latest_seqs(ctx.db, names),
-                    lambda name: plan(ctx, name),
+                    lambda name, as_of: plan(ctx, name, as_of),
                     filesystem=self.warehouse.fsspec(),  # remote: DuckDB reads through it
                 )
             return self._sql

@@ -153,20 +153,20 @@ def _pieces(
     """(change, commit id, seq, tasks to read) for every commit, deletes first."""
     timeless = changes.table.time_column is None
     out = []
-    prev = changes.base
+    prev = None if changes.base is None else changes.after_seq  # versions
     for point in changes.points:
         deleted: list[tuple[Segment, Interval]] = []
         inserted: list[tuple[Segment, Interval]] = []
         for iv in point.touched:
             before = [] if prev is None else plan(ctx, name, prev, iv).tasks
-            gone, new = diff(before, plan(ctx, name, point.commit_id, iv).tasks)
+            gone, new = diff(before, plan(ctx, name, point.seq, iv).tasks)
             deleted += gone
             inserted += new
         for tag, pieces in (("delete", deleted), ("insert", inserted)):
             if pieces:
                 tasks = [task_for(seg, piece, timeless) for seg, piece in pieces]
                 out.append((tag, point.commit_id, point.seq, tasks))
-        prev = point.commit_id
+        prev = point.seq
     return out
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 
 class LaminaError(Exception):
     """Base class of every error lamina raises for bad input or a refused operation."""
@@ -85,7 +87,24 @@ class CommitError(LaminaError):
 
 
 class SnapshotNotFoundError(LaminaError):
-    """The requested snapshot (as_of commit) does not exist or cannot be read any more."""
+    """The requested snapshot (an ``as_of`` version or time) does not exist or cannot be
+    read any more."""
+
+
+class SnapshotTooOldError(SnapshotNotFoundError):
+    """An ``as_of`` before the oldest snapshot a table can give: before its first
+    commit, or older than what retention kept. ``earliest_version`` and
+    ``earliest_time``: the oldest readable one (None: the table has no commit)."""
+
+    def __init__(
+        self,
+        message: str,
+        earliest_version: int | None = None,
+        earliest_time: dt.datetime | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.earliest_version = earliest_version
+        self.earliest_time = earliest_time
 
 
 class ChangeFeedError(LaminaError):
@@ -123,6 +142,11 @@ class LineageEntryNotFoundError(LineageError):
 class LineageRequestError(LineageError):
     """A lineage request wrong whatever the table's state (a segment listed twice, a
     segments_to name of lamina's own form, ...): REST answers 400, not 409."""
+
+
+class RestoreError(LaminaError):
+    """A restore that could not make the table exactly what the version showed (an
+    upsert table, rows a deletion vector hid since): nothing changed."""
 
 
 class SqlError(LaminaError):

@@ -57,6 +57,7 @@ COMMANDS = {
     **dict.fromkeys(("query", "retention", "orphans", "serve"), "admin"),
     **dict.fromkeys(("compact", "services"), "services"),
     **dict.fromkeys(("delete", "update"), "rows"),
+    "restore": "restore",
 }
 _MODULES = (
     "tables",
@@ -65,6 +66,7 @@ _MODULES = (
     "rows",
     "admin",
     "services",
+    "restore",
 )  # their commands in this order in --help
 
 
@@ -161,6 +163,7 @@ _CLI_WORDS = (
     ("t.segments(all=True)", "`lamina segments TABLE --all`"),
     ("t.segments()", "`lamina segments TABLE`"),
     ("t.lineage()", "`lamina lineage TABLE`"),
+    ("t.history()", "`lamina history TABLE`"),
 )
 
 
@@ -210,6 +213,33 @@ OutputOpt = Annotated[
     typer.Option("--format", "-f", help="Output format: table, csv, json or jsonl."),
 ]
 TableArg = Annotated[str, typer.Argument(help="Table name.")]
+AsOfOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--as-of",
+        help="Read the table as of a version (a number, see `lamina history`) or a time "
+        "(ISO-8601, UTC unless it has an offset): the latest version completed then.",
+        show_default=False,
+    ),
+]
+
+
+def as_of_arg(text: str | None, what: str = "--as-of") -> int | str | None:
+    """A version (digits) or an ISO-8601 time given on the command line; a usage
+    error (exit 2) for anything else."""
+    if text is None:
+        return None
+    from lamina.core.versions import AtTime, travel_text  # loads nothing heavy
+
+    try:
+        got = travel_text(text, what)
+    except LaminaError:
+        raise typer.BadParameter(
+            f"{text!r} is neither a version (a number, see `lamina history TABLE`) nor an "
+            "ISO-8601 time such as 2024-01-02T03:00:00Z",
+            param_hint=what,
+        ) from None
+    return text.strip() if isinstance(got, AtTime) else int(got)  # type: ignore[arg-type]
 
 
 def _version(value: bool) -> None:
@@ -311,15 +341,34 @@ def load(cat: lamina.Catalog, name: str) -> lamina.Table:
         ) from None
 
 
-def snapshot(t: lamina.Table, as_of: int | None, all_published: bool) -> Snapshot:
-    """The table's snapshot; SnapshotNotFoundError saying how to list the commits."""
+def as_of_tables(values: Sequence[str] | None) -> Any:
+    """``--as-of`` of a query: ``VERSION|TIME`` for every table, or ``TABLE=VERSION|TIME``
+    (repeatable): what ``cat.sql(as_of=...)`` takes. A usage error for anything else."""
+    if not values:
+        return None
+    per: dict[str, int | str | None] = {}
+    every: list[int | str | None] = []
+    for text in values:
+        name, eq, value = text.partition("=")
+        if eq:
+            per[name.strip()] = as_of_arg(value)
+        else:
+            every.append(as_of_arg(text))
+    if every and (per or len(every) > 1):
+        raise typer.BadParameter(
+            "give one VERSION|TIME for every table, or TABLE=VERSION|TIME for each",
+            param_hint="--as-of",
+        )
+    return every[0] if every else per
+
+
+def snapshot(t: lamina.Table, as_of: int | str | None, all_published: bool) -> Snapshot:
+    """The table's snapshot; SnapshotNotFoundError's advice names the table's history."""
     try:
         return t.snapshot(as_of, all_published=all_published)
-    except SnapshotNotFoundError as exc:  # the reason stays; the advice is the CLI's
-        why = str(exc).split("; ")[0]
-        raise SnapshotNotFoundError(
-            f"{why}; `lamina history {t.name}` lists the commits you can read"
-        ) from None
+    except SnapshotNotFoundError as exc:  # its type (and attributes) kept
+        exc.args = (str(exc).replace("t.history()", f"`lamina history {t.name}`"),)
+        raise
 
 
 def run() -> None:

@@ -9,7 +9,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.text import Text
@@ -18,6 +18,7 @@ from lamina.cli import (
     CatalogOpt,
     OutputOpt,
     WarehouseOpt,
+    as_of_tables,
     command,
     connect,
     load,
@@ -63,6 +64,15 @@ def query(
             show_default=False,
         ),
     ] = None,
+    as_of: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--as-of",
+            help="Read past snapshots: VERSION|TIME for every table, or TABLE=VERSION|TIME "
+            "(repeatable). In the SQL, `t AT (VERSION => 3)` reads one reference so.",
+            show_default=False,
+        ),
+    ] = None,
     fmt: Annotated[
         QueryFormat | None,
         typer.Option(
@@ -86,9 +96,11 @@ def query(
     catalog: CatalogOpt = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
-    """Run SQL (DuckDB) over the latest snapshots of the tables it names."""
+    """Run SQL (DuckDB) over the latest snapshots of the tables it names (or past ones:
+    --as-of, or `FROM t AT (VERSION => 3)` / `AT (TIMESTAMP => '2024-01-02')`)."""
+    travel = as_of_tables(as_of)
     if output is not None:
-        _export(ctx, sql, fmt, output, limit or 0, catalog, warehouse)
+        _export(ctx, sql, fmt, output, limit or 0, catalog, warehouse, travel)
         return
     if fmt is QueryFormat.parquet:
         raise typer.BadParameter(
@@ -98,7 +110,7 @@ def query(
     if sql == "-":
         sql = sys.stdin.read()
     with connect(ctx, catalog, warehouse) as cat:
-        result = cat.sql_engine().run(sql, fetch_result)  # plain rows need no pyarrow
+        result = cat.sql_engine().run(sql, fetch_result, travel)  # plain rows: no pyarrow
     if limit is None:
         limit = 50 if shown is OutputFormat.table else 0
     emit_result(result, shown, limit)
@@ -112,6 +124,7 @@ def _export(
     limit: int,
     catalog: str | None,
     warehouse: str | None,
+    travel: Any = None,
 ) -> None:
     """``query --output FILE``: the result written to the file, a line on stderr."""
     fmt = fmt or EXTENSIONS.get(Path(output).suffix.lower())
@@ -132,7 +145,7 @@ def _export(
     with connect(ctx, catalog, warehouse) as cat:
         try:
             rows = cat.sql_engine().run(
-                sql, functools.partial(write_result, fmt=fmt, path=output, limit=limit)
+                sql, functools.partial(write_result, fmt=fmt, path=output, limit=limit), travel
             )
         except (OSError, ValueError) as exc:
             raise SqlError(f"cannot write {output}: {exc}") from None

@@ -10,10 +10,12 @@ import typer
 from rich.text import Text
 
 from lamina.cli import (
+    AsOfOpt,
     CatalogOpt,
     OutputOpt,
     TableArg,
     WarehouseOpt,
+    as_of_arg,
     command,
     connect,
     load,
@@ -37,10 +39,6 @@ from lamina.errors import UpsertError
 if TYPE_CHECKING:
     from lamina.core.inspect import ChunkStatus
 
-AsOfOpt = Annotated[
-    int | None,
-    typer.Option("--as-of", help="Show the snapshot completed by this commit id.", min=1),
-]
 _STATUS_STYLES = {"visible": "green", "partial": "yellow", "incomplete": "yellow"}
 
 
@@ -91,12 +89,13 @@ def segments(
     from lamina.core.inspect import chunk_label, chunk_status, chunks  # loads sortedcontainers
     from lamina.core.timeline import Timeline  # loads sortedcontainers
 
+    at = as_of_arg(as_of)
     with connect(ctx, catalog, warehouse) as cat:
         t = load(cat, name)
-        snap = snapshot(t, as_of, all_published=all_)
+        snap = snapshot(t, at, all_published=all_)
         # the summary's rows: less those of segments shown in part, or vectors hide
         summary = snap.commit_id and fmt is OutputFormat.table
-        shown = t.count(as_of=snap.commit_id) if summary else 0
+        shown = t.count(as_of=snap.seq) if summary else 0
     tl = Timeline.build(snap.segments)
     status: dict[tuple[Interval, int], ChunkStatus] = {}
     if all_:
@@ -151,7 +150,7 @@ def segments(
     if all_:
         text = f"{n_of(len(segs), 'published segment')}; {text}"
     if snap.commit_id:
-        text += f" · snapshot of commit {snap.commit_id}"
+        text += f" · version {snap.seq}"
     note(text)
 
 
@@ -227,9 +226,10 @@ def timeline(
     from lamina.core.timeline import Timeline  # loads sortedcontainers
 
     window = Interval.parse(interval) if interval is not None else None
+    at = as_of_arg(as_of)
     with connect(ctx, catalog, warehouse) as cat:
         t = load(cat, name)
-        snap = snapshot(t, as_of, all_published=True)
+        snap = snapshot(t, at, all_published=True)
     tl = Timeline.build(snap.segments)
     groups = [
         (iv, versions)
@@ -286,7 +286,7 @@ def timeline(
             (t.name, "bold"),
             f" · {t.granularity.value} chunks · {n_of(len(groups), 'chunk')}",
             f" ({count(layered)} with several versions)" if layered else "",
-            f" · snapshot of commit {snap.commit_id}" if snap.commit_id else " · empty",
+            f" · version {snap.seq}" if snap.commit_id else " · empty",
             f" · within {window}" if window else "",
         )
     )
@@ -320,17 +320,19 @@ def _groups(tl: Any, segments: Sequence[Any]) -> str:
 
 _COMMIT_STATES = {"COMPLETED": "green", "ABORTED": "red"}
 _HISTORY = [
-    Column("commit", right=True),
-    Column("base_seq", "base", right=True, show=lambda v: "" if v is None else str(v)),
-    Column("seq", right=True, show=lambda v: "" if v is None else str(v)),
+    Column("version", right=True, show=lambda v: "" if v is None else str(v)),
     Column("action"),
     Column("state", show=_styled(_COMMIT_STATES, "yellow")),
-    Column("started_at", "started (UTC)", show=when),
+    Column("started_at", only="data"),
     Column("completed_at", "completed (UTC)", show=when),
-    Column("segments_added", "+segments", show=count, right=True),
-    Column("segments_removed", "-segments", show=count, right=True),
-    Column("metadata", show=lambda v: _json(v) if v else ""),
+    Column("segments_added", "+segs", show=count, right=True),
+    Column("segments_removed", "-segs", show=count, right=True),
+    Column("base_version", only="data"),
+    Column("commit", only="data"),
+    Column("metadata", only="data"),
 ]
+#: the table's metadata column, with ``--metadata``
+_METADATA = Column("metadata_cell", "metadata", show=lambda v: v, only="table")
 
 
 def _json(value: Any) -> str:
@@ -342,30 +344,38 @@ def _json(value: Any) -> str:
 def history(
     ctx: typer.Context,
     name: TableArg,
+    metadata: Annotated[
+        bool, typer.Option("--metadata", "-m", help="Also show each commit's metadata.")
+    ] = False,
     fmt: OutputOpt = OutputFormat.table,
     catalog: CatalogOpt = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
-    """List a table's commits, oldest first: the snapshot each started from (base)
-    and the seq its completion produced."""
+    """List a table's commits, oldest first, by the table version each made (what
+    --as-of, `lamina restore` and the change feed take; an aborted commit made none).
+
+    csv/json add the version each started from (base_version), the catalog's commit
+    id and the metadata."""
     with connect(ctx, catalog, warehouse) as cat:
         commits = load(cat, name).history()
     rows = [
         {
-            "commit": c.id,
-            "base_seq": c.base_seq,
-            "seq": c.seq,
+            "version": c.version,
             "action": c.action,
             "state": c.state,
             "started_at": c.started_at,
             "completed_at": c.completed_at,
             "segments_added": len(c.added),
             "segments_removed": len(c.removed),
+            "base_version": c.base_seq,
+            "commit": c.id,
             "metadata": c.metadata,
+            "metadata_cell": Text(_json(c.metadata), overflow="fold") if c.metadata else "",
         }
         for c in commits
     ]
-    emit(_HISTORY, rows, fmt, empty=f"table {name} has no commits yet")
+    columns = [*_HISTORY, _METADATA] if metadata else _HISTORY
+    emit(columns, rows, fmt, empty=f"table {name} has no commits yet")
 
 
 _LOCK_STATES = {"GRANTED": "green", "REVOKED": "red", "WAITING": "yellow"}

@@ -25,7 +25,7 @@ _AUTO = [
     Column("segments", right=True, show=str),
     Column("small", right=True, show=str),
     Column("reason"),
-    Column("commit", right=True, show=lambda v: "" if v is None else str(v)),
+    Column("version", right=True, show=lambda v: "" if v is None else str(v)),
     Column("error", show=lambda v: v or ""),
 ]
 
@@ -92,7 +92,7 @@ def compact(
                 "segments": r.status.segments,
                 "small": r.status.small,
                 "reason": r.status.reason,
-                "commit": None if r.commit is None else r.commit.id,
+                "version": None if r.commit is None else r.commit.version,
                 "error": r.error,
             }
             for r in results
@@ -144,7 +144,7 @@ def compact(
             f"{name} ({mode}): {n_of(len(chunks), 'chunk')}, {len(c.removed):,} -> "
             f"{n_of(len(c.added) - tombstones, 'segment')}"
             + (f" and {n_of(tombstones, 'tombstone')}" if tombstones else "")
-            + f", commit {c.id}",
+            + f", version {c.version}",
             "",
         ),
     )

@@ -324,7 +324,11 @@ def add_columns(
         added = ", ".join(f"{f.name} ({f.type})" for f in fields)
         console().print(
             Text.assemble(
-                ("added ", "green"), added, " to ", (table.name, "bold"), f" (commit {commit.id})"
+                ("added ", "green"),
+                added,
+                " to ",
+                (table.name, "bold"),
+                f" (version {commit.version})",
             )
         )
 
@@ -350,7 +354,7 @@ def widen_column(
         console().print(
             Text.assemble(
                 ("widened ", "green"), f"{column} ({old} -> {new}) of ", (table.name, "bold"),
-                f" (commit {commit.id})",
+                f" (version {commit.version})",
             )
         )  # fmt: skip
 

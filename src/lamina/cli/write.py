@@ -412,7 +412,7 @@ def _print_commit(
     engine: Engine,
     tasks: int,
 ) -> None:
-    segs = [s for s in table.segments(all=True, as_of=commit.id) if s.commit_id == commit.id]
+    segs = [s for s in table.segments(all=True, as_of=commit) if s.commit_id == commit.id]
     data = [s for s in segs if s.location is not None]
     tombstones = len(segs) - len(data)
     removed = len(commit.removed)
@@ -425,7 +425,7 @@ def _print_commit(
         parts.append(n_of(tombstones, "chunk") + " emptied")
     how = n_of(tasks, "Spark task") if engine is Engine.spark else "local engine"
     done(
-        (f"commit {commit.id}", "bold"),
+        (f"version {commit.version}", "bold"),
         (f" ({commit.action.lower()}) on {table.name}: " + ", ".join(parts), ""),
         (f" · {elapsed:.1f} s, {how}", "dim"),
     )

@@ -123,6 +123,7 @@ _KIND_OF = {
     CommitAction.DELETE_ROWS: Kind.ROWS,
     CommitAction.UPDATE: Kind.ROWS,
     CommitAction.MERGE: Kind.ROWS,
+    CommitAction.RESTORE: Kind.REPLACE,  # replaces the whole table
 }
 
 

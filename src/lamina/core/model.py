@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import json
-import operator
 from collections.abc import Mapping
 from dataclasses import FrozenInstanceError, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from lamina.core.interval import Granularity, Interval, from_us
 from lamina.core.properties import UPSERT_KEY_PROPERTY
 from lamina.core.segment import Segment
-from lamina.errors import MetadataError, SnapshotNotFoundError, TransactionError
+from lamina.errors import MetadataError, TransactionError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -52,6 +51,7 @@ class CommitAction(enum.StrEnum):
     DELETE_ROWS = "DELETE_ROWS"  # rows matching a predicate hidden (t.delete)
     UPDATE = "UPDATE"  # rows hidden and written again, changed (t.update)
     MERGE = "MERGE"  # a merge of a source into the table (t.merge)
+    RESTORE = "RESTORE"  # the table made again what an earlier version showed (no files)
 
 
 @dataclass(frozen=True)
@@ -81,10 +81,17 @@ class Commit:
     def time(us: int | None) -> dt.datetime | None:
         return None if us is None else from_us(us)
 
+    @property
+    def version(self) -> int | None:
+        """The table version this commit made (what ``as_of`` and the change feed take):
+        the table's commit sequence, 1 for its first commit; None until completed."""
+        return self.seq
 
-#: What ``as_of`` takes: a commit id, the :class:`Commit` a write returned, or None (the
-#: latest snapshot).
-AsOf = int | Commit | None
+
+#: What ``as_of`` takes: a table version, the :class:`Commit` a write returned, a time
+#: (a datetime, naive = UTC; a date; an ISO-8601 string) — the latest version completed
+#: at or before it — or None (the latest snapshot). See :mod:`lamina.core.versions`.
+AsOf = int | Commit | dt.datetime | dt.date | str | None
 
 
 class TableRecord:
@@ -228,6 +235,7 @@ RESERVED_METADATA = frozenset(
         "fingerprint",
         "granularity",
         "lineage_entry",
+        "restored_version",
         "rollup",
         "row_change",
         "runs",
@@ -264,26 +272,6 @@ def user_metadata(metadata: Any) -> dict[str, Any]:
             f"metadata must hold JSON values (str, numbers, bools, None, lists, dicts): {exc}"
         ) from None
     return dict(metadata)
-
-
-def seq_of(value: Any, what: str) -> int:
-    """A snapshot seq argument as an int (numpy's integers too; not a bool, float,
-    string or Commit). Raises SnapshotNotFoundError."""
-
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        return operator.index(value)
-    except TypeError:
-        hint = ""
-        if isinstance(value, Commit):
-            hint = (
-                " (pass its .seq)" if value.seq is not None else " (it has no seq: not completed)"
-            )
-        raise SnapshotNotFoundError(
-            f"{what} takes a snapshot seq (int), not {type(value).__name__} {value!r}{hint}: "
-            "see Commit.seq in t.history()"
-        ) from None
 
 
 def txn_of(txn: Any) -> tuple[str, int]:

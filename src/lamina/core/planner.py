@@ -310,3 +310,35 @@ def compacted_segments(table: str, run: CompactedRun, first_pid: int) -> list[Se
         )
         for i, f in enumerate(run.files)
     ]
+
+
+def restored_segments(
+    table: str, shown: Sequence[Segment], first_version: int
+) -> tuple[list[Segment], int]:
+    """Copies of the segments an earlier snapshot showed (``shown``: its live segments
+    lineage did not hide; tombstones too), for a restore: the same files, intervals,
+    partitions and overwrite fields, each version renumbered from ``first_version`` up
+    in the same order — a timeline of the copies shows what the snapshot showed, above
+    every version the table has. Returns them and the highest version taken (None: none,
+    ``first_version - 1``)."""
+    order = {v: first_version + i for i, v in enumerate(sorted({s.version for s in shown}))}
+    out = [
+        Segment(
+            table,
+            s.interval,
+            order[s.version],
+            s.partition_id,
+            s.num_core_partitions,
+            s.location,
+            s.row_count,
+            s.size_bytes,
+            s.min_time,
+            s.max_time,
+            suffix=s.suffix,
+            minor_version=s.minor_version,
+            root_partition_range=s.root_partition_range,
+            atomic_update_group_size=s.atomic_update_group_size,
+        )
+        for s in shown
+    ]
+    return out, first_version + len(order) - 1

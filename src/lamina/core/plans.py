@@ -18,6 +18,8 @@ snapshot producers do over one base):
 :class:`RowLevelPlan`           a row-level delete, update or merge: rows of the files
                                 it read hidden (deletion vectors, or copies without
                                 them), new rows appended
+:class:`RestorePlan`            no file: an earlier version's segments again, on their
+                                own files, in place of the latest's
 ==============================  =======================================================
 
 Catalog-only commits (no files) have plans too — :class:`DeletePlan`,
@@ -33,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, ClassVar
 
 from lamina.core.conflicts import Isolation
-from lamina.core.interval import Interval
+from lamina.core.interval import ETERNITY, Interval
 from lamina.core.model import CommitAction, CompactedRun, NewSegment
 
 if TYPE_CHECKING:
@@ -309,6 +311,30 @@ def write_plan(
     return AppendPlan(
         files=written, remove_ids=remove_ids, txn=txn, lineage=lineage, columns=columns
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RestorePlan(PublishPlan):
+    """``t.restore``: the table made again what its version ``version`` showed, with no
+    file written. At publish, under the table's lock, every live segment of the latest
+    snapshot is removed (and those a completed lineage entry hides: a rollback shows
+    none) and the segments that version showed come back as new segment rows on the same
+    files, their versions renumbered above every version of the table in the same order
+    (so they show as they showed then). Conflicts as an overwrite of the whole table
+    that saw no concurrent append (serializable)."""
+
+    version: int
+    isolation: Isolation = Isolation.SERIALIZABLE
+
+    def appends(self) -> tuple[NewSegment, ...]:
+        return ()
+
+    @property
+    def footprint(self) -> tuple[Interval, ...]:
+        return (ETERNITY,)
+
+    def action_of(self, opened: str) -> str:
+        return CommitAction.RESTORE.value
 
 
 # -- catalog-only commits: no files, the same check ----------------------------------

@@ -13,7 +13,7 @@ from lamina.errors import InvalidArgumentError, InvalidIntervalError
 COMMON = {"table", "catalog", "warehouse"}
 #: Options per use.
 ALLOWED = {
-    "read": {"asof", "interval", "columns"},
+    "read": {"asof", "versionasof", "timestampasof", "interval", "columns"},
     "write": {"txnappid", "txnversion", "interval"},
     "stream_read": {
         "columns",
@@ -40,6 +40,8 @@ SPARKS_OWN = {
 #: The documented spelling of each option, for messages.
 SPELLING = {
     "asof": "asOf",
+    "versionasof": "versionAsOf",
+    "timestampasof": "timestampAsOf",
     "txnappid": "txnAppId",
     "txnversion": "txnVersion",
     "startingseq": "startingSeq",

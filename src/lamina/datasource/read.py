@@ -28,10 +28,11 @@ from pyspark.sql.datasource import (
 from lamina.changes import change_schema
 from lamina.core.interval import ETERNITY, Interval
 from lamina.core.model import AsOf
+from lamina.core.versions import AtTime, travel_text
 from lamina.datasource import options as opts
 from lamina.datasource.tasks import FilePiece, ReadSpec, read_pieces
 from lamina.datasource.write import open_table
-from lamina.errors import InvalidArgumentError, SchemaError, SnapshotNotFoundError
+from lamina.errors import InvalidArgumentError, SchemaError
 from lamina.io.reader import check_columns
 from lamina.operations.handle import TableHandle
 
@@ -72,37 +73,30 @@ def _columns(h: TableHandle, o: opts.SourceOptions) -> list[str]:
     return list(h.schema.names) if cols is None else cols
 
 
-def as_of_of(h: TableHandle, text: str | None) -> AsOf:
-    """The ``asOf`` option: a commit id, or ``seq:N`` (the snapshot of seq N).
-    Raises InvalidArgumentError, SnapshotNotFoundError."""
-    if text is None:
+def as_of_of(o: opts.SourceOptions) -> AsOf:
+    """The snapshot the options name: ``versionAsOf`` (a table version),
+    ``timestampAsOf`` (an ISO-8601 time: the latest version completed then) or
+    ``asOf`` (either); at most one of them. Raises InvalidArgumentError."""
+    given = {k: v for k in ("asof", "versionasof", "timestampasof") if (v := o.get(k)) is not None}
+    if not given:
         return None
+    if len(given) > 1:
+        names = " and ".join(opts.SPELLING[k] for k in given)
+        raise InvalidArgumentError(f"options {names} both name a snapshot: give one")
+    ((key, text),) = given.items()
+    what = f"option {opts.SPELLING[key]}"
     t = text.strip()
-    if t.lower().startswith("seq:"):
-        try:
-            seq = int(t[4:])
-        except ValueError:
-            seq = -1
-        seqs = [c for c in h.history() if c.seq is not None]
-        done = [c for c in seqs if c.seq is not None and c.seq <= seq]
-        last = max((c.seq or 0 for c in seqs), default=0)
-        if seq < 0 or not done or seq > last:  # a seq to come: no snapshot yet
-            raise SnapshotNotFoundError(
-                f"option asOf={text!r}: table {h.name!r} has no snapshot at that seq (its "
-                f"latest is seq {last}); give seq:N with N a Commit.seq of t.history(), or "
-                "a commit id"
-            )
-        return max(done, key=lambda c: c.seq or 0).id
-    try:
-        commit_id = int(t)
-    except ValueError:
-        commit_id = 0
-    if commit_id <= 0:
+    if key == "versionasof" and not t.isdigit():
         raise InvalidArgumentError(
-            f"option asOf={text!r}: give a commit id (e.g. '42') or a seq ('seq:17'), "
-            "from t.history()"
+            f"{what}={text!r}: give a table version, e.g. '17' (Commit.version in t.history())"
         )
-    return commit_id
+    if key == "timestampasof" and t.isdigit():
+        raise InvalidArgumentError(
+            f"{what}={text!r}: give an ISO-8601 time, e.g. '2024-01-02T03:00:00Z' (a version "
+            "goes to versionAsOf)"
+        )
+    got = travel_text(t, what)
+    return t if isinstance(got, AtTime) else got
 
 
 @dataclass(frozen=True)
@@ -140,7 +134,9 @@ class LaminaReader(DataSourceReader):
         cat, h = open_table(o)
         try:
             cols = _columns(h, o)
-            as_of = as_of_of(h, o.get("asof"))
+            as_of = as_of_of(o)
+            if as_of is not None:  # the version, pinned (a time names it once)
+                as_of = h.snapshot(as_of).seq
             out = to_arrow_schema(schema, timezone="UTC")
             if out.names != cols:
                 raise SchemaError(

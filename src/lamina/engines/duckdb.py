@@ -34,6 +34,7 @@ from lamina.core.scan import ScanPlan, ScanTask, prune_plan
 from lamina.engines.duckdb_views import quote, register_view, view_sql
 from lamina.engines.sql_bounds import one_statement, time_bound
 from lamina.engines.sql_sandbox import refusal, run_sandboxed
+from lamina.engines.sql_travel import AtRef, at_refs, rewrite, travel_value
 from lamina.errors import SqlError
 from lamina.failpoints import failpoint
 
@@ -43,7 +44,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 Versions = Callable[[Sequence[str]], Mapping[str, Hashable]]
-Planner = Callable[[str], ScanPlan]
+#: the scan plan of a table's snapshot: (catalog name, as_of; None: the latest)
+Planner = Callable[[str, Any], ScanPlan]
 _BOUNDS_KEPT = 1024
 #: Reads a query's result: DuckDB's relation, or None for a statement without one.
 Fetch = Callable[[duckdb.DuckDBPyRelation | None], T]
@@ -54,7 +56,9 @@ class SqlEngine:
 
     ``versions(names)``: ``{catalog name: version}`` of the existing tables among
     ``names`` (matched regardless of case); a table's view is rebuilt when its version
-    changes. ``plan(name)``: the scan plan of a table's latest snapshot.
+    changes. ``plan(name, as_of)``: the scan plan of a table's snapshot (None: the
+    latest). A query reads a past snapshot of a table through ``as_of`` or an AT clause
+    (:mod:`lamina.engines.sql_travel`): a view of that snapshot, private to the query.
     ``filesystem``: an fsspec filesystem the plans' file paths are read through (a
     remote warehouse's, under a protocol of its own), registered on every DuckDB
     connection; None: local paths DuckDB opens itself.
@@ -91,24 +95,30 @@ class SqlEngine:
         # the text, so the pruned relation replaces it without parsing; at most
         # _BOUNDS_KEPT
         self._froms: dict[tuple[str, str], _From | None] = {}
+        # the references with an AT clause, by query: a pure function of its text
+        self._ats: dict[str, list[AtRef]] = {}
 
-    def sql(self, query: str) -> pa.Table:
+    def sql(self, query: str, as_of: Any = None) -> pa.Table:
         """:meth:`run` with the result as an Arrow table."""
-        return self.run(query, to_arrow)
+        return self.run(query, to_arrow, as_of)
 
-    def run(self, query: str, fetch: Fetch[T]) -> T:
+    def run(self, query: str, fetch: Fetch[T], as_of: Any = None) -> T:
         """Run ``query`` over the latest snapshots; ``fetch`` reads its result (while
         the query's cursor is open). If a push or retention removed a file under the
         query, plan again on the newer snapshots and rerun (each run reads one
         consistent snapshot per table). Statements other than SELECT run on a
         fresh connection of their own (nothing they create outlives the call).
+        ``as_of``: the snapshots to read instead of the latest — a mapping of table
+        names (any case) to what ``t.to_arrow(as_of=...)`` takes, or one such value
+        for every table; an AT clause in the query wins over it.
 
-        Raises SqlError when the query cannot be parsed or fails, and
+        Raises SqlError when the query cannot be parsed or fails (or ``as_of`` names a
+        table it does not read), what a table's ``as_of`` raises, and
         CatalogUnavailableError when the catalog cannot be read.
         """
         for attempt in range(self._attempts):
             try:
-                return self._run_once(query, fetch, stale=attempt > 0)
+                return self._run_once(query, fetch, attempt > 0, as_of)
             except duckdb.Error as exc:
                 if not _vanished(exc):
                     raise
@@ -132,7 +142,7 @@ class SqlEngine:
         if why:
             raise SqlError(why)
         for attempt in range(self._attempts):
-            plans = self._plans(named, stale=attempt > 0)
+            plans, _ = self._plans(named, stale=attempt > 0)
             try:
                 return run_sandboxed(query, plans, fetch, timeout_s, allowed, self._scheme)
             except duckdb.IOException as exc:
@@ -191,21 +201,52 @@ class SqlEngine:
                 del self._parsed[next(iter(self._parsed))]
         return cur, *parsed
 
-    def _run_once(self, query: str, fetch: Fetch[T], stale: bool) -> T:
+    def _run_once(self, query: str, fetch: Fetch[T], stale: bool, as_of: Any) -> T:
         cur, named, kinds = self._parse(query)
         try:
+            query, past = self._travel(cur, query)
             if kinds == {duckdb.StatementType.SELECT}:
-                return self._select(cur, query, fetch, named, stale)
+                return self._select(cur, query, fetch, named, stale, as_of, past)
         finally:
             cur.close()
         con = self._connect()  # DDL, DML, SET, ...: a throwaway connection
         try:
             con.execute("SET TimeZone='UTC'")
-            for name, plan in self._plans(named, stale).items():
+            plans, _ = self._plans(named, stale, as_of)
+            for name, plan in [*plans.items(), *past.items()]:
                 register_view(con, name, self._narrow(con, query, name, plan), self._scheme)
             return _execute(con, query, fetch)
         finally:
             con.close()
+
+    def _travel(
+        self, cur: duckdb.DuckDBPyConnection, query: str
+    ) -> tuple[str, dict[str, ScanPlan]]:
+        """``query`` with each reference that has an AT clause reading a view of its own
+        (named here), and the plans of those views. Raises SqlError (a table that does
+        not exist, a value that is no version or time), what ``as_of`` raises."""
+        with self._lock:
+            refs = self._ats.get(query)
+        if refs is None:
+            refs = at_refs(cur, query)
+            with self._lock:
+                self._ats[query] = refs
+                if len(self._ats) > _BOUNDS_KEPT:
+                    del self._ats[next(iter(self._ats))]
+        if not refs:
+            return query, {}
+        names = {n.lower(): n for n in self._versions(sorted({r.table for r in refs}))}
+        past: dict[str, ScanPlan] = {}
+        pairs: list[tuple[AtRef, str]] = []
+        for ref in refs:
+            name = names.get(ref.table.lower())
+            if name is None:
+                raise SqlError(f"{ref.table} AT (...): there is no table named {ref.table!r}")
+            plan = self._planner(name, travel_value(cur, ref))
+            view = f"__lamina_{name}_v{plan.seq}"
+            past[view] = plan
+            pairs.append((ref, view))
+        return rewrite(query, pairs), past
 
     def _select(
         self,
@@ -214,13 +255,17 @@ class SqlEngine:
         fetch: Fetch[T],
         named: frozenset[str],
         stale: bool,
+        as_of: Any = None,
+        past: Mapping[str, ScanPlan] | None = None,
     ) -> T:
         made: list[str] = []  # deletion vector tables of this query's own views
         try:
             narrowed: list[tuple[str, str]] = []  # (name, SQL of its pruned relation)
-            for name, plan in self._plans(named, stale).items():
+            plans, travelled = self._plans(named, stale, as_of)
+            own = travelled | set(past or {})  # read through the query's own views
+            for name, plan in [*plans.items(), *(past or {}).items()]:
                 pruned = self._narrow(cur, query, name, plan)
-                if pruned is not plan:  # else the shared view answers
+                if pruned is not plan or name in own:  # else the shared view answers
                     narrowed.append((name, view_sql(cur, name, pruned, made, self._scheme)))
             if len(narrowed) == 1:  # a time bound needs one table in FROM: at most one
                 rel = self._inlined(cur, query, *narrowed[0])
@@ -260,22 +305,31 @@ class SqlEngine:
                 raise  # planned again
             return None
 
-    def _plans(self, named: frozenset[str], stale: bool) -> dict[str, ScanPlan]:
-        """Latest plans of the catalog tables among ``named``, by catalog name; their
-        shared views are current. ``stale``: plan again whatever the versions say."""
+    def _plans(
+        self, named: frozenset[str], stale: bool, as_of: Any = None
+    ) -> tuple[dict[str, ScanPlan], set[str]]:
+        """Plans of the catalog tables among ``named``, by catalog name: the latest
+        (their shared views are current), or the snapshot ``as_of`` names; and the names
+        planned at ``as_of``. ``stale``: plan again whatever the versions say. Raises
+        SqlError (``as_of`` names a table the query does not read)."""
         versions = self._versions(sorted(named)) if named else {}
         known = {n.lower(): n for n in versions}  # as many names as DuckDB tells apart
         for ref in named:
             if ref.lower() not in known:
                 self._forget(ref)
-        return {n: self._current(n, versions[n], stale) for n in sorted(set(known.values()))}
+        travel = _as_of_by_name(as_of, known)
+        plans = {
+            n: self._planner(n, travel[n]) if n in travel else self._current(n, versions[n], stale)
+            for n in sorted(set(known.values()))
+        }
+        return plans, set(travel)
 
     def _current(self, name: str, version: Hashable, stale: bool) -> ScanPlan:
         with self._lock:
             hit = self._cache.get(name)
         if hit is not None and hit[0] == version and not stale:
             return hit[1]
-        plan = self._planner(name)  # at least as new as ``version``
+        plan = self._planner(name, None)  # at least as new as ``version``
         with self._lock:
             hit = self._cache.get(name)
             same = hit is not None and (hit[1].table.id, hit[1].seq) == (plan.table.id, plan.seq)
@@ -321,6 +375,27 @@ class SqlEngine:
                 if len(self._bounds) > _BOUNDS_KEPT:
                     del self._bounds[next(iter(self._bounds))]
         return plan if bound is None else _uncut(plan, prune_plan(plan, bound), bound)
+
+
+def _as_of_by_name(as_of: Any, known: Mapping[str, str]) -> dict[str, Any]:
+    """``as_of`` per catalog name of the tables a query reads (``known``: by lower-case
+    name): a mapping's entries, or one value for all. Raises SqlError (a key that is
+    not a string, or names a table the query does not read)."""
+    if as_of is None:
+        return {}
+    if not isinstance(as_of, Mapping):
+        return dict.fromkeys(known.values(), as_of)
+    out: dict[str, Any] = {}
+    for key, value in as_of.items():
+        name = known.get(key.lower()) if isinstance(key, str) else None
+        if name is None:
+            raise SqlError(
+                f"as_of names {key!r}, which the query does not read (it reads "
+                f"{sorted(known.values())}); pass as_of={{'table': version or time}}"
+            )
+        if value is not None:
+            out[name] = value
+    return out
 
 
 def _uncut(plan: ScanPlan, pruned: ScanPlan, bound: Interval) -> ScanPlan:
@@ -430,7 +505,13 @@ def _parsed(
         what = (
             "cannot parse the query" if isinstance(exc, duckdb.ParserException) else "query failed"
         )
-        raise SqlError(f"{what}: {exc}{_writes_hint(parser, query)}") from None
+        hint = _writes_hint(parser, query)
+        if "time travel" in str(exc):
+            hint += (
+                " — lamina reads AT (VERSION => n) and AT (TIMESTAMP => t) in a SELECT; "
+                "other statements take cat.sql(query, as_of={'table': version or time})"
+            )
+        raise SqlError(f"{what}: {exc}{hint}") from None
     except BaseException:
         cur.close()
         raise

@@ -207,17 +207,17 @@ def read_source(
     catalog_url: str,
     warehouse: str,
     table: str,
-    commit_id: int | None,
+    version: int | None,
     interval: Interval | None,
 ) -> DataFrame:
-    """A DataFrame over one snapshot read through lamina's data source
-    (``format("lamina")``): tasks read the files with pyarrow, wherever the warehouse
-    is, and apply deletion vectors themselves."""
+    """A DataFrame over one snapshot (the table ``version``; None: the latest) read
+    through lamina's data source (``format("lamina")``): tasks read the files with
+    pyarrow, wherever the warehouse is, and apply deletion vectors themselves."""
     reader = spark.read.format("lamina").options(
         table=table, catalog=catalog_url, warehouse=warehouse
     )
-    if commit_id is not None:
-        reader = reader.option("asOf", str(commit_id))
+    if version is not None:
+        reader = reader.option("versionAsOf", str(version))
     if interval is not None:
         reader = reader.option("interval", str(interval))
     return reader.load()

@@ -67,20 +67,17 @@ def change_points(db: Db, name: str, after_seq: int, until_seq: int | None) -> C
         until = int(last) if until_seq is None else until_seq
         if not 0 <= after_seq <= until <= int(last):
             raise SnapshotNotFoundError(
-                f"no snapshots {after_seq}..{until} in {name!r}: seqs run from 0 to {last} "
-                "(see Commit.seq in t.history()); after_seq must not exceed until_seq"
+                f"no versions {after_seq}..{until} in {name!r}: versions run from 0 (the empty "
+                f"table) to {last} (see Commit.version in t.history()); after_seq must not "
+                "exceed until_seq"
             )
         if after_seq < int(purged):
-            at = conn.execute(
-                select(commits.c.id).where(
-                    commits.c.table_id == rec.id, commits.c.seq == int(purged)
-                )
-            ).scalar()
             raise SnapshotNotFoundError(
-                f"the changes after seq {after_seq} of {name!r} are gone: retention deleted "
-                f"segments that snapshot used. Seq {purged} is the oldest snapshot left: "
-                f"read it whole (t.to_arrow(as_of={at})) in place of the changes up to it, "
-                f"then read changes after seq {purged} (reading only those would miss rows)"
+                f"the changes after version {after_seq} of {name!r} are gone: retention "
+                f"deleted segments that snapshot used. Version {purged} is the oldest left: "
+                f"read it whole (t.to_arrow(as_of={purged})) in place of the changes up to "
+                f"it, then read changes after version {purged} (reading only those would "
+                "miss rows)"
             )
         done = conn.execute(
             select(

@@ -107,8 +107,8 @@ def still_readable(conn: Connection, table: TableRecord, seq: int) -> None:
     purged = conn.execute(select(tables.c.purged_seq).where(tables.c.id == table.id))
     if seq < int(purged.scalar_one()):
         raise SnapshotNotFoundError(
-            f"the snapshot (seq {seq}) of {table.name!r} is no longer readable: retention "
-            "deleted segments it used while it was being read; read a newer commit (see "
+            f"version {seq} of {table.name!r} is no longer readable: retention deleted "
+            "segments it used while it was being read; read a newer version (see "
             "t.history())"
         )
 

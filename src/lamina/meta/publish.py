@@ -41,11 +41,18 @@ from lamina.core.planner import (
     overwrite_segments,
     refuse_named,
     refuse_partial,
+    restored_segments,
 )
-from lamina.core.plans import CopyOnWritePlan, DeletePlan, PublishPlan, RowLevelPlan
+from lamina.core.plans import (
+    CopyOnWritePlan,
+    DeletePlan,
+    PublishPlan,
+    RestorePlan,
+    RowLevelPlan,
+)
 from lamina.core.properties import ROWS_CHANGED_SEQ
 from lamina.core.segment import Segment
-from lamina.errors import CommitError, LineageError, TableNotFoundError
+from lamina.errors import CommitError, LineageError, RestoreError, TableNotFoundError
 from lamina.failpoints import failpoint
 from lamina.io.warehouse import Warehouse
 from lamina.meta import app_txns
@@ -68,6 +75,7 @@ from lamina.meta.segments import (
     mark_removed,
     rows_by_id,
 )
+from lamina.meta.snapshots import resolve, shown_at
 from lamina.meta.tables import lock_table
 
 if TYPE_CHECKING:
@@ -247,6 +255,8 @@ def _plan_identities(
     if plan.appends():
         _plan_appends(conn, table, trow, plan.appends(), version, suffix, planned)
     _plan_runs(conn, table, plan.compacts(), planned)
+    if isinstance(plan, RestorePlan):
+        _plan_restore(conn, table, plan, version, planned)
     if isinstance(plan, (CopyOnWritePlan, RowLevelPlan)):  # rewrites, not appends
         planned.rewrote = [s.id for s in planned.new if s.minor_version > 0]
     _plan_carried(conn, table, commit_id, cleared.carry, planned)
@@ -289,6 +299,47 @@ def _plan_overwrite(
     else:  # and the sources a completed entry hides: a rollback shows none
         gone += overshadowed(_replaced_sources(conn, table, current, span), new)
     planned.removed |= {s.id for s in gone}
+
+
+def _plan_restore(
+    conn: Connection, table: TableRecord, plan: RestorePlan, version: int, planned: _Planned
+) -> None:
+    """A restore's copies of what version ``plan.version`` showed, on versions from
+    ``version`` up, and the live segments they replace: all that readers see now, and
+    the sources a completed entry hides (a rollback shows none). Raises
+    SnapshotTooOldError (retention deleted segments of that version meanwhile),
+    RestoreError (a deletion vector hid rows of its files since)."""
+    resolve(conn, table.id, table.name, plan.version)  # still readable, under the lock
+    planned.current = entries_rows.entries(conn, table.id)
+    planned.hidden = hidden_by(planned.current)
+    planned.lazy = False
+    shown = shown_at(conn, table.id, table.name, plan.version)
+    files = [s.location for s in shown if s.location is not None]
+    if files and table.is_upsert:
+        raise RestoreError(
+            f"table {table.name!r} is an upsert table: its key index cannot go back to an "
+            "earlier version; nothing changed"
+        )
+    if files:
+        from lamina.meta import deletes  # loads numpy, pyroaring
+
+        hid = sorted(
+            loc
+            for loc, seqs in deletes.history(conn, table.id, files).items()
+            if any(seq > plan.version for seq, _ in seqs)
+        )
+        if hid:
+            raise RestoreError(
+                f"cannot restore version {plan.version} of {table.name!r} exactly: "
+                f"deletion vectors hid rows of {len(hid)} of its files since (e.g. {hid[0]}); "
+                "nothing changed"
+            )
+    copies, top = restored_segments(table.name, shown, version)
+    planned.new += copies
+    planned.fresh = top if copies else planned.fresh
+    live = live_segments(conn, table.id, table.name, ETERNITY, planned.hidden)
+    sources = _replaced_sources(conn, table, planned.current, ETERNITY)
+    planned.removed |= {s.id for s in live} | {s.id for s in sources}
 
 
 def _plan_appends(

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, and_, or_, select
+from sqlalchemy import Connection, and_, func, or_, select
 
-from lamina.core.interval import Interval
+from lamina.core.interval import Interval, format_us, from_us
 from lamina.core.model import AsOf, Commit, Snapshot
 from lamina.core.segment import Segment
-from lamina.errors import SnapshotNotFoundError
+from lamina.core.versions import AtTime, travel
+from lamina.errors import SnapshotNotFoundError, SnapshotTooOldError
 from lamina.failpoints import failpoint
 from lamina.meta.db import Db
 from lamina.meta.lineage_lists import hidden_at
@@ -42,26 +42,12 @@ COLUMNS = (
 
 
 def resolve(conn: Connection, table_id: int, name: str, as_of: AsOf) -> tuple[int, int | None]:
-    """(seq, commit id) of the latest snapshot, or of the one ``as_of`` (a commit id or a
-    Commit of this table) completed. Raises SnapshotNotFoundError."""
-    if isinstance(as_of, Commit):
-        if as_of.table and as_of.table != name:
-            raise SnapshotNotFoundError(
-                f"as_of is commit {as_of.id} of table {as_of.table!r}, not of {name!r}: "
-                f"pass a commit of {name!r} (see t.history())"
-            )
-        as_of = as_of.id
-    elif as_of is not None:
-        try:  # an int, or any integer type (numpy's too); not a bool, float or string
-            if isinstance(as_of, bool):
-                raise TypeError
-            as_of = operator.index(as_of)
-        except TypeError:
-            raise SnapshotNotFoundError(
-                f"as_of takes a commit id (int) or a Commit, not {type(as_of).__name__} "
-                f"{as_of!r}: see t.history() for the commits you can read"
-            ) from None
-    if as_of is None:
+    """(version, commit id) of the latest snapshot, or of the one ``as_of`` names: a
+    table version, a Commit of this table, or a time (the latest version completed at
+    or before it). Raises InvalidArgumentError (a wrong type), SnapshotNotFoundError (no
+    such version), SnapshotTooOldError (before the first commit, or purged)."""
+    at = travel(as_of)
+    if at is None:
         seq = int(
             conn.execute(select(tables.c.last_seq).where(tables.c.id == table_id)).scalar_one()
         )
@@ -69,29 +55,97 @@ def resolve(conn: Connection, table_id: int, name: str, as_of: AsOf) -> tuple[in
             select(commits.c.id).where(commits.c.table_id == table_id, commits.c.seq == seq)
         ).scalar()
         return seq, commit_id
-    in_range = -(2**63) <= as_of < 2**63  # a catalog id is a 64-bit integer
-    row = (
-        conn.execute(
-            select(commits.c.seq, commits.c.state).where(
-                commits.c.id == as_of, commits.c.table_id == table_id
+    if isinstance(at, Commit):
+        if at.table and at.table != name:
+            raise SnapshotNotFoundError(
+                f"as_of is commit {at.id} of table {at.table!r}, not of {name!r}: "
+                f"pass a version of {name!r} (see t.history())"
             )
-        ).first()
+        if at.seq is None:
+            raise SnapshotNotFoundError(
+                f"commit {at.id} of {name!r} is {at.state}: it made no version; "
+                "see t.history() for the versions you can read"
+            )
+        at = at.seq
+    version = _version_at(conn, table_id, name, at) if isinstance(at, AtTime) else at
+    in_range = 0 < version < 2**63  # a catalog seq is a 64-bit integer
+    commit_id = (
+        conn.execute(
+            select(commits.c.id).where(commits.c.table_id == table_id, commits.c.seq == version)
+        ).scalar()
         if in_range
         else None
     )
-    if row is None or row.seq is None:
-        state = "no such commit" if row is None else row.state
+    if commit_id is None:
+        first, last = _range(conn, table_id)
+        which = "it has no versions yet" if first is None else f"its versions are {first} to {last}"
         raise SnapshotNotFoundError(
-            f"table {name!r} has no completed commit {as_of} ({state}); "
-            "see t.history() for the commits you can read"
+            f"table {name!r} has no version {version}: {which} (see t.history())"
         )
     purged = conn.execute(select(tables.c.purged_seq).where(tables.c.id == table_id)).scalar_one()
-    if int(row.seq) < purged:
-        raise SnapshotNotFoundError(
-            f"the snapshot of commit {as_of} of {name!r} is no longer readable: "
-            "retention deleted segments it used; read a newer commit (see t.history())"
+    if version < purged:
+        raise too_old(
+            conn,
+            table_id,
+            name,
+            f"version {version} of {name!r} is no longer readable: retention deleted "
+            "segments it used",
         )
-    return int(row.seq), as_of
+    return version, int(commit_id)
+
+
+def _range(conn: Connection, table_id: int) -> tuple[int | None, int]:
+    """The table's first and last versions (None, 0: no commit yet)."""
+    first = conn.execute(
+        select(func.min(commits.c.seq)).where(
+            commits.c.table_id == table_id, commits.c.seq.is_not(None)
+        )
+    ).scalar()
+    last = conn.execute(select(tables.c.last_seq).where(tables.c.id == table_id)).scalar_one()
+    return (None if first is None else int(first)), int(last)
+
+
+def _version_at(conn: Connection, table_id: int, name: str, at: AtTime) -> int:
+    """The latest version completed at or before ``at``: the one before the first
+    version completed after it (so a version's time is the latest completion up to it,
+    whatever the clocks of the writers said). Raises SnapshotTooOldError."""
+    after = conn.execute(
+        select(func.min(commits.c.seq)).where(
+            commits.c.table_id == table_id,
+            commits.c.seq.is_not(None),
+            commits.c.completed_at > at.us,
+        )
+    ).scalar()
+    first, last = _range(conn, table_id)
+    version = last if after is None else int(after) - 1
+    if first is None or version < first:
+        raise too_old(conn, table_id, name, f"table {name!r} has no version as of {at}")
+    return version
+
+
+def too_old(conn: Connection, table_id: int, name: str, why: str) -> SnapshotTooOldError:
+    """SnapshotTooOldError saying ``why`` and the oldest version (and time) readable."""
+    first, _ = _range(conn, table_id)
+    purged = conn.execute(select(tables.c.purged_seq).where(tables.c.id == table_id)).scalar_one()
+    if first is None:
+        return SnapshotTooOldError(f"{why}: it has no commit yet")
+    earliest = max(first, int(purged))
+    us = int(
+        conn.execute(
+            select(func.max(commits.c.completed_at)).where(
+                commits.c.table_id == table_id,
+                commits.c.seq.is_not(None),
+                commits.c.seq <= earliest,
+            )
+        ).scalar_one()
+    )
+    when = from_us(us)
+    return SnapshotTooOldError(
+        f"{why}; the earliest available is version {earliest}, completed at "
+        f"{format_us(us)} (see t.history())",
+        earliest,
+        when,
+    )
 
 
 def snapshot(
@@ -124,7 +178,20 @@ def snapshot(
     return db.read(txn)
 
 
-def segments_of(root: str, tname: str, rows: Sequence[Any], hidden: set[str]) -> list[Segment]:
+def shown_at(conn: Connection, table_id: int, name: str, seq: int) -> list[Segment]:
+    """The live segments of snapshot ``seq`` that lineage did not hide then, tombstones
+    too, their locations relative to the warehouse (what a restore copies)."""
+    hidden = hidden_at(conn, table_id, seq)
+    live = or_(segments.c.removed_seq.is_(None), segments.c.removed_seq > seq)
+    cond = and_(segments.c.table_id == table_id, segments.c.added_seq <= seq, live)
+    return segments_of(None, name, conn.execute(select(*COLUMNS).where(cond)).all(), hidden)
+
+
+def segments_of(
+    root: str | None, tname: str, rows: Sequence[Any], hidden: set[str]
+) -> list[Segment]:
+    """Segments of catalog rows but those ``hidden``; locations under ``root`` (None:
+    relative, as stored)."""
     intervals: dict[tuple[int, int], Interval] = {}  # shared, not one per segment
     segs = []
     for s, e, v, p, n, loc, rc, sb, mn, mx, cid, sfx, minor, lo, hi, aug, sid in rows:
@@ -133,7 +200,7 @@ def segments_of(root: str, tname: str, rows: Sequence[Any], hidden: set[str]) ->
         iv = intervals.get((s, e))
         if iv is None:
             iv = intervals[(s, e)] = Interval.of(s, e)
-        location = f"{root}/{loc}" if loc else None
+        location = (loc if root is None else f"{root}/{loc}") if loc else None
         if minor:  # a later generation
             seg = Segment(
                 tname, iv, v, p, n, location, rc, sb, mn, mx, cid, sfx or "",

@@ -269,6 +269,7 @@ def compact(t: TableDep, body: CompactRequest) -> CompactResult:
     )
     return CompactResult(
         commitId=None if c is None else c.id,
+        tableVersion=None if c is None else c.version,
         segmentsBefore=before,
         segmentsAfter=len(t.segments()),
     )

@@ -135,6 +135,11 @@ class CompactRequest(ApiRequest):
 
 class CompactResult(ApiModel):
     commit_id: int | None = Field(alias="commitId", description="None: nothing to compact.")
+    table_version: int | None = Field(
+        None,
+        alias="tableVersion",
+        description="The table version the compaction made (what as_of takes); None: none.",
+    )
     segments_before: int = Field(alias="segmentsBefore")
     segments_after: int = Field(alias="segmentsAfter")
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from lamina.core.args import flag, names
 from lamina.core.interval import Interval
-from lamina.core.model import Commit, txn_of, user_metadata
+from lamina.core.model import AsOf, Commit, txn_of, user_metadata
 from lamina.errors import (
     InvalidArgumentError,
     LineageEntryNotFoundError,
@@ -416,6 +416,19 @@ class Table(TableDefinition):
         if not ids:
             raise SegmentNotFoundError("delete_segments needs at least one segment id")
         return lineage.delete_segments(self._handle, ids)
+
+    def restore(self, target: AsOf, metadata: dict[str, Any] | None = None) -> Commit:
+        """Make the table show exactly what version ``target`` showed — a version
+        (``Commit.version``), a Commit, or a time (the latest version completed then, as
+        ``as_of``) — in one RESTORE commit that writes no file; every version stays
+        readable and the change feed reports what the restore changed. Concurrent
+        writes conflict as with an overwrite of the whole table.
+        Raises InvalidArgumentError, SnapshotNotFoundError, SnapshotTooOldError (naming
+        the oldest restorable version), RestoreError (an upsert table; rows a deletion
+        vector hid since), LineageError (a push in progress), CommitConflictError."""
+        from lamina.operations.restore import restore  # the write path
+
+        return restore(self._handle, target, user_metadata(metadata))
 
     def __repr__(self) -> str:
         return f"Table({self.name!r}, time_column={self.time_column!r}, {self.granularity.value})"

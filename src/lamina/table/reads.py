@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 from lamina.context import CatalogContext
 from lamina.core.interval import Granularity, Interval
-from lamina.core.model import AsOf, Commit, Snapshot, TableRecord, seq_of
+from lamina.core.model import AsOf, Commit, Snapshot, TableRecord
 from lamina.core.segment import Segment
 from lamina.core.timeline import Timeline
+from lamina.core.versions import version_of
 from lamina.errors import SchemaError, UnsupportedTypeError
 from lamina.operations.handle import TableHandle, latest_again
 
@@ -76,6 +77,13 @@ class TableReads:
     ) -> pa.Table:
         """Rows of the latest (or ``as_of``) snapshot, optionally only some columns/times.
 
+        ``as_of`` (every read takes it): a table version (``Commit.version``), the
+        Commit a write returned, or a time — a datetime (naive: UTC), a date or an
+        ISO-8601 string — naming the latest version completed at or before it. Raises
+        InvalidArgumentError (``as_of`` of another type), SnapshotNotFoundError (no such
+        version), SnapshotTooOldError (a time before the first commit, a version
+        retention purged: the message names the earliest available).
+
         A latest read whose files a concurrent push or retention removed is planned
         again on the newer snapshot (never a mix: each attempt reads one snapshot).
         ``all_versions`` (upsert tables): every stored record with ``$valid_from`` and
@@ -138,9 +146,10 @@ class TableReads:
         wh = h.ctx.warehouse
         if h.is_upsert or not wh.local or is_connect(spark):
             iv = None if interval is None else Interval.coerce(interval)
-            commit_id = h.snapshot(as_of).commit_id
+            snap = h.snapshot(as_of)
+            version = snap.seq if snap.commit_id is not None else None
             url = h.ctx.db.engine.url.render_as_string(hide_password=False)
-            return read_source(spark, url, wh.location, h.name, commit_id, iv)
+            return read_source(spark, url, wh.location, h.name, version, iv)
         return read_spark(spark, self.scan(as_of, interval), wh)
 
     def _spark_readable(self) -> None:
@@ -166,16 +175,21 @@ class TableReads:
         return Timeline.build(self.snapshot(as_of, all_published=all_published).segments)
 
     def read_changes(
-        self, after_seq: int, until_seq: int | None = None, columns: list[str] | None = None
+        self,
+        after_seq: int | Commit,
+        until_seq: int | Commit | None = None,
+        columns: list[str] | None = None,
     ) -> pa.Table:
-        """The rows each commit completed in ``(after_seq, until_seq]`` (default: up to
+        """The rows each commit of versions ``(after_seq, until_seq]`` (default: up to
         the latest) made visible (``_change`` 'insert') or invisible ('delete'), with
-        ``_commit_id`` and ``_commit_seq``, in completion order — an incremental pull.
-        Seqs are ``Commit.seq`` of :meth:`history` (0: the empty table).
-        Raises SnapshotNotFoundError (seqs out of range, or retention deleted what the
-        start snapshot used, or seqs that are not ints), SchemaError (unknown columns)."""
-        after_seq = seq_of(after_seq, "after_seq")
-        until_seq = None if until_seq is None else seq_of(until_seq, "until_seq")
+        ``_commit_id`` and ``_commit_seq`` (the version), in completion order — an
+        incremental pull. Both bounds are table versions (``Commit.version`` of
+        :meth:`history`, or the Commit itself; 0: the empty table).
+        Raises InvalidArgumentError (a bound that is not a version), SnapshotNotFoundError
+        (versions out of range, or retention deleted what the start snapshot used),
+        SchemaError (unknown columns)."""
+        after_seq = version_of(after_seq, "after_seq")
+        until_seq = None if until_seq is None else version_of(until_seq, "until_seq")
         from lamina.operations.kinds import kind_of  # numpy, pyarrow
 
         h = self._handle
@@ -184,8 +198,8 @@ class TableReads:
     def read_changes_spark(
         self,
         spark: Any,
-        after_seq: int,
-        until_seq: int | None = None,
+        after_seq: int | Commit,
+        until_seq: int | Commit | None = None,
         columns: list[str] | None = None,
     ) -> Any:
         """:meth:`read_changes` as a Spark DataFrame (read by Spark's Parquet reader;
@@ -198,14 +212,16 @@ class TableReads:
         if is_spark_connect(spark):
             raise refuse_connect("t.read_changes_spark")
         self._spark_readable()
-        after_seq = seq_of(after_seq, "after_seq")
-        until_seq = None if until_seq is None else seq_of(until_seq, "until_seq")
+        after_seq = version_of(after_seq, "after_seq")
+        until_seq = None if until_seq is None else version_of(until_seq, "until_seq")
         from lamina.operations.kinds import kind_of  # numpy, pyarrow
 
         h = self._handle
         return kind_of(h).read_changes_spark(spark, h, after_seq, until_seq, columns)
 
     def history(self) -> list[Commit]:
+        """Every commit of the table, oldest first; a completed one's ``version`` is
+        what ``as_of``, :meth:`read_changes` and :meth:`restore` take."""
         return self._handle.history()
 
     def count(self, as_of: AsOf = None) -> int:

@@ -536,7 +536,7 @@ def compact_major(
     ) as tx:
         base = tx.base_seq
         at_base = commits.history(table.ctx.db, table.name, seq=base) if base else []
-        as_of = at_base[0].id if at_base else None
+        as_of = at_base[0].seq if at_base else None
         if as_of is None:
             data = table.schema.empty_table()
         elif upsert is not None:  # each key's latest record, live tombstones too

@@ -208,10 +208,10 @@ def changed_rows(
     out: list[ChangedRows] = []
     before: Shown = {}
     if changes.base is not None:
-        before = _visible_rows(plan(ctx, table.name, changes.base))
+        before = _visible_rows(plan(ctx, table.name, changes.after_seq))
     root = ctx.db.root + "/"
     for point in changes.points:
-        shown = after = _visible_rows(plan(ctx, table.name, point.commit_id))
+        shown = after = _visible_rows(plan(ctx, table.name, point.seq))
         if not point.touched:  # a compaction: the same records, rewritten
             before = after
             continue
