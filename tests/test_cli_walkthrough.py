@@ -29,7 +29,7 @@ EXPECTED: list[tuple[str, list[str]]] = [
         [
             "created table events (time column ts, DAY chunks)",
             "timestamp[us, tz=UTC]",
-            "✓ commit 1 (append) on events: 3 rows, 2 segments added",
+            "✓ version 1 (append) on events: 3 rows, 2 segments added",
         ],
     ),
     (
@@ -39,7 +39,7 @@ EXPECTED: list[tuple[str, list[str]]] = [
     ("lamina query ", ["ana     19.75", "ben       3.0", "2 rows"]),
     (
         "lamina ingest events day.csv --txn nightly:20240102",
-        ["✓ skipped: nightly already wrote version 20240102", "(commit 1); nothing written"],
+        ["✓ skipped: nightly already wrote version 20240102", "(table version 1); nothing written"],
     ),
     ("lamina query ", ["wrote 3 rows to events.parquet (parquet"]),
     ("lamina retention --dry-run", ["would delete 0 segment files and 0 orphan files"]),

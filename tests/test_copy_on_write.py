@@ -92,7 +92,7 @@ def test_every_answer_equals_merge_on_reads(cat: lamina.Catalog, seed: int) -> N
         commits.append((mor.upsert(b), cow.upsert(b)))
     assert answer(cow) == answer(mor)
     for a, b in commits:
-        assert answer(cow, b.id) == answer(mor, a.id)
+        assert answer(cow, b.version) == answer(mor, a.version)
     q = "SELECT count(*) AS n, sum(value) AS s, max(version) AS v FROM {}"
     assert cat.sql(q.format("cow")).to_pylist() == cat.sql(q.format("mor")).to_pylist()
     cols = ["key", "version", "deleted", "value", "_change"]

@@ -721,7 +721,8 @@ def _cols(**cols: Any) -> pa.Table:
         (_cols(ver=pa.array([None], pa.int64())), UpsertError),  # a null comparison value
         (_cols(key=None), SchemaError),  # no key column
         (_cols(ver=None), SchemaError),  # no comparison column
-        (_cols(gone=None), SchemaError),  # no delete column
+        # no delete column: nullable, so read as null (not a delete), as any missing
+        # nullable column (tests/test_schema_missing_columns.py)
     ],
 )
 def test_bad_input_is_refused_typed_and_nothing_is_lost(

@@ -327,7 +327,7 @@ def ingest(
             done(
                 ("skipped", "bold"),
                 f": {app} already wrote version {version} or a later one on {table.name} "
-                f"(commit {commit.id}); nothing written",
+                f"(table version {commit.version}); nothing written",
             )
             return
         _print_commit(table, commit, created, time.monotonic() - started, use, tasks)
