@@ -425,7 +425,8 @@ class Table(TableDefinition):
         stays readable and the change feed reports what the restore changed. Concurrent
         writes conflict as with an overwrite of the whole table.
         Raises InvalidArgumentError, SnapshotNotFoundError, SnapshotTooOldError (naming
-        the oldest restorable version), RestoreError (an upsert table), LineageError (a push in progress), CommitConflictError."""
+        the oldest restorable version), RestoreError (an upsert table), LineageError
+        (a push in progress), CommitConflictError."""
         from lamina.operations.restore import restore  # the write path
 
         return restore(self._handle, target, user_metadata(metadata))
