@@ -1,6 +1,8 @@
 """The web console in a real browser: Debian's chromium driven by Playwright (never a
-browser Playwright downloads). One server and one browser page for the module; the
-tests write the screenshots in docs/console/.
+browser Playwright downloads). One server and one browser page for the module; every
+page is screenshotted (into a temporary folder, or docs/console/ — committed, shown in
+the README — when ``LAMINA_CONSOLE_SCREENSHOTS=1``, so that a test run leaves the
+checkout clean).
 
 Skipped, with the reason, when chromium or Playwright is missing; under CI=true that
 fails instead (.ci/run installs chromium)."""
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -24,7 +27,12 @@ from lamina.rest import create_app
 from tests.helpers import SCHEMA, events
 
 CHROMIUM = os.environ.get("LAMINA_CHROMIUM", "/usr/bin/chromium")
-SHOTS = Path(__file__).resolve().parent.parent / "docs" / "console"
+DOCS_SHOTS = Path(__file__).resolve().parent.parent / "docs" / "console"
+SHOTS = (
+    DOCS_SHOTS
+    if os.environ.get("LAMINA_CONSOLE_SCREENSHOTS") == "1"
+    else Path(tempfile.gettempdir()) / "lamina-console-shots"
+)
 TOKEN = "browser-token"
 
 

@@ -1,5 +1,6 @@
 """``t.restore(version or time)`` and ``lamina restore``: one RESTORE commit makes the
-table show exactly what that version showed, writing no file; history stays intact
+table show exactly what that version showed, writing no file but copies of files whose
+rows deletion vectors hid since; history stays intact
 (every version readable as before, the restore a version of its own), the change feed
 reports what it changed, and whatever cannot be restored exactly is refused with the
 table unchanged."""
@@ -272,3 +273,35 @@ def test_writes_that_began_before_a_restore_publish_as_beside_an_overwrite(
     assert late.version == 5 and t.count() == 3 + 4  # version 4: the second restore
     done = sorted((c.version, c.action) for c in t.history() if c.version)
     assert done[-2:] == [(4, "RESTORE"), (5, "APPEND")]
+
+
+@pytest.mark.parametrize("mode", ["merge-on-read", "copy-on-write"])
+def test_a_restore_takes_row_level_changes_back(cat: lamina.Catalog, mode: str) -> None:
+    """A delete (or update) hid rows by deletion vectors, or rewrote their files: the
+    restore shows the version before it exactly — a file whose rows vectors hid since is
+    copied with the rows it showed then — and the change feed's net effect is the rows
+    it brought back (the rows of a copied file it did not change come as a delete and
+    an insert that cancel); the delete's own version still reads as it did."""
+    t = cat.create_table(
+        "t", SCHEMA, time_column="ts", segment_granularity="DAY",
+        properties={"write.update.mode": mode},
+    )  # fmt: skip
+    t.append(events(days=2, per_day=6))
+    before = rows(t)
+    deleted = t.delete("k % 3 = 0")
+    assert deleted is not None
+    t.update("k % 3 = 1", set={"v": "v + 100"})
+    after = rows(t)
+    r = t.restore(1)
+    assert rows(t) == before
+    assert rows(t, deleted.version) != before and rows(t, r.version - 1) == after
+    feed = Counter(
+        (x["_change"], x["k"], x["v"]) for x in t.read_changes(r.version - 1, r).to_pylist()
+    )
+    now, then = Counter((k, v) for _, k, v in before), Counter((k, v) for _, k, v in after)
+    ins = Counter({tuple(kv): n for (c, *kv), n in feed.items() if c == "insert"})
+    dels = Counter({tuple(kv): n for (c, *kv), n in feed.items() if c == "delete"})
+    assert ins - dels == now - then and dels - ins == then - now
+    assert cat.sql("SELECT count(*) AS n FROM t").to_pylist() == [{"n": len(before)}]
+    t.delete("k % 3 = 2")  # the restored table takes row-level changes again
+    assert rows(t) == [x for x in before if x[1] % 3 != 2]

@@ -25,8 +25,8 @@ def restore(
     catalog: CatalogOpt = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
-    """Restore a table to an earlier version, in one commit that writes no file; every
-    version stays readable (the restore is a version of its own)."""
+    """Restore a table to an earlier version, in one commit (files whose rows a delete hid since
+    copied, others reused); every version stays readable (the restore is a version of its own)."""
     at = as_of_arg(target, "VERSION|TIME")
     with connect(ctx, catalog, warehouse) as cat:
         commit = load(cat, name).restore(at)

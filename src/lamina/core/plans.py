@@ -324,6 +324,9 @@ class RestorePlan(PublishPlan):
     that saw no concurrent append (serializable)."""
 
     version: int
+    #: files of that version whose rows deletion vectors hid since, by location: each
+    #: copied with exactly the rows the version showed (the copy shows in its place)
+    copies: tuple[tuple[str, NewSegment], ...] = ()
     isolation: Isolation = Isolation.SERIALIZABLE
 
     def appends(self) -> tuple[NewSegment, ...]:

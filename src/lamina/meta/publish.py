@@ -313,7 +313,11 @@ def _plan_restore(
     planned.current = entries_rows.entries(conn, table.id)
     planned.hidden = hidden_by(planned.current)
     planned.lazy = False
-    shown = shown_at(conn, table.id, table.name, plan.version)
+    copied = dict(plan.copies)
+    shown = [
+        s if s.location not in copied else _copied(s, copied[s.location])
+        for s in shown_at(conn, table.id, table.name, plan.version)
+    ]
     files = [s.location for s in shown if s.location is not None]
     if files and table.is_upsert:
         raise RestoreError(
@@ -329,10 +333,10 @@ def _plan_restore(
             if any(seq > plan.version for seq, _ in seqs)
         )
         if hid:
-            raise RestoreError(
+            raise RestoreError(  # a row-level change after the copies were made
                 f"cannot restore version {plan.version} of {table.name!r} exactly: "
                 f"deletion vectors hid rows of {len(hid)} of its files since (e.g. {hid[0]}); "
-                "nothing changed"
+                "nothing changed: restore again"
             )
     copies, top = restored_segments(table.name, shown, version)
     planned.new += copies
@@ -340,6 +344,26 @@ def _plan_restore(
     live = live_segments(conn, table.id, table.name, ETERNITY, planned.hidden)
     sources = _replaced_sources(conn, table, planned.current, ETERNITY)
     planned.removed |= {s.id for s in live} | {s.id for s in sources}
+
+
+def _copied(seg: Segment, copy: NewSegment) -> Segment:
+    """``seg`` on ``copy``'s file (a restore's copy of its rows then shown)."""
+    return Segment(
+        seg.table,
+        seg.interval,
+        seg.version,
+        seg.partition_id,
+        seg.num_core_partitions,
+        copy.location,
+        copy.row_count,
+        copy.size_bytes,
+        seg.min_time,
+        seg.max_time,
+        suffix=seg.suffix,
+        minor_version=seg.minor_version,
+        root_partition_range=seg.root_partition_range,
+        atomic_update_group_size=seg.atomic_update_group_size,
+    )
 
 
 def _plan_appends(

@@ -1,15 +1,17 @@
 """``t.restore``: one commit that makes a table show again what an earlier version
 showed (Delta's RESTORE, Iceberg's rollback), its history kept: every version stays
 readable, the restore is a version of its own, and the change feed reports what it
-changed. No file is written: the commit brings that version's segments back as new
-segment rows on the same files (:class:`lamina.core.plans.RestorePlan`)."""
+changed. The commit brings that version's segments back as new segment rows on the
+same files (:class:`lamina.core.plans.RestorePlan`); only a file whose rows deletion
+vectors hid since (a row-level delete, update or merge) is copied, with exactly the rows
+that version showed, so that a restore takes a delete back."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from lamina.core.lineage import LineageState
-from lamina.core.model import AsOf, Commit, CommitAction
+from lamina.core.model import AsOf, Commit, CommitAction, NewSegment
 from lamina.core.plans import RestorePlan
 from lamina.errors import LineageError, RestoreError, SnapshotTooOldError
 from lamina.operations.handle import TableHandle
@@ -21,7 +23,7 @@ def restore(h: TableHandle, target: AsOf, metadata: dict[str, Any]) -> Commit:
     one RESTORE commit. Raises InvalidArgumentError (a wrong type), SnapshotNotFoundError
     (no such version), SnapshotTooOldError (before the first commit, or retention
     deleted its files: names the oldest restorable version), RestoreError (an upsert
-    table; rows a deletion vector hid since), LineageError (a push in progress),
+    table), LineageError (a push in progress),
     CommitConflictError (a commit completed meanwhile)."""
     if target is None:
         raise RestoreError("restore needs the version (or time) to go back to, e.g. t.restore(3)")
@@ -46,4 +48,48 @@ def restore(h: TableHandle, target: AsOf, metadata: dict[str, Any]) -> Commit:
         )
     meta = {**metadata, "restored_version": version}
     with WriteTransaction(h.ctx, h.record, CommitAction.RESTORE, meta, inflight=True) as txn:
-        return txn.publish(RestorePlan(version=version))
+        copies = _undeleted(h, version, txn.dir)
+        return txn.publish(RestorePlan(version=version, copies=copies))
+
+
+def _undeleted(h: TableHandle, version: int, commit_rel: str) -> tuple[tuple[str, NewSegment], ...]:
+    """The files version ``version`` showed whose rows deletion vectors hid since, each
+    copied under ``commit_rel`` with exactly the rows that version showed: by location."""
+    import numpy as np  # loads numpy, pyarrow
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyroaring import BitMap
+
+    from lamina.io.writer import dictionary_columns
+    from lamina.meta import deletes
+    from lamina.meta.snapshots import shown_at
+
+    tid, wh = h.record.id, h.ctx.warehouse
+
+    def read(conn: Any) -> tuple[list[Any], dict[str, list[tuple[int, BitMap]]]]:
+        shown = [s for s in shown_at(conn, tid, h.name, version) if s.location is not None]
+        return shown, deletes.history(conn, tid, [s.location or "" for s in shown])
+
+    shown, history = h.ctx.db.read(read)
+    out: list[tuple[str, NewSegment]] = []
+    for i, seg in enumerate(shown):
+        vectors = history.get(seg.location or "", [])
+        if all(seq <= version for seq, _ in vectors):
+            continue  # nothing hidden since: the file itself shows it again
+        hidden = BitMap()
+        for seq, rows in vectors:
+            if seq <= version:
+                hidden |= rows
+        data = pq.read_table(wh.path(seg.location or ""), filesystem=wh.fs)
+        keep = np.ones(data.num_rows, dtype=bool)
+        keep[np.fromiter(hidden, dtype=np.int64, count=len(hidden))] = False
+        data = data.filter(pa.array(keep))
+        rel = f"{commit_rel}/restored-{i:05d}.parquet"
+        path = wh.path(rel)
+        wh.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        pq.write_table(data, path, filesystem=wh.fs, use_dictionary=dictionary_columns(data.schema))
+        copy = NewSegment(
+            seg.interval, rel, data.num_rows, wh.size(path), seg.min_time, seg.max_time
+        )
+        out.append((seg.location or "", copy))
+    return tuple(out)

@@ -420,12 +420,13 @@ class Table(TableDefinition):
     def restore(self, target: AsOf, metadata: dict[str, Any] | None = None) -> Commit:
         """Make the table show exactly what version ``target`` showed — a version
         (``Commit.version``), a Commit, or a time (the latest version completed then, as
-        ``as_of``) — in one RESTORE commit that writes no file; every version stays
-        readable and the change feed reports what the restore changed. Concurrent
+        ``as_of``) — in one RESTORE commit, which writes no file but copies of files whose
+        rows deletion vectors hid since (a row-level delete is taken back); every version
+        stays readable and the change feed reports what the restore changed. Concurrent
         writes conflict as with an overwrite of the whole table.
         Raises InvalidArgumentError, SnapshotNotFoundError, SnapshotTooOldError (naming
-        the oldest restorable version), RestoreError (an upsert table; rows a deletion
-        vector hid since), LineageError (a push in progress), CommitConflictError."""
+        the oldest restorable version), RestoreError (an upsert table), LineageError
+        (a push in progress), CommitConflictError."""
         from lamina.operations.restore import restore  # the write path
 
         return restore(self._handle, target, user_metadata(metadata))
