@@ -56,13 +56,13 @@ def _undeleted(h: TableHandle, version: int, commit_rel: str) -> tuple[tuple[str
     """The files version ``version`` showed whose rows deletion vectors hid since, each
     copied under ``commit_rel`` with exactly the rows that version showed: by location."""
     import numpy as np  # loads numpy, pyarrow
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from pyroaring import BitMap
+    import pyarrow as pa  # loads numpy, pyarrow
+    import pyarrow.parquet as pq  # loads numpy, pyarrow
+    from pyroaring import BitMap  # loads pyroaring
 
-    from lamina.io.writer import dictionary_columns
-    from lamina.meta import deletes
-    from lamina.meta.snapshots import shown_at
+    from lamina.io.writer import dictionary_columns  # loads numpy, pyarrow
+    from lamina.meta import deletes  # loads numpy, pyroaring
+    from lamina.meta.snapshots import shown_at  # loads numpy, pyarrow
 
     tid, wh = h.record.id, h.ctx.warehouse
 
