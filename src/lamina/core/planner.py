@@ -313,14 +313,19 @@ def compacted_segments(table: str, run: CompactedRun, first_pid: int) -> list[Se
 
 
 def restored_segments(
-    table: str, shown: Sequence[Segment], first_version: int
+    table: str,
+    shown: Sequence[Segment],
+    first_version: int,
+    copies: Mapping[str, NewSegment] | None = None,
 ) -> tuple[list[Segment], int]:
     """Copies of the segments an earlier snapshot showed (``shown``: its live segments
     lineage did not hide; tombstones too), for a restore: the same files, intervals,
     partitions and overwrite fields, each version renumbered from ``first_version`` up
     in the same order — a timeline of the copies shows what the snapshot showed, above
-    every version the table has. Returns them and the highest version taken (None: none,
+    every version the table has; a file ``copies`` names (by location) replaced by its
+    copy. Returns them and the highest version taken (None: none,
     ``first_version - 1``)."""
+    copies = copies or {}
     order = {v: first_version + i for i, v in enumerate(sorted({s.version for s in shown}))}
     out = [
         Segment(
@@ -329,9 +334,11 @@ def restored_segments(
             order[s.version],
             s.partition_id,
             s.num_core_partitions,
-            s.location,
-            s.row_count,
-            s.size_bytes,
+            *(
+                (c.location, c.row_count, c.size_bytes)
+                if (c := copies.get(s.location or "")) is not None
+                else (s.location, s.row_count, s.size_bytes)
+            ),
             s.min_time,
             s.max_time,
             suffix=s.suffix,

@@ -313,12 +313,9 @@ def _plan_restore(
     planned.current = entries_rows.entries(conn, table.id)
     planned.hidden = hidden_by(planned.current)
     planned.lazy = False
-    copied = dict(plan.copies)
-    shown = [
-        s if s.location not in copied else _copied(s, copied[s.location])
-        for s in shown_at(conn, table.id, table.name, plan.version)
-    ]
-    files = [s.location for s in shown if s.location is not None]
+    copied = dict(plan.copies)  # their files shown by copies: no vector applies there
+    shown = shown_at(conn, table.id, table.name, plan.version)
+    files = [s.location for s in shown if s.location is not None and s.location not in copied]
     if files and table.is_upsert:
         raise RestoreError(
             f"table {table.name!r} is an upsert table: its key index cannot go back to an "
@@ -338,32 +335,12 @@ def _plan_restore(
                 f"deletion vectors hid rows of {len(hid)} of its files since (e.g. {hid[0]}); "
                 "nothing changed: restore again"
             )
-    copies, top = restored_segments(table.name, shown, version)
+    copies, top = restored_segments(table.name, shown, version, copied)
     planned.new += copies
     planned.fresh = top if copies else planned.fresh
     live = live_segments(conn, table.id, table.name, ETERNITY, planned.hidden)
     sources = _replaced_sources(conn, table, planned.current, ETERNITY)
     planned.removed |= {s.id for s in live} | {s.id for s in sources}
-
-
-def _copied(seg: Segment, copy: NewSegment) -> Segment:
-    """``seg`` on ``copy``'s file (a restore's copy of its rows then shown)."""
-    return Segment(
-        seg.table,
-        seg.interval,
-        seg.version,
-        seg.partition_id,
-        seg.num_core_partitions,
-        copy.location,
-        copy.row_count,
-        copy.size_bytes,
-        seg.min_time,
-        seg.max_time,
-        suffix=seg.suffix,
-        minor_version=seg.minor_version,
-        root_partition_range=seg.root_partition_range,
-        atomic_update_group_size=seg.atomic_update_group_size,
-    )
 
 
 def _plan_appends(
