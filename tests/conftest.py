@@ -44,26 +44,28 @@ def require_postgres() -> None:
 
 
 # `make test` runs the suite on two pytest-xdist workers, one module at a time each.
-# The tests that start processes, JVMs or races run one after another on one worker:
-# Spark's cluster gives each application one of its two cores, and the races count on
-# the machine not being loaded twice over. (xdist's own ``--dist loadgroup`` renames
-# node ids, which pytest 9 no longer lets it do: this scheduler groups by node id.)
-SERIAL_MODULES = {
+# Two groups run one test after another, each on one worker: the Spark tests (the
+# cluster gives each application one of its two cores) and the races, which count on
+# no second race loading the machine. The two groups run beside each other and start
+# first, being the longest; the other modules fill in around them. (xdist's own
+# ``--dist loadgroup`` renames node ids, which pytest 9 no longer lets it do: this
+# scheduler groups by node id.)
+RACE_MODULES = {
     "test_compaction_reliability",
     "test_concurrency",
     "test_history_checker",
     "test_push_reliability",
-    "test_spark",
-    "test_spark_cancel",
-    "test_spark_kill",
     "test_upsert_history",
 }
+GROUP_ORDER = ("spark", "races")
 
 
 def serial_scope(nodeid: str) -> str | None:
-    """The scope name ``serial`` for a test of the serial group, else None."""
+    """The group (``spark`` or ``races``) whose tests run one after another, else None."""
     module = nodeid.split("::")[0].rsplit("/", 1)[-1].removesuffix(".py")
-    return "serial" if module in SERIAL_MODULES or "spark" in nodeid.lower() else None
+    if "spark" in nodeid.lower():
+        return "spark"
+    return "races" if module in RACE_MODULES else None
 
 
 # The upsert semantics modules run each case in both write modes and on both catalogs.
@@ -92,7 +94,7 @@ def redundant_pairing(item: pytest.Item) -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Refuse a Spark test whose node id does not say so (the scheduler sees only ids);
-    leave out the pairings :func:`redundant_pairing` names."""
+    leave out the pairings :func:`redundant_pairing` names; put the groups first."""
     for item in items:
         uses = item.get_closest_marker("spark") or "spark" in getattr(item, "fixturenames", ())
         if uses and serial_scope(item.nodeid) is None:
@@ -101,6 +103,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if left_out:
         config.hook.pytest_deselected(items=left_out)
         items[:] = [item for item in items if not redundant_pairing(item)]
+    # xdist hands out scopes in the order it first meets them: the groups go first.
+    rank = {group: i for i, group in enumerate(GROUP_ORDER)}
+    items.sort(key=lambda item: rank.get(serial_scope(item.nodeid) or "", len(rank)))
 
 
 @pytest.hookimpl(optionalhook=True)

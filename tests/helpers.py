@@ -44,3 +44,11 @@ def events(
 
 def at(*args: int) -> dt.datetime:
     return dt.datetime(*args)  # type: ignore[arg-type]
+
+
+def signed_in(token: str) -> dict[str, str]:
+    """The console's sign-in cookie for a server with ``token``: it opens reads (GET)
+    only, so POSTs without the Bearer header are still refused."""
+    from lamina.rest.auth import READ_COOKIE, read_pass
+
+    return {READ_COOKIE: read_pass(token)}

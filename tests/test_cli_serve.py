@@ -16,6 +16,7 @@ import pytest
 import lamina
 from lamina.rest import create_app
 from lamina.rest.docs import docs_page
+from tests.helpers import signed_in
 
 with warnings.catch_warnings():  # newer Starlette prefers httpx2 for its test client
     warnings.filterwarnings("ignore", message=".*httpx2")
@@ -26,7 +27,7 @@ with warnings.catch_warnings():  # newer Starlette prefers httpx2 for its test c
 def client(tmp_path: Path) -> TestClient:
     cat = lamina.connect(warehouse=str(tmp_path / "wh"))
     cat.create_table("events", lamina_schema(), "ts", "DAY")
-    with TestClient(create_app(cat, token="t")) as c:
+    with TestClient(create_app(cat, token="t"), cookies=signed_in("t")) as c:
         yield c
     cat.close()
 

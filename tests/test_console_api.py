@@ -14,7 +14,7 @@ import pytest
 import lamina
 from lamina.core.interval import Interval
 from lamina.rest import create_app
-from tests.helpers import SCHEMA, events
+from tests.helpers import SCHEMA, events, signed_in
 
 with warnings.catch_warnings():  # newer Starlette prefers httpx2 for its test client
     warnings.filterwarnings("ignore", message=".*httpx2")
@@ -27,7 +27,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 @pytest.fixture
 def client(cat: lamina.Catalog, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
     monkeypatch.delenv("LAMINA_API_TOKEN", raising=False)
-    with TestClient(create_app(cat, token=TOKEN)) as c:
+    with TestClient(create_app(cat, token=TOKEN), cookies=signed_in(TOKEN)) as c:
         yield c
 
 
@@ -36,7 +36,7 @@ def local_client(
     local_cat: lamina.Catalog, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[TestClient]:
     monkeypatch.delenv("LAMINA_API_TOKEN", raising=False)
-    with TestClient(create_app(local_cat, token=TOKEN)) as c:
+    with TestClient(create_app(local_cat, token=TOKEN), cookies=signed_in(TOKEN)) as c:
         yield c
 
 
@@ -204,9 +204,75 @@ def test_commits_list_what_each_did(local_cat: lamina.Catalog, local_client: Tes
     assert local_client.get("/tables/ev/commits", params={"limit": 0}).status_code == 422
 
 
+def test_a_commit_links_to_the_table_as_of_it_and_to_its_changes(
+    local_cat: lamina.Catalog, local_client: TestClient
+) -> None:
+    """The commits page's "Query" opens the SQL view reading the table at that
+    version (an AT clause, which the query box evaluates in its sandbox too), and
+    "Changes" the change feed between two versions, as ``t.read_changes`` gives it."""
+    t = local_cat.create_table("ev", SCHEMA, "ts", "DAY")
+    t.append(events(days=2, per_day=10))
+    t.overwrite(events(days=1, per_day=3), "2024-01-01/2024-01-02")
+    page = local_client.get("/tables/ev/commits").json()
+    assert [c["version"] for c in page["items"]] == [2, 1]
+    html = local_client.get("/console/tables/ev/commits").text
+    at_one = "/console/sql?q=SELECT+%2A+FROM+%22ev%22+AT+%28VERSION+%3D%3E+1%29+LIMIT+100"
+    assert f'href="{at_one}"' in html
+    assert 'href="/console/tables/ev/changes?after=1&amp;until=2"' in html
+    sql = local_client.get(at_one).text
+    assert "SELECT * FROM &#34;ev&#34; AT (VERSION =&gt; 1) LIMIT 100</textarea>" in sql
+    q = 'SELECT count(*) AS n FROM "ev" AT (VERSION => 1)'
+    r = local_client.post("/sql", json={"query": q}, headers=AUTH)
+    assert r.json()["rows"] == [[20]] == [[local_cat.sql(q).column("n")[0].as_py()]]
+    # the feed of version 2: the day it replaced (10 rows out, 3 in)
+    feed = local_client.get("/tables/ev/changes", params={"afterVersion": 1}).json()
+    want = t.read_changes(1, 2)
+    assert (feed["afterVersion"], feed["untilVersion"]) == (1, 2)
+    assert (feed["inserts"], feed["deletes"]) == (3, 10) and len(feed["rows"]) == want.num_rows
+    names = [c["name"] for c in feed["columns"]]
+    assert names == want.column_names
+    got = sorted((r[names.index("_change")], r[names.index("k")]) for r in feed["rows"])
+    assert got == sorted(zip(want.column("_change").to_pylist(), want.column("k").to_pylist()))
+    capped = local_client.get("/tables/ev/changes", params={"afterVersion": 0, "limit": 5})
+    assert capped.json()["truncated"] is True and len(capped.json()["rows"]) == 5
+    shown = local_client.get("/console/tables/ev/changes?after=1&until=2").text
+    assert "3 inserted, 10 deleted" in shown
+    bad = local_client.get("/tables/ev/changes", params={"afterVersion": 9})
+    assert bad.status_code == 400 and "versions run from 0" in bad.json()["detail"]
+
+
+def test_key_index_page_reports_the_index_and_the_most_superseded_chunks(
+    local_cat: lamina.Catalog, local_client: TestClient
+) -> None:
+    up = local_cat.create_table(
+        "up", upserts(["a"]).schema, time_column="ts", primary_key="key", segment_granularity="DAY"
+    )
+    up.upsert(upserts(["a", "b", "c", "d"]))
+    up.upsert(upserts(["a", "b", "c"]))  # 3 of day 1's first 4 rows superseded
+    up.upsert(upserts(["x", "y"], day="2024-01-02"))
+    info = local_client.get("/tables/up/keyIndex").json()
+    assert info["primaryKey"] == ["key"] and info["keys"] == 6 and info["version"] == 3
+    assert info["hiddenRows"] == 3 and info["filesWithVectors"] == 1
+    assert info["chunks"] == 2
+    first, second = info["mostSuperseded"]
+    assert first["interval"].startswith("2024-01-01") and (first["rows"], first["superseded"]) == (
+        7,
+        3,
+    )
+    assert first["share"] == pytest.approx(3 / 7) and second["superseded"] == 0
+    assert local_client.get("/tables/up/keyIndex", params={"limit": 1}).json()["chunks"] == 2
+    page = local_client.get("/console/tables/up/keys").text
+    assert "42.9%" in page and 'href="/console/tables/up/keys"' in page  # the tab is shown
+    plain = local_cat.create_table("plain", SCHEMA, "ts", "DAY")
+    plain.append(events(days=1, per_day=2))
+    r = local_client.get("/tables/plain/keyIndex")
+    assert r.status_code == 400 and "no primary key" in r.json()["detail"]
+    assert "/console/tables/plain/keys" not in local_client.get("/console/tables/plain/locks").text
+
+
 def test_locks_and_writers_in_flight(cat: lamina.Catalog, client: TestClient) -> None:
     t = cat.create_table("ev", SCHEMA, "ts", "DAY")
-    assert client.get("/tables/ev/locks").json() == {"locks": [], "writers": []}
+    assert client.get("/tables/ev/locks").json() == {"locks": [], "writers": [], "recentAborts": []}
     with t.transaction(lock="REPLACE", interval="2024-01-01/2024-01-03") as tx:
         tx.append(events(days=1, per_day=2))
         now = client.get("/tables/ev/locks").json()
@@ -218,7 +284,45 @@ def test_locks_and_writers_in_flight(cat: lamina.Catalog, client: TestClient) ->
     (writer,) = now["writers"]
     assert writer["commitId"] == lock["commitId"] and writer["state"] == "INFLIGHT"
     assert [b["locks"] for b in tl.json()["buckets"]] == [1, 1, 0]
-    assert client.get("/tables/ev/locks").json() == {"locks": [], "writers": []}
+    assert client.get("/tables/ev/locks").json() == {"locks": [], "writers": [], "recentAborts": []}
+
+
+def test_locks_page_shows_recent_conflicts_and_revocations_with_their_reasons(
+    local_cat: lamina.Catalog, local_client: TestClient
+) -> None:
+    t = local_cat.create_table("ev", SCHEMA, "ts", "DAY")
+    t.append(events(days=3, per_day=5))
+    a, b = t.transaction(), t.transaction()
+    a.overwrite(events(days=1, per_day=2, start="2024-01-02", seed=1))
+    b.overwrite(events(days=1, per_day=3, start="2024-01-02", seed=2))
+    a.commit()
+    with pytest.raises(lamina.errors.CommitConflictError):
+        b.commit()
+    jan = ("2024-01-01", "2024-02-01")
+    low = t.transaction(lock="REPLACE", interval=jan, priority=25)
+    low.overwrite(events(days=1, per_day=2, start="2024-01-03", seed=3))
+    with t.transaction(lock="REPLACE", interval=jan, priority=75, wait_s=0) as high:
+        high.overwrite(events(days=1, per_day=2, start="2024-01-01", seed=4))
+    with pytest.raises(lamina.errors.LockRevokedError):
+        low.commit()
+    dropped = t.transaction()
+    dropped.append(events(days=1, per_day=1, seed=5))
+    dropped.abort()
+    info = local_client.get("/tables/ev/locks").json()
+    kinds = [(x["commitId"], x["kind"]) for x in info["recentAborts"]]
+    assert [k for _, k in kinds] == ["failed", "lock revoked", "conflict"]
+    newest, revoked, conflict = info["recentAborts"]
+    assert conflict["reason"].startswith("CommitConflictError: ") and "commit" in conflict["reason"]
+    assert (
+        revoked["reason"].startswith("LockRevokedError: ")
+        and "higher-priority" in revoked["reason"]
+    )
+    assert newest["reason"] == "TransactionError: aborted by its caller"
+    commits = {c["id"]: c for c in local_client.get("/tables/ev/commits").json()["items"]}
+    assert commits[conflict["commitId"]]["reason"] == conflict["reason"]
+    assert commits[kinds[0][0]]["state"] == "ABORTED"
+    page = local_client.get("/console/tables/ev/locks").text
+    assert "Recent conflicts, lock revocations and aborts" in page and "lock revoked" in page
 
 
 def test_revert_preview_says_what_readers_will_see(
@@ -263,7 +367,7 @@ def sql_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]
     wh = tmp_path_factory.mktemp("sqlbox")
     c = lamina.connect(warehouse=str(wh / "wh"))
     c.create_table("ev", SCHEMA, "ts", "DAY").append(events(days=1, per_day=3))
-    with TestClient(create_app(c, token=TOKEN)) as client:
+    with TestClient(create_app(c, token=TOKEN), cookies=signed_in(TOKEN)) as client:
         yield client
     c.close()
 
@@ -283,6 +387,15 @@ def sql_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]
         ("PRAGMA version", "are refused"),
         ("SELECT 1; SELECT 2", "one statement only"),
         ("SELECT count(*) FROM range(10000000000) a, range(10000) b", "time limit of 1 s"),
+        # an AT clause's value is evaluated in the sandbox too
+        (
+            "SELECT * FROM ev AT (VERSION => (SELECT count(*) FROM read_text('/etc/passwd')))",
+            "read_text() is refused",
+        ),
+        (
+            "SELECT * FROM ev AT (VERSION => (SELECT count(*) FROM range(10000000000000)))",
+            "Interrupted",
+        ),
     ],
 )
 def test_sql_refuses_all_but_reading_lamina_tables(
@@ -382,6 +495,88 @@ def test_without_a_token_actions_still_refuse_other_sites(
         forged = c.post(url, headers={"Origin": "https://evil.example"})
         assert forged.status_code == 403 and t.lineage()[-1].state == "COMPLETED"
         assert c.post(url).json()["state"] == "REVERTED"  # a client outside a browser
+
+
+def test_with_a_token_reads_are_closed_unless_opened_explicitly(
+    local_cat: lamina.Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LAMINA_API_TOKEN", raising=False)
+    monkeypatch.delenv("LAMINA_OPEN_READS", raising=False)
+    local_cat.create_table("ev", SCHEMA, "ts", "DAY").append(events(days=1, per_day=2))
+    with TestClient(create_app(local_cat, token=TOKEN)) as c:
+        for url in ("/tables", "/tables/ev/timeline", "/tableSummaries", "/openapi.json"):
+            r = c.get(url)
+            assert r.status_code == 401, url
+            assert "--open-reads" in r.json()["detail"] and "/console/login" in r.json()["detail"]
+        page = c.get("/console/tables/ev/timeline?zoom=DAY", follow_redirects=False)
+        assert page.status_code == 303
+        assert page.headers["location"] == (
+            "/console/login?next=%2Fconsole%2Ftables%2Fev%2Ftimeline%3Fzoom%3DDAY"
+        )
+        assert c.get("/", follow_redirects=False).headers["location"] == "/console/login?next=%2F"
+        # always open: the probe, the sign-in page and the console's own assets
+        assert c.get("/health").status_code == 200
+        assert c.get("/console/login").status_code == 200
+        assert c.get("/console/static/console.js").status_code == 200
+        # the token as a header opens reads; a wrong one is refused as on POSTs
+        assert c.get("/tables", headers=AUTH).status_code == 200
+        assert c.get("/tables", headers={"Authorization": "Bearer nope"}).status_code == 403
+        c.cookies.set("lamina_reads", "forged")
+        assert c.get("/tables").status_code == 401
+    with TestClient(create_app(local_cat, token=TOKEN, open_reads=True)) as c:
+        assert c.get("/tables").status_code == 200 and c.get("/").status_code == 200
+        assert c.post("/tables/ev/compact", json={"mode": "minor"}).status_code == 401
+    monkeypatch.setenv("LAMINA_OPEN_READS", "1")
+    with TestClient(create_app(local_cat, token=TOKEN)) as c:
+        assert c.get("/tables").status_code == 200
+    monkeypatch.delenv("LAMINA_OPEN_READS")
+    with TestClient(create_app(local_cat, token="")) as c:  # no token: nothing to close
+        assert c.get("/tables").status_code == 200
+
+
+def test_signing_in_opens_reads_and_nothing_else(
+    local_cat: lamina.Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LAMINA_API_TOKEN", raising=False)
+    monkeypatch.delenv("LAMINA_OPEN_READS", raising=False)
+    t = local_cat.create_table("ev", SCHEMA, "ts", "DAY")
+    for i in range(2):
+        t.append(events(days=1, per_day=2, seed=i))
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    with TestClient(create_app(local_cat, token=TOKEN)) as c:
+        wrong = c.post("/console/login", content="token=nope&next=%2Ftables", headers=form)
+        assert wrong.status_code == 403 and "not this server" in wrong.text
+        assert "lamina_reads" not in c.cookies
+        forged = c.post(
+            "/console/login",
+            content=f"token={TOKEN}",
+            headers={**form, "Origin": "https://evil.example"},
+        )
+        assert forged.status_code == 403 and "lamina_reads" not in c.cookies
+        # somewhere else to go afterwards is never another site
+        away = c.post(
+            "/console/login",
+            content=f"token={TOKEN}&next=%2F%2Fevil.example%2F",
+            headers=form,
+            follow_redirects=False,
+        )
+        assert away.headers["location"] == "/"
+        ok = c.post(
+            "/console/login",
+            content=f"token={TOKEN}&next=%2Fconsole%2Ftables%2Fev%2Fcommits",
+            headers=form,
+            follow_redirects=False,
+        )
+        assert ok.status_code == 303
+        assert ok.headers["location"] == "/console/tables/ev/commits"
+        cookie = ok.headers["set-cookie"].lower()
+        assert "httponly" in cookie and "samesite=strict" in cookie
+        assert TOKEN not in ok.headers["set-cookie"]  # a digest, not the token
+        assert c.get("/tables").status_code == 200
+        assert c.get("/console/tables/ev/commits").status_code == 200
+        # the cookie opens reads only: an action still needs the header
+        assert c.post("/tables/ev/compact", json={"mode": "minor"}).status_code == 401
+        assert len(t.segments()) == 2
 
 
 def test_the_spec_is_as_strict_as_the_server(

@@ -128,8 +128,24 @@ def browser(server: str) -> Iterator[Browser]:
         b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = b.new_page(viewport={"width": 1366, "height": 800})
         page.set_default_timeout(15_000)
-        yield Browser(page, server)
+        yield sign_in(Browser(page, server))
         b.close()
+
+
+def sign_in(b: Browser) -> Browser:
+    """The server keeps reads behind its token: the first page sends the browser to
+    the sign-in form, whose token sets the reads cookie and stays in the tab."""
+    page = b.go("/console/tables/ev/timeline")
+    assert "/console/login?next=" in page.url
+    page.fill("#login-token", "not-it")
+    page.click("#login-form button[type=submit]")
+    assert "not this server's token" in page.inner_text("#login-error")
+    page.fill("#login-token", TOKEN)
+    page.click("#login-form button[type=submit]")
+    page.wait_for_url(b.base + "/console/tables/ev/timeline")
+    assert page.evaluate("sessionStorage.getItem('lamina-console-token')") == TOKEN
+    assert not b.errors, b.errors
+    return b
 
 
 def set_token(b: Browser) -> None:

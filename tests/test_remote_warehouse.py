@@ -419,6 +419,7 @@ def test_the_rest_controller_on_an_object_store(remote: tuple[str, str]) -> None
     import warnings
 
     from lamina.rest import create_app
+    from tests.helpers import signed_in
 
     with warnings.catch_warnings():  # newer Starlette prefers httpx2 for its test client
         warnings.filterwarnings("ignore", message=".*httpx2")
@@ -430,7 +431,7 @@ def test_the_rest_controller_on_an_object_store(remote: tuple[str, str]) -> None
         t = cat.create_table("e", SCHEMA, time_column="ts", segment_granularity="DAY")
         for v in range(3):
             t.append(_rows(range(v * 16, v * 16 + 16), v))
-        with TestClient(create_app(cat, token="t0ken")) as client:
+        with TestClient(create_app(cat, token="t0ken"), cookies=signed_in("t0ken")) as client:
             assert [x["name"] for x in client.get("/tables").json()] == ["e"]
             segs = client.get("/tables/e/segments").json()
             assert sum(s["rows"] for s in segs) == 48 and len(segs) == 4

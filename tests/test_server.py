@@ -20,7 +20,7 @@ import pytest
 import lamina
 from lamina import errors
 from lamina.rest import create_app
-from tests.helpers import SCHEMA, events
+from tests.helpers import SCHEMA, events, signed_in
 
 with warnings.catch_warnings():  # newer Starlette prefers httpx2 for its test client
     warnings.filterwarnings("ignore", message=".*httpx2")
@@ -42,7 +42,7 @@ def table(cat: lamina.Catalog) -> lamina.Table:
 @pytest.fixture
 def client(cat: lamina.Catalog, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClient]:
     monkeypatch.delenv("LAMINA_API_TOKEN", raising=False)
-    with TestClient(create_app(cat, token=TOKEN)) as c:
+    with TestClient(create_app(cat, token=TOKEN), cookies=signed_in(TOKEN)) as c:
         yield c
 
 
@@ -426,16 +426,17 @@ def test_lamina_serve_subprocess(tmp_path: Path) -> None:
         while True:
             assert proc.poll() is None, proc.communicate()[0].decode()
             try:
-                r = httpx.get(f"{base}/tables", timeout=1)
-                if r.status_code == 200:
+                if httpx.get(f"{base}/health", timeout=1).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
             assert time.monotonic() < deadline, "lamina serve did not answer within 20 s"
             time.sleep(0.1)
-        assert [t["name"] for t in r.json()] == ["ev"]
         with httpx.Client(base_url=base, timeout=5) as http:
-            assert len(http.get("/tables/ev/segments").json()) == 2
+            assert http.get("/tables").status_code == 401  # a token closes reads too
+            r = http.get("/tables", headers=AUTH)
+            assert [t["name"] for t in r.json()] == ["ev"]
+            assert len(http.get("/tables/ev/segments", headers=AUTH).json()) == 2
             assert http.post("/tables/ev/startReplaceSegments", json={}).status_code == 401
             r = http.post(
                 "/tables/ev/startReplaceSegments", json={"segmentsFrom": []}, headers=AUTH

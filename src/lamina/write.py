@@ -333,8 +333,19 @@ class WriteTransaction:
         if self.commit is None and self.id >= 0:
             try:
                 if writers.abort(  # never the files of a completed one
-                    self.ctx.db, self.id, self.owner, str(self.action)
+                    self.ctx.db, self.id, self.owner, str(self.action), reason_of(exc)
                 ):
                     self.ctx.clean_commits(self.table.name, [self.id])
             except Exception:  # noqa: BLE001 - the original error matters more
                 pass  # left for lazy cleanup by the next writer
+
+
+def reason_of(exc: BaseException | None) -> str:
+    """What an aborted commit records of why: the error that ended its write (its
+    type and first line), or that it ended without publishing."""
+    if exc is None:
+        return "its write ended without publishing"
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (Ctrl-C)"
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

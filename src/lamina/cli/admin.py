@@ -266,13 +266,22 @@ def serve(
     log_level: Annotated[
         LogLevel, typer.Option("--log-level", help="uvicorn log level.", case_sensitive=False)
     ] = LogLevel.info,
+    open_reads: Annotated[
+        bool,
+        typer.Option(
+            "--open-reads",
+            help="With $LAMINA_API_TOKEN set, let anyone read (GET) without it; actions "
+            "still need it. Also $LAMINA_OPEN_READS=1.",
+        ),
+    ] = False,
     catalog: CatalogOpt = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
     """Serve the REST API (tables, segments, lineage; start/end/revertReplaceSegments)
     and the web console at / (docs/console.md).
 
-    POST calls need `Authorization: Bearer $LAMINA_API_TOKEN` when that variable is set.
+    With $LAMINA_API_TOKEN set, every call needs `Authorization: Bearer <token>` (the
+    console signs in with it), reads too unless --open-reads.
     OpenAPI at /openapi.json, docs at /docs (a page of its own: nothing from the
     internet), GET /health for probes. --port 0 picks a free port.
     """
@@ -287,16 +296,20 @@ def serve(
             label="warning",
         )
     where = resolved(ctx, catalog, warehouse)
+    reads_open = server.reads_opened(open_reads or None)
 
     def listening(url: str) -> None:
         done(
             ("serving ", "bold"), f"{url}  (API docs {url}/docs, health {url}/health; Ctrl-C stops)"
         )
+        if os.environ.get(server.TOKEN_ENV) and not reads_open:
+            done(f"reads need the token too: the console signs in at {url}/console/login")
 
     try:
         server.serve(
             host, port, catalog=where.catalog.value, warehouse=where.warehouse.value,
             log_level=log_level.value, create=False, on_listen=listening,
+            open_reads=reads_open,
         )  # fmt: skip
     except CatalogNotFoundError as exc:
         raise CatalogNotFoundError(not_found(exc, where)) from None

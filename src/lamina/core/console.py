@@ -9,6 +9,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from lamina.core.interval import Granularity, Interval
+from lamina.core.model import WRITER_GONE
 
 #: Most buckets a timeline view is cut into (the finest zoom that stays under it wins).
 MAX_BUCKETS = 180
@@ -75,6 +76,19 @@ def health(st: TableStats) -> tuple[str, str]:
     if st.segments == 0:
         return "empty", "no data segments yet"
     return "ok", f"{st.segments} segments, {st.small} small"
+
+
+def abort_kind(reason: str) -> str:
+    """What ended an aborted commit, from its recorded reason: ``conflict`` (another
+    commit changed what it read or wrote), ``lock revoked`` (a higher-priority task
+    took its lock), ``writer gone``, or ``failed`` (any other error)."""
+    if reason.startswith("CommitConflictError"):
+        return "conflict"
+    if reason.startswith("LockRevokedError"):
+        return "lock revoked"
+    if reason == WRITER_GONE:
+        return "writer gone"
+    return "failed"
 
 
 def zoom_for(

@@ -33,6 +33,8 @@ class CommitState(enum.StrEnum):
 
 
 OPEN_STATES = (CommitState.REQUESTED.value, CommitState.INFLIGHT.value)
+#: the reason an aborted commit records when its writer was found gone
+WRITER_GONE = "its writer is gone (its process ended, or its heartbeat went stale)"
 
 
 class CommitAction(enum.StrEnum):

@@ -33,7 +33,7 @@ from lamina.core.interval import Interval
 from lamina.core.scan import ScanPlan, ScanTask, prune_plan
 from lamina.engines.duckdb_views import quote, register_view, view_sql
 from lamina.engines.sql_bounds import one_statement, time_bound
-from lamina.engines.sql_sandbox import refusal, run_sandboxed
+from lamina.engines.sql_sandbox import refusal, run_sandboxed, sandbox
 from lamina.engines.sql_travel import AtRef, at_refs, rewrite, travel_value
 from lamina.errors import SqlError
 from lamina.failpoints import failpoint
@@ -127,10 +127,11 @@ class SqlEngine:
         raise AssertionError("unreachable")
 
     def read_only(self, query: str, fetch: Fetch[T], timeout_s: float, allowed: list[str]) -> T:
-        """:meth:`run` for untrusted text: one SELECT over the latest snapshots, in a
+        """:meth:`run` for untrusted text: one SELECT over the latest snapshots (or
+        those its AT clauses name, their values evaluated in a sandbox too), in a
         sandboxed database of its own (:mod:`lamina.engines.sql_sandbox`) that opens no
         file outside the ``allowed`` directories, stopped after ``timeout_s``. Raises
-        SqlError: refused, failed, or past the time limit."""
+        SqlError: refused, failed, or past the time limit; what ``as_of`` raises."""
         parser = duckdb.connect()
         try:
             why = refusal(parser, query)
@@ -141,10 +142,14 @@ class SqlEngine:
             parser.close()
         if why:
             raise SqlError(why)
+        with sandbox(timeout_s, []) as evaluator:  # an AT clause's value is untrusted too
+            query, past = self._travel(evaluator, query)
         for attempt in range(self._attempts):
             plans, _ = self._plans(named, stale=attempt > 0)
             try:
-                return run_sandboxed(query, plans, fetch, timeout_s, allowed, self._scheme)
+                return run_sandboxed(
+                    query, {**plans, **past}, fetch, timeout_s, allowed, self._scheme
+                )
             except duckdb.IOException as exc:
                 if attempt == self._attempts - 1:
                     raise SqlError(f"query failed: {exc}") from None

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import duckdb
@@ -84,6 +85,37 @@ def _references(node: Any, called: set[str], paths: set[str]) -> None:
             _references(value, called, paths)
 
 
+@contextmanager
+def sandbox(
+    timeout_s: float,
+    allowed: list[str],
+    prepare: Callable[[duckdb.DuckDBPyConnection], None] = lambda con: None,
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A new DuckDB database (UTC, one thread) that ``prepare`` sets up (views), then
+    can open nothing outside the ``allowed`` directories nor change its settings, and
+    is interrupted ``timeout_s`` after it is handed out. Raises SqlError when what
+    runs in it goes past the time limit."""
+    con = duckdb.connect(config={"threads": 1})
+    timer = threading.Timer(timeout_s, con.interrupt)
+    try:
+        con.execute("SET TimeZone='UTC'")
+        prepare(con)
+        dirs = [d.rstrip("/") + "/" for d in allowed] + [empty_dir()]
+        con.execute("SET allowed_directories = ?", [dirs])
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+        timer.start()
+        try:
+            yield con
+        except duckdb.InterruptException:
+            raise SqlError(
+                f"the query ran past the time limit of {timeout_s:g} s and was stopped"
+            ) from None
+    finally:
+        timer.cancel()
+        con.close()
+
+
 def run_sandboxed(
     query: str,
     plans: Mapping[str, ScanPlan],
@@ -92,31 +124,18 @@ def run_sandboxed(
     allowed: list[str],
     scheme: str = "",
 ) -> T:
-    """``fetch`` of ``query`` (checked by :func:`refusal`) on a new DuckDB database
-    holding a view per plan, that can open nothing outside the ``allowed`` directories
-    (the warehouse's) and is interrupted after ``timeout_s``. Raises SqlError (a
-    failure, the time limit); DuckDB's IOException when a file vanished (plan again)."""
-    con = duckdb.connect(config={"threads": 1})
-    timer = threading.Timer(timeout_s, con.interrupt)
-    try:
-        con.execute("SET TimeZone='UTC'")
+    """``fetch`` of ``query`` (checked by :func:`refusal`) in a :func:`sandbox`
+    holding a view per plan. Raises SqlError (a failure, the time limit); DuckDB's
+    IOException when a file vanished (plan again)."""
+
+    def views(con: duckdb.DuckDBPyConnection) -> None:
         for name, plan in plans.items():
             register_view(con, name, plan, scheme)
-        dirs = [d.rstrip("/") + "/" for d in allowed] + [empty_dir()]
-        con.execute("SET allowed_directories = ?", [dirs])
-        con.execute("SET enable_external_access = false")
-        con.execute("SET lock_configuration = true")
-        timer.start()
+
+    with sandbox(timeout_s, allowed, views) as con:
         try:
             return fetch(con.sql(query))
-        except duckdb.InterruptException:
-            raise SqlError(
-                f"the query ran past the time limit of {timeout_s:g} s and was stopped"
-            ) from None
-        except duckdb.IOException:
+        except (duckdb.IOException, duckdb.InterruptException):
             raise
         except duckdb.Error as exc:
             raise SqlError(f"query failed: {' '.join(str(exc).split())}") from None
-    finally:
-        timer.cancel()
-        con.close()

@@ -299,13 +299,13 @@ def begin_commit(
         raise TableNotFoundError(f"table id {table_id} was dropped meanwhile") from None
     new_id, base = int(got[0].new_id), got[0].new_base
     if base is None:  # the table row is gone: nothing to base on
-        abort(db, new_id, owner)
+        abort(db, new_id, owner, reason="the table was dropped meanwhile")
         raise TableNotFoundError(f"table id {table_id} was dropped meanwhile")
     others = [r for r in got if r.id is not None]
     if owner != process_token():  # a write's own token: another open commit of it is
         for r in others:  # a first try whose answer was lost (run again): abort it
             if r.owner == owner and r.state != CommitState.ABORTED.value:
-                abort(db, int(r.id), owner)
+                abort(db, int(r.id), owner, reason="its write ran again under a new commit")
         others = [r for r in others if r.owner != owner]
     stale = sorted(int(r.id) for r in others if r.state == CommitState.ABORTED.value)
     if any(dead(r, stale_after_s, now) for r in others if r.state != CommitState.ABORTED.value):

@@ -213,6 +213,7 @@ class CommitRow:
     segments_removed: int
     rows_added: int
     rows_removed: int
+    reason: str | None = None  #: why it was aborted
 
 
 def commit_rows(db: Db, name: str, limit: int, before: int | None) -> tuple[int, list[CommitRow]]:
@@ -260,6 +261,7 @@ def commit_rows(db: Db, name: str, limit: int, before: int | None) -> tuple[int,
                     segments_removed=removed.get(r.id, (0, 0))[0],
                     rows_added=added.get(r.id, (0, 0))[1],
                     rows_removed=removed.get(r.id, (0, 0))[1],
+                    reason=r.reason,
                 )
             )
         return int(total), out
@@ -307,11 +309,24 @@ class WriterRow:
     heartbeat_age_s: float
 
 
-def lock_rows(db: Db, name: str) -> tuple[list[LockRow], list[WriterRow]]:
-    """The table's task locks (with their holder commit's writer and heartbeat age)
-    and its open commits (writers in flight). Raises TableNotFoundError."""
+@dataclass(frozen=True)
+class AbortRow:
+    commit_id: int
+    action: str
+    owner: str
+    ended_us: int
+    reason: str
 
-    def txn(conn: Connection) -> tuple[list[LockRow], list[WriterRow]]:
+
+def lock_rows(
+    db: Db, name: str, recent: int = 20
+) -> tuple[list[LockRow], list[WriterRow], list[AbortRow]]:
+    """The table's task locks (with their holder commit's writer and heartbeat age),
+    its open commits (writers in flight), and its ``recent`` latest aborted commits
+    with their reasons (conflicts, revoked locks, writers gone). Raises
+    TableNotFoundError."""
+
+    def txn(conn: Connection) -> tuple[list[LockRow], list[WriterRow], list[AbortRow]]:
         rec = read_table(conn, name)
         now = now_us()
         held = conn.execute(
@@ -356,7 +371,23 @@ def lock_rows(db: Db, name: str) -> tuple[list[LockRow], list[WriterRow]]:
             )
             for r in open_
         ]
-        return lock_out, writers
+        aborted = conn.execute(
+            select(commits)
+            .where(commits.c.table_id == rec.id, commits.c.state == "ABORTED")
+            .order_by(commits.c.id.desc())
+            .limit(recent)
+        ).all()
+        aborts = [
+            AbortRow(
+                commit_id=int(r.id),
+                action=r.action,
+                owner=r.owner,
+                ended_us=int(r.completed_at or r.heartbeat_at),
+                reason=r.reason or "not recorded (aborted before lamina kept reasons)",
+            )
+            for r in aborted
+        ]
+        return lock_out, writers, aborts
 
     return db.read(txn)
 
@@ -409,5 +440,40 @@ def table_seq(db: Db, name: str) -> int:
         if seq is None:
             read_table(conn, name)  # raises TableNotFoundError
         return int(seq or 0)
+
+    return db.read(txn)
+
+
+def superseded_by_chunk(
+    db: Db, name: str, limit: int
+) -> tuple[int, list[tuple[Interval, int, int]]]:
+    """The table's chunks (time intervals of its visible data segments): how many,
+    and up to ``limit`` of them, the most superseded first, each with its stored rows
+    and the rows deletion vectors hide there. Raises TableNotFoundError."""
+
+    def txn(conn: Connection) -> tuple[int, list[tuple[Interval, int, int]]]:
+        rec = read_table(conn, name)
+        s = segments.c
+        hidden = (
+            select(deletes.c.location, func.sum(deletes.c.cardinality).label("n"))
+            .where(deletes.c.table_id == rec.id)
+            .group_by(deletes.c.location)
+            .subquery()
+        )
+        rows = func.coalesce(func.sum(s.row_count), 0)
+        gone = func.coalesce(func.sum(hidden.c.n), 0)
+        per_chunk = (
+            select(s.start_us, s.end_us, rows.label("rows"), gone.label("hidden"))
+            .select_from(segments.outerjoin(hidden, hidden.c.location == s.location))
+            .where(s.table_id == rec.id, s.removed_seq.is_(None), s.location.is_not(None))
+            .group_by(s.start_us, s.end_us)
+        ).subquery()
+        total = conn.execute(select(func.count()).select_from(per_chunk)).scalar_one()
+        share = case((per_chunk.c.rows > 0, per_chunk.c.hidden * 1.0 / per_chunk.c.rows), else_=0)
+        got = conn.execute(
+            select(per_chunk).order_by(share.desc(), per_chunk.c.start_us).limit(limit)
+        ).all()
+        out = [(Interval.of(int(r[0]), int(r[1])), int(r[2]), int(r[3])) for r in got]
+        return int(total), out
 
     return db.read(txn)

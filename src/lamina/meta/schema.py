@@ -88,6 +88,9 @@ commits = Table(
     Column("footprint", Text),
     # when it went REQUESTED -> INFLIGHT (started_at: REQUESTED), since v9
     Column("inflight_at", BigInteger),
+    # why an ABORTED commit ended (the error its writer raised: a conflict, a revoked
+    # lock; or its writer gone), since v13
+    Column("reason", Text),
     Index("ix_commits_table_state", "table_id", "state"),
     Index("ix_commits_table_seq", "table_id", "seq"),
 )
@@ -389,6 +392,11 @@ def _v12_schemas(conn: Connection) -> None:
     schemas.create(conn, checkfirst=True)
 
 
+def _v13_abort_reasons(conn: Connection) -> None:
+    """Commits record why they were aborted."""
+    _add_column(conn, "lamina_commits", "reason", "TEXT")
+
+
 #: Ordered migrations; append only. Version N = the first N applied.
 MIGRATIONS: list[Callable[[Connection], None]] = [
     _v1_initial,
@@ -403,6 +411,7 @@ MIGRATIONS: list[Callable[[Connection], None]] = [
     _v10_deletes,
     _v11_dropped,
     _v12_schemas,
+    _v13_abort_reasons,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

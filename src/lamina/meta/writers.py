@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, exists, func, or_, select, update
 
-from lamina.core.model import OPEN_STATES, CommitState
+from lamina.core.model import OPEN_STATES, WRITER_GONE, CommitState
 from lamina.errors import CommitError
 from lamina.meta.db import Db
 from lamina.meta.schema import commits, locks
@@ -109,8 +109,10 @@ _BEAT = (
 _ABORT = (
     update(commits)
     .where(_MINE, commits.c.state.in_(OPEN_STATES))
-    .values(state=CommitState.ABORTED.value, completed_at=bindparam("now"))
+    .values(state=CommitState.ABORTED.value, completed_at=bindparam("now"), reason=bindparam("why"))
 )
+#: longest reason kept
+REASON_CHARS = 1000
 _STATE = select(commits.c.state).where(_MINE)
 
 
@@ -142,7 +144,8 @@ def settle_writers(
             # PostgreSQL: the commit may have settled since ``unsettled`` was read (a
             # late heartbeat, not a dead writer, and it published); only an abort
             # that took effect makes its files garbage
-            if conn.execute(_ABORT, {"cid": row.id, "writer": row.owner, "now": now}).rowcount:
+            params = {"cid": row.id, "writer": row.owner, "now": now, "why": WRITER_GONE}
+            if conn.execute(_ABORT, params).rowcount:
                 stale.append(int(row.id))
         else:
             alive_rows.append(row)
@@ -175,20 +178,26 @@ def heartbeat(db: Db, commit_id: int, owner: str) -> bool:
     return db.write(txn, single=True)
 
 
-def abort(db: Db, commit_id: int, owner: str, action: str | None = None) -> bool:
+def abort(
+    db: Db, commit_id: int, owner: str, action: str | None = None, reason: str | None = None
+) -> bool:
     """Set an open commit of ``owner`` ABORTED (with the ``action`` it was doing, when
-    that became known after it opened: a transaction's overwrite); True when it is
-    ABORTED now (False: it completed, e.g. its publish reached the catalog before the
-    connection dropped, or the row is not the owner's)."""
-    return settle(db, commit_id, owner, action) == CommitState.ABORTED.value
+    that became known after it opened: a transaction's overwrite; and the ``reason``,
+    e.g. the error that ended it); True when it is ABORTED now (False: it completed,
+    e.g. its publish reached the catalog before the connection dropped, or the row is
+    not the owner's)."""
+    return settle(db, commit_id, owner, action, reason) == CommitState.ABORTED.value
 
 
-def settle(db: Db, commit_id: int, owner: str, action: str | None = None) -> str | None:
-    """Abort an open commit of ``owner``; its state then (COMPLETED: its publish went
-    through; None: the row is not the owner's)."""
+def settle(
+    db: Db, commit_id: int, owner: str, action: str | None = None, reason: str | None = None
+) -> str | None:
+    """Abort an open commit of ``owner`` (recording ``reason``); its state then
+    (COMPLETED: its publish went through; None: the row is not the owner's)."""
+    why = None if reason is None else reason[:REASON_CHARS]
 
     def txn(conn: Connection) -> str | None:
-        params = {"cid": commit_id, "writer": owner, "now": now_us()}
+        params = {"cid": commit_id, "writer": owner, "now": now_us(), "why": why}
         aborted = conn.execute(_ABORT, params).rowcount
         if aborted and action is not None:
             conn.execute(update(commits).where(_MINE).values(action=action), params)

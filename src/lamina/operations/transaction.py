@@ -338,7 +338,8 @@ class Transaction:
         if self._state in ("new", "open"):
             if self._state == "open":
                 self._write.action = self._action().value
-                self._write.__exit__(TransactionError, None, None)
+                why = TransactionError("aborted by its caller")
+                self._write.__exit__(TransactionError, why, None)
             self._state = "aborted"
 
     # -- helpers --------------------------------------------------------------------

@@ -8,8 +8,10 @@ errors to status codes — unknown table or lineage entry 404, a lineage state c
 
 Mutating calls (POST) need ``Authorization: Bearer <token>`` when a token is configured
 (``create_app(token=...)``, else ``$LAMINA_API_TOKEN``): no credentials 401, a wrong
-token 403. Reads are open. Handlers are plain functions, so FastAPI runs them on its
-thread pool; they share the catalog (its SQLAlchemy engine is thread-safe).
+token 403. So do reads, or the console's sign-in cookie, unless the server opens them
+explicitly (``open_reads``; :mod:`lamina.rest.auth`). Handlers are plain functions, so
+FastAPI runs them on its thread pool; they share the catalog (its SQLAlchemy engine is
+thread-safe).
 """
 
 from __future__ import annotations
@@ -37,10 +39,13 @@ from lamina.meta.tables import get_table
 from lamina.operations.handle import TableHandle
 from lamina.rest.auth import (
     AUTH_ERRORS,
+    OPEN_READS_ENV,
     TOKEN_ENV,
     AuthenticatedRoute,
     check_token,
     documented_bearer,
+    guard_reads,
+    reads_opened,
 )
 from lamina.rest.console import api as console_api
 from lamina.rest.console.pages import pages as console_pages
@@ -63,7 +68,7 @@ from lamina.rest.models import (
     segment_info,
 )
 
-__all__ = ["TOKEN_ENV", "check_token", "create_app", "serve"]
+__all__ = ["OPEN_READS_ENV", "TOKEN_ENV", "check_token", "create_app", "reads_opened", "serve"]
 
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
@@ -308,9 +313,12 @@ async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
     return _Json({"detail": faults}, status_code=422)
 
 
-def create_app(catalog: lamina.Catalog, token: str | None = None) -> FastAPI:
+def create_app(
+    catalog: lamina.Catalog, token: str | None = None, open_reads: bool | None = None
+) -> FastAPI:
     """The REST app over ``catalog``. ``token`` (default ``$LAMINA_API_TOKEN``; empty:
-    none) guards the POST calls."""
+    none) guards the POST calls, and the reads unless ``open_reads`` (default
+    ``$LAMINA_OPEN_READS`` is ``1``/``true``). Raises ServeError (a blank token)."""
     if token is None:
         token = os.environ.get(TOKEN_ENV)
     if token is not None and token.strip() != token:  # a secrets file's newline, say
@@ -334,6 +342,8 @@ def create_app(catalog: lamina.Catalog, token: str | None = None) -> FastAPI:
 
     app.state.catalog = catalog
     app.state.token = token or None
+    app.state.open_reads = reads_opened(open_reads)
+    app.middleware("http")(guard_reads)
     app.add_exception_handler(LaminaError, _lamina_error)
     app.add_exception_handler(RequestValidationError, _invalid_request)
     app.include_router(reads)
@@ -353,10 +363,12 @@ def serve(
     log_level: str = "info",
     create: bool = True,
     on_listen: Callable[[str], None] | None = None,
+    open_reads: bool | None = None,
 ) -> None:
     """Connect to the catalog and serve the REST API with uvicorn until interrupted.
     ``create``: as :func:`lamina.connect`'s; ``on_listen(url)``: called once the port is
-    bound and the catalog open (e.g. to print the URL; port 0 picks a free one).
+    bound and the catalog open (e.g. to print the URL; port 0 picks a free one);
+    ``token``, ``open_reads``: as :func:`create_app`'s.
     Raises ServeError when it cannot listen at ``host``:``port``, CatalogNotFoundError."""
     import uvicorn  # loads click, uvicorn
 
@@ -368,7 +380,7 @@ def serve(
             shown = f"[{bound_host}]" if ":" in bound_host else bound_host
             on_listen(f"http://{shown}:{bound_port}")
         try:
-            config = uvicorn.Config(create_app(cat, token), log_level=log_level)
+            config = uvicorn.Config(create_app(cat, token, open_reads), log_level=log_level)
             uvicorn.Server(config).run(sockets=[sock])
         finally:
             cat.close()

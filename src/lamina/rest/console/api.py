@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, cast
 
+import pyarrow.compute as pc
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 
 import lamina
@@ -23,16 +24,20 @@ from lamina.core.autocompact import policy_of
 from lamina.core.interval import Granularity, Interval, format_us
 from lamina.core.lineage import LineageState, hidden_by
 from lamina.core.timeline import Timeline
-from lamina.errors import LaminaError, TableNotFoundError
+from lamina.errors import LaminaError, TableNotFoundError, UpsertError
 from lamina.meta import console as queries
 from lamina.meta.tables import get_table
 from lamina.operations.handle import DEFAULT_TARGET_ROWS, TableHandle
 from lamina.rest.auth import AUTH_ERRORS, AuthenticatedRoute, documented_bearer
 from lamina.rest.console.models import (
+    AbortInfo,
     BucketInfo,
+    ChangeFeed,
     ChunkSegmentInfo,
+    ChunkSuperseded,
     CommitInfo,
     CommitPage,
+    KeyIndexInfo,
     LockRowInfo,
     LocksInfo,
     RevertPreview,
@@ -343,7 +348,7 @@ def commits(cat: lamina.Catalog, table: str, limit: int, before: int | None) -> 
                 id=r.id,
                 action=r.action,
                 state=r.state,
-                seq=r.seq,
+                version=r.seq,
                 txn=r.txn,
                 writer=r.writer,
                 startedAt=format_us(r.started_us),
@@ -354,6 +359,7 @@ def commits(cat: lamina.Catalog, table: str, limit: int, before: int | None) -> 
                 segmentsRemoved=r.segments_removed,
                 rowsAdded=r.rows_added,
                 rowsRemoved=r.rows_removed,
+                reason=r.reason,
             )
             for r in rows
         ],
@@ -374,9 +380,89 @@ def get_commits(
     return commits(cat, table, limit, before)
 
 
+def changes(
+    cat: lamina.Catalog, table: str, after: int, until: int | None, limit: int
+) -> ChangeFeed:
+    """The rows versions ``(after, until]`` inserted and deleted (at most ``limit`` of
+    them; the counts are of all). Raises InvalidArgumentError, SnapshotNotFoundError."""
+    h = handle_of(cat, table)
+    until = queries.table_seq(cat.context.db, h.name) if until is None else until
+    feed = cat.load_table(h.name).read_changes(after, until)
+    kinds = feed.column("_change")
+    inserts = int(pc.sum(pc.equal(kinds, "insert")).as_py() or 0)
+    shown = feed.slice(0, limit)
+    cols = [c.to_pylist() for c in shown.columns]
+    return ChangeFeed(
+        afterVersion=after,
+        untilVersion=until,
+        inserts=inserts,
+        deletes=feed.num_rows - inserts,
+        columns=[SqlColumn(name=f.name, type=str(f.type)) for f in shown.schema],
+        rows=[[_plain(v) for v in row] for row in zip(*cols, strict=True)] if cols else [],
+        truncated=feed.num_rows > limit,
+    )
+
+
+@reads.get("/tables/{table}/changes", response_model=ChangeFeed)
+def get_changes(
+    table: str,
+    cat: CatalogDep,
+    after: Annotated[
+        int, Query(alias="afterVersion", ge=0, le=2**62, description="Changes after it.")
+    ],
+    until: Annotated[
+        int | None,
+        Query(alias="untilVersion", ge=0, le=2**62, description="Up to it (default: latest)."),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> ChangeFeed:
+    """The change feed between two table versions: each row a version inserted or
+    deleted, with ``_change``, ``_commit_id`` and ``_commit_seq`` (the version), as
+    ``t.read_changes(afterVersion, untilVersion)`` returns it."""
+    return changes(cat, table, after, until, limit)
+
+
+def key_index(cat: lamina.Catalog, table: str, limit: int) -> KeyIndexInfo:
+    """Raises UpsertError (not an upsert table), TableNotFoundError."""
+    h = handle_of(cat, table)
+    spec = h.upsert_spec
+    if spec is None:
+        raise UpsertError(f"table {h.name!r} has no primary key: it has no key index")
+    got = cat.context.keys.stats(cat.context.db, h.record, spec, cat.warehouse)
+    total, chunks = queries.superseded_by_chunk(cat.context.db, h.name, limit)
+    return KeyIndexInfo(
+        primaryKey=list(spec.primary_key),
+        version=got.seq,
+        keys=got.keys,
+        indexBytes=got.index_bytes,
+        bytesPerKey=round(got.index_bytes / got.keys, 1) if got.keys else 0.0,
+        files=got.files,
+        hiddenRows=got.hidden_rows,
+        filesWithVectors=got.files_with_vectors,
+        loadSeconds=got.seconds,
+        chunks=total,
+        mostSuperseded=[
+            ChunkSuperseded(
+                interval=str(iv), rows=rows, superseded=hid, share=hid / rows if rows else 0.0
+            )
+            for iv, rows, hid in chunks
+        ],
+    )
+
+
+@reads.get("/tables/{table}/keyIndex", response_model=KeyIndexInfo)
+def get_key_index(
+    table: str, cat: CatalogDep, limit: Annotated[int, Query(ge=1, le=10_000)] = 100
+) -> KeyIndexInfo:
+    """An upsert table's key index statistics (keys, memory, files, deletion vectors),
+    and its ``limit`` most superseded chunks (rows deletion vectors hide, of those
+    stored). 400 for a table without a primary key."""
+    return key_index(cat, table, limit)
+
+
 def locks(cat: lamina.Catalog, table: str) -> LocksInfo:
     h = handle_of(cat, table)
-    held, writers = queries.lock_rows(cat.context.db, h.name)
+    held, writers, aborts = queries.lock_rows(cat.context.db, h.name)
     return LocksInfo(
         locks=[
             LockRowInfo(
@@ -404,13 +490,25 @@ def locks(cat: lamina.Catalog, table: str) -> LocksInfo:
             )
             for w in writers
         ],
+        recentAborts=[
+            AbortInfo(
+                commitId=a.commit_id,
+                action=a.action,
+                owner=a.owner,
+                endedAt=format_us(a.ended_us),
+                kind=cast(Any, rules.abort_kind(a.reason)),
+                reason=a.reason,
+            )
+            for a in aborts
+        ],
     )
 
 
 @reads.get("/tables/{table}/locks", response_model=LocksInfo)
 def get_locks(table: str, cat: CatalogDep) -> LocksInfo:
-    """Task locks (held, waiting, revoked) with their holder's heartbeat age, and the
-    writers in flight (open commits)."""
+    """Task locks (held, waiting, revoked) with their holder's heartbeat age, the
+    writers in flight (open commits), and the recent conflicts, lock revocations and
+    other aborts, each with its reason."""
     return locks(cat, table)
 
 

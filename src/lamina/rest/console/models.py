@@ -97,7 +97,10 @@ class CommitInfo(ApiModel):
     id: int
     action: str
     state: str
-    seq: int | None
+    version: int | None = Field(
+        description="The table version it made (completed commits): what as_of, "
+        "AT (VERSION => n) and the change feed take."
+    )
     txn: str | None = Field(description="An exactly-once write's application version.")
     writer: str
     started_at: str = Field(alias="startedAt")
@@ -106,6 +109,9 @@ class CommitInfo(ApiModel):
     segments_removed: int = Field(alias="segmentsRemoved")
     rows_added: int = Field(alias="rowsAdded")
     rows_removed: int = Field(alias="rowsRemoved")
+    reason: str | None = Field(
+        default=None, description="Why an ABORTED commit ended (a conflict, a revoked lock...)."
+    )
 
 
 class CommitPage(ApiModel):
@@ -135,9 +141,22 @@ class WriterInfo(ApiModel):
     heartbeat_age_s: float = Field(alias="heartbeatAgeS")
 
 
+class AbortInfo(ApiModel):
+    commit_id: int = Field(alias="commitId")
+    action: str
+    owner: str
+    ended_at: str = Field(alias="endedAt")
+    kind: Literal["conflict", "lock revoked", "writer gone", "failed"]
+    reason: str
+
+
 class LocksInfo(ApiModel):
     locks: list[LockRowInfo]
     writers: list[WriterInfo]
+    recent_aborts: list[AbortInfo] = Field(
+        alias="recentAborts",
+        description="The latest aborted commits, newest first, with what ended them.",
+    )
 
 
 class RevertPreview(ApiModel):
@@ -168,3 +187,41 @@ class SqlResult(ApiModel):
     rows: list[list[Any]]
     truncated: bool = Field(description="More rows than maxRows: the rest left out.")
     elapsed_ms: float = Field(alias="elapsedMs")
+
+
+class ChangeFeed(ApiModel):
+    """The change feed between two table versions (``t.read_changes``)."""
+
+    after_version: int = Field(alias="afterVersion")
+    until_version: int = Field(alias="untilVersion")
+    inserts: int
+    deletes: int
+    columns: list[SqlColumn]
+    rows: list[list[Any]]
+    truncated: bool = Field(description="More rows than limit: the rest left out.")
+
+
+class ChunkSuperseded(ApiModel):
+    interval: str
+    rows: int = Field(description="Rows stored in the chunk's visible segments.")
+    superseded: int = Field(description="Of them, rows deletion vectors hide.")
+    share: float
+
+
+class KeyIndexInfo(ApiModel):
+    """An upsert table's key index (as ``lamina keys`` reports it) and where its
+    superseded rows lie."""
+
+    primary_key: list[str] = Field(alias="primaryKey")
+    version: int = Field(description="The table version the index is up to date with.")
+    keys: int = Field(description="Keys with a latest record (live tombstones included).")
+    index_bytes: int = Field(alias="indexBytes")
+    bytes_per_key: float = Field(alias="bytesPerKey")
+    files: int = Field(description="Data files the index points into.")
+    hidden_rows: int = Field(alias="hiddenRows")
+    files_with_vectors: int = Field(alias="filesWithVectors")
+    load_seconds: float = Field(
+        alias="loadSeconds", description="Time this call took to bring the index up to date."
+    )
+    chunks: int = Field(description="Chunks holding visible data.")
+    most_superseded: list[ChunkSuperseded] = Field(alias="mostSuperseded")

@@ -5,21 +5,26 @@ make them) and the SQL box. Every asset is served from the package: no CDN."""
 
 from __future__ import annotations
 
+import hmac
 from importlib import resources
 from typing import Annotated, Any, Literal
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode
 
 import jinja2
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 import lamina
 from lamina.core import console as rules
 from lamina.core.autocompact import policy_of
 from lamina.core.interval import Interval, format_us
+from lamina.engines.duckdb_views import quote
 from lamina.errors import LaminaError
+from lamina.meta import console as queries
+from lamina.meta.tables import get_table
 from lamina.operations.compaction.auto import auto_status
 from lamina.operations.handle import DEFAULT_TARGET_ROWS
+from lamina.rest.auth import READ_COOKIE, SIGN_IN, check_same_site, read_pass, safe_next
 from lamina.rest.console import api
 from lamina.rest.console.models import SortKey, TimelineInfo, Zoom
 
@@ -51,8 +56,16 @@ CatalogDep = Annotated[lamina.Catalog, Depends(api.catalog_of)]
 
 
 def _render(request: Request, template: str, **ctx: Any) -> HTMLResponse:
+    upsert = False
+    if ctx.get("table"):  # a table's pages: a Key index tab for an upsert table
+        cat: lamina.Catalog = request.app.state.catalog
+        upsert = "upsert.primary_key" in get_table(cat.context.db, ctx["table"]).properties
     html = _ENV.get_template(template).render(
-        needs_token=bool(request.app.state.token), fmt_bytes=fmt_bytes, fmt_age=fmt_age, **ctx
+        needs_token=bool(request.app.state.token),
+        fmt_bytes=fmt_bytes,
+        fmt_age=fmt_age,
+        upsert=upsert,
+        **ctx,
     )
     return HTMLResponse(html, headers=_HEADERS)
 
@@ -270,6 +283,42 @@ def commits_page(
         page=page,
         call=call,
         older=older,
+        latest=queries.table_seq(cat.context.db, h.name),
+        quoted=quote(h.name),
+    )
+
+
+@pages.get("/console/tables/{table}/changes", response_class=HTMLResponse)
+def changes_page(
+    request: Request,
+    table: str,
+    cat: CatalogDep,
+    after: Annotated[int, Query(ge=0, le=2**62)] = 0,
+    until: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+) -> HTMLResponse:
+    h = _handle(cat, table)
+    feed = api.changes(cat, h.name, after, until, 1000)
+    q = {"afterVersion": after, **({"untilVersion": until} if until is not None else {})}
+    return _render(
+        request,
+        "changes.html",
+        title=f"Changes of {h.name}",
+        table=h.name,
+        feed=feed,
+        call=f"GET /tables/{h.name}/changes?" + urlencode(q),
+    )
+
+
+@pages.get("/console/tables/{table}/keys", response_class=HTMLResponse)
+def keys_page(request: Request, table: str, cat: CatalogDep) -> HTMLResponse:
+    h = _handle(cat, table)
+    return _render(
+        request,
+        "keys.html",
+        title=f"Key index of {h.name}",
+        table=h.name,
+        info=api.key_index(cat, h.name, 100),
+        call=f"GET /tables/{h.name}/keyIndex?limit=100",
     )
 
 
@@ -338,3 +387,41 @@ def sql_page(
         tables=cat.list_tables(),
         call="POST /sql",
     )
+
+
+@pages.get(SIGN_IN, response_class=HTMLResponse)
+def sign_in_page(
+    request: Request, next: Annotated[str, Query(max_length=2000)] = "/"
+) -> HTMLResponse:
+    return _render(
+        request, "login.html", title="Sign in", table=None, target=safe_next(next), failed=False
+    )
+
+
+@pages.post(SIGN_IN, response_class=HTMLResponse)
+async def sign_in(request: Request) -> Response:
+    """The sign-in form: the right token sets the reads cookie (a digest of the token,
+    ``HttpOnly``, ``SameSite=Strict``) and goes back where the user was headed; a wrong
+    one shows the form again (403)."""
+    check_same_site(request)
+    form = parse_qs((await request.body())[:10_000].decode("utf-8", "replace"))
+    given = (form.get("token") or [""])[0].strip()
+    target = safe_next((form.get("next") or ["/"])[0])
+    token: str | None = request.app.state.token
+    if token and not hmac.compare_digest(given.encode(), token.encode()):
+        page = _render(
+            request, "login.html", title="Sign in", table=None, target=target, failed=True
+        )
+        page.status_code = status.HTTP_403_FORBIDDEN
+        return page
+    done = RedirectResponse(target, status.HTTP_303_SEE_OTHER)
+    if token:
+        done.set_cookie(
+            READ_COOKIE,
+            read_pass(token),
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path="/",
+        )
+    return done

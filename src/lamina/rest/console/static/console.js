@@ -1,5 +1,5 @@
-// lamina console: the actions (POSTs with the API token in a header, never a cookie)
-// and the SQL box. Every value is written as text (textContent), never as HTML.
+// lamina console: the actions (POSTs with the API token in a header, never a cookie;
+// reads carry the sign-in cookie when the server keeps them closed) and the SQL box. Every value is written as text (textContent), never as HTML.
 "use strict";
 
 const TOKEN_KEY = "lamina-console-token";
@@ -32,7 +32,7 @@ async function call(method, url, body) {
     method,
     headers,
     body: body === undefined ? undefined : JSON.stringify(body),
-    credentials: "omit",
+    credentials: method === "GET" ? "same-origin" : "omit",
   });
   let json = null;
   try {
@@ -169,6 +169,11 @@ function downloadCsv() {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
+  const login = document.getElementById("login-form");
+  if (login) {
+    // the cookie opens reads only: keep the token in this tab for the actions too
+    login.addEventListener("submit", () => sessionStorage.setItem(TOKEN_KEY, login.token.value));
+  }
   const t = document.getElementById("token");
   if (t) {
     t.value = token();
