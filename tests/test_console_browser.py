@@ -59,6 +59,11 @@ def cat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[lamina.Catalog]:
     small = c.create_table("small", SCHEMA, "ts", "DAY")
     for i in range(8):
         small.append(events(days=1, per_day=4, start="2024-02-01", seed=i))
+    keyed = pa.schema([("ts", pa.timestamp("us")), pa.field("key", pa.string(), False)])
+    up = c.create_table("up", keyed, "ts", "DAY", primary_key="key")
+    ts = pa.array([0, 1, 2], pa.timestamp("us"))
+    up.upsert(pa.table([ts, pa.array(["a", "b", "c"])], schema=keyed))
+    up.upsert(pa.table([ts.slice(0, 1), pa.array(["a"])], schema=keyed))
     odd_schema = pa.schema([("ts", pa.timestamp("us")), ("<b>\"q'", pa.string())])
     odd = c.create_table("odd", odd_schema, "ts", "DAY", properties={"note": MARKUP})
     odd.append(
@@ -140,6 +145,10 @@ def sign_in(b: Browser) -> Browser:
     page.fill("#login-token", "not-it")
     page.click("#login-form button[type=submit]")
     assert "not this server's token" in page.inner_text("#login-error")
+    assert b.errors == [
+        "Failed to load resource: the server responded with a status of 403 (Forbidden)"
+    ]
+    b.errors.clear()
     page.fill("#login-token", TOKEN)
     page.click("#login-form button[type=submit]")
     page.wait_for_url(b.base + "/console/tables/ev/timeline")
@@ -159,6 +168,8 @@ PAGES = [
     ("lineage", "/console/tables/ev/lineage"),
     ("locks", "/console/tables/ev/locks"),
     ("compaction", "/console/tables/small/compaction"),
+    ("changes", "/console/tables/ev/changes?after=1&until=2"),
+    ("keys", "/console/tables/up/keys"),
     ("sql", "/console/sql"),
 ]
 
@@ -194,6 +205,25 @@ def test_timeline_shows_the_overwritten_day_overshadowed(browser: Browser) -> No
     states = [r.inner_text() for r in page.locator("#segments tbody td:last-child").all()]
     assert states[0] == "visible" and len(states) == 2 and states[1] != "visible"
     browser.shot("timeline-chunk")
+    assert browser.errors == []
+
+
+def test_a_commit_opens_the_table_as_of_it_and_its_changes(
+    browser: Browser, cat: lamina.Catalog
+) -> None:
+    page = browser.go("/console/tables/ev/commits")
+    with page.expect_navigation():  # the refresh of day 2
+        page.click('#commits tr:has-text("REFRESH") a:has-text("Changes")')
+    assert page.inner_text("#feed-counts") == "7 inserted, 50 deleted"
+    page = browser.go("/console/tables/ev/commits")
+    with page.expect_navigation():  # the end of the push: version 3, before the refresh
+        page.click('#commits tr:has-text("END_REPLACE") a:has-text("Query")')
+    query = page.input_value("#query")
+    assert query == 'SELECT * FROM "ev" AT (VERSION => 3) LIMIT 100'
+    set_token(browser)
+    run_sql(browser, query.replace("*", "count(*) AS n").replace(" LIMIT 100", ""))
+    assert page.inner_text("#result tbody") == "150"
+    assert cat.sql("SELECT count(*) AS n FROM ev").column("n")[0].as_py() == 107
     assert browser.errors == []
 
 
