@@ -6,13 +6,16 @@ transaction; what the numbers mean is :mod:`lamina.core.console`'s."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, case, func, literal, select
+import numpy as np
+from sqlalchemy import ColumnElement, Connection, and_, case, func, literal, select, tuple_
 
-from lamina.core.console import Group, TableStats
+from lamina.core.console import Groups, TableStats
 from lamina.core.interval import Interval
 from lamina.meta.db import Db
 from lamina.meta.lineage_lists import hidden_at
@@ -136,48 +139,187 @@ def table_stats(db: Db, totals: Totals) -> list[TableStats]:
     return db.read(txn)
 
 
-def timeline_groups(db: Db, name: str, span: Interval, small: int) -> list[Group]:
-    """The published segments of table ``name`` overlapping ``span`` (removed ones
-    too: they are the history; those lineage hides count as removed), one
-    :class:`Group` per (chunk interval, version). Raises TableNotFoundError."""
+def _grouped(
+    conn: Connection, table_id: int, where: list[ColumnElement[bool]], small: int
+) -> tuple[Groups, frozenset[str]]:
+    """The table's segments matching ``where``, one group per (chunk interval,
+    version), and the segment ids its lineage hides (counted as removed: readers do
+    not see them)."""
+    s = segments.c
+    hidden = frozenset(hidden_at(conn, table_id))
+    live: ColumnElement[bool] = s.removed_seq.is_(None)
+    if hidden:
+        live = and_(live, s.segment_id.not_in(sorted(hidden)[:_HIDDEN_MAX]))
+    any_dv = conn.execute(
+        select(deletes.c.location).where(deletes.c.table_id == table_id).limit(1)
+    ).first()
+    if any_dv is None:  # most tables: no per-row lookup
+        dv: Any = literal(0)
+    else:
+        with_dv = s.location.in_(select(deletes.c.location).where(deletes.c.table_id == table_id))
+        dv = func.sum(case((with_dv, 1), else_=0))
+    rows = conn.execute(
+        select(
+            s.start_us,
+            s.end_us,
+            s.version,
+            func.count(),
+            func.max(s.num_core_partitions),
+            func.sum(case((s.partition_id < s.num_core_partitions, 1), else_=0)),
+            func.sum(case((live, 1), else_=0)),
+            func.sum(case((s.location.is_(None), 1), else_=0)),
+            func.coalesce(func.sum(s.row_count), 0),
+            func.coalesce(func.sum(s.size_bytes), 0),
+            func.sum(case((and_(s.row_count < small, s.location.is_not(None)), 1), else_=0)),
+            func.max(s.minor_version),
+            dv,
+        )
+        .where(*where)
+        .group_by(s.start_us, s.end_us, s.version)
+    ).all()
+    return Groups.of(rows), hidden
 
-    def txn(conn: Connection) -> list[Group]:
+
+def timeline_groups(db: Db, name: str, span: Interval, small: int) -> Groups:
+    """The published segments of table ``name`` overlapping ``span`` (removed ones
+    too: they are the history; those lineage hides count as removed), one group per
+    (chunk interval, version). Raises TableNotFoundError."""
+
+    def txn(conn: Connection) -> Groups:
         rec = read_table(conn, name)
-        s = segments.c
-        hidden = hidden_at(conn, rec.id)  # lineage: shown as gone, as readers see them
-        live: ColumnElement[bool] = s.removed_seq.is_(None)
-        if hidden:
-            live = and_(live, s.segment_id.not_in(sorted(hidden)[:_HIDDEN_MAX]))
-        any_dv = conn.execute(
-            select(deletes.c.location).where(deletes.c.table_id == rec.id).limit(1)
-        ).first()
-        if any_dv is None:  # most tables: no per-row lookup
-            dv: Any = literal(0)
-        else:
-            with_dv = s.location.in_(select(deletes.c.location).where(deletes.c.table_id == rec.id))
-            dv = func.sum(case((with_dv, 1), else_=0))
-        rows = conn.execute(
-            select(
-                s.start_us,
-                s.end_us,
-                s.version,
-                func.count(),
-                func.max(s.num_core_partitions),
-                func.sum(case((s.partition_id < s.num_core_partitions, 1), else_=0)),
-                func.sum(case((live, 1), else_=0)),
-                func.sum(case((s.location.is_(None), 1), else_=0)),
-                func.coalesce(func.sum(s.row_count), 0),
-                func.coalesce(func.sum(s.size_bytes), 0),
-                func.sum(case((and_(s.row_count < small, s.location.is_not(None)), 1), else_=0)),
-                func.max(s.minor_version),
-                dv,
-            )
-            .where(*overlapping(conn, rec.id, span))
-            .group_by(s.start_us, s.end_us, s.version)
-        ).all()
-        return [Group(*(int(v or 0) for v in r)) for r in rows]
+        return _grouped(conn, rec.id, overlapping(conn, rec.id, span), small)[0]
 
     return db.read(txn)
+
+
+@dataclass
+class _Kept:
+    table_id: int
+    seq: int
+    small: int
+    hidden: frozenset[str]
+    groups: Groups
+    made: float
+
+
+class TimelineCache:
+    """Per table, its timeline groups over its whole range, kept current from what
+    each commit changed rather than grouped again: grouping reads every segment row
+    (seconds at a million), catching up reads the (chunk interval, version) keys
+    commits touched since — segments added or removed, files given deletion vectors,
+    segments lineage hid or showed again — and groups those keys alone. Retention
+    deletes removed segments' rows without a commit, so a kept table is grouped anew
+    every :attr:`REBUILD_S` seconds."""
+
+    REBUILD_S = 600.0
+    #: more touched keys than this: group the whole table again
+    MOST_KEYS = 5_000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: dict[tuple[int, str], _Kept] = {}
+
+    def holds(self, db: Db, name: str) -> bool:
+        with self._lock:
+            return (id(db), name) in self._kept
+
+    def groups(self, db: Db, name: str, small: int) -> Groups:
+        """The table's groups now (see :func:`timeline_groups`), over its whole range.
+        Raises TableNotFoundError."""
+        key = (id(db), name)
+        with self._lock:  # one catch-up at a time: the next request finds it done
+            old = self._kept.get(key)
+            if (
+                old is not None
+                and old.small == small
+                and time.monotonic() - old.made < self.REBUILD_S
+            ):
+                kept = db.read(lambda conn: self._caught_up(conn, name, old))
+            else:
+                kept = db.read(lambda conn: self._built(conn, name, small))
+            self._kept[key] = kept
+            if len(self._kept) > 64:
+                del self._kept[next(iter(self._kept))]
+            return kept.groups
+
+    def _built(self, conn: Connection, name: str, small: int) -> _Kept:
+        rec = read_table(conn, name)
+        seq = _last_seq(conn, rec.id)
+        groups, hidden = _grouped(conn, rec.id, [segments.c.table_id == rec.id], small)
+        return _Kept(rec.id, seq, small, hidden, groups, time.monotonic())
+
+    def _caught_up(self, conn: Connection, name: str, kept: _Kept) -> _Kept:
+        rec = read_table(conn, name)
+        seq = _last_seq(conn, rec.id)
+        if rec.id != kept.table_id:  # dropped and created again
+            return self._built(conn, name, kept.small)
+        hidden = frozenset(hidden_at(conn, rec.id))
+        if seq == kept.seq and hidden == kept.hidden:
+            return kept
+        keys = _touched(conn, rec.id, kept.seq, hidden ^ kept.hidden)
+        if len(keys) > self.MOST_KEYS:
+            return self._built(conn, name, kept.small)
+        s = segments.c
+        parts = [kept.groups.take(~_among(kept.groups, keys))]
+        ordered = sorted(keys)
+        for i in range(0, len(ordered), _BATCH):
+            where = [
+                s.table_id == rec.id,
+                tuple_(s.start_us, s.end_us, s.version).in_(ordered[i : i + _BATCH]),
+            ]
+            parts.append(_grouped(conn, rec.id, where, kept.small)[0])
+        return _Kept(rec.id, seq, kept.small, hidden, Groups.concat(parts), kept.made)
+
+
+_BATCH = 500
+
+
+def _last_seq(conn: Connection, table_id: int) -> int:
+    return int(conn.execute(select(tables.c.last_seq).where(tables.c.id == table_id)).scalar() or 0)
+
+
+def _touched(
+    conn: Connection, table_id: int, since: int, flipped: Collection[str]
+) -> set[tuple[int, int, int]]:
+    """The (start, end, version) keys of the segments commits after ``since`` added or
+    removed, of those whose files got deletion vectors, and of ``flipped`` (segments
+    lineage hid or showed again)."""
+    s = segments.c
+    key = select(s.start_us, s.end_us, s.version).distinct()
+    mine = s.table_id == table_id
+    queries = [
+        key.where(mine, s.added_seq > since),
+        key.where(mine, s.removed_seq > since),
+        key.where(
+            mine,
+            s.location.in_(
+                select(deletes.c.location).where(
+                    deletes.c.table_id == table_id, deletes.c.seq > since
+                )
+            ),
+        ),
+    ]
+    ids = sorted(flipped)
+    queries += [
+        key.where(mine, s.segment_id.in_(ids[i : i + _BATCH])) for i in range(0, len(ids), _BATCH)
+    ]
+    return {(int(a), int(b), int(v)) for q in queries for a, b, v in conn.execute(q)}
+
+
+def _among(groups: Groups, keys: Collection[tuple[int, int, int]]) -> np.ndarray:
+    """Which of ``groups`` have one of ``keys``."""
+    hit = np.zeros(len(groups), bool)
+    if not keys or not len(groups):
+        return hit
+    start, end, version = groups["start"], groups["end"], groups["version"]
+    by_start: dict[int, list[tuple[int, int]]] = {}
+    for a, b, v in keys:
+        by_start.setdefault(a, []).append((b, v))
+    near = np.flatnonzero(np.isin(start, np.fromiter(by_start, np.int64)))
+    for i in near.tolist():
+        if (int(end[i]), int(version[i])) in by_start[int(start[i])]:
+            hit[i] = True
+    return hit
 
 
 def lock_intervals(db: Db, name: str, span: Interval) -> list[Interval]:
@@ -411,22 +553,6 @@ def superseded_rows(db: Db, name: str, locations: Collection[str]) -> dict[str, 
                 .group_by(deletes.c.location)
             )
         }
-
-    return db.read(txn)
-
-
-def extent(db: Db, name: str) -> Interval | None:
-    """From the earliest start to the latest end of the table's published data
-    segments (None: it has none). Raises TableNotFoundError."""
-
-    def txn(conn: Connection) -> Interval | None:
-        rec = read_table(conn, name)
-        lo, hi = conn.execute(
-            select(func.min(segments.c.start_us), func.max(segments.c.end_us)).where(
-                segments.c.table_id == rec.id, segments.c.location.is_not(None)
-            )
-        ).one()
-        return None if lo is None else Interval.of(int(lo), int(hi))
 
     return db.read(txn)
 

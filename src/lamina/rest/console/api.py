@@ -11,7 +11,6 @@ import decimal
 import math
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, cast
 
@@ -178,11 +177,11 @@ def timeline(
     """The aggregated timeline (see :func:`get_timeline`)."""
     h = handle_of(cat, table)
     db = cat.context.db
-    span = (
-        Interval.parse(interval)
-        if interval
-        else _remembered(cat, h.name, ("extent",), lambda: queries.extent(db, h.name))
-    )
+    small = small_rows(h.properties)
+    kept: rules.Groups | None = None
+    if not interval or _TIMELINES.holds(db, h.name):  # the whole table, kept current
+        kept = _TIMELINES.groups(db, h.name, small)
+    span = Interval.parse(interval) if interval else _extent(kept)
     if span is None:  # no data: nothing to draw
         return TimelineInfo(table=h.name, interval="", zoom="DAY", buckets=[])
     g = Granularity.parse(zoom) if zoom else rules.zoom_for(span, h.granularity)
@@ -195,12 +194,11 @@ def timeline(
             f"use zoom={coarser.value} or a shorter interval",
         )
     shown = Interval.of(edges[0], edges[-1])
-    small = small_rows(h.properties)
-
-    def aggregated() -> list[rules.Bucket]:
-        return rules.aggregate(queries.timeline_groups(db, h.name, shown, small), edges, [])
-
-    buckets = _remembered(cat, h.name, ("buckets", tuple(edges), small), aggregated)
+    if kept is None:  # a range of a table not kept: its groups alone
+        groups = queries.timeline_groups(db, h.name, shown, small)
+    else:
+        groups = kept.take((kept["start"] < shown.end) & (kept["end"] > shown.start))
+    buckets = rules.aggregate(groups, edges, [])
     locks = rules.lock_counts(edges, queries.lock_intervals(db, h.name, shown))
     return TimelineInfo(
         table=h.name,
@@ -236,30 +234,20 @@ def timeline(
     )
 
 
-_CACHE_SIZE = 16
-_cache: OrderedDict[tuple[Any, ...], tuple[Any, Any]] = OrderedDict()
+_cache: dict[tuple[Any, ...], tuple[Any, Any]] = {}
 _cache_lock = threading.Lock()
+#: the timelines shown whole, kept current commit by commit
+_TIMELINES = queries.TimelineCache()
 
 
-def _remembered(cat: lamina.Catalog, name: str, key: tuple[Any, ...], make: Any) -> Any:
-    """``make()``, remembered by the table's last seq: a timeline shown again, or
-    refreshed, costs one small query until the next commit (grouping a 1M-segment
-    table reads every row). Locks are not kept: they are read each time."""
-    db = cat.context.db
-    full = (id(db), name, *key)
-    seq = queries.table_seq(db, name)
-    with _cache_lock:
-        hit = _cache.get(full)
-        if hit is not None and hit[0] == seq:
-            _cache.move_to_end(full)
-            return hit[1]
-    value = make()
-    if queries.table_seq(db, name) == seq:  # no commit meanwhile: keep it
-        with _cache_lock:
-            _cache[full] = (seq, value)
-            while len(_cache) > _CACHE_SIZE:
-                _cache.popitem(last=False)
-    return value
+def _extent(groups: rules.Groups | None) -> Interval | None:
+    """From the earliest start to the latest end of the groups holding data."""
+    if groups is None:
+        return None
+    data = groups["segments"] > groups["tombstones"]
+    if not data.any():
+        return None
+    return Interval.of(int(groups["start"][data].min()), int(groups["end"][data].max()))
 
 
 @reads.get("/tables/{table}/timeline", response_model=TimelineInfo)
