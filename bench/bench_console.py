@@ -14,6 +14,7 @@ timeline, five times.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -47,6 +48,57 @@ def fetch(client: Any, url: str, runs: int) -> tuple[float, int]:
         assert r.status_code == 200, (url, r.status_code, r.text[:300])
         size = len(r.content)
     return median(times), size
+
+
+CHROMIUM = os.environ.get("LAMINA_CHROMIUM", "/usr/bin/chromium")
+
+
+def browser_timings(app: Any, pages: dict[str, str], runs: int) -> dict[str, tuple[float, float]]:
+    """Per page, in Debian's chromium (Playwright drives it; nothing is downloaded)
+    against the app served by uvicorn: median seconds from the navigation's start
+    until the page is interactive (DOMContentLoaded ended: its deferred script ran)
+    and until it loaded. Empty when chromium or Playwright is missing."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return {}
+    if not os.path.exists(CHROMIUM):
+        return {}
+    import socket
+    import threading
+
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    out: dict[str, tuple[float, float]] = {}
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1366, "height": 800})
+            for label, url in pages.items():
+                ready, loaded = [], []
+                for _ in range(runs + 1):  # the first: a cold cache of the browser's
+                    page.goto(base + url, wait_until="load")
+                    nav = page.evaluate(
+                        "JSON.stringify(performance.getEntriesByType('navigation')[0])"
+                    )
+                    got = json.loads(nav)
+                    ready.append(got["domContentLoadedEventEnd"] / 1000)
+                    loaded.append(got["loadEventEnd"] / 1000)
+                out[label] = (median(ready[1:]), median(loaded[1:]))
+            browser.close()
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+    return out
 
 
 def main(quick: bool = False) -> dict[str, Any]:
@@ -98,6 +150,8 @@ def main(quick: bool = False) -> dict[str, Any]:
                 at = START_US + (chunks + i) * HOUR_US
                 big.append(pa.table({"ts": pa.array([at], pa.timestamp("us")), "v": [i]}))
                 streaming.append(fetch(client, whole, 1)[0])
+        shown = {k: v for k, v in pages.items() if "page" in k}
+        in_browser = browser_timings(create_app(cat, token=""), shown, runs)
         cat.close()
     figures = []
     for label, (secs, size) in measured.items():
@@ -105,6 +159,11 @@ def main(quick: bool = False) -> dict[str, Any]:
         figures.append(figure(label, secs, "s", target, note=f"{size:,} bytes sent"))
         figures.append(figure(f"  bytes sent: {label}", size, "B"))
         figures.append(figure(f"  first view (nothing remembered yet): {label}", first[label], "s"))
+    for label, (interactive, loaded) in in_browser.items():
+        figures.append(figure(f"in chromium, interactive: {label}", interactive, "s", "< 1"))
+        figures.append(figure(f"  in chromium, loaded: {label}", loaded, "s"))
+    if not in_browser:
+        print("  (no chromium or Playwright: the in-browser times are not measured)")
     figures.append(
         figure(
             "timeline page, whole table, one commit after the last view",
@@ -125,6 +184,7 @@ def main(quick: bool = False) -> dict[str, Any]:
             "pages": measured,
             "first": first,
             "streaming": streaming,
+            "browser": in_browser,
         },
     )
 

@@ -88,7 +88,7 @@ def main() -> None:
     segs = t.segments()
     console.print(
         f"\n[green]loaded[/] {t.count():,} flights through Spark in "
-        f"{time.perf_counter() - started:.1f}s: commit {load.id}, {len(segs)} DAY segments, "
+        f"{time.perf_counter() - started:.1f}s: version {load.version}, {len(segs)} DAY segments, "
         f"{sum(s.size_bytes for s in segs) / 1e6:.1f} MB"
     )
 
@@ -120,18 +120,21 @@ def main() -> None:
         F.when(F.col("dep_delay") > 600, F.lit(None)).otherwise(F.col("dep_delay")),
     )
     fix = t.overwrite(fixed, interval=day_iv, metadata={"reason": "correction"})
-    console.print(f"\n[green]overwrote[/] {lo} in commit {fix.id} (a new, higher version)")
+    console.print(
+        f"\n[green]overwrote[/] {lo} as table version {fix.version} (a new, higher segment version)"
+    )
     show(f"{lo}, corrected", cat.sql(one_day))
 
-    before = t.to_arrow(as_of=load.id, interval=day_iv, columns=["dep_delay"])
+    before = t.to_arrow(as_of=load, interval=day_iv, columns=["dep_delay"])
     after = t.to_arrow(interval=day_iv, columns=["dep_delay"])
     console.print(
-        f"\n[bold]time travel[/]: as of commit {load.id} {lo} had {before.num_rows} flights "
+        f"\n[bold]time travel[/]: as of version {load.version} {lo} had {before.num_rows} flights "
         f"(max delay {pc.max(before['dep_delay']).as_py()}); now {after.num_rows} "
         f"(max delay {pc.max(after['dep_delay']).as_py()})."
     )
     console.print(
-        f"whole table: {t.count(as_of=load.id):,} rows at commit {load.id}, {t.count():,} rows now"
+        f"whole table: {t.count(as_of=load):,} rows at version {load.version}, "
+        f"{t.count():,} rows now"
     )
 
     around = lamina.Interval(start - dt.timedelta(days=1), start + dt.timedelta(days=2))
@@ -158,23 +161,24 @@ def main() -> None:
     )
     t.overwrite(banded, interval=day_iv, metadata={"reason": "delay bands"})
     show(
-        f"{lo} by delay_band (commit {evolve.id} added it)",
+        f"{lo} by delay_band (version {evolve.version} added it)",
         cat.sql(
             "select delay_band, count(*) flights from flights "
             f"where sched_dep >= '{lo}' and sched_dep < '{hi}' group by 1 order by 2 desc"
         ),
     )
     unbanded = cat.sql("select count(*) from flights where delay_band is null").column(0)[0]
-    old_names = t.to_arrow(as_of=load.id, interval=day_iv).schema.names
+    old_names = t.to_arrow(as_of=load, interval=day_iv).schema.names
     console.print(
-        f"{unbanded.as_py():,} rows written before read delay_band as null; as of commit "
-        f"{load.id} the table had {'a' if 'delay_band' in old_names else 'no'} delay_band column"
+        f"{unbanded.as_py():,} rows written before read delay_band as null; as of version "
+        f"{load.version} the table had {'a' if 'delay_band' in old_names else 'no'} "
+        "delay_band column"
     )
 
     console.print("\n[bold]history[/]")
     for c in t.history():
         console.print(
-            f"  commit {c.id}: {c.action:<9} {c.state:<9} +{len(c.added)} -{len(c.removed)} "
+            f"  version {c.version}: {c.action:<9} {c.state:<9} +{len(c.added)} -{len(c.removed)} "
             f"segments  {c.metadata}"
         )
     consistent_push_demo(cat, spark, t)
@@ -284,7 +288,7 @@ def compaction_demo(cat: lamina.Catalog, flights: lamina.Table) -> None:
     assert c is not None and cat.sql(query).equals(before)
     console.print(
         f"minor compaction: {segs} segments -> {len(late.segments())} in {took:.2f} s "
-        f"(commit {c.id}, minor version "
+        f"(version {c.version}, minor version "
         f"{max(s.minor_version for s in late.segments())}); the same rows and answers"
     )
     show("late_flights", cat.sql(query))
@@ -300,14 +304,14 @@ def consistent_push_demo(cat: lamina.Catalog, spark: Any, flights: lamina.Table)
     if "carrier_daily" in cat.list_tables():
         cat.drop_table("carrier_daily")
 
-    def daily(source: lamina.Table, as_of: int | None = None) -> Any:
+    def daily(source: lamina.Table, as_of: Any = None) -> Any:
         return (
             source.to_spark(spark, as_of=as_of)
             .groupBy(F.to_date("sched_dep").alias("day"), "carrier")
             .agg(F.count("*").alias("flights"), F.avg("dep_delay").alias("avg_delay"))
         )
 
-    first = flights.history()[0].id
+    first = flights.history()[0]
     stats = cat.create_table(
         "carrier_daily",
         schema=daily(flights).schema,
@@ -349,7 +353,7 @@ def consistent_push_demo(cat: lamina.Catalog, spark: Any, flights: lamina.Table)
         )
     console.print("[bold]history[/] (every lineage transition is a commit)")
     for c in stats.history():
-        console.print(f"  commit {c.id}: {c.action:<14} {c.state}")
+        console.print(f"  version {c.version}: {c.action:<14} {c.state}")
     report = cat.run_retention()
     console.print(
         f"retention: {report.segment_files} segment files and {report.orphan_files} orphan "

@@ -302,11 +302,9 @@ def aggregate(groups: Groups, edges: list[int], locks: list[Interval]) -> list[B
     # one cell per (bucket, version)
     order = np.lexsort((-col["version"], b))
     cb, cv = b[order], col["version"][order]
-    starts = (
-        np.flatnonzero(np.r_[True, (cb[1:] != cb[:-1]) | (cv[1:] != cv[:-1])]) if len(cb) else []
-    )
-    bounds = np.r_[starts, len(cb)].astype(np.int64) if len(cb) else np.zeros(1, np.int64)
     if len(cb):
+        new_cell = np.r_[True, (cb[1:] != cb[:-1]) | (cv[1:] != cv[:-1])]
+        starts = np.flatnonzero(new_cell)
         o = order
         c_seg = np.add.reduceat(col["segments"][o], starts)
         c_rows = np.add.reduceat(col["rows"][o], starts)
@@ -315,7 +313,7 @@ def aggregate(groups: Groups, edges: list[int], locks: list[Interval]) -> list[B
         c_tomb = np.minimum.reduceat(tomb, starts)
         c_lo = np.minimum.reduceat(st[o], starts)
         c_hi = np.maximum.reduceat(st[o], starts)
-        for k, at in enumerate(bounds[:-1]):
+        for k, at in enumerate(starts.tolist()):
             state = STATE_NAMES[int(c_lo[k])] if c_lo[k] == c_hi[k] else "partial"
             buckets[int(cb[at])].versions.append(
                 VersionCell(
