@@ -173,3 +173,33 @@ def test_groups_of_no_rows_have_the_columns(rows: int) -> None:
     g = rules.Groups.of([tuple(range(13))] * rows)
     assert len(g) == rows and all(g[c].dtype == np.int64 for c in rules.GROUP_COLUMNS)
     assert pa.array(g["start"]).type == pa.int64()
+
+
+def test_table_totals_catch_up_with_every_kind_of_commit(cat: lamina.Catalog) -> None:
+    """Kept totals (segments, rows, bytes, small ones) equal totals read anew after
+    appends, an overwrite, a compaction, a property change and a dropped table."""
+    kept = queries.TotalsCache()
+    db = cat.context.db
+
+    def small(props: Any) -> int:
+        return int(props.get("target_rows_per_segment", "100")) // 2
+
+    def same() -> None:
+        assert kept.totals(db, small) == queries.TotalsCache().totals(db, small)
+
+    a = cat.create_table("a", SCHEMA, "ts", "DAY")
+    b = cat.create_table("b", SCHEMA, "ts", "DAY")
+    same()
+    for i in range(3):
+        a.append(events(days=2, per_day=30 + i, seed=i))
+        same()
+    b.append(events(days=1, per_day=70))
+    a.overwrite(events(days=1, per_day=5, seed=7), "2024-01-01/2024-01-02")
+    same()
+    a.compact(mode="minor")
+    same()
+    b.set_properties(target_rows_per_segment=1000)  # a new small threshold
+    same()
+    cat.drop_table("a")
+    same()
+    assert [n for n, _, _, _ in kept.totals(db, small).values()] == [1]  # b's one segment

@@ -151,7 +151,11 @@ class Groups:
     @classmethod
     def of(cls, rows: Iterable[Sequence[int | None]]) -> Groups:
         """From rows of :data:`GROUP_COLUMNS` values (None counts as 0)."""
-        data = np.array([[int(v or 0) for v in r] for r in rows], np.int64)
+        rows = list(rows)
+        try:  # the catalog's sums are never NULL where a group has rows
+            data = np.array(rows, np.int64)
+        except TypeError:
+            data = np.array([[int(v or 0) for v in r] for r in rows], np.int64)
         data = data.reshape(-1, len(GROUP_COLUMNS))
         return cls({c: data[:, i].copy() for i, c in enumerate(GROUP_COLUMNS)})
 
@@ -197,8 +201,7 @@ def group_states(groups: Groups) -> np.ndarray:
     removed = groups.removed
     cover = groups.complete & ~removed
     # intervals, and whether each overlaps another, different one
-    iv, at = np.unique(np.stack([start, end], axis=1), axis=0, return_inverse=True)
-    at = at.reshape(-1)
+    iv, at = _distinct(start, end)
     reach = np.maximum.accumulate(iv[:, 1])
     before = np.zeros(len(iv), bool)
     before[1:] = iv[1:, 0] < reach[:-1]  # an earlier interval reaches past its start
@@ -297,8 +300,12 @@ def aggregate(groups: Groups, edges: list[int], locks: list[Interval]) -> list[B
     dv = np.bincount(b, col["deletion_vectors"], nb)
     rows = np.bincount(b, np.where(shown, col["rows"], 0), nb)
     size = np.bincount(b, np.where(shown, col["bytes"], 0), nb)
-    chunk_keys = np.unique(np.stack([b, col["start"], col["end"]], axis=1), axis=0)
-    chunks = np.bincount(chunk_keys[:, 0], minlength=nb) if len(chunk_keys) else np.zeros(nb)
+    chunks = np.zeros(nb, np.int64)
+    if len(b):
+        by = np.lexsort((col["end"], col["start"], b))
+        sb, ss, se = b[by], col["start"][by], col["end"][by]
+        new_chunk = np.r_[True, (sb[1:] != sb[:-1]) | (ss[1:] != ss[:-1]) | (se[1:] != se[:-1])]
+        chunks = np.bincount(sb[new_chunk], minlength=nb)
     # one cell per (bucket, version)
     order = np.lexsort((-col["version"], b))
     cb, cv = b[order], col["version"][order]
@@ -334,6 +341,18 @@ def aggregate(groups: Groups, edges: list[int], locks: list[Interval]) -> list[B
     for bk, n in zip(buckets, lock_counts(edges, locks), strict=True):
         bk.locks = n
     return buckets
+
+
+def _distinct(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (start, end) pairs, sorted (an array of shape (k, 2)), and the
+    index of each pair among them."""
+    order = np.lexsort((end, start))
+    s, e = start[order], end[order]
+    new = np.r_[True, (s[1:] != s[:-1]) | (e[1:] != e[:-1])] if len(s) else np.zeros(0, bool)
+    rank = np.cumsum(new) - 1
+    at = np.empty(len(s), np.int64)
+    at[order] = rank
+    return np.stack([s[new], e[new]], axis=1), at
 
 
 def _ramp(counts: np.ndarray) -> np.ndarray:

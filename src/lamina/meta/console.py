@@ -27,57 +27,98 @@ OPEN_STATES = ("REQUESTED", "INFLIGHT")
 _HIDDEN_MAX = 20_000  # lineage-hidden ids a timeline query leaves out (beyond: shown)
 
 
-#: What the segment totals of a catalog depend on: (tables, sum of their seqs, newest id).
-Version = tuple[int, int, int]
 #: Per table id: segments, rows, bytes, small segments (published, not removed).
 Totals = dict[int, tuple[int, int, int, int]]
 
 
-def catalog_version(db: Db) -> Version:
-    """Changes whenever a table commits, or is created or dropped (one small query)."""
-    row = db.read(
-        lambda conn: conn.execute(
-            select(
-                func.count(),
-                func.coalesce(func.sum(tables.c.last_seq), 0),
-                func.coalesce(func.max(tables.c.id), 0),
-            )
-        ).one()
-    )
-    return int(row[0]), int(row[1]), int(row[2])
-
-
-def segment_totals(db: Db, small_rows: Callable[[Mapping[str, str]], int]) -> Totals:
+class TotalsCache:
     """Every table's published data segments not removed: count, rows, bytes, and the
     small ones (``small_rows(properties)``: the row count under which a segment of a
-    table with those properties is small). One grouped query per distinct threshold."""
+    table with those properties is small), kept current table by table: a table whose
+    last seq moved gets the difference its commits made since (the data segments they
+    added that are still live, less those live then that they removed: two indexed
+    reads), not a regrouping of its rows. A table whose small-segment threshold changed,
+    or that is new, is totalled anew."""
 
-    def txn(conn: Connection) -> Totals:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: dict[int, dict[int, tuple[int, int, tuple[int, int, int, int]]]] = {}
+
+    def totals(self, db: Db, small_rows: Callable[[Mapping[str, str]], int]) -> Totals:
+        with self._lock:
+            kept = self._kept.get(id(db))
+            if kept is None:
+                kept = self._kept[id(db)] = {}
+            return db.read(lambda conn: _caught_up_totals(conn, kept, small_rows))
+
+
+def _caught_up_totals(
+    conn: Connection,
+    kept: dict[int, tuple[int, int, tuple[int, int, int, int]]],
+    small_rows: Callable[[Mapping[str, str]], int],
+) -> Totals:
+    """``kept`` (table id: (seq, threshold, totals)) brought up to date in place."""
+    s = segments.c
+    data = s.location.is_not(None)
+    now = {
+        int(tid): (int(seq or 0), small_rows(json.loads(raw or "{}")))
+        for tid, seq, raw in conn.execute(
+            select(tables.c.id, tables.c.last_seq, tables.c.properties)
+        )
+    }
+    for tid in set(kept) - set(now):  # dropped
+        del kept[tid]
+    anew = [tid for tid, (_, limit) in now.items() if tid not in kept or kept[tid][1] != limit]
+    if anew:
         by_limit: dict[int, list[int]] = {}
-        for tid, raw in conn.execute(select(tables.c.id, tables.c.properties)):
-            by_limit.setdefault(small_rows(json.loads(raw or "{}")), []).append(int(tid))
-        live = and_(segments.c.removed_seq.is_(None), segments.c.location.is_not(None))
-        out: Totals = {}
+        for tid in anew:
+            by_limit.setdefault(now[tid][1], []).append(tid)
         for limit, ids in by_limit.items():
+            got = dict.fromkeys(ids, (0, 0, 0, 0))
             for r in conn.execute(
-                select(
-                    segments.c.table_id,
-                    func.count(),
-                    func.coalesce(func.sum(segments.c.row_count), 0),
-                    func.coalesce(func.sum(segments.c.size_bytes), 0),
-                    func.sum(case((segments.c.row_count < limit, 1), else_=0)),
-                )
-                .where(live, segments.c.table_id.in_(ids))
-                .group_by(segments.c.table_id)
+                _live_sums(limit)
+                .where(s.table_id.in_(ids), s.removed_seq.is_(None), data)
+                .group_by(s.table_id)
             ):
-                out[int(r[0])] = (int(r[1]), int(r[2]), int(r[3]), int(r[4] or 0))
-        return out
+                got[int(r[0])] = (int(r[1]), int(r[2]), int(r[3]), int(r[4] or 0))
+            for tid in ids:
+                kept[tid] = (now[tid][0], limit, got[tid])
+    for tid, (seq, limit) in now.items():
+        was, _, totals = kept[tid]
+        if seq == was:
+            continue
+        mine = s.table_id == tid
+        added = conn.execute(
+            _live_sums(limit)
+            .where(mine, data, s.added_seq > was, s.removed_seq.is_(None))
+            .group_by(s.table_id)
+        ).first()
+        removed = conn.execute(
+            _live_sums(limit)
+            .where(mine, data, s.removed_seq > was, s.added_seq <= was)
+            .group_by(s.table_id)
+        ).first()
+        plus = (0, 0, 0, 0) if added is None else tuple(int(v or 0) for v in added[1:])
+        minus = (0, 0, 0, 0) if removed is None else tuple(int(v or 0) for v in removed[1:])
+        totals = tuple(a + b - c for a, b, c in zip(totals, plus, minus, strict=True))  # type: ignore[assignment]
+        kept[tid] = (seq, limit, totals)
+    return {tid: t for tid, (_, _, t) in kept.items()}
 
-    return db.read(txn)
+
+def _live_sums(limit: int) -> Any:
+    """Per table: segments, rows, bytes, and those under ``limit`` rows."""
+    s = segments.c
+    return select(
+        s.table_id,
+        func.count(),
+        func.coalesce(func.sum(s.row_count), 0),
+        func.coalesce(func.sum(s.size_bytes), 0),
+        func.sum(case((s.row_count < limit, 1), else_=0)),
+    )
 
 
 def table_stats(db: Db, totals: Totals) -> list[TableStats]:
-    """Every table's statistics (by name), with its ``totals`` (:func:`segment_totals`)
+    """Every table's statistics (by name), with its ``totals`` (:class:`TotalsCache`)
     and, read now, its last commit, open writers and superseded rows."""
 
     def txn(conn: Connection) -> list[TableStats]:
@@ -287,17 +328,19 @@ def _touched(
     s = segments.c
     key = select(s.start_us, s.end_us, s.version).distinct()
     mine = s.table_id == table_id
-    queries = [
-        key.where(mine, s.added_seq > since),
-        key.where(mine, s.removed_seq > since),
-        key.where(
-            mine,
-            s.location.in_(
+    queries = [key.where(mine, s.added_seq > since), key.where(mine, s.removed_seq > since)]
+    files = sorted(
+        {
+            r[0]
+            for r in conn.execute(
                 select(deletes.c.location).where(
                     deletes.c.table_id == table_id, deletes.c.seq > since
                 )
-            ),
-        ),
+            )
+        }
+    )
+    queries += [
+        key.where(mine, s.location.in_(files[i : i + _BATCH])) for i in range(0, len(files), _BATCH)
     ]
     ids = sorted(flipped)
     queries += [

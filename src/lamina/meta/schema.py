@@ -130,6 +130,8 @@ segments = Table(
     Index("ix_segments_added", "table_id", "added_seq"),
     Index("ix_segments_commit", "commit_id"),
     Index("ix_segments_start", "table_id", "start_us"),  # since v3
+    # a data file's segments (deletion vectors name files), since v13
+    Index("ix_segments_location", "table_id", "location"),
 )
 
 
@@ -393,8 +395,15 @@ def _v12_schemas(conn: Connection) -> None:
 
 
 def _v13_abort_reasons(conn: Connection) -> None:
-    """Commits record why they were aborted."""
+    """Commits record why they were aborted; a data file's segments are found by
+    index."""
     _add_column(conn, "lamina_commits", "reason", "TEXT")
+    conn.execute(
+        text(
+            "CREATE INDEX IF NOT EXISTS ix_segments_location ON lamina_segments "
+            "(table_id, location)"
+        )
+    )
 
 
 #: Ordered migrations; append only. Version N = the first N applied.

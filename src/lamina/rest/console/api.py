@@ -135,17 +135,7 @@ def table_summaries(
     tables), last commit's age and health mark with its reason; sorted and paginated
     here (``offset``, ``limit``)."""
     db = cat.context.db
-    version = queries.catalog_version(db)
-    key = (id(db), "totals")
-    with _cache_lock:
-        hit = _cache.get(key)
-    if hit is not None and hit[0] == version:
-        totals = hit[1]
-    else:  # every segment row of the catalog: kept until some table commits
-        totals = queries.segment_totals(db, small_rows)
-        if queries.catalog_version(db) == version:
-            with _cache_lock:
-                _cache[key] = (version, totals)
+    totals = _TOTALS.totals(db, small_rows)
     stats = queries.table_stats(db, totals)
     items = sorted((_summary(s) for s in stats), key=lambda s: s.name)
     items.sort(key=_SORT[sort_by], reverse=order == "desc")
@@ -195,10 +185,9 @@ def timeline(
         )
     shown = Interval.of(edges[0], edges[-1])
     if kept is None:  # a range of a table not kept: its groups alone
-        groups = queries.timeline_groups(db, h.name, shown, small)
+        buckets = rules.aggregate(queries.timeline_groups(db, h.name, shown, small), edges, [])
     else:
-        groups = kept.take((kept["start"] < shown.end) & (kept["end"] > shown.start))
-    buckets = rules.aggregate(groups, edges, [])
+        buckets = _buckets(kept, edges, shown, (id(db), h.name, tuple(edges)))
     locks = rules.lock_counts(edges, queries.lock_intervals(db, h.name, shown))
     return TimelineInfo(
         table=h.name,
@@ -234,10 +223,31 @@ def timeline(
     )
 
 
-_cache: dict[tuple[Any, ...], tuple[Any, Any]] = {}
 _cache_lock = threading.Lock()
-#: the timelines shown whole, kept current commit by commit
+#: the timelines shown whole, and every table's totals, kept current commit by commit
 _TIMELINES = queries.TimelineCache()
+_TOTALS = queries.TotalsCache()
+
+
+#: the buckets last drawn of kept groups, by (catalog, table, edges): shown again
+#: until the table's groups change
+_drawn: dict[tuple[Any, ...], tuple[rules.Groups, list[rules.Bucket]]] = {}
+
+
+def _buckets(
+    kept: rules.Groups, edges: list[int], shown: Interval, key: tuple[Any, ...]
+) -> list[rules.Bucket]:
+    with _cache_lock:
+        hit = _drawn.get(key)
+    if hit is not None and hit[0] is kept:
+        return hit[1]
+    groups = kept.take((kept["start"] < shown.end) & (kept["end"] > shown.start))
+    buckets = rules.aggregate(groups, edges, [])
+    with _cache_lock:
+        _drawn[key] = (kept, buckets)
+        while len(_drawn) > 32:
+            del _drawn[next(iter(_drawn))]
+    return buckets
 
 
 def _extent(groups: rules.Groups | None) -> Interval | None:
