@@ -646,3 +646,15 @@ def superseded_by_chunk(
         return int(total), out
 
     return db.read(txn)
+
+
+def table_names(db: Db, ids: list[int]) -> list[str]:
+    """The names of the tables ``ids``, in that order (dropped ones left out)."""
+
+    def txn(conn: Connection) -> list[str]:
+        got = dict(
+            conn.execute(select(tables.c.id, tables.c.name).where(tables.c.id.in_(ids))).all()
+        )
+        return [got[i] for i in ids if i in got]
+
+    return db.read(txn) if ids else []

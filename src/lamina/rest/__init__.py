@@ -16,11 +16,13 @@ thread-safe).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import socket
-from collections.abc import Callable
+import threading
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, status
@@ -327,7 +329,16 @@ def create_app(
             raise ServeError(
                 "the API token is blank (only whitespace); set a token, or leave it empty for none"
             )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        threading.Thread(
+            target=console_api.warm, args=(catalog, app.state.warmed), daemon=True
+        ).start()
+        yield
+
     app = FastAPI(
+        lifespan=lifespan,
         title="lamina",
         version=lamina.__version__,
         description="Tables, segments and segment lineage of a lamina catalog.",
@@ -341,6 +352,7 @@ def create_app(
         return HTMLResponse(docs_page(app.openapi()))
 
     app.state.catalog = catalog
+    app.state.warmed = threading.Event()  # set once the largest timelines are grouped
     app.state.token = token or None
     app.state.open_reads = reads_opened(open_reads)
     app.middleware("http")(guard_reads)

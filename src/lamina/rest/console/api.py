@@ -250,6 +250,32 @@ def _buckets(
     return buckets
 
 
+#: tables with at least this many segments get their timeline grouped when the
+#: server starts (the largest first, at most WARM_TABLES), not at their first view
+WARM_MIN_SEGMENTS = 100_000
+WARM_TABLES = 8
+
+
+def warm(cat: lamina.Catalog, done: threading.Event) -> None:
+    """Group the timelines of the catalog's largest tables (and total every table)
+    ahead of their first view, then set ``done``: a server started on a table of a
+    million segments answers its first timeline view as fast as the next. Runs on a
+    background thread; a failure (the catalog unreachable) only leaves the work to
+    the first view."""
+    db = cat.context.db
+    try:
+        totals = _TOTALS.totals(db, small_rows)
+        big = sorted((n, tid) for tid, (n, *_) in totals.items() if n >= WARM_MIN_SEGMENTS)
+        names = queries.table_names(db, [tid for _, tid in big[::-1][:WARM_TABLES]])
+        for name in names:
+            props = get_table(db, name).properties
+            _TIMELINES.groups(db, name, small_rows(props))
+    except Exception:  # noqa: BLE001 - a warm-up only saves time; the views still work
+        pass
+    finally:
+        done.set()
+
+
 def _extent(groups: rules.Groups | None) -> Interval | None:
     """From the earliest start to the latest end of the groups holding data."""
     if groups is None:
