@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import weakref
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,13 +43,16 @@ class TotalsCache:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._kept: dict[int, dict[int, tuple[int, int, tuple[int, int, int, int]]]] = {}
+        # by catalog (an entry goes with its Db): table id -> (seq, threshold, totals)
+        self._kept: weakref.WeakKeyDictionary[
+            Db, dict[int, tuple[int, int, tuple[int, int, int, int]]]
+        ] = weakref.WeakKeyDictionary()
 
     def totals(self, db: Db, small_rows: Callable[[Mapping[str, str]], int]) -> Totals:
         with self._lock:
-            kept = self._kept.get(id(db))
+            kept = self._kept.get(db)
             if kept is None:
-                kept = self._kept[id(db)] = {}
+                kept = self._kept[db] = {}
             return db.read(lambda conn: _caught_up_totals(conn, kept, small_rows))
 
 
@@ -258,18 +262,19 @@ class TimelineCache:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._kept: dict[tuple[int, str], _Kept] = {}
+        # by catalog (an entry goes with its Db), then table name
+        self._kept: weakref.WeakKeyDictionary[Db, dict[str, _Kept]] = weakref.WeakKeyDictionary()
 
     def holds(self, db: Db, name: str) -> bool:
         with self._lock:
-            return (id(db), name) in self._kept
+            return name in self._kept.get(db, {})
 
     def groups(self, db: Db, name: str, small: int) -> Groups:
         """The table's groups now (see :func:`timeline_groups`), over its whole range.
         Raises TableNotFoundError."""
-        key = (id(db), name)
         with self._lock:  # one catch-up at a time: the next request finds it done
-            old = self._kept.get(key)
+            tables = self._kept.setdefault(db, {})
+            old = tables.get(name)
             if (
                 old is not None
                 and old.small == small
@@ -278,9 +283,9 @@ class TimelineCache:
                 kept = db.read(lambda conn: self._caught_up(conn, name, old))
             else:
                 kept = db.read(lambda conn: self._built(conn, name, small))
-            self._kept[key] = kept
-            if len(self._kept) > 64:
-                del self._kept[next(iter(self._kept))]
+            tables[name] = kept
+            if len(tables) > 64:
+                del tables[next(iter(tables))]
             return kept.groups
 
     def _built(self, conn: Connection, name: str, small: int) -> _Kept:
