@@ -232,7 +232,8 @@ def test_a_commit_links_to_the_table_as_of_it_and_to_its_changes(
     names = [c["name"] for c in feed["columns"]]
     assert names == want.column_names
     got = sorted((r[names.index("_change")], r[names.index("k")]) for r in feed["rows"])
-    assert got == sorted(zip(want.column("_change").to_pylist(), want.column("k").to_pylist()))
+    pairs = zip(want.column("_change").to_pylist(), want.column("k").to_pylist(), strict=True)
+    assert got == sorted(pairs)
     capped = local_client.get("/tables/ev/changes", params={"afterVersion": 0, "limit": 5})
     assert capped.json()["truncated"] is True and len(capped.json()["rows"]) == 5
     shown = local_client.get("/console/tables/ev/changes?after=1&until=2").text
