@@ -150,6 +150,23 @@ def test_timeline_buckets_follow_the_range(
     assert local_client.get(f"/tables/{empty.name}/timeline").json()["buckets"] == []
 
 
+def test_timeline_marks_the_chunks_compaction_is_pending_for(
+    local_cat: lamina.Catalog, local_client: TestClient
+) -> None:
+    t = local_cat.create_table("ev", SCHEMA, "ts", "DAY")
+    for i in range(4):  # four small appends into one day: a minor compaction is due
+        t.append(events(days=1, per_day=2, seed=i))
+    t.append(events(days=1, per_day=2, start="2024-01-03"))  # one segment: nothing due
+    week = {"interval": "2024-01-01/2024-01-05", "zoom": "DAY"}
+    days = local_client.get("/tables/ev/timeline", params=week).json()["buckets"]
+    assert [b["pendingCompaction"] for b in days] == [1, 0, 0, 0]
+    page = local_client.get("/console/tables/ev/timeline", params=week).text
+    assert page.count('class="mk pending"') == 2  # the legend's and day 1's
+    t.compact(mode="minor")
+    days = local_client.get("/tables/ev/timeline", params=week).json()["buckets"]
+    assert [b["pendingCompaction"] for b in days] == [0, 0, 0, 0]
+
+
 def test_chunk_segments_hide_history_unless_asked(
     local_cat: lamina.Catalog, local_client: TestClient
 ) -> None:

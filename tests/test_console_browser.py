@@ -256,6 +256,8 @@ def test_an_action_without_the_token_is_refused(browser: Browser, cat: lamina.Ca
 
 
 def test_compact_now_turns_the_chunk_compacted(browser: Browser, cat: lamina.Catalog) -> None:
+    timeline = browser.go("/console/tables/small/timeline")
+    assert timeline.locator("#timeline text.mk.pending").count() == 1  # the day of 8 appends
     page = browser.go("/console/tables/small/compaction")
     row = page.locator('#chunks tr[data-chunk^="2024-02-01"]')
     assert row.locator("td.status").inner_text() == "PENDING"
@@ -266,6 +268,8 @@ def test_compact_now_turns_the_chunk_compacted(browser: Browser, cat: lamina.Cat
     assert row.locator("td.status").inner_text() == "COMPLETE"
     assert len(cat.load_table("small").segments()) == 1
     browser.shot("compaction-done")
+    timeline = browser.go("/console/tables/small/timeline")
+    assert timeline.locator("#timeline text.mk.pending").count() == 0
     assert browser.errors == []
 
 

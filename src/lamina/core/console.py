@@ -338,7 +338,7 @@ def aggregate(groups: Groups, edges: list[int], locks: list[Interval]) -> list[B
         visible = [c.version for c in bk.versions if c.state != "overshadowed"]
         bk.visible_version = max(visible) if visible else None
         bk.overshadowed_versions = sum(1 for c in bk.versions if c.state == "overshadowed")
-    for bk, n in zip(buckets, lock_counts(edges, locks), strict=True):
+    for bk, n in zip(buckets, overlap_counts(edges, locks), strict=True):
         bk.locks = n
     return buckets
 
@@ -363,12 +363,12 @@ def _ramp(counts: np.ndarray) -> np.ndarray:
     return np.arange(ends[-1]) - np.repeat(ends - counts, counts)
 
 
-def lock_counts(edges: list[int], locks: list[Interval]) -> list[int]:
-    """How many of ``locks`` overlap each bucket between ``edges``."""
+def overlap_counts(edges: list[int], intervals: list[Interval]) -> list[int]:
+    """How many of ``intervals`` (locks, chunks) overlap each bucket between ``edges``."""
     counts = [0] * max(len(edges) - 1, 0)
-    for lock in locks:
-        first = max(bisect.bisect_right(edges, lock.start) - 1, 0)
-        last = min(bisect.bisect_left(edges, lock.end) - 1, len(counts) - 1)
+    for iv in intervals:
+        first = max(bisect.bisect_right(edges, iv.start) - 1, 0)
+        last = min(bisect.bisect_left(edges, iv.end) - 1, len(counts) - 1)
         for i in range(first, last + 1):
             counts[i] += 1
     return counts

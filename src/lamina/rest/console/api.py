@@ -11,6 +11,7 @@ import decimal
 import math
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, cast
 
@@ -25,7 +26,9 @@ from lamina.core.lineage import LineageState, hidden_by
 from lamina.core.timeline import Timeline
 from lamina.errors import LaminaError, TableNotFoundError, UpsertError
 from lamina.meta import console as queries
+from lamina.meta.db import Db
 from lamina.meta.tables import get_table
+from lamina.operations.compaction.auto import auto_status
 from lamina.operations.handle import DEFAULT_TARGET_ROWS, TableHandle
 from lamina.rest.auth import AUTH_ERRORS, AuthenticatedRoute, documented_bearer
 from lamina.rest.console.models import (
@@ -188,7 +191,8 @@ def timeline(
         buckets = rules.aggregate(queries.timeline_groups(db, h.name, shown, small), edges, [])
     else:
         buckets = _buckets(kept, edges, shown, (id(db), h.name, tuple(edges)))
-    locks = rules.lock_counts(edges, queries.lock_intervals(db, h.name, shown))
+    locks = rules.overlap_counts(edges, queries.lock_intervals(db, h.name, shown))
+    pending = _pending(cat, h, edges)
     return TimelineInfo(
         table=h.name,
         interval=str(shown),
@@ -206,6 +210,7 @@ def timeline(
                 smallSegments=b.small,
                 locks=n_locks,
                 deletionVectors=b.deletion_vectors,
+                pendingCompaction=None if pending is None else pending[i],
                 versions=[
                     VersionCellInfo(
                         version=c.version,
@@ -218,7 +223,7 @@ def timeline(
                     for c in b.versions
                 ],
             )
-            for b, n_locks in zip(buckets, locks, strict=True)
+            for i, (b, n_locks) in enumerate(zip(buckets, locks, strict=True))
         ],
     )
 
@@ -248,6 +253,33 @@ def _buckets(
         while len(_drawn) > 32:
             del _drawn[next(iter(_drawn))]
     return buckets
+
+
+#: the most segments a table may have for its timeline to mark the chunks compaction
+#: is pending for (the policy surveys every visible segment)
+PENDING_MAX_SEGMENTS = 50_000
+#: the last survey per catalog (going with it), then table id: (seq, pending chunks)
+_surveyed: weakref.WeakKeyDictionary[Db, dict[int, tuple[int, list[Interval]]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _pending(cat: lamina.Catalog, h: TableHandle, edges: list[int]) -> list[int] | None:
+    """Per bucket, the chunks the compaction policy makes PENDING (None: the table has
+    more than PENDING_MAX_SEGMENTS segments); surveyed once per table version."""
+    db = cat.context.db
+    n = _TOTALS.totals(db, small_rows).get(h.record.id, (0, 0, 0, 0))[0]
+    if n > PENDING_MAX_SEGMENTS:
+        return None
+    seq = queries.table_seq(db, h.name)
+    with _cache_lock:
+        kept = _surveyed.setdefault(db, {})
+        hit = kept.get(h.record.id)
+    if hit is None or hit[0] != seq:
+        hit = (seq, [st.chunk for st in auto_status(h) if st.status == "PENDING"])
+        with _cache_lock:
+            kept[h.record.id] = hit
+    return rules.overlap_counts(edges, hit[1])
 
 
 #: tables with at least this many segments get their timeline grouped when the

@@ -68,6 +68,13 @@ class BucketInfo(ApiModel):
     small_segments: int = Field(alias="smallSegments")
     locks: int = Field(description="Held or waiting task locks overlapping the bucket.")
     deletion_vectors: int = Field(alias="deletionVectors", description="Files with some.")
+    pending_compaction: int | None = Field(
+        default=None,
+        alias="pendingCompaction",
+        description="Chunks the table's compaction policy makes PENDING (as `lamina compact "
+        "--auto --dry-run` says); null for a table of more segments than the console "
+        "surveys (see the Compaction page).",
+    )
     versions: list[VersionCellInfo] = Field(description="Highest first.")
 
 

@@ -238,6 +238,11 @@ def _svg(tl: TimelineInfo, table: str, history: bool) -> dict[str, Any]:
             + (f"; {b.small_segments} small segments" if b.small_segments else "")
             + (f"; {b.locks} locks" if b.locks else "")
             + (f"; {b.deletion_vectors} files with deletion vectors" if b.deletion_vectors else "")
+            + (
+                f"; compaction pending for {b.pending_compaction} chunks"
+                if b.pending_compaction
+                else ""
+            )
         )
         q = {"chunk": f"{b.start}/{b.end}", "interval": tl.interval, "zoom": tl.zoom}
         if history:
@@ -251,6 +256,7 @@ def _svg(tl: TimelineInfo, table: str, history: bool) -> dict[str, Any]:
                 "small": b.small_segments > 0,
                 "lock": b.locks > 0,
                 "dv": b.deletion_vectors > 0,
+                "pending": bool(b.pending_compaction),
                 "title": title,
                 "href": "?" + urlencode(q),
                 "empty": not b.versions,
