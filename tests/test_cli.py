@@ -534,6 +534,10 @@ def test_segments_formats(wh: str, events: lamina.Table) -> None:
     assert day1["version"] == 2 and day1["rows"] == 2 and day1["end"] == "2024-01-03T00:00:00Z"
     assert day1["tombstone"] is False and "status" not in day1
     assert rows[0]["tombstone"] == "false" and rows[0]["version"] == "1"
+    made = {c.id: c.version for c in events.history()}  # the table version that added each
+    assert [r["added_in"] for r in data] == [made[s.commit_id] for s in events.segments()]
+    assert day1["added_in"] == 3 and day1["commit"] == events.history()[2].id  # the overwrite
+    assert "added in" in ok(wh, "segments", "events")
 
     rows, data = _listing(wh, "segments", "events", "--all")
     by_id = {r["segment"]: r for r in data}

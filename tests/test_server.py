@@ -109,6 +109,8 @@ def test_list_tables_segments_lineage(
     assert first["rows"] == 100 and first["bytes"] > 0 and first["version"] >= 1
     assert first["partition"] == 0 and first["tombstone"] is False
     assert isinstance(first["commitId"], int)
+    made = {c.id: c.version for c in table.history()}
+    assert first["addedInVersion"] == made[first["commitId"]] == 2  # the push's append
     assert client.get("/tables/other/segments").json() == []
 
     # a refresh of day 2 hides its first segment: visible list changes, all=true keeps it

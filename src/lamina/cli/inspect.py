@@ -62,7 +62,8 @@ def _segment_columns(with_status: bool) -> list[Column]:
         Column("rows", show=count, right=True, only="data"),
         Column("rows_cell", "rows", right=True, only="table"),
         Column("size_bytes", "size", show=lambda v: "" if v is None else size(v), right=True),
-        Column("commit", show=lambda v: "" if v is None else str(v), right=True),
+        Column("added_in", "added in", show=lambda v: "" if v is None else str(v), right=True),
+        Column("commit", only="data"),
     ]
     if with_status:
         cols += [
@@ -85,7 +86,8 @@ def segments(
     catalog: CatalogOpt = None,
     warehouse: WarehouseOpt = None,
 ) -> None:
-    """List a table's visible segments (or, with --all, every published one)."""
+    """List a table's visible segments (or, with --all, every published one), with the
+    table version that added each (csv/json add the catalog's commit id)."""
     from lamina.core.inspect import chunk_label, chunk_status, chunks  # loads sortedcontainers
     from lamina.core.timeline import Timeline  # loads sortedcontainers
 
@@ -96,6 +98,7 @@ def segments(
         # the summary's rows: less those of segments shown in part, or vectors hide
         summary = snap.commit_id and fmt is OutputFormat.table
         shown = t.count(as_of=snap.seq) if summary else 0
+        added_in = {c.id: c.version for c in t.history()}  # the table version each made
     tl = Timeline.build(snap.segments)
     status: dict[tuple[Interval, int], ChunkStatus] = {}
     if all_:
@@ -124,6 +127,7 @@ def segments(
             "rows": s.row_count,
             "rows_cell": "tombstone" if dead else count(s.row_count),
             "size_bytes": None if dead else s.size_bytes,
+            "added_in": added_in.get(s.commit_id) if s.commit_id is not None else None,
             "commit": s.commit_id,
         }
         style = None

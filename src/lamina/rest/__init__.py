@@ -168,7 +168,8 @@ def list_segments(
 ) -> list[SegmentInfo]:
     """The visible data segments of the latest snapshot (``all=true``: every published
     one, tombstones and overshadowed versions included)."""
-    return [segment_info(s) for s in t.segments(all=all_)]
+    added_in = {c.id: c.version for c in t.history()}
+    return [segment_info(s, added_in) for s in t.segments(all=all_)]
 
 
 @reads.get(

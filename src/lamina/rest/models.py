@@ -44,7 +44,12 @@ class SegmentInfo(ApiModel):
     rows: int
     bytes: int
     tombstone: bool = Field(description="Holds no rows; hides what lies below it.")
-    commit_id: int | None = Field(alias="commitId")
+    added_in_version: int | None = Field(
+        default=None,
+        alias="addedInVersion",
+        description="The table version whose commit published it (what as_of takes).",
+    )
+    commit_id: int | None = Field(alias="commitId", description="The catalog's commit id.")
 
 
 class LineageEntryInfo(ApiModel):
@@ -156,7 +161,8 @@ class HealthInfo(ApiModel):
     tables: int = Field(description="how many tables the catalog holds")
 
 
-def segment_info(s: Segment) -> SegmentInfo:
+def segment_info(s: Segment, added_in: dict[int, int | None] | None = None) -> SegmentInfo:
+    """``added_in``: the table version of each commit id (``t.history()``)."""
     return SegmentInfo(
         id=s.id,
         interval=str(s.interval),
@@ -165,6 +171,7 @@ def segment_info(s: Segment) -> SegmentInfo:
         rows=s.row_count,
         bytes=s.size_bytes,
         tombstone=s.location is None,
+        addedInVersion=None if s.commit_id is None else (added_in or {}).get(s.commit_id),
         commitId=s.commit_id,
     )
 
