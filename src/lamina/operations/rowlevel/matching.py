@@ -7,7 +7,7 @@ hides (deletion vectors, the times a file shows in part) never match."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -86,12 +86,16 @@ def matching(
     where: Predicate,
     rows: bool = False,
     tables: Mapping[str, pa.Table] | None = None,
+    columns: Sequence[str] | None = None,
 ) -> Matches:
     """The visible rows of ``plan`` that ``where`` matches (with the rows themselves
-    when ``rows``). A SQL ``where`` sees the table's rows as ``target``, and
-    ``tables`` by their names. Raises RowLevelError (an unknown column, a type error,
-    a predicate that is not boolean), SnapshotNotFoundError."""
+    when ``rows``: ``columns`` of them, by default all). A SQL ``where`` sees the
+    table's rows as ``target``, and ``tables`` by their names. Raises RowLevelError
+    (an unknown column, a type error, a predicate that is not boolean),
+    SnapshotNotFoundError."""
     out = Matches(plan)
+    names = list(plan.table.schema.names if columns is None else columns)
+    whole = columns is None  # read with *: a column no file holds yet is left out
     groups: dict[Interval | None, list[str]] = {}
     for path, keep in plan.reads():
         groups.setdefault(keep, []).append(path)
@@ -99,9 +103,14 @@ def matching(
     with snapshot_files(plan.seq, plan.table.name):
         for keep, paths in groups.items():
             if isinstance(where, str) and wh.local:
-                got = _duckdb_files(plan, paths, keep, where, rows, tables or {})
+                picked = None if whole else names
+                got = _duckdb_files(
+                    plan, paths, keep, where, (picked if rows else []), tables or {}
+                )
             else:
-                got = _arrow_files(plan, wh, paths, keep, where, rows, tables or {})
+                got = _arrow_files(
+                    plan, wh, paths, keep, where, names if rows else [], tables or {}
+                )
             if out.paths:  # the group's file indexes follow the earlier groups'
                 shifted = pc.add(got.column(FILE), pa.scalar(len(out.paths), pa.int64()))
                 got = got.set_column(0, FILE, shifted)
@@ -110,7 +119,7 @@ def matching(
     found = pa.concat_tables(parts) if parts else None
     if found is None or not found.num_rows:
         if rows:
-            out.rows = _empty_rows(plan)
+            out.rows = _empty_rows(plan).select([FILE, POS, *names])
         return out
     files = found.column(FILE).to_numpy(zero_copy_only=False).astype(np.int64)
     pos = found.column(POS).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -157,17 +166,18 @@ def _duckdb_files(
     paths: list[str],
     keep: Interval | None,
     where: str,
-    rows: bool,
+    columns: list[str] | None,
     tables: Mapping[str, pa.Table],
 ) -> pa.Table:
-    """The matches among ``paths`` (local files), read by DuckDB's Parquet reader."""
+    """The matches among ``paths`` (local files), read by DuckDB's Parquet reader, with
+    their ``columns`` (None: all the files hold)."""
     files = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
     by_name = ", union_by_name=true" if SCHEMA_CHANGED_SEQ in plan.table.properties else ""
     cond = f"({where})"
     tc = plan.table.time_column
     if keep is not None and tc is not None:
         cond += " AND " + keep_sql(quote(tc), plan.table.schema.field(tc).type, keep)
-    cols = ", *" if rows else ""
+    cols = ", *" if columns is None else "".join(f", target.{quote(c)}" for c in columns)
     sql = (
         f"SELECT file_index::BIGINT AS {FILE}, file_row_number::BIGINT AS {POS}{cols} "
         f"FROM read_parquet({files}, hive_partitioning=false{by_name}) AS target WHERE {cond}"
@@ -197,11 +207,12 @@ def _arrow_files(
     paths: list[str],
     keep: Interval | None,
     where: Predicate,
-    rows: bool,
+    columns: list[str],
     tables: Mapping[str, pa.Table],
 ) -> pa.Table:
     """The matches among ``paths``, each file read whole by pyarrow, then filtered by
-    ``pyarrow.dataset`` (an Expression) or DuckDB over Arrow (a SQL string)."""
+    ``pyarrow.dataset`` (an Expression) or DuckDB over Arrow (a SQL string), with
+    their ``columns``."""
     rec = plan.table
     parts = []
     for i, path in enumerate(paths):
@@ -223,8 +234,7 @@ def _arrow_files(
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise _failed(where, exc) from None
     got = pa.concat_tables(parts) if parts else _empty_rows(plan)
-    cols = [FILE, POS, *(rec.schema.names if rows else [])]
-    return got.select(cols)
+    return got.select([FILE, POS, *columns])
 
 
 def _duckdb_arrow(data: pa.Table, where: str, tables: Mapping[str, pa.Table]) -> pa.Table:

@@ -27,8 +27,10 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lamina.core.model import Commit, CommitAction, user_metadata
+from lamina.core.properties import SCHEMA_CHANGED_SEQ
 from lamina.core.scan import ScanPlan
 from lamina.engines.duckdb_views import quote
 from lamina.errors import RowLevelError
@@ -180,15 +182,21 @@ class MergeBuilder:
         keys = " AND ".join(f"source.{quote(k)} = target.{quote(k)}" for k in self._on)
         by_source = [c for c in self._clauses if c.kind == "not_matched_by_source"]
         where = "TRUE" if by_source else f"EXISTS (SELECT 1 FROM {_SOURCE} AS source WHERE {keys})"
+        read = self._target_columns(plan)
         found = matching(
-            plan, table.ctx.warehouse, where, rows=True, tables={_SOURCE: self._source}
+            plan,
+            table.ctx.warehouse,
+            where,
+            rows=True,
+            tables={_SOURCE: self._source},
+            columns=read,
         )
         assert found.rows is not None
         con = connection()
         try:
             con.register(_SOURCE, self._source)
             con.register(_TARGET, found.rows)
-            return _run(con, self._clauses, keys, schema, found.paths, self._on)
+            return _run(con, self._clauses, keys, schema, found.paths, self._on, read is None)
         except duckdb.Error as exc:
             first = str(exc).strip().splitlines()[0]
             raise RowLevelError(
@@ -197,6 +205,23 @@ class MergeBuilder:
             ) from None
         finally:
             con.close()
+
+    def _target_columns(self, plan: ScanPlan) -> list[str] | None:
+        """The target columns the clauses need (None: all of them): only the ``on``
+        columns when every matched update sets every column from the source and no
+        clause reads ``target.*`` — the common update-all, insert-all merge then reads
+        one column of the table's files, not all. An upsert table's deletes need whole
+        records (tombstones), a schema that changed may have columns no file holds."""
+        names = plan.table.schema.names
+        if self._table.is_upsert or SCHEMA_CHANGED_SEQ in plan.table.properties:
+            return None
+        for c in self._clauses:
+            texts = [c.condition or "", *(c.values or {}).values()]
+            if c.kind == "not_matched_by_source" or any("target" in t.lower() for t in texts):
+                return None
+            if c.action == "update" and set(c.values or {}) | set(self._on) != set(names):
+                return None  # the columns it does not set keep the target's values
+        return [n for n in names if n in self._on]
 
 
 def _case(clauses: list[tuple[int, Clause]], then: Any, otherwise: str) -> str:
@@ -211,7 +236,10 @@ def _run(
     schema: pa.Schema,
     paths: list[str],
     on: tuple[str, ...],
+    whole: bool = True,
 ) -> tuple[dict[str, np.ndarray], pa.Table, pa.Table, dict[str, int]]:
+    """``whole``: the target rows hold every column (else only the ``on`` columns: no
+    clause reads the others, and the deleted rows are not returned)."""
     numbered = list(enumerate(clauses))
     matched = [(i, c) for i, c in numbered if c.kind == "matched"]
     inserts = [(i, c) for i, c in numbered if c.kind == "not_matched"]
@@ -232,23 +260,53 @@ def _run(
         for f, at in zip(np.split(files, cuts), np.split(pos, cuts), strict=True):
             hide.setdefault(paths[int(f[0])], []).append(at)
 
-    if matched:
+    def kept(col: str) -> str:  # a column an update leaves as it was
+        return f"target.{quote(col)}" if whole or col in on else "NULL"
+
+    m_clause = _case(matched, lambda i, c: str(i), "-1")
+    m_values = {
+        col: _case(matched, lambda i, c, col=col: (c.values or {}).get(col, kept(col)), kept(col))
+        for col in cols
+    }
+    i_clause = _case(inserts, lambda i, c: str(i), "-1")
+    i_values = {
+        col: _case(inserts, lambda i, c, col=col: (c.values or {}).get(col, "NULL"), "NULL")
+        for col in cols
+    }
+    m_got = i_got = None
+    if matched and inserts:  # one join: the source rows with their target row, if any
+        unmatched = f"target.{FILE} IS NULL"
         values = ", ".join(
-            _case(
-                matched,
-                lambda i, c, col=col: (c.values or {}).get(col, f"target.{quote(col)}"),
-                f"target.{quote(col)}",
-            )
-            + f" AS {quote(col)}"
+            f"CASE WHEN {unmatched} THEN {i_values[col]} ELSE {m_values[col]} END AS {quote(col)}"
             for col in cols
         )
-        clause = _case(matched, lambda i, c: str(i), "-1")
         got = fetch(
             con.sql(
-                f"SELECT {lamina}, {clause} AS __clause, {values} "
+                f"SELECT {lamina}, CASE WHEN {unmatched} THEN {i_clause} ELSE {m_clause} END "
+                f"AS __clause, {values} "
+                f"FROM {_SOURCE} AS source LEFT JOIN {_TARGET} AS target ON {keys}"
+            )
+        )
+        found = got.column(FILE).is_valid()
+        m_got, i_got = got.filter(found), got.filter(pc.invert(found))
+    elif matched:
+        values = ", ".join(f"{m_values[col]} AS {quote(col)}" for col in cols)
+        m_got = fetch(
+            con.sql(
+                f"SELECT {lamina}, {m_clause} AS __clause, {values} "
                 f"FROM {_TARGET} AS target JOIN {_SOURCE} AS source ON {keys}"
             )
         )
+    elif inserts:
+        values = ", ".join(f"{i_values[col]} AS {quote(col)}" for col in cols)
+        i_got = fetch(
+            con.sql(
+                f"SELECT {i_clause} AS __clause, {values} FROM {_SOURCE} AS source "
+                f"WHERE NOT EXISTS (SELECT 1 FROM {_TARGET} AS target WHERE {keys})"
+            )
+        )
+    if m_got is not None:
+        got = m_got
         at = np.asarray(got.column(FILE).to_numpy(zero_copy_only=False), np.int64) << 32
         at |= np.asarray(got.column(POS).to_numpy(zero_copy_only=False), np.int64)
         uniq, first, many = np.unique(at, return_index=True, return_counts=True)
@@ -271,25 +329,14 @@ def _run(
         if dele.any():
             rows = got.filter(pa.array(dele))
             hidden(rows)
-            gone.append(rows.select(cols))
+            if whole:
+                gone.append(rows.select(cols))
             counts["deleted"] += int(dele.sum())
-    if inserts:
-        values = ", ".join(
-            _case(inserts, lambda i, c, col=col: (c.values or {}).get(col, "NULL"), "NULL")
-            + f" AS {quote(col)}"
-            for col in cols
-        )
-        clause = _case(inserts, lambda i, c: str(i), "-1")
-        got = fetch(
-            con.sql(
-                f"SELECT {clause} AS __clause, {values} FROM {_SOURCE} AS source "
-                f"WHERE NOT EXISTS (SELECT 1 FROM {_TARGET} AS target WHERE {keys})"
-            )
-        )
-        which = got.column("__clause").to_numpy(zero_copy_only=False)
+    if i_got is not None:
+        which = i_got.column("__clause").to_numpy(zero_copy_only=False)
         take = which >= 0
         if take.any():
-            added.append(got.filter(pa.array(take)).select(cols))
+            added.append(i_got.filter(pa.array(take)).select(cols))
             counts["inserted"] = int(take.sum())
     if by_source:
         clause = _case(by_source, lambda i, c: str(i), "-1")
