@@ -104,8 +104,8 @@ def _caught_up_totals(
         ).first()
         plus = (0, 0, 0, 0) if added is None else tuple(int(v or 0) for v in added[1:])
         minus = (0, 0, 0, 0) if removed is None else tuple(int(v or 0) for v in removed[1:])
-        totals = tuple(a + b - c for a, b, c in zip(totals, plus, minus, strict=True))  # type: ignore[assignment]
-        kept[tid] = (seq, limit, totals)
+        n, rows, size, small = (a + b - c for a, b, c in zip(totals, plus, minus, strict=True))
+        kept[tid] = (seq, limit, (n, rows, size, small))
     return {tid: t for tid, (_, _, t) in kept.items()}
 
 

@@ -549,12 +549,14 @@ def _side_rows(
 
         deletes.carry(conn, table_id, seq, commit_id, maps)
     if isinstance(plan, RowLevelPlan):  # a row-level change: its vectors
+        from array import array
+
         from pyroaring import BitMap
 
         from lamina.meta import deletes  # loads numpy, pyroaring
 
         _rows_changed(conn, table_id, seq)
-        vectors = {loc: BitMap([int(r) for r in rows]) for loc, rows in plan.hides().items()}
+        vectors = {loc: BitMap(array("I", rows)) for loc, rows in plan.hides().items()}
         deletes.add(conn, table_id, seq, commit_id, vectors, {})
     if plan.txn is not None:
         app_txns.record(conn, table_id, *plan.txn, commit_id)
