@@ -253,11 +253,11 @@ def write_parts(wh: Warehouse, commit_rel: str, parts: list[ChunkPart]) -> list[
         path = wh.path(rel)
         wh.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
         table = part.data()
-        pq.write_table(
-            table, path, filesystem=wh.fs, use_dictionary=dictionary_columns(table.schema)
-        )
+        with wh.fs.open_output_stream(path) as out:
+            pq.write_table(table, out, use_dictionary=dictionary_columns(table.schema))
+            size = out.tell()  # the file's size: no stat after
         lo, hi = part.time_range()
-        return NewSegment(part.chunk, rel, table.num_rows, wh.size(path), lo, hi)
+        return NewSegment(part.chunk, rel, table.num_rows, size, lo, hi)
 
     if len(parts) <= 1:
         return [write(x) for x in enumerate(parts)]

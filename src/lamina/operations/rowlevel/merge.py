@@ -360,7 +360,9 @@ def _run(
         raise RowLevelError(
             f"the merge gives values the table's columns cannot hold: {exc} (nothing was changed)"
         ) from None
-    positions = {f: np.unique(np.concatenate(p)) for f, p in hide.items()}
+    # each target row is hidden once at most: a matched one has one source row (else
+    # refused above), and a not-matched-by-source one none
+    positions = {f: np.sort(np.concatenate(p)) for f, p in hide.items()}
     empty = schema.empty_table()
     deleted = pa.concat_tables([conform(g, schema) for g in gone]) if gone else empty
     return positions, add if add is not None else empty, deleted, counts
