@@ -62,6 +62,30 @@ def test_every_clause_kind_in_one_commit(local_cat: lamina.Catalog, mode: str) -
     ]  # fmt: skip
 
 
+def test_an_update_all_insert_all_merge_sees_only_visible_rows(local_cat: lamina.Catalog) -> None:
+    """The common merge joins the source with the files themselves (their key column):
+    rows a deletion vector hides never match — a key deleted is inserted again, a key
+    updated (its old row hidden, its new one in another file) matches once."""
+    t = plain(local_cat, "merge-on-read")
+    t.delete("k = 3")
+    t.update("k = 5", set={"v": "50.0"})
+    done = (
+        t.merge(source([3, 5, 7, 99], [3.5, 5.5, 7.5, 99.5]), on="k")
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute()
+    )
+    assert done is not None
+    counts = {k: done.metadata["row_change"][k] for k in ("updated", "deleted", "inserted")}
+    assert counts == {"updated": 2, "deleted": 0, "inserted": 2}
+    got = t.to_arrow()
+    assert sorted(got.column("k").to_pylist()) == sorted([*range(30), 99])
+    assert {k: v for k, v in values(t).items() if k in (3, 5, 7, 99)} == {
+        3: 3.5, 5: 5.5, 7: 7.5, 99: 99.5,
+    }  # fmt: skip
+    assert got.filter(pa.compute.equal(got["k"], 7))["region"].to_pylist() == ["src"]
+
+
 def test_the_first_clause_whose_condition_holds_wins(local_cat: lamina.Catalog) -> None:
     t = plain(local_cat, "merge-on-read")
     (

@@ -105,6 +105,19 @@ def test_a_bad_set_expression_is_refused_and_leaves_the_table_unchanged(
     assert len(t.history()) == n and values(t) == {k: float(k) for k in range(30)}
 
 
+def test_a_set_value_takes_its_column_type_as_sql_assigns(local_cat: lamina.Catalog) -> None:
+    """``SET v = 50.0`` into a DOUBLE column: the literal is a DECIMAL in SQL, cast on
+    assignment; a value the cast would change (1.5 into an integer) is still refused."""
+    t = plain(local_cat, "merge-on-read")
+    t.update("k = 1", set={"v": "50.0"})
+    t.update("k = 2", set={"v": "7"})  # an INTEGER literal
+    got = t.to_arrow().to_pylist()
+    assert {r["k"]: r["v"] for r in got if r["k"] in (1, 2)} == {1: 50.0, 2: 7.0}
+    with pytest.raises(RowLevelError, match="cannot hold"):
+        t.update("k = 3", set={"k": "1.5"})
+    assert sorted(r["k"] for r in t.to_arrow().to_pylist()) == list(range(30))
+
+
 def test_an_update_matching_nothing_commits_nothing(local_cat: lamina.Catalog) -> None:
     t = plain(local_cat, "copy-on-write")
     n = len(t.history())

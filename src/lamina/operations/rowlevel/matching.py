@@ -6,6 +6,7 @@ hides (deletion vectors, the times a file shows in part) never match."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -194,6 +195,39 @@ def _duckdb_files(
     return got
 
 
+def visible_rows_view(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    paths: list[str],
+    columns: Sequence[str],
+    hidden: Mapping[str, np.ndarray],
+) -> None:
+    """A temporary view ``name`` on ``con`` of the rows of ``paths`` (local files read
+    whole) that ``hidden`` (positions per path) does not hide: :data:`FILE` (the
+    index of the file in ``paths``), :data:`POS` and ``columns``. DuckDB reads only
+    what a query of it asks for."""
+    files = "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
+    cols = "".join(f", target.{quote(c)}" for c in columns)
+    sql = (
+        f"SELECT file_index::BIGINT AS {FILE}, file_row_number::BIGINT AS {POS}{cols} "
+        f"FROM read_parquet({files}, hive_partitioning=false) AS target"
+    )
+    gone = [(i, hidden[p]) for i, p in enumerate(paths) if len(hidden.get(p, ()))]
+    if gone:
+        marks = pa.table(
+            {
+                "f": np.concatenate([np.full(len(at), i, np.int64) for i, at in gone]),
+                "p": np.concatenate([np.asarray(at, np.int64) for _, at in gone]),
+            }
+        )
+        con.register(f"{name}_hidden", marks)
+        sql += (
+            f" WHERE NOT EXISTS (SELECT 1 FROM {name}_hidden AS h "
+            "WHERE h.f = file_index AND h.p = file_row_number)"
+        )
+    con.execute(f"CREATE TEMP VIEW {name} AS {sql}")
+
+
 def fetch(rel: duckdb.DuckDBPyRelation) -> pa.Table:
     """A DuckDB relation's rows as one Arrow table."""
     read = getattr(rel, "to_arrow_table", None) or rel.arrow
@@ -250,6 +284,25 @@ def _duckdb_arrow(data: pa.Table, where: str, tables: Mapping[str, pa.Table]) ->
         con.close()
 
 
+def assigned(data: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``data`` with each column whose type is not its column's in ``schema`` cast to
+    it, as SQL casts a value assigned to a column (``SET v = 50.0`` into a DOUBLE: the
+    literal is a DECIMAL): a cast Arrow calls safe — a value it would change (an
+    overflow, a fraction into an integer) leaves the column as it was, for
+    :func:`lamina.io.arrow.conform` to refuse with its reason."""
+    out = data
+    for i, name in enumerate(data.column_names):
+        if name not in schema.names:
+            continue
+        want = schema.field(name).type
+        have = data.schema.field(i).type
+        if have == want or pa.types.is_timestamp(want):  # times: conform's own rules
+            continue
+        with contextlib.suppress(pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            out = out.set_column(i, name, pc.cast(data.column(i), want, safe=True))
+    return out
+
+
 def with_values(
     rows: pa.Table, schema: pa.Schema, values: Mapping[str, str], what: str = "set"
 ) -> pa.Table:
@@ -287,7 +340,7 @@ def with_values(
             ) from None
         finally:
             con.close()
-        base = got
+        base = assigned(got, schema)
     try:
         return conform(base, schema)
     except Exception as exc:  # noqa: BLE001 - SchemaError, ArrowInvalid: the value's fault

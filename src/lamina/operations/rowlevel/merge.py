@@ -35,10 +35,19 @@ from lamina.core.scan import ScanPlan
 from lamina.engines.duckdb_views import quote
 from lamina.errors import RowLevelError
 from lamina.io.arrow import conform, is_spark_dataframe, to_arrow_table
+from lamina.io.reader import snapshot_files
 from lamina.operations.handle import TableHandle
 from lamina.operations.kinds import upserted
 from lamina.operations.rowlevel import Decision, attempts_of, change, check_values
-from lamina.operations.rowlevel.matching import FILE, POS, connection, fetch, matching
+from lamina.operations.rowlevel.matching import (
+    FILE,
+    POS,
+    assigned,
+    connection,
+    fetch,
+    matching,
+    visible_rows_view,
+)
 
 _SOURCE = "__lamina_source"
 _TARGET = "__lamina_target"
@@ -183,6 +192,9 @@ class MergeBuilder:
         by_source = [c for c in self._clauses if c.kind == "not_matched_by_source"]
         where = "TRUE" if by_source else f"EXISTS (SELECT 1 FROM {_SOURCE} AS source WHERE {keys})"
         read = self._target_columns(plan)
+        reads = plan.reads()
+        if read is not None and table.ctx.warehouse.local and all(k is None for _, k in reads):
+            return self._decide_on_files(plan, list(dict.fromkeys(p for p, _ in reads)), read)
         found = matching(
             plan,
             table.ctx.warehouse,
@@ -197,6 +209,29 @@ class MergeBuilder:
             con.register(_SOURCE, self._source)
             con.register(_TARGET, found.rows)
             return _run(con, self._clauses, keys, schema, found.paths, self._on, read is None)
+        except duckdb.Error as exc:
+            first = str(exc).strip().splitlines()[0]
+            raise RowLevelError(
+                f"the merge's clauses cannot be evaluated: {first}; check their column "
+                "names (source.<col>, target.<col>) and types (nothing was changed)"
+            ) from None
+        finally:
+            con.close()
+
+    def _decide_on_files(
+        self, plan: ScanPlan, paths: list[str], read: list[str]
+    ) -> tuple[dict[str, np.ndarray], pa.Table, pa.Table, dict[str, int]]:
+        """:meth:`_decide` joining the source with the table's files themselves (their
+        ``read`` columns, the rows vectors hide left out), in one pass: the files are
+        read whole, none in part."""
+        keys = " AND ".join(f"source.{quote(k)} = target.{quote(k)}" for k in self._on)
+        con = connection()
+        try:
+            with snapshot_files(plan.seq, plan.table.name):
+                con.register(_SOURCE, self._source)
+                visible_rows_view(con, _TARGET, paths, read, plan.deletes)
+                schema = plan.table.schema
+                return _run(con, self._clauses, keys, schema, paths, self._on, whole=False)
         except duckdb.Error as exc:
             first = str(exc).strip().splitlines()[0]
             raise RowLevelError(
@@ -355,7 +390,11 @@ def _run(
             gone.append(rows.select(cols))
             counts["deleted"] += int(take.sum())
     try:
-        add = pa.concat_tables([conform(a, schema) for a in added]) if added else None
+        add = (
+            pa.concat_tables([conform(assigned(a, schema), schema) for a in added])
+            if added
+            else None
+        )
     except Exception as exc:  # noqa: BLE001 - SchemaError, ArrowInvalid: the values' fault
         raise RowLevelError(
             f"the merge gives values the table's columns cannot hold: {exc} (nothing was changed)"
