@@ -4,6 +4,7 @@ read-only SQL box with its refusals."""
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -165,6 +166,33 @@ def test_timeline_marks_the_chunks_compaction_is_pending_for(
     t.compact(mode="minor")
     days = local_client.get("/tables/ev/timeline", params=week).json()["buckets"]
     assert [b["pendingCompaction"] for b in days] == [0, 0, 0, 0]
+
+
+def test_a_large_table_is_surveyed_for_compaction_in_the_background(
+    local_cat: lamina.Catalog, local_client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over PENDING_MAX_SEGMENTS segments, a view does not wait for the policy's survey:
+    it starts one behind and shows the last one, saying which version it is of."""
+    from lamina.rest.console import api
+
+    monkeypatch.setattr(api, "PENDING_MAX_SEGMENTS", 2)
+    t = local_cat.create_table("ev", SCHEMA, "ts", "DAY")
+    for i in range(4):
+        t.append(events(days=1, per_day=2, seed=i))
+    week = {"interval": "2024-01-01/2024-01-03", "zoom": "DAY"}
+
+    def surveyed(version: int) -> list[int | None]:
+        for _ in range(200):  # the survey runs on its own thread
+            got = local_client.get("/tables/ev/timeline", params=week).json()
+            if got["pendingAsOfVersion"] == version:
+                return [b["pendingCompaction"] for b in got["buckets"]]
+            assert got["pendingAsOfVersion"] in (None, version - 1)
+            time.sleep(0.05)
+        raise AssertionError(f"no survey of version {version}")
+
+    assert surveyed(4) == [1, 0]
+    t.compact(mode="minor")
+    assert surveyed(5) == [0, 0]
 
 
 def test_chunk_segments_hide_history_unless_asked(

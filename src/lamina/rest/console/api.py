@@ -192,11 +192,12 @@ def timeline(
     else:
         buckets = _buckets(kept, edges, shown, (id(db), h.name, tuple(edges)))
     locks = rules.overlap_counts(edges, queries.lock_intervals(db, h.name, shown))
-    pending = _pending(cat, h, edges)
+    pending, surveyed = _pending(cat, h, edges)
     return TimelineInfo(
         table=h.name,
         interval=str(shown),
         zoom=cast(Zoom, g.value),
+        pendingAsOfVersion=surveyed,
         buckets=[
             BucketInfo(
                 start=format_us(b.start),
@@ -255,31 +256,69 @@ def _buckets(
     return buckets
 
 
-#: the most segments a table may have for its timeline to mark the chunks compaction
-#: is pending for (the policy surveys every visible segment)
+#: the most segments a table may have for a view to survey its compaction status
+#: itself; a larger one is surveyed on a background thread (the policy reads every
+#: visible segment), and its views show the last survey
 PENDING_MAX_SEGMENTS = 50_000
 #: the last survey per catalog (going with it), then table id: (seq, pending chunks)
 _surveyed: weakref.WeakKeyDictionary[Db, dict[int, tuple[int, list[Interval]]]] = (
     weakref.WeakKeyDictionary()
 )
+_surveying: set[tuple[int, int]] = set()  # (id of the catalog's Db, table id) under way
 
 
-def _pending(cat: lamina.Catalog, h: TableHandle, edges: list[int]) -> list[int] | None:
-    """Per bucket, the chunks the compaction policy makes PENDING (None: the table has
-    more than PENDING_MAX_SEGMENTS segments); surveyed once per table version."""
-    db = cat.context.db
-    n = _TOTALS.totals(db, small_rows).get(h.record.id, (0, 0, 0, 0))[0]
-    if n > PENDING_MAX_SEGMENTS:
-        return None
+def _survey(h: TableHandle, db: Db) -> tuple[int, list[Interval]]:
+    """The chunks the table's compaction policy makes PENDING, as of its version
+    now; kept as the table's last survey."""
     seq = queries.table_seq(db, h.name)
+    hit = (seq, [st.chunk for st in auto_status(h) if st.status == "PENDING"])
     with _cache_lock:
         kept = _surveyed.setdefault(db, {})
-        hit = kept.get(h.record.id)
-    if hit is None or hit[0] != seq:
-        hit = (seq, [st.chunk for st in auto_status(h) if st.status == "PENDING"])
-        with _cache_lock:
+        if kept.get(h.record.id, (-1,))[0] < seq:
             kept[h.record.id] = hit
-    return rules.overlap_counts(edges, hit[1])
+    return hit
+
+
+def _survey_behind(h: TableHandle, db: Db) -> None:
+    """Survey on a background thread (one per table at a time)."""
+    key = (id(db), h.record.id)
+    with _cache_lock:
+        if key in _surveying:
+            return
+        _surveying.add(key)
+
+    def run() -> None:
+        try:
+            _survey(h, db)
+        except Exception:  # noqa: BLE001 - the next view starts another
+            pass
+        finally:
+            with _cache_lock:
+                _surveying.discard(key)
+
+    threading.Thread(target=run, daemon=True).start()
+
+
+def _pending(
+    cat: lamina.Catalog, h: TableHandle, edges: list[int]
+) -> tuple[list[int] | None, int | None]:
+    """Per bucket, the chunks the compaction policy makes PENDING, and the table
+    version that survey is of (None, None: not surveyed yet). A table of at most
+    PENDING_MAX_SEGMENTS segments is surveyed here, once per version; a larger one
+    behind (see :data:`PENDING_MAX_SEGMENTS`)."""
+    db = cat.context.db
+    seq = queries.table_seq(db, h.name)
+    with _cache_lock:
+        hit = _surveyed.get(db, {}).get(h.record.id)
+    if hit is None or hit[0] != seq:
+        n = _TOTALS.totals(db, small_rows).get(h.record.id, (0, 0, 0, 0))[0]
+        if n <= PENDING_MAX_SEGMENTS:
+            hit = _survey(h, db)
+        else:
+            _survey_behind(h, db)
+    if hit is None:
+        return None, None
+    return rules.overlap_counts(edges, hit[1]), hit[0]
 
 
 #: tables with at least this many segments get their timeline grouped when the
@@ -302,6 +341,8 @@ def warm(cat: lamina.Catalog, done: threading.Event) -> None:
         for name in names:
             props = get_table(db, name).properties
             _TIMELINES.groups(db, name, small_rows(props))
+        for name in names:  # and what compaction is pending for, as it stands
+            _survey(handle_of(cat, name), db)
     except Exception:  # noqa: BLE001 - a warm-up only saves time; the views still work
         pass
     finally:

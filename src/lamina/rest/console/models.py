@@ -72,8 +72,7 @@ class BucketInfo(ApiModel):
         default=None,
         alias="pendingCompaction",
         description="Chunks the table's compaction policy makes PENDING (as `lamina compact "
-        "--auto --dry-run` says); null for a table of more segments than the console "
-        "surveys (see the Compaction page).",
+        "--auto --dry-run` says), as of pendingAsOfVersion; null until a first survey.",
     )
     versions: list[VersionCellInfo] = Field(description="Highest first.")
 
@@ -82,6 +81,13 @@ class TimelineInfo(ApiModel):
     table: str
     interval: str = Field(description="The range shown, START/END (aligned to the zoom).")
     zoom: Zoom
+    pending_as_of_version: int | None = Field(
+        default=None,
+        alias="pendingAsOfVersion",
+        description="The table version the buckets' pendingCompaction is of: a table of "
+        "more than 50,000 segments is surveyed in the background, so it may be older than "
+        "the latest; null while the first survey runs.",
+    )
     buckets: list[BucketInfo]
 
 

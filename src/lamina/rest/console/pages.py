@@ -170,6 +170,7 @@ def timeline_page(
         seg_call=seg_call,
         columns=[(f.name, str(f.type)) for f in h.schema],
         properties=sorted(h.properties.items()),
+        latest=queries.table_seq(cat.context.db, h.name),
     )
 
 
