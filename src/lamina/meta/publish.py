@@ -16,6 +16,7 @@ resolve an upsert's records by key → record the commit through
 from __future__ import annotations
 
 import json
+from array import array
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -549,8 +550,6 @@ def _side_rows(
 
         deletes.carry(conn, table_id, seq, commit_id, maps)
     if isinstance(plan, RowLevelPlan):  # a row-level change: its vectors
-        from array import array
-
         from pyroaring import BitMap
 
         from lamina.meta import deletes  # loads numpy, pyroaring
