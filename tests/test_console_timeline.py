@@ -203,3 +203,21 @@ def test_table_totals_catch_up_with_every_kind_of_commit(cat: lamina.Catalog) ->
     cat.drop_table("a")
     same()
     assert [n for n, _, _, _ in kept.totals(db, small).values()] == [1]  # b's one segment
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(0, 100), min_size=1, max_size=8, unique=True),
+    st.lists(st.tuples(st.integers(-20, 120), st.integers(1, 50)), max_size=8),
+)
+def test_overlaps_count_each_interval_in_every_bucket_it_touches(
+    cuts: list[int], spans: list[tuple[int, int]]
+) -> None:
+    edges = sorted(cuts)
+    intervals = [Interval.of(a, a + w) for a, w in spans]
+    got = rules.overlap_counts(edges, intervals)
+    want = [
+        sum(1 for iv in intervals if iv.start < hi and iv.end > lo)
+        for lo, hi in zip(edges, edges[1:], strict=False)
+    ]
+    assert got == want

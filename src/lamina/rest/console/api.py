@@ -9,12 +9,16 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import math
+import multiprocessing
 import threading
 import time
 import weakref
 from collections.abc import Mapping
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, cast
 
+import numpy as np
 import pyarrow.compute as pc
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 
@@ -257,46 +261,78 @@ def _buckets(
 
 
 #: the most segments a table may have for a view to survey its compaction status
-#: itself; a larger one is surveyed on a background thread (the policy reads every
-#: visible segment), and its views show the last survey
+#: itself; a larger one is surveyed in a worker process (the policy reads every visible
+#: segment: some 20 s at a million), at most every SURVEY_EVERY_S seconds, and its
+#: views show the last survey
 PENDING_MAX_SEGMENTS = 50_000
-#: the last survey per catalog (going with it), then table id: (seq, pending chunks)
-_surveyed: weakref.WeakKeyDictionary[Db, dict[int, tuple[int, list[Interval]]]] = (
-    weakref.WeakKeyDictionary()
-)
+SURVEY_EVERY_S = 60.0
+
+
+@dataclass(frozen=True)
+class _Survey:
+    seq: int  #: the table version surveyed
+    starts: np.ndarray  #: the pending chunks' starts and ends
+    ends: np.ndarray
+    at: float  #: when it started (time.monotonic)
+
+
+#: the last survey per catalog (going with it), then table id
+_surveyed: weakref.WeakKeyDictionary[Db, dict[int, _Survey]] = weakref.WeakKeyDictionary()
 _surveying: set[tuple[int, int]] = set()  # (id of the catalog's Db, table id) under way
+_workers: list[ProcessPoolExecutor] = []
 
 
-def _survey(h: TableHandle, db: Db) -> tuple[int, list[Interval]]:
-    """The chunks the table's compaction policy makes PENDING, as of its version
-    now; kept as the table's last survey."""
-    seq = queries.table_seq(db, h.name)
-    hit = (seq, [st.chunk for st in auto_status(h) if st.status == "PENDING"])
+def pending_chunks(cat: lamina.Catalog, name: str) -> tuple[int, list[tuple[int, int]]]:
+    """The table's version, and the (start, end) of each chunk its compaction policy
+    makes PENDING then. Raises TableNotFoundError."""
+    h = handle_of(cat, name)
+    seq = queries.table_seq(cat.context.db, h.name)
+    chunks = [st.chunk for st in auto_status(h) if st.status == "PENDING"]
+    return seq, [(c.start, c.end) for c in chunks]
+
+
+def _pending_in_worker(
+    catalog: str, warehouse: str, name: str
+) -> tuple[int, list[tuple[int, int]]]:
+    """:func:`pending_chunks`, in a worker process of its own catalog connection."""
+    with lamina.connect(catalog=catalog, warehouse=warehouse, create=False) as cat:
+        return pending_chunks(cat, name)
+
+
+def _keep(db: Db, tid: int, seq: int, chunks: list[tuple[int, int]], at: float) -> None:
+    got = np.asarray(chunks, np.int64).reshape(-1, 2)
     with _cache_lock:
         kept = _surveyed.setdefault(db, {})
-        if kept.get(h.record.id, (-1,))[0] < seq:
-            kept[h.record.id] = hit
-    return hit
+        if tid not in kept or kept[tid].seq < seq:
+            kept[tid] = _Survey(seq, got[:, 0].copy(), got[:, 1].copy(), at)
 
 
-def _survey_behind(h: TableHandle, db: Db) -> None:
-    """Survey on a background thread (one per table at a time)."""
+def _survey_behind(cat: lamina.Catalog, h: TableHandle) -> None:
+    """Survey the table in the worker process (one survey per table at a time)."""
+    db = cat.context.db
     key = (id(db), h.record.id)
     with _cache_lock:
         if key in _surveying:
             return
         _surveying.add(key)
+        if not _workers:
+            spawn = multiprocessing.get_context("spawn")
+            _workers.append(ProcessPoolExecutor(max_workers=1, mp_context=spawn))
+        pool = _workers[0]
+    started = time.monotonic()
+    job = pool.submit(_pending_in_worker, cat.url, cat.warehouse.location, h.name)
 
-    def run() -> None:
+    def done(job: Future[tuple[int, list[tuple[int, int]]]]) -> None:
         try:
-            _survey(h, db)
+            seq, chunks = job.result()
+            _keep(db, h.record.id, seq, chunks, started)
         except Exception:  # noqa: BLE001 - the next view starts another
             pass
         finally:
             with _cache_lock:
                 _surveying.discard(key)
 
-    threading.Thread(target=run, daemon=True).start()
+    job.add_done_callback(done)
 
 
 def _pending(
@@ -304,21 +340,24 @@ def _pending(
 ) -> tuple[list[int] | None, int | None]:
     """Per bucket, the chunks the compaction policy makes PENDING, and the table
     version that survey is of (None, None: not surveyed yet). A table of at most
-    PENDING_MAX_SEGMENTS segments is surveyed here, once per version; a larger one
-    behind (see :data:`PENDING_MAX_SEGMENTS`)."""
+    PENDING_MAX_SEGMENTS segments is surveyed here, once per version; a larger one in
+    the worker (see :data:`PENDING_MAX_SEGMENTS`)."""
     db = cat.context.db
     seq = queries.table_seq(db, h.name)
     with _cache_lock:
         hit = _surveyed.get(db, {}).get(h.record.id)
-    if hit is None or hit[0] != seq:
+    if hit is None or hit.seq != seq:
         n = _TOTALS.totals(db, small_rows).get(h.record.id, (0, 0, 0, 0))[0]
         if n <= PENDING_MAX_SEGMENTS:
-            hit = _survey(h, db)
-        else:
-            _survey_behind(h, db)
+            now = time.monotonic()
+            _keep(db, h.record.id, *pending_chunks(cat, h.name), now)
+            with _cache_lock:
+                hit = _surveyed[db][h.record.id]
+        elif hit is None or time.monotonic() - hit.at >= SURVEY_EVERY_S:
+            _survey_behind(cat, h)
     if hit is None:
         return None, None
-    return rules.overlap_counts(edges, hit[1]), hit[0]
+    return rules.overlaps(edges, hit.starts, hit.ends), hit.seq
 
 
 #: tables with at least this many segments get their timeline grouped when the
@@ -341,8 +380,6 @@ def warm(cat: lamina.Catalog, done: threading.Event) -> None:
         for name in names:
             props = get_table(db, name).properties
             _TIMELINES.groups(db, name, small_rows(props))
-        for name in names:  # and what compaction is pending for, as it stands
-            _survey(handle_of(cat, name), db)
     except Exception:  # noqa: BLE001 - a warm-up only saves time; the views still work
         pass
     finally:
