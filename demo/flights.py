@@ -62,6 +62,11 @@ def raw_flights(path: Path) -> Path:
     return path
 
 
+def made(c: lamina.Commit) -> str:
+    """The table version a commit made ("no version": it was aborted)."""
+    return "no version" if c.version is None else f"version {c.version}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--warehouse", default="warehouse")
@@ -178,7 +183,7 @@ def main() -> None:
     console.print("\n[bold]history[/]")
     for c in t.history():
         console.print(
-            f"  version {c.version}: {c.action:<9} {c.state:<9} +{len(c.added)} -{len(c.removed)} "
+            f"  {made(c)}: {c.action:<9} {c.state:<9} +{len(c.added)} -{len(c.removed)} "
             f"segments  {c.metadata}"
         )
     consistent_push_demo(cat, spark, t)
@@ -353,7 +358,7 @@ def consistent_push_demo(cat: lamina.Catalog, spark: Any, flights: lamina.Table)
         )
     console.print("[bold]history[/] (every lineage transition is a commit)")
     for c in stats.history():
-        console.print(f"  version {c.version}: {c.action:<14} {c.state}")
+        console.print(f"  {made(c)}: {c.action:<14} {c.state}")
     report = cat.run_retention()
     console.print(
         f"retention: {report.segment_files} segment files and {report.orphan_files} orphan "
