@@ -4,12 +4,14 @@ readable, the restore is a version of its own, and the change feed reports what 
 changed. The commit brings that version's segments back as new segment rows on the
 same files (:class:`lamina.core.plans.RestorePlan`); only a file whose rows deletion
 vectors hid since (a row-level delete, update or merge) is copied, with exactly the rows
-that version showed, so that a restore takes a delete back."""
+that version showed, so that a restore takes a delete back. An upsert table's restore
+writes that version's records again (:func:`_rewritten`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from lamina.core.interval import ETERNITY, Interval
 from lamina.core.lineage import LineageState
 from lamina.core.model import AsOf, Commit, CommitAction, NewSegment
 from lamina.core.plans import RestorePlan
@@ -22,8 +24,8 @@ def restore(h: TableHandle, target: AsOf, metadata: dict[str, Any]) -> Commit:
     """Make the table equal to version ``target`` (a version, a Commit or a time) in
     one RESTORE commit. Raises InvalidArgumentError (a wrong type), SnapshotNotFoundError
     (no such version), SnapshotTooOldError (before the first commit, or retention
-    deleted its files: names the oldest restorable version), RestoreError (an upsert
-    table), LineageError (a push in progress),
+    deleted its files: names the oldest restorable version), RestoreError, LineageError
+    (a push in progress),
     CommitConflictError (a commit completed meanwhile)."""
     if target is None:
         raise RestoreError("restore needs the version (or time) to go back to, e.g. t.restore(3)")
@@ -35,11 +37,6 @@ def restore(h: TableHandle, target: AsOf, metadata: dict[str, Any]) -> Commit:
             exc.earliest_version,
             exc.earliest_time,
         ) from None
-    if h.is_upsert:
-        raise RestoreError(
-            f"table {h.name!r} is an upsert table, which restore does not take back (its key "
-            "index only moves forward); overwrite it with t.to_arrow(as_of=...) instead"
-        )
     busy = [e.id for e in h.lineage() if e.state == LineageState.IN_PROGRESS]
     if busy:
         raise LineageError(
@@ -47,9 +44,37 @@ def restore(h: TableHandle, target: AsOf, metadata: dict[str, Any]) -> Commit:
             "it first (t.end_replace / t.revert_replace); nothing changed"
         )
     meta = {**metadata, "restored_version": version}
+    if h.is_upsert:
+        return _rewritten(h, version, meta)
     with WriteTransaction(h.ctx, h.record, CommitAction.RESTORE, meta, inflight=True) as txn:
         copies = _undeleted(h, version, txn.dir)
         return txn.publish(RestorePlan(version=version, copies=copies))
+
+
+def _rewritten(h: TableHandle, version: int, meta: dict[str, Any]) -> Commit:
+    """An upsert table's restore: its key index only moves forward, so old segment rows
+    cannot come back; instead the records version ``version`` showed (each key's latest
+    then) are written again and replace every chunk, as an overwrite of all time does,
+    in one RESTORE commit — later upserts compare with them as they did then. (Keys
+    deleted by then have no record: a live tombstone is not brought back.)"""
+    from lamina.operations.upsert import overwrite  # the write path: pyarrow, numpy
+
+    records = h.rows(version)
+    return overwrite(h, records, _span(h, version), meta, None, action=CommitAction.RESTORE)
+
+
+def _span(h: TableHandle, version: int) -> Interval:
+    """All the chunks the table shows now or showed at ``version``, aligned to its
+    granularity (all time without a time column)."""
+    if h.time_column is None:
+        return ETERNITY
+    shown = [t.segment.interval for v in (None, version) for t in h.scan(v).tasks]
+    if not shown:
+        return ETERNITY
+    g = h.granularity
+    lo, hi = min(iv.start for iv in shown), max(iv.end for iv in shown)
+    end = g.floor(hi - 1)
+    return Interval.of(g.floor(lo), g.next_start(end))
 
 
 def _undeleted(h: TableHandle, version: int, commit_rel: str) -> tuple[tuple[str, NewSegment], ...]:

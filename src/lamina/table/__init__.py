@@ -422,11 +422,12 @@ class Table(TableDefinition):
         (``Commit.version``), a Commit, or a time (the latest version completed then, as
         ``as_of``) — in one RESTORE commit, which writes no file but copies of files whose
         rows deletion vectors hid since (a row-level delete is taken back); every version
-        stays readable and the change feed reports what the restore changed. Concurrent
+        stays readable and the change feed reports what the restore changed (an upsert
+        table writes that version's records again, replacing every chunk). Concurrent
         writes conflict as with an overwrite of the whole table.
         Raises InvalidArgumentError, SnapshotNotFoundError, SnapshotTooOldError (naming
-        the oldest restorable version), RestoreError (an upsert table), LineageError
-        (a push in progress), CommitConflictError."""
+        the oldest restorable version), RestoreError, LineageError (a push in
+        progress), CommitConflictError."""
         from lamina.operations.restore import restore  # the write path
 
         return restore(self._handle, target, user_metadata(metadata))
