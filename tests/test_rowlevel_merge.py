@@ -86,6 +86,30 @@ def test_an_update_all_insert_all_merge_sees_only_visible_rows(local_cat: lamina
     assert got.filter(pa.compute.equal(got["k"], 7))["region"].to_pylist() == ["src"]
 
 
+def test_updates_and_merges_into_a_day_split_into_hours(local_cat: lamina.Catalog) -> None:
+    """A major compaction cut day 1 into hours: the rows an update or a merge writes
+    there go hour by hour, as an append's do (Druid's allocation): the first try, split
+    by day, is refused at publish and aborts; the second publishes."""
+    t = plain(local_cat, "merge-on-read")
+    t.compact(mode="major", segment_granularity="HOUR", interval="2024-01-01/2024-01-02")
+    day1 = sorted(k for k in range(30) if k % 3 == 0)
+    assert t.update("k % 3 = 0", set={"v": "v + 0.5"}) is not None
+    assert [c.state for c in t.history()][-2:] == ["ABORTED", "COMPLETED"]
+    on_day1 = source([3, 6, 99], [30.0, 60.0, 990.0])
+    on_day1 = on_day1.set_column(
+        0, "ts", pa.array([datetime(2024, 1, 1, 5)] * 3, pa.timestamp("us"))
+    )
+    done = (
+        t.merge(on_day1, on="k").when_matched_update_all().when_not_matched_insert_all().execute()
+    )
+    assert done is not None and [c.state for c in t.history()][-2:] == ["ABORTED", "COMPLETED"]
+    got = values(t)
+    assert got[3] == 30.0 and got[6] == 60.0 and got[99] == 990.0 and got[9] == 9.5
+    assert len(got) == 31 and all(got[k] in (k + 0.5, 30.0, 60.0) for k in day1)
+    hours = {s.interval for s in t.segments() if str(s.interval).startswith("2024-01-01")}
+    assert all(iv.end - iv.start == 3_600_000_000 for iv in hours)  # no day chunk came back
+
+
 def test_the_first_clause_whose_condition_holds_wins(local_cat: lamina.Catalog) -> None:
     t = plain(local_cat, "merge-on-read")
     (

@@ -26,13 +26,13 @@ import numpy as np
 import pyarrow as pa
 
 from lamina.core.args import whole_number
-from lamina.core.interval import ETERNITY
+from lamina.core.interval import ETERNITY, Interval
 from lamina.core.locks import first_locked
 from lamina.core.model import Commit, CommitAction
 from lamina.core.plans import RowLevelPlan
 from lamina.core.properties import COPY_ON_WRITE, write_mode
 from lamina.core.scan import ScanPlan
-from lamina.errors import InvalidArgumentError, RowLevelError
+from lamina.errors import ChunkLayoutError, InvalidArgumentError, RowLevelError
 from lamina.failpoints import failpoint
 from lamina.meta import commits
 from lamina.meta.locks import replacing
@@ -47,7 +47,7 @@ from lamina.operations.rowlevel.matching import (
     matching,
     with_values,
 )
-from lamina.operations.steps import producer
+from lamina.operations.steps import producer, refinement
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -99,13 +99,28 @@ def change(
     decides on the latest snapshot before it opens the commit, and again on the base
     if that is newer). Made again after
     a conflict with a concurrent commit that changed a file it read, up to
-    ``attempts`` times. Raises CommitConflictError (the last conflict), RowLevelError,
-    SchemaError."""
+    ``attempts`` times. Rows it adds into a chunk a compaction cut finer (a day into
+    hours) are written again split the way Druid allocates, as an append's are
+    (:func:`lamina.operations.steps.refinement`). Raises CommitConflictError (the last
+    conflict), RowLevelError, SchemaError, ChunkLayoutError."""
     from lamina.write import WriteTransaction  # loads numpy, pyarrow
 
     ctx = table.ctx
+    refine: dict[Interval, Any] = {}  # found at the first try that needs it
+    chunks: list[Interval] = []
 
     def attempt(i: int) -> Commit | None:
+        try:
+            return once(i)
+        except ChunkLayoutError:
+            if refine:
+                raise
+            refine.update(refinement(table, chunks))
+            if not refine:
+                raise
+            return once(i)
+
+    def once(i: int) -> Commit | None:
         meta = dict(metadata or {})
         plan = table.scan()  # decided before the commit opens: nothing to do, no commit
         got = decide(plan)
@@ -119,7 +134,11 @@ def change(
                     return None  # the commit aborts: nothing to publish
             files = []
             if got.add is not None and got.add.num_rows:
-                files = producer(table, got.add, CommitAction.APPEND.value, None)(w.dir)
+                make = producer(
+                    table, got.add, CommitAction.APPEND.value, None, refine=refine or None
+                )
+                files = make(w.dir)
+                chunks[:] = [f.chunk for f in files]
             publish = _plan(table, action, plan, got, files, w.dir)
             # decided and written; not published yet
             failpoint("rowlevel.before_publish", table=table, attempt=i)
