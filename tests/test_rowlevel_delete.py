@@ -179,6 +179,48 @@ def test_an_upsert_tables_delete_writes_tombstones(cat: lamina.Catalog) -> None:
     assert tombstones.column("$valid_from").to_pylist() == [done.seq] * 3
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_all_versions_of_a_plain_table_end_the_rows_row_level_changes_hid(
+    local_cat: lamina.Catalog, mode: str
+) -> None:
+    t = plain(local_cat, mode)
+    first = t.history()[-1].version
+    gone = t.delete("k IN (1, 2)")
+    changed = t.update("k = 3", set={"v": "-3"})
+    merged = (
+        t.merge(rows(range(4, 6)).set_column(3, "v", pa.array([-4.0, -5.0])), on=["k"])
+        .when_matched_update_all()
+        .execute()
+    )
+    assert gone is not None and changed is not None and merged is not None
+    history = [c.version for c in t.history()]
+    for as_of in history:  # each snapshot's stored rows, and which of them it shows
+        every = t.to_arrow(as_of=as_of, all_versions=True).to_pylist()
+        shown = sorted((r["k"], r["v"]) for r in every if r["$valid_until"] is None)
+        assert shown == sorted(keys_values(t, as_of)), as_of
+        assert all(r["$valid_from"] <= as_of for r in every)
+    ends = {
+        (r["k"], r["v"]): r["$valid_until"]
+        for r in t.to_arrow(all_versions=True).to_pylist()
+        if r["$valid_until"] is not None
+    }
+    if mode == "merge-on-read":  # the old rows stay in their files, ended
+        assert ends == {
+            (1, 1.0): gone.version, (2, 2.0): gone.version, (3, 3.0): changed.version,
+            (4, 4.0): merged.version, (5, 5.0): merged.version,
+        }  # fmt: skip
+        every = t.to_arrow(all_versions=True)
+        starts = every.filter(pc.field("$valid_from") > first)
+        assert sorted(starts.column("v").to_pylist()) == [-5.0, -4.0, -3.0]
+    else:  # the files were copied without them: the copies' rows start at the copy
+        assert ends == {}
+
+
+def keys_values(t: lamina.Table, as_of: int | None) -> list[tuple[int, float]]:
+    got = t.to_arrow(as_of=as_of)
+    return list(zip(got.column("k").to_pylist(), got.column("v").to_pylist(), strict=True))
+
+
 def test_an_upsert_table_without_a_delete_column_refuses_a_delete(
     local_cat: lamina.Catalog,
 ) -> None:

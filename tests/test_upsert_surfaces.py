@@ -735,6 +735,11 @@ def test_to_spark_reads_the_latest_records_and_every_version_at_every_snapshot(
     assert any(r[4] is not None for r in part) and any(r[4] is None for r in part)
     first = commits[0].id
     assert versions(True, first) == versions(False, first) != []
+    # a plain table's rows a row-level delete hid end at the delete's version
     plain = local_cat.create_table("plain", SCHEMA, time_column="ts")
-    with pytest.raises(UpsertError, match="no primary key"):
-        plain.to_spark(spark, all_versions=True)
+    first = plain.append(rows(("a", DAY, 1), ("b", DAY + 1, 2)))
+    gone = plain.delete("key = 'a'")
+    assert gone is not None
+    df = plain.to_spark(spark, all_versions=True)
+    got = sorted((r["key"], r["$valid_from"], r["$valid_until"]) for r in df.collect())
+    assert got == [("a", first.version, gone.version), ("b", first.version, None)]

@@ -121,6 +121,22 @@ def upserted(
     return done
 
 
+def upserted_as_read(
+    h: TableHandle, data: pa.Table, read_at: int, metadata: dict[str, Any]
+) -> Commit:
+    """The upsert of records a row-level change computed whole from those it read at
+    seq ``read_at`` (an update's, a merge's). On a partial-upsert table they are stored
+    as they are, not merged again with the records they came from, and only if no
+    commit published since ``read_at``; elsewhere as :func:`upserted`. Raises as
+    :func:`upserted`, and CommitConflictError (retryable: read again)."""
+    spec = h.upsert_spec
+    if spec is None or not spec.is_partial:
+        return upserted(h, data, metadata, None)
+    done = upsert.replace_records(h, data, read_at, metadata, copy_on_write.finisher(h))
+    inline.after_commit(h, done)
+    return done
+
+
 class UpsertTable:
     """A table with a primary key: every write is resolved by key (the latest record
     wins); an overwrite's or refresh's records are upserted against the rest."""

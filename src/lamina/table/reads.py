@@ -86,8 +86,9 @@ class TableReads:
 
         A latest read whose files a concurrent push or retention removed is planned
         again on the newer snapshot (never a mix: each attempt reads one snapshot).
-        ``all_versions`` (upsert tables): every stored record with ``$valid_from`` and
-        ``$valid_until`` seqs (:func:`lamina.operations.upsert.read.all_versions`).
+        ``all_versions``: every stored row (an upsert table's superseded records, a
+        plain table's rows a row-level change hid) with the versions ``$valid_from``
+        and ``$valid_until`` (:func:`lamina.operations.upsert.read.all_versions`).
         """
         if all_versions:
             from lamina.operations.upsert.read import all_versions as every  # numpy, pyarrow
@@ -120,15 +121,14 @@ class TableReads:
         *,
         all_versions: bool = False,
     ) -> Any:
-        """A Spark DataFrame over exactly the snapshot's visible rows; ``all_versions``
-        (upsert tables): every stored record with its validity seqs, as :meth:`to_arrow`.
+        """A Spark DataFrame over exactly the snapshot's visible rows; ``all_versions``:
+        every stored row with its validity versions, as :meth:`to_arrow`.
 
         Spark's own Parquet reader reads a local warehouse's plain tables; an upsert
         table (its deletion vectors applied in the tasks), a warehouse on an object
         store (which Spark's filesystems do not reach without S3A) and a Spark Connect
         session read through lamina's data source (``format("lamina")``). Both give the
-        same rows. Raises SnapshotNotFoundError, UpsertError (``all_versions`` of
-        another table), UnsupportedTypeError (a column Spark cannot read),
+        same rows. Raises SnapshotNotFoundError, UnsupportedTypeError (a column Spark cannot read),
         UnsupportedInputError (``all_versions`` with a Spark Connect session)."""
         from lamina.engines.spark_read import read_source, read_spark  # pyspark
         from lamina.io.arrow import is_spark_connect as is_connect  # pyarrow

@@ -173,13 +173,22 @@ class KeyIndexes:
         wh: Warehouse,
         batch: UpsertBatch,
         gone: set[str] | None = None,
+        read_at: int | None = None,
     ) -> tuple[pa.Table, tuple[tuple[str, int] | None, ...]]:
         """A partial upsert's view before it writes: the current records of its keys,
         values included, and where each winner key's record was (file, row; None: no
         record), for :meth:`resolve` to check nothing changed them before publish.
-        Records in files ``gone`` (those an overwrite removes) count as absent."""
+        Records in files ``gone`` (those an overwrite removes) count as absent.
+        ``read_at``: the seq the caller read its records at; raises a retryable
+        CommitConflictError if the table has moved past it."""
         stmt = select(tables.c.last_seq).where(tables.c.id == table.id)
         seq = int(conn.execute(stmt).scalar_one())
+        if read_at is not None and seq != read_at:
+            raise CommitConflictError(
+                f"table {table.name!r} changed after its records were read (seq "
+                f"{read_at} -> {seq}); read them again",
+                retryable=True,
+            )
         with self._lock:
             st = self.state(conn, table, batch.spec, wh, seq)
             current, found = _current(st, batch, wh, values=True, gone=gone)

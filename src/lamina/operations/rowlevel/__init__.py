@@ -39,8 +39,8 @@ from lamina.meta.locks import replacing
 from lamina.operations.compaction import copies_without
 from lamina.operations.compaction.scope import candidates
 from lamina.operations.handle import TableHandle
-from lamina.operations.kinds import upserted
-from lamina.operations.retry import retrying
+from lamina.operations.kinds import upserted, upserted_as_read
+from lamina.operations.retry import MERGE_ATTEMPTS, retrying
 from lamina.operations.rowlevel.matching import (
     Predicate,
     check_predicate,
@@ -252,7 +252,7 @@ def _upsert_delete(
 
 def check_values(table: TableHandle, values: Any, what: str = "set") -> dict[str, str]:
     """``values`` as {column: SQL expression}; on an upsert table no key column among
-    them, and no update of a partial-upsert table. Raises RowLevelError."""
+    them. Raises RowLevelError."""
     if not isinstance(values, Mapping) or not values:
         raise RowLevelError(
             f"{what}= takes a dict of column -> SQL expression, e.g. "
@@ -267,12 +267,6 @@ def check_values(table: TableHandle, values: Any, what: str = "set") -> dict[str
                 f"{what}= changes key column {keys[0]!r} of upsert table {table.name!r}: a "
                 "record's key is what identifies it; delete the record and upsert one "
                 "under the new key instead (nothing was changed)"
-            )
-        if spec.is_partial:
-            raise RowLevelError(
-                f"upsert table {table.name!r} merges records column by column (partial "
-                "upserts): an updated record would be merged again with the one it "
-                "updates; upsert the changed columns instead (nothing was changed)"
             )
     return out
 
@@ -293,13 +287,18 @@ def update(
     attempts = attempts_of(retries)
     wh = table.ctx.warehouse
     if table.is_upsert:
-        found = matching(table.scan(), wh, pred, rows=True)
-        if not found.count:
-            return None
-        assert found.rows is not None
-        rows = with_values(found.rows, table.schema, sets)
-        meta = {**(metadata or {}), "row_change": {**summary, "updated": found.count}}
-        return upserted(table, rows, meta, None)
+
+        def upsert_attempt(_: int) -> Commit | None:
+            plan = table.scan()
+            found = matching(plan, wh, pred, rows=True)
+            if not found.count:
+                return None
+            assert found.rows is not None
+            rows = with_values(found.rows, table.schema, sets)
+            meta = {**(metadata or {}), "row_change": {**summary, "updated": found.count}}
+            return upserted_as_read(table, rows, plan.seq, meta)
+
+        return retrying(upsert_attempt, MERGE_ATTEMPTS, pause=True)
 
     def decide(plan: ScanPlan) -> Decision:
         found = matching(plan, wh, pred, rows=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -65,6 +65,34 @@ def connection() -> duckdb.DuckDBPyConnection:
         if not _DB:
             _DB.append(duckdb.connect())
         return _DB[0].cursor()
+
+
+@contextlib.contextmanager
+def evaluating(what: str, advice: str) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A cursor of :func:`connection`, closed after; a DuckDB error inside becomes a
+    RowLevelError: "``what`` cannot be evaluated: <DuckDB's first line>; ``advice``
+    (nothing was changed)"."""
+    con = connection()
+    try:
+        yield con
+    except duckdb.Error as exc:
+        raise _cannot(what, advice, exc) from None
+    finally:
+        con.close()
+
+
+def _cannot(what: str, advice: str, exc: Exception) -> RowLevelError:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return RowLevelError(f"{what} cannot be evaluated: {first}; {advice} (nothing was changed)")
+
+
+_PREDICATE_ADVICE = "check its column names and types"
+
+
+def _evaluating_predicate(
+    where: Predicate,
+) -> contextlib.AbstractContextManager[duckdb.DuckDBPyConnection]:
+    return evaluating(f"the predicate {str(where)!r}", _PREDICATE_ADVICE)
 
 
 def check_predicate(where: Any) -> Predicate:
@@ -155,11 +183,7 @@ def _empty_rows(plan: ScanPlan) -> pa.Table:
 
 
 def _failed(where: Predicate, exc: Exception) -> RowLevelError:
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return RowLevelError(
-        f"the predicate {str(where)!r} cannot be evaluated: {first}; check its column "
-        "names and types (nothing was changed)"
-    )
+    return _cannot(f"the predicate {str(where)!r}", _PREDICATE_ADVICE, exc)
 
 
 def _duckdb_files(
@@ -183,16 +207,10 @@ def _duckdb_files(
         f"SELECT file_index::BIGINT AS {FILE}, file_row_number::BIGINT AS {POS}{cols} "
         f"FROM read_parquet({files}, hive_partitioning=false{by_name}) AS target WHERE {cond}"
     )
-    con = connection()
-    try:
+    with _evaluating_predicate(where) as con:
         for name, table in tables.items():
             con.register(name, table)
-        got = fetch(con.sql(sql))
-    except duckdb.Error as exc:
-        raise _failed(where, exc) from None
-    finally:
-        con.close()
-    return got
+        return fetch(con.sql(sql))
 
 
 def visible_rows_view(
@@ -272,16 +290,11 @@ def _arrow_files(
 
 
 def _duckdb_arrow(data: pa.Table, where: str, tables: Mapping[str, pa.Table]) -> pa.Table:
-    con = connection()
-    try:
+    with _evaluating_predicate(where) as con:
         con.register("__lamina_rows", data)
         for name, table in tables.items():
             con.register(name, table)
         return fetch(con.sql(f"SELECT * FROM __lamina_rows AS target WHERE ({where})"))
-    except duckdb.Error as exc:
-        raise _failed(where, exc) from None
-    finally:
-        con.close()
 
 
 def assigned(data: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -328,18 +341,9 @@ def with_values(
     base = rows.select(schema.names)
     if values:
         sets = ", ".join(f"({e}) AS {quote(c)}" for c, e in values.items())
-        con = connection()
-        try:
+        with evaluating(f"{what}= {dict(values)!r}", _PREDICATE_ADVICE) as con:
             con.register("__lamina_rows", base)
             got = fetch(con.sql(f"SELECT * REPLACE ({sets}) FROM __lamina_rows"))
-        except duckdb.Error as exc:
-            first = str(exc).strip().splitlines()[0]
-            raise RowLevelError(
-                f"{what}= {dict(values)!r} cannot be evaluated: {first}; check its column "
-                "names and types (nothing was changed)"
-            ) from None
-        finally:
-            con.close()
         base = assigned(got, schema)
     try:
         return conform(base, schema)

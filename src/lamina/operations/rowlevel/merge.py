@@ -20,6 +20,7 @@ upsert.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -37,13 +38,14 @@ from lamina.errors import RowLevelError
 from lamina.io.arrow import conform, is_spark_dataframe, to_arrow_table
 from lamina.io.reader import snapshot_files
 from lamina.operations.handle import TableHandle
-from lamina.operations.kinds import upserted
+from lamina.operations.kinds import upserted_as_read
+from lamina.operations.retry import MERGE_ATTEMPTS, retrying
 from lamina.operations.rowlevel import Decision, attempts_of, change, check_values
 from lamina.operations.rowlevel.matching import (
     FILE,
     POS,
     assigned,
-    connection,
+    evaluating,
     fetch,
     matching,
     visible_rows_view,
@@ -51,6 +53,14 @@ from lamina.operations.rowlevel.matching import (
 
 _SOURCE = "__lamina_source"
 _TARGET = "__lamina_target"
+
+
+def _clauses_evaluated() -> contextlib.AbstractContextManager[duckdb.DuckDBPyConnection]:
+    """A cursor whose DuckDB errors say the merge's clauses cannot be evaluated."""
+    return evaluating(
+        "the merge's clauses",
+        "check their column names (source.<col>, target.<col>) and types",
+    )
 
 
 @dataclass(frozen=True)
@@ -162,10 +172,16 @@ class MergeBuilder:
         return change(table, CommitAction.MERGE, decide, meta, attempts_of(retries))
 
     def _upsert(self, meta: dict[str, Any], summary: dict[str, object]) -> Commit | None:
+        """The merge as one upsert (on a partial-upsert table its records stored whole,
+        as the clauses computed them: read again if the table moved meanwhile)."""
+        return retrying(lambda _: self._upsert_once(meta, summary), MERGE_ATTEMPTS, pause=True)
+
+    def _upsert_once(self, meta: dict[str, Any], summary: dict[str, object]) -> Commit | None:
         table = self._table
         spec = table.upsert_spec
         assert spec is not None
-        hide, add, gone, counts = self._decide(table.scan())
+        plan = table.scan()
+        hide, add, gone, counts = self._decide(plan)
         if not sum(len(p) for p in hide.values()) and not add.num_rows:
             return None
         parts = [add]
@@ -180,7 +196,9 @@ class MergeBuilder:
             gone = gone.set_column(gone.schema.get_field_index(col.name), col.name, marks)
             parts.append(gone)
         rows = pa.concat_tables(parts)
-        return upserted(table, rows, {**meta, "row_change": {**summary, **counts}}, None)
+        return upserted_as_read(
+            table, rows, plan.seq, {**meta, "row_change": {**summary, **counts}}
+        )
 
     def _decide(
         self, plan: ScanPlan
@@ -204,19 +222,10 @@ class MergeBuilder:
             columns=read,
         )
         assert found.rows is not None
-        con = connection()
-        try:
+        with _clauses_evaluated() as con:
             con.register(_SOURCE, self._source)
             con.register(_TARGET, found.rows)
             return _run(con, self._clauses, keys, schema, found.paths, self._on, read is None)
-        except duckdb.Error as exc:
-            first = str(exc).strip().splitlines()[0]
-            raise RowLevelError(
-                f"the merge's clauses cannot be evaluated: {first}; check their column "
-                "names (source.<col>, target.<col>) and types (nothing was changed)"
-            ) from None
-        finally:
-            con.close()
 
     def _decide_on_files(
         self, plan: ScanPlan, paths: list[str], read: list[str]
@@ -225,21 +234,11 @@ class MergeBuilder:
         ``read`` columns, the rows vectors hide left out), in one pass: the files are
         read whole, none in part."""
         keys = " AND ".join(f"source.{quote(k)} = target.{quote(k)}" for k in self._on)
-        con = connection()
-        try:
-            with snapshot_files(plan.seq, plan.table.name):
-                con.register(_SOURCE, self._source)
-                visible_rows_view(con, _TARGET, paths, read, plan.deletes)
-                schema = plan.table.schema
-                return _run(con, self._clauses, keys, schema, paths, self._on, whole=False)
-        except duckdb.Error as exc:
-            first = str(exc).strip().splitlines()[0]
-            raise RowLevelError(
-                f"the merge's clauses cannot be evaluated: {first}; check their column "
-                "names (source.<col>, target.<col>) and types (nothing was changed)"
-            ) from None
-        finally:
-            con.close()
+        with _clauses_evaluated() as con, snapshot_files(plan.seq, plan.table.name):
+            con.register(_SOURCE, self._source)
+            visible_rows_view(con, _TARGET, paths, read, plan.deletes)
+            schema = plan.table.schema
+            return _run(con, self._clauses, keys, schema, paths, self._on, whole=False)
 
     def _target_columns(self, plan: ScanPlan) -> list[str] | None:
         """The target columns the clauses need (None: all of them): only the ``on``

@@ -319,6 +319,33 @@ def _merge_and_write(
     )
 
 
+def replace_records(
+    table: TableHandle,
+    records: pa.Table,
+    read_at: int,
+    metadata: dict[str, Any] | None = None,
+    finish: tw.Finish | None = None,
+) -> Commit:
+    """Store ``records`` (one per key, of the table's schema) whole: each replaces its
+    key's current record without a partial merge, as a row-level update or merge of
+    a partial-upsert table computes whole records from those it read at seq
+    ``read_at``. Raises CommitConflictError (retryable: the table moved past
+    ``read_at``, or a key changed before publish; read the records again)."""
+    ctx, rec = table.ctx, table.record
+    spec = require(table)
+    wh = ctx.warehouse
+    same_schema(table)
+    read = UpsertBatch(
+        spec, resolve_batch(records, spec), key_hashes(records, spec.primary_key), ()
+    )
+    _, expect = ctx.db.read(
+        lambda conn: ctx.keys.read_current(conn, rec, wh, read, read_at=read_at)
+    )
+    done = _write(table, records, read, metadata, None, expect, finish=finish)
+    _save_keys(table)
+    return done
+
+
 def same_schema(table: TableHandle) -> None:
     """Raise SchemaError if columns were added to or widened in the table since its
     handle was loaded: a partial upsert merging with that handle's schema would write

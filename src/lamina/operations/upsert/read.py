@@ -1,7 +1,8 @@
-"""Reading upsert tables beyond their latest records: every stored record with its
-validity (:func:`all_versions`, Pinot's skipUpsert), the record-level change feed
-(:func:`read_changes`, also in Spark), and the latest records a major compaction
-rewrites (:func:`latest_records`). See docs/upserts.md."""
+"""Reading tables record by record beyond their latest rows: every stored record with
+its validity (:func:`all_versions`, Pinot's skipUpsert; on plain tables too, whose
+row-level changes hide rows), the record-level change feed (:func:`read_changes`, also
+in Spark), and an upsert table's latest records a major compaction rewrites
+(:func:`latest_records`). See docs/upserts.md and docs/rowlevel.md."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from lamina.io.arrow import time_filter
 from lamina.io.reader import check_columns, snapshot_files
 from lamina.meta.changes import change_points
 from lamina.meta.segments import first_added
-from lamina.operations.upsert import require
 from lamina.read import plan
 
 if TYPE_CHECKING:
@@ -114,12 +114,12 @@ def all_versions(
     skipUpsert), with :data:`VALID_FROM` (the seq of the commit that stored it) and
     :data:`VALID_UNTIL` (the seq from which it no longer shows: a newer record of its
     key, or a delete; null while it still shows). A record that never showed (out of
-    order, superseded in its own input, a tombstone) has both equal.
-    Raises UpsertError (not an upsert table), SnapshotNotFoundError, SchemaError."""
+    order, superseded in its own input, a tombstone) has both equal. On a plain table
+    the rows a row-level delete, update or merge hid end at its seq.
+    Raises SnapshotNotFoundError, SchemaError."""
     import pyarrow.dataset as ds  # loads numpy, pandas, pyarrow
     import pyarrow.parquet as pq  # loads pyarrow
 
-    require(table)
     wh = table.ctx.warehouse
     plan = table.scan(as_of, interval)
     rec = plan.table  # with the schema of its snapshot
@@ -157,9 +157,8 @@ def all_versions_spark(
 ) -> Any:
     """:func:`all_versions` as a Spark DataFrame: the files read by Spark's own Parquet
     reader, each row's validity joined on its file and ``_metadata.row_index``.
-    Raises UpsertError, SnapshotNotFoundError."""
+    Raises SnapshotNotFoundError."""
 
-    require(table)
     plan = table.scan(as_of, interval)
     return read_spark_versions(
         spark, plan, table.ctx.warehouse, validity(table, plan), (VALID_FROM, VALID_UNTIL)
