@@ -141,19 +141,55 @@ def test_a_source_comes_in_every_form_append_takes(local_cat: lamina.Catalog, ma
     assert got[7] == 70.0 and got[50] == 500.0 and len(got) == 31
 
 
-def test_several_source_rows_for_one_target_row_are_refused(local_cat: lamina.Catalog) -> None:
+@pytest.mark.parametrize("insert", [False, True], ids=["update", "update-insert"])
+def test_several_source_rows_for_one_target_row_are_refused(
+    local_cat: lamina.Catalog, insert: bool
+) -> None:
     t = plain(local_cat, "merge-on-read")
     n = len(t.history())
-    merge = t.merge(source([3, 3], [1.0, 2.0]), on="k").when_matched_update_all()
-    with pytest.raises(RowLevelError, match="several source rows"):
+    merge = t.merge(source([3, 3, 70], [1.0, 2.0, 0.0]), on="k").when_matched_update_all()
+    if insert:  # the update-all, insert-all merge writes the source rows as they are
+        merge = merge.when_not_matched_insert_all()
+    with pytest.raises(RowLevelError, match=r"several source rows .*'k': 3"):
         merge.execute()
-    assert len(t.history()) == n and values(t)[3] == 3.0
+    assert len(t.history()) == n and values(t)[3] == 3.0 and 70 not in values(t)
 
 
-def test_duplicate_source_keys_that_match_nothing_are_inserted(local_cat: lamina.Catalog) -> None:
+@pytest.mark.parametrize("update", [False, True], ids=["insert", "update-insert"])
+def test_duplicate_source_keys_that_match_nothing_are_inserted(
+    local_cat: lamina.Catalog, update: bool
+) -> None:
     t = plain(local_cat, "merge-on-read")
-    t.merge(source([60, 60], [1.0, 2.0]), on="k").when_not_matched_insert_all().execute()
-    assert keys(t).count(60) == 2
+    merge = t.merge(source([60, 60, 7], [1.0, 2.0, 7.5]), on="k")
+    if update:
+        merge = merge.when_matched_update_all()
+    done = merge.when_not_matched_insert_all().execute()
+    assert done is not None and keys(t).count(60) == 2
+    assert values(t)[7] == (7.5 if update else 7.0)
+    assert done.metadata["row_change"]["inserted"] == 2
+    assert done.metadata["row_change"]["updated"] == (1 if update else 0)
+
+
+def test_an_update_all_insert_all_source_is_taken_by_column_name_and_cast(
+    local_cat: lamina.Catalog,
+) -> None:
+    """The source's columns in another order, one more the table lacks, a narrower
+    key type: the rows written are the source's, as the table's columns."""
+    t = plain(local_cat, "merge-on-read")
+    src = source([7, 80], [7.5, 80.5])
+    src = pa.table(
+        {
+            "extra": ["x", "y"],
+            "v": src["v"],
+            "k": src["k"].cast(pa.int32()),
+            "region": src["region"],
+            "ts": src["ts"],
+        }
+    )
+    t.merge(src, on="k").when_matched_update_all().when_not_matched_insert_all().execute()
+    got = t.to_arrow()
+    assert got.schema == t.schema
+    assert values(t)[7] == 7.5 and values(t)[80] == 80.5 and len(got) == 31
 
 
 @pytest.mark.parametrize(

@@ -53,6 +53,7 @@ from lamina.operations.rowlevel.matching import (
 
 _SOURCE = "__lamina_source"
 _TARGET = "__lamina_target"
+_KEYS = "__lamina_source_keys"
 
 
 def _clauses_evaluated() -> contextlib.AbstractContextManager[duckdb.DuckDBPyConnection]:
@@ -238,6 +239,8 @@ class MergeBuilder:
             con.register(_SOURCE, self._source)
             visible_rows_view(con, _TARGET, paths, read, plan.deletes)
             schema = plan.table.schema
+            if _passes_through(self._clauses, schema.names, self._on):
+                return _run_passthrough(con, self._source, keys, schema, paths, self._on)
             return _run(con, self._clauses, keys, schema, paths, self._on, whole=False)
 
     def _target_columns(self, plan: ScanPlan) -> list[str] | None:
@@ -261,6 +264,89 @@ class MergeBuilder:
 def _case(clauses: list[tuple[int, Clause]], then: Any, otherwise: str) -> str:
     whens = " ".join(f"WHEN {c.condition or 'TRUE'} THEN {then(i, c)}" for i, c in clauses)
     return f"CASE {whens} ELSE {otherwise} END" if clauses else otherwise
+
+
+def _passes_through(clauses: list[Clause], cols: list[str], on: tuple[str, ...]) -> bool:
+    """Whether the merge is exactly update-all, insert-all (no condition) with a source
+    holding every column: each source row is then written as it is, matched or not."""
+    if len(clauses) != 2 or any(c.condition for c in clauses):
+        return False
+    kinds = {(c.kind, c.action): c.values or {} for c in clauses}
+    update, insert = kinds.get(("matched", "update")), kinds.get(("not_matched", "insert"))
+    if update is None or insert is None:
+        return False
+    every = {c: f"source.{quote(c)}" for c in cols}
+    return insert == every and update == {c: v for c, v in every.items() if c not in on}
+
+
+def _run_passthrough(
+    con: duckdb.DuckDBPyConnection,
+    source: pa.Table,
+    keys: str,
+    schema: pa.Schema,
+    paths: list[str],
+    on: tuple[str, ...],
+) -> tuple[dict[str, np.ndarray], pa.Table, pa.Table, dict[str, int]]:
+    """:func:`_run` of an update-all, insert-all merge: DuckDB joins only the source's
+    ``on`` columns with the target, for the target row each source row matches; the
+    rows written are the source's own (a 100k-row merge into 1M: the join gives three
+    integer columns, not every column built by CASE expressions)."""
+    con.register(_KEYS, source.select(list(on)))
+    got = fetch(
+        con.sql(
+            f"SELECT target.{FILE}, target.{POS}, "
+            + ", ".join(f"source.{quote(k)}" for k in on)
+            + f" FROM {_KEYS} AS source JOIN {_TARGET} AS target ON {keys}"
+        )
+    )
+    files, pos = _refuse_repeats(got, on)
+    hide: dict[str, list[np.ndarray]] = {}
+    _group_by_file(hide, files, pos, paths)
+    try:
+        add = conform(assigned(source.select(schema.names), schema), schema)
+    except Exception as exc:  # noqa: BLE001 - SchemaError, ArrowInvalid: the values' fault
+        raise _unfit(exc) from None
+    counts = {"updated": len(files), "deleted": 0, "inserted": source.num_rows - len(files)}
+    return (
+        {f: np.sort(np.concatenate(p)) for f, p in hide.items()},
+        add,
+        schema.empty_table(),
+        counts,
+    )
+
+
+def _refuse_repeats(got: pa.Table, on: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The target rows (file index, position) of a join's matches, each once; raises
+    RowLevelError if several source rows match one target row (Delta refuses it)."""
+    files = np.asarray(got.column(FILE).to_numpy(zero_copy_only=False), np.int64)
+    pos = np.asarray(got.column(POS).to_numpy(zero_copy_only=False), np.int64)
+    uniq, first, many = np.unique((files << 32) | pos, return_index=True, return_counts=True)
+    if len(uniq) < len(files):
+        row = {k: got.column(k)[int(first[np.argmax(many)])].as_py() for k in on}
+        raise RowLevelError(
+            f"several source rows of the merge match one target row ({row}): make the "
+            "source's on= columns unique (Delta's 'multiple source rows matched'); "
+            "nothing was changed"
+        )
+    return files, pos
+
+
+def _group_by_file(
+    hide: dict[str, list[np.ndarray]], files: np.ndarray, pos: np.ndarray, paths: list[str]
+) -> None:
+    """Add the positions ``pos`` (of the files ``paths[files]``) to ``hide``, per path."""
+    order = np.argsort(files, kind="stable")
+    files, pos = files[order], pos[order]
+    cuts = np.flatnonzero(np.diff(files)) + 1
+    for f, at in zip(np.split(files, cuts), np.split(pos, cuts), strict=True):
+        if len(f):
+            hide.setdefault(paths[int(f[0])], []).append(at)
+
+
+def _unfit(exc: Exception) -> RowLevelError:
+    return RowLevelError(
+        f"the merge gives values the table's columns cannot hold: {exc} (nothing was changed)"
+    )
 
 
 def _run(
@@ -288,11 +374,7 @@ def _run(
     def hidden(rows: pa.Table) -> None:
         files = rows.column(FILE).to_numpy(zero_copy_only=False).astype(np.int64)
         pos = rows.column(POS).to_numpy(zero_copy_only=False).astype(np.int64)
-        order = np.argsort(files, kind="stable")
-        files, pos = files[order], pos[order]
-        cuts = np.flatnonzero(np.diff(files)) + 1
-        for f, at in zip(np.split(files, cuts), np.split(pos, cuts), strict=True):
-            hide.setdefault(paths[int(f[0])], []).append(at)
+        _group_by_file(hide, files, pos, paths)
 
     def kept(col: str) -> str:  # a column an update leaves as it was
         return f"target.{quote(col)}" if whole or col in on else "NULL"
@@ -341,16 +423,7 @@ def _run(
         )
     if m_got is not None:
         got = m_got
-        at = np.asarray(got.column(FILE).to_numpy(zero_copy_only=False), np.int64) << 32
-        at |= np.asarray(got.column(POS).to_numpy(zero_copy_only=False), np.int64)
-        uniq, first, many = np.unique(at, return_index=True, return_counts=True)
-        if len(uniq) < len(at):  # a target row several source rows match
-            row = {k: got.column(k)[int(first[np.argmax(many)])].as_py() for k in on}
-            raise RowLevelError(
-                f"several source rows of the merge match one target row ({row}): make the "
-                "source's on= columns unique (Delta's 'multiple source rows matched'); "
-                "nothing was changed"
-            )
+        _refuse_repeats(got, on)
         which = got.column("__clause").to_numpy(zero_copy_only=False)
         kinds = {i: c.action for i, c in matched}
         upd = np.isin(which, [i for i, a in kinds.items() if a == "update"])
@@ -395,9 +468,7 @@ def _run(
             else None
         )
     except Exception as exc:  # noqa: BLE001 - SchemaError, ArrowInvalid: the values' fault
-        raise RowLevelError(
-            f"the merge gives values the table's columns cannot hold: {exc} (nothing was changed)"
-        ) from None
+        raise _unfit(exc) from None
     # each target row is hidden once at most: a matched one has one source row (else
     # refused above), and a not-matched-by-source one none
     positions = {f: np.sort(np.concatenate(p)) for f, p in hide.items()}
