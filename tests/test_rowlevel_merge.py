@@ -1,7 +1,8 @@
 """``t.merge(source, on=...)``: Delta's MERGE as a builder, one commit. Each row takes
-the first clause whose condition holds; a target row several source rows match is
-refused; sources come in every form ``t.append`` takes; on an upsert table a plain
-merge is an upsert."""
+the first clause whose condition holds (only the last of a kind may omit it); a target
+row several source rows match is refused, unless the one matched clause is an
+unconditional delete; sources come in every form ``t.append`` takes; on an upsert
+table a plain merge is an upsert."""
 
 from __future__ import annotations
 
@@ -115,12 +116,17 @@ def test_the_first_clause_whose_condition_holds_wins(local_cat: lamina.Catalog) 
     (
         t.merge(source([4, 5, 6], [0.0, 0.0, 0.0]), on=["k"])
         .when_matched_update(set={"v": "-1"}, condition="target.v > 4")
-        .when_matched_update(set={"v": "-2"})
-        .when_matched_delete()  # never reached: the clause before holds always
+        .when_matched_update(set={"v": "-2"}, condition="target.v > 3")
+        .when_matched_delete()  # the rows no clause before took
         .execute()
     )
     got = values(t)
     assert (got[4], got[5], got[6]) == (-2.0, -1.0, -1.0)
+    t.merge(source([1, 2], [0.0, 0.0]), on=["k"]).when_matched_update(
+        set={"v": "-3"}, condition="target.v > 1"
+    ).when_matched_delete().execute()
+    got = values(t)
+    assert got[2] == -3.0 and 1 not in got
 
 
 @pytest.mark.parametrize(
@@ -153,6 +159,62 @@ def test_several_source_rows_for_one_target_row_are_refused(
     with pytest.raises(RowLevelError, match=r"several source rows .*'k': 3"):
         merge.execute()
     assert len(t.history()) == n and values(t)[3] == 3.0 and 70 not in values(t)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_several_source_rows_may_match_a_target_row_an_unconditional_delete_deletes(
+    local_cat: lamina.Catalog, mode: str
+) -> None:
+    """Delta's exception: with one matched clause, an unconditional delete, several
+    source rows matching one target row are not ambiguous — it is deleted once."""
+    t = plain(local_cat, mode)
+    seq = t.history()[-1].seq
+    src = source([3, 3, 4, 60], [0.0, 0.0, 0.0, 0.0])
+    done = t.merge(src, on="k").when_matched_delete().when_not_matched_insert_all().execute()
+    assert done is not None
+    counts = {k: done.metadata["row_change"][k] for k in ("updated", "deleted", "inserted")}
+    assert counts == {"updated": 0, "deleted": 2, "inserted": 1}
+    assert keys(t) == sorted([*(k for k in range(30) if k not in (3, 4)), 60])
+    assert seq is not None
+    feed = t.read_changes(seq).to_pylist()
+    assert sorted((r["_change"], r["k"]) for r in feed) == [
+        ("delete", 3), ("delete", 4), ("insert", 60),
+    ]  # fmt: skip
+
+
+def test_several_source_rows_for_a_conditional_delete_are_refused(
+    local_cat: lamina.Catalog,
+) -> None:
+    t = plain(local_cat, "merge-on-read")
+    merge = t.merge(source([3, 3], [0.0, 0.0]), on="k").when_matched_delete(
+        condition="target.v > 1"
+    )
+    with pytest.raises(RowLevelError, match="several source rows"):
+        merge.execute()
+    assert 3 in keys(t)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda m: m.when_matched_delete().when_matched_update_all(),
+        lambda m: m.when_not_matched_insert_all().when_not_matched_insert_all(
+            condition="source.v > 0"
+        ),
+        lambda m: m.when_not_matched_by_source_delete().when_not_matched_by_source_delete(
+            condition="target.v > 0"
+        ),
+    ],
+    ids=["matched", "not-matched", "not-matched-by-source"],
+)
+def test_only_the_last_clause_of_a_kind_may_omit_its_condition(
+    local_cat: lamina.Catalog, build
+) -> None:  # type: ignore[no-untyped-def]
+    t = plain(local_cat, "merge-on-read")
+    n = len(t.history())
+    with pytest.raises(RowLevelError, match="only the last may omit its condition"):
+        build(t.merge(source([3, 70], [1.0, 2.0]), on="k")).execute()
+    assert len(t.history()) == n and keys(t) == list(range(30))
 
 
 @pytest.mark.parametrize("update", [False, True], ids=["insert", "update-insert"])

@@ -160,6 +160,7 @@ class MergeBuilder:
                 "a merge needs at least one clause (when_matched_update_all(), "
                 "when_not_matched_insert_all(), ...)"
             )
+        _check_order(self._clauses)
         meta = user_metadata(metadata)
         table = self._table
         summary: dict[str, object] = {"operation": "MERGE", "on": list(self._on)}
@@ -266,6 +267,33 @@ def _case(clauses: list[tuple[int, Clause]], then: Any, otherwise: str) -> str:
     return f"CASE {whens} ELSE {otherwise} END" if clauses else otherwise
 
 
+_KIND_NAMES = {
+    "matched": "when_matched",
+    "not_matched": "when_not_matched",
+    "not_matched_by_source": "when_not_matched_by_source",
+}
+
+
+def _check_order(clauses: list[Clause]) -> None:
+    """Of several clauses of one kind, only the last may omit its condition (Delta's
+    rule: a clause after one without a condition could never apply). Raises
+    RowLevelError."""
+    for kind, name in _KIND_NAMES.items():
+        mine = [c for c in clauses if c.kind == kind]
+        if any(c.condition is None for c in mine[:-1]):
+            raise RowLevelError(
+                f"of the merge's {len(mine)} {name}_* clauses only the last may omit its "
+                "condition: the ones after a clause without a condition would never "
+                "apply; give the earlier clauses a condition= (nothing was changed)"
+            )
+
+
+def _only_unconditional_delete(matched: list[tuple[int, Clause]]) -> bool:
+    """Whether the merge's one matched clause deletes without a condition: several
+    source rows may then match one target row, which is deleted once (as in Delta)."""
+    return len(matched) == 1 and matched[0][1].action == "delete" and not matched[0][1].condition
+
+
 def _passes_through(clauses: list[Clause], cols: list[str], on: tuple[str, ...]) -> bool:
     """Whether the merge is exactly update-all, insert-all (no condition) with a source
     holding every column: each source row is then written as it is, matched or not."""
@@ -300,7 +328,7 @@ def _run_passthrough(
             + f" FROM {_KEYS} AS source JOIN {_TARGET} AS target ON {keys}"
         )
     )
-    files, pos = _refuse_repeats(got, on)
+    files, pos, _ = _refuse_repeats(got, on)
     hide: dict[str, list[np.ndarray]] = {}
     _group_by_file(hide, files, pos, paths)
     try:
@@ -316,20 +344,27 @@ def _run_passthrough(
     )
 
 
-def _refuse_repeats(got: pa.Table, on: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """The target rows (file index, position) of a join's matches, each once; raises
-    RowLevelError if several source rows match one target row (Delta refuses it)."""
+def _refuse_repeats(
+    got: pa.Table, on: tuple[str, ...], allow: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The target rows (file index, position) of a join's matches; raises
+    RowLevelError if several source rows match one target row (Delta refuses it),
+    unless ``allow``: then also the rows of ``got`` that keep each target row once
+    (None: every row is once already)."""
     files = np.asarray(got.column(FILE).to_numpy(zero_copy_only=False), np.int64)
     pos = np.asarray(got.column(POS).to_numpy(zero_copy_only=False), np.int64)
     uniq, first, many = np.unique((files << 32) | pos, return_index=True, return_counts=True)
-    if len(uniq) < len(files):
-        row = {k: got.column(k)[int(first[np.argmax(many)])].as_py() for k in on}
-        raise RowLevelError(
-            f"several source rows of the merge match one target row ({row}): make the "
-            "source's on= columns unique (Delta's 'multiple source rows matched'); "
-            "nothing was changed"
-        )
-    return files, pos
+    if len(uniq) == len(files):
+        return files, pos, None
+    if allow:
+        first = np.sort(first)
+        return files[first], pos[first], first
+    row = {k: got.column(k)[int(first[np.argmax(many)])].as_py() for k in on}
+    raise RowLevelError(
+        f"several source rows of the merge match one target row ({row}): make the "
+        "source's on= columns unique (Delta's 'multiple source rows matched'); "
+        "nothing was changed"
+    )
 
 
 def _group_by_file(
@@ -424,7 +459,9 @@ def _run(
         )
     if m_got is not None:
         got = m_got
-        _refuse_repeats(got, on)
+        _, _, once = _refuse_repeats(got, on, _only_unconditional_delete(matched))
+        if once is not None:  # the target rows several source rows delete, once each
+            got = got.take(pa.array(once))
         which = got.column("__clause").to_numpy(zero_copy_only=False)
         kinds = {i: c.action for i, c in matched}
         upd = np.isin(which, [i for i, a in kinds.items() if a == "update"])
