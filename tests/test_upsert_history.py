@@ -125,6 +125,12 @@ def _connect(catalog: str, wh: str) -> lamina.Catalog:
     return lamina.connect(catalog=catalog, warehouse=wh, heartbeat_s=0.2, stale_after_s=2)
 
 
+def _hold_while_quiet(stop: str) -> None:
+    """Wait while the run asks for quiet (``<stop>.quiet``) and is not stopped."""
+    while os.path.exists(stop + ".quiet") and not os.path.exists(stop):
+        time.sleep(0.05)
+
+
 def _writer(catalog: str, wh: str, w: int, log_path: str, stop: str) -> None:
     """Random upserts until told to stop. A publish that claims the request file
     ``<stop>.stall`` (one writer does) pauses 1 s inside its transaction, after
@@ -147,6 +153,7 @@ def _writer(catalog: str, wh: str, w: int, log_path: str, stop: str) -> None:
     with failpoints.armed("publish.before_deletes", stalling_add):
         log.put(ready=w)
         for op in range(100_000):
+            _hold_while_quiet(stop)
             if os.path.exists(stop):
                 break
             tok[0] = f"{w}.{op}"
@@ -176,6 +183,7 @@ def _deleter(catalog: str, wh: str, log_path: str, stop: str) -> None:
     log.put(ready="d")
     for op in range(100_000):
         time.sleep(rng.uniform(0.3, 1.2))
+        _hold_while_quiet(stop)
         if os.path.exists(stop):
             break
         segs = t.segments()
@@ -546,7 +554,13 @@ def _run(
                     now - start > 6 * seconds  # CI runs it beside Spark on 2 cores
                 ):
                     break
+                if done_killing and over and not compacted:
+                    # the compactions kept losing to the writes (copy-on-write upserts
+                    # rewrite the files they take): the writers and the deleter pause
+                    # until one lands, instead of racing on for up to a minute
+                    Path(stop + ".quiet").touch()
     stall.unlink(missing_ok=True)
+    Path(stop + ".quiet").unlink(missing_ok=True)
     Path(stop).touch()
     for p in [*procs.values(), *others]:
         p.join(60)
