@@ -164,3 +164,23 @@ def test_rows_deleted_while_a_delete_waited_are_not_counted_twice(
         done = t.delete("k < 5")
     assert done is not None and done.metadata["row_change"]["deleted"] == 2
     assert keys(t) == list(range(5, 30))
+
+
+def test_a_change_decides_again_on_the_version_its_commit_is_based_on(
+    local_cat: lamina.Catalog,
+) -> None:
+    """Another table's commits make commit ids run ahead of this table's versions; an
+    append lands after the delete decided and before its commit opened: the delete
+    decides again on that version (its base), not on one numbered like a commit id."""
+    other = plain(local_cat, "merge-on-read", name="other")
+    for _ in range(3):
+        other.delete("k = 0")
+        other.append(rows(range(1)))
+    t = plain(local_cat, "merge-on-read")
+    writer = local_cat.load_table("t")
+    race = once(lambda: writer.append(rows(range(100, 103))))
+    with failpoints.armed("rowlevel.decided", race):
+        done = t.delete("k = 4 OR k = 101")
+    assert done is not None and done.id != done.version  # ids count both tables'
+    assert done.metadata["row_change"]["deleted"] == 2  # decided again: 101 is there
+    assert keys(t) == sorted([*(k for k in range(30) if k != 4), 100, 102])

@@ -34,7 +34,6 @@ from lamina.core.properties import COPY_ON_WRITE, write_mode
 from lamina.core.scan import ScanPlan
 from lamina.errors import ChunkLayoutError, InvalidArgumentError, RowLevelError
 from lamina.failpoints import failpoint
-from lamina.meta import commits
 from lamina.meta.locks import replacing
 from lamina.operations.compaction import copies_without
 from lamina.operations.compaction.scope import candidates
@@ -80,11 +79,12 @@ Decide = Callable[[ScanPlan], Decision]
 
 
 def base_plan(table: TableHandle, base_seq: int) -> ScanPlan:
-    """The scan plan of the table's snapshot ``base_seq`` (its deletion vectors too)."""
+    """The scan plan of the table's snapshot ``base_seq`` (its deletion vectors too):
+    ``as_of`` takes the table version, which is that seq (not the commit id: ids count
+    every table's commits, so the base read another version)."""
     if base_seq <= 0:
         return ScanPlan(table.record, 0, None, [])
-    at = commits.history(table.ctx.db, table.name, seq=base_seq)
-    return table.scan(at[0].id)
+    return table.scan(base_seq)
 
 
 def change(
@@ -126,6 +126,7 @@ def change(
         got = decide(plan)
         if got.empty:
             return None
+        failpoint("rowlevel.decided", table=table, attempt=i)  # its commit opens next
         with WriteTransaction(ctx, table.record, action, meta, inflight=True) as w:
             if w.base_seq != plan.seq:  # a commit came in between: decide on the base
                 plan = base_plan(table, w.base_seq)
