@@ -1038,6 +1038,50 @@ def test_retention_never_deletes_the_files_of_a_write_still_open(
     assert cat.find_orphans() == []
 
 
+def test_retention_keeps_what_a_commit_removed_after_an_open_write_began(
+    t: lamina.Table, cat: lamina.Catalog
+) -> None:
+    """An overwrite lands while a write is open; however old, what it replaced stays
+    until that write ends: the write's conflict check reads it at publish (an update
+    that missed the overwrite would bring the replaced rows back)."""
+    t.refresh(old())
+    t.set_properties(replaced_segments_retention="0s")
+    with t.transaction() as tx:
+        tx.append(new(days=1))  # opened: its base is the refresh
+        cat.load_table(t.name).refresh(new())  # replaces the three days' segments
+        assert cat.run_retention(now=later(days=3)).segment_files == 0
+    assert cat.run_retention(now=later(days=3)).segment_files == 3
+    assert t.to_arrow().num_rows == 3 * 7 + 7
+
+
+_DIE_OPEN = """
+import os, sys
+import lamina
+from lamina import failpoints
+from tests.test_lineage import new
+
+t = lamina.connect(catalog=sys.argv[1], warehouse=sys.argv[2]).load_table("ev")
+with failpoints.armed("write.publish.before", lambda **_: os._exit(9)), t.transaction() as tx:
+    tx.append(new(days=1))
+"""
+
+
+def test_retention_is_not_held_back_by_a_write_whose_process_died(
+    t: lamina.Table, cat: lamina.Catalog, catalog_url: str
+) -> None:
+    """A writer killed with its commit open keeps nothing: its process is gone."""
+    import subprocess
+    import sys
+
+    t.refresh(old())
+    t.set_properties(replaced_segments_retention="0s")
+    args = [sys.executable, "-c", _DIE_OPEN, catalog_url, cat.warehouse.location]
+    assert subprocess.run(args, timeout=120).returncode == 9
+    assert t.history()[-1].state == "INFLIGHT"  # left open
+    t.refresh(new())
+    assert cat.run_retention().segment_files == 3
+
+
 def test_orphan_grace_period_is_a_table_property(t: lamina.Table, cat: lamina.Catalog) -> None:
     t.refresh(old())
     t.set_properties(orphan_grace_period="10s")

@@ -1218,7 +1218,7 @@ def test_retention_between_a_plan_and_its_vectors_fails_the_read(
         from lamina.meta.retention import retention
         from lamina.meta.tables import now_us
 
-        retention(ctx.db, "u", now_us(), 0, 0)
+        retention(ctx.db, "u", now_us(), 0, 0, ctx.stale_after_s)
 
     with (
         failpoints.armed("read.plan.before_deletes", retention_meanwhile),
@@ -1250,7 +1250,7 @@ def test_retention_before_all_versions_reads_validity_fails_the_read(
         from lamina.meta.retention import retention
         from lamina.meta.tables import now_us
 
-        retention(cat.context.db, "u", now_us(), 0, 0)
+        retention(cat.context.db, "u", now_us(), 0, 0, cat.context.stale_after_s)
 
     with (
         failpoints.armed("upsert.read.validity.before", retention_meanwhile),

@@ -62,6 +62,7 @@ def run_retention(
             at,
             never if lineage_only else setting(props, "replaced_segments_retention"),
             never if lineage_only else setting(props, "lineage_cleanup_retention"),
+            ctx.stale_after_s,
             dry_run,
         )
         if not dry_run:

@@ -1,4 +1,11 @@
-"""Retention: delete the segment rows that lineage and later commits made garbage."""
+"""Retention: delete the segment rows that lineage and later commits made garbage.
+
+What a commit removed stays while a write that began before that commit is open: at
+publish, that write checks every commit since its base against what it read, and the
+check reads the removed segments (their ids and intervals); a row-level change may
+also read its base snapshot again. Without them a concurrent overwrite would go
+unseen, and an update made on the old rows would bring them back.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +14,15 @@ from collections.abc import Sequence
 from sqlalchemy import Connection, func, select
 
 from lamina.core.lineage import LineageState
+from lamina.core.model import OPEN_STATES
 from lamina.meta import deletes
 from lamina.meta import lineage as entries_rows
 from lamina.meta.db import Db
 from lamina.meta.lineage_lists import entry_row
 from lamina.meta.schema import commits, key_snapshots, manifests, segments
 from lamina.meta.segments import delete_rows, purge_before, referenced_locations
-from lamina.meta.tables import lock_table, read_table
+from lamina.meta.tables import lock_table, now_us, read_table
+from lamina.meta.writers import dead
 
 
 class _Rehearsed(Exception):
@@ -30,6 +39,7 @@ def retention(
     now: int,
     replaced_after_us: int,
     lineage_after_us: int,
+    stale_after_s: float,
     dry_run: bool = False,
 ) -> list[str]:
     """Delete segments that lineage or later commits made garbage; return their files
@@ -40,13 +50,17 @@ def retention(
       segments_to;
     * segments removed by a commit (overwrite, delete) longer than
       ``replaced_after_us`` ago.
-    An entry goes once its segments are gone; its commits stay in the history.
-    Raises TableNotFoundError.
+    But none that a commit removed (or swapped) after the base of an open write whose
+    writer is alive (``stale_after_s``: how long a silent remote writer counts as
+    alive): that write's conflict check reads them (see the module). An entry goes
+    once its segments are gone; its commits stay in the history. Raises
+    TableNotFoundError.
     """
 
     def txn(conn: Connection) -> list[str]:
         trow = lock_table(db, conn, name)
         table_id = int(trow.id)
+        pinned = _pinned(conn, table_id, stale_after_s)
         garbage: list[str] = []
         purge = 0
         current = entries_rows.entries(conn, table_id)
@@ -57,6 +71,8 @@ def retention(
             row = entry_row(db, conn, table_id, entry.id)
             age = now - int(row.timestamp)
             if entry.state == LineageState.COMPLETED and age >= replaced_after_us:
+                if int(row.completed_seq) > pinned:
+                    continue  # swapped after an open write's base: it checks the swap
                 gone = set(entry.segments_from)
                 # snapshots before the swap read segments_from (deleted now), and those
                 # after the push's first batch had the entry hide it: without it they
@@ -67,6 +83,8 @@ def retention(
                 entry.state == LineageState.IN_PROGRESS and age >= lineage_after_us
             ):
                 gone = set(entry.segments_to)
+                if row.completed_seq is not None and int(row.reverted_seq) > pinned:
+                    continue  # swapped back after an open write's base (as above)
                 if row.completed_seq is not None:  # swapped for a while: those snapshots
                     purge = max(purge, int(row.reverted_seq))  # read it through the entry
             else:
@@ -80,6 +98,7 @@ def retention(
             .where(
                 segments.c.table_id == table_id,
                 segments.c.removed_seq.is_not(None),
+                segments.c.removed_seq <= pinned,
                 commits.c.completed_at <= now - replaced_after_us,
             )
         ).all()
@@ -98,6 +117,21 @@ def retention(
         return db.write(txn)
     except _Rehearsed as rehearsed:
         return rehearsed.garbage
+
+
+def _pinned(conn: Connection, table_id: int, stale_after_s: float) -> int:
+    """The oldest base seq of the table's open writes whose writers are alive (the
+    table's last seq when there is none): what commits removed after it stays."""
+    open_ = conn.execute(
+        select(commits.c.base_seq, commits.c.owner, commits.c.heartbeat_at).where(
+            commits.c.table_id == table_id,
+            commits.c.state.in_(OPEN_STATES),
+            commits.c.base_seq.is_not(None),
+        )
+    ).all()
+    now = now_us()
+    bases = [int(r.base_seq) for r in open_ if not dead(r, stale_after_s, now)]
+    return min(bases, default=2**62)
 
 
 def _shown_before(conn: Connection, table_id: int, ids: Sequence[str], seq: int) -> bool:
