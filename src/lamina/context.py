@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from lamina.core.model import TableRecord
 from lamina.errors import WarehouseError
@@ -28,6 +29,9 @@ class CatalogContext:
     checked: set[int] = field(default_factory=set, compare=False)
     #: the upsert tables' key indexes (see :class:`lamina.meta.keyindex.KeyIndexes`)
     keys: KeyIndexes = field(default_factory=KeyIndexes, compare=False, repr=False)
+    #: per table id, the deletion vectors the newest snapshot read found
+    #: (:class:`lamina.meta.deletes.Known`): the next read fetches only newer ones
+    vectors: dict[int, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def check_warehouse(self, table: TableRecord) -> None:
         """Before the first write to ``table``: the warehouse holds its newest file, so

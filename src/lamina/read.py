@@ -57,8 +57,6 @@ def has_row_changes(table: TableRecord, seq: int) -> bool:
 
 def _attach_deletes(ctx: CatalogContext, plan: ScanPlan) -> None:
     """The plan's files' deletion vectors as of its snapshot."""
-    import numpy as np  # loads numpy
-
     from lamina.meta import deletes  # loads numpy, pyroaring
 
     root = ctx.db.root + "/"
@@ -66,12 +64,12 @@ def _attach_deletes(ctx: CatalogContext, plan: ScanPlan) -> None:
     if not paths:
         return
     found = ctx.db.read(
-        lambda conn: deletes.of_snapshot(conn, plan.table, plan.seq, list(paths.values()))
+        lambda conn: deletes.of_snapshot(conn, plan.table, plan.seq, paths.values(), ctx.vectors)
     )
     for path, rel in paths.items():
         v = found.get(rel)
         if v is not None and v.hidden:
-            plan.deletes[path] = np.fromiter(v.hidden, np.int64, len(v.hidden))
+            plan.deletes[path] = deletes.positions(v.hidden)
 
 
 def _plan(ctx: CatalogContext, name: str, as_of: AsOf, interval: Interval | None) -> ScanPlan:

@@ -12,7 +12,7 @@ commit that makes them (Delta's inline deletion vectors, DuckLake's inlined dele
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,14 +90,70 @@ def at(
     return out
 
 
+def positions(bm: BitMap) -> np.ndarray:
+    """The rows of a bitmap as an int64 array (without a Python int per row)."""
+    return np.frombuffer(bm.to_array(), np.uint32).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Known:
+    """The vectors of a table's files as a reader found them at snapshot ``seq``, kept
+    between reads: a read of a later snapshot fetches only the vector rows committed
+    since. Sound because a commit stores its vectors under its own seq in the
+    transaction that publishes it, so none of seq <= ``seq`` can appear later, and file
+    locations are never reused. ``covered``: the files whose vectors it holds (those
+    with none included); the vectors are never changed in place."""
+
+    seq: int
+    covered: frozenset[str]
+    vectors: Mapping[str, Vector]
+
+
 def of_snapshot(
-    conn: Connection, table: TableRecord, seq: int, locations: Iterable[str]
+    conn: Connection,
+    table: TableRecord,
+    seq: int,
+    locations: Iterable[str],
+    known: MutableMapping[int, Known] | None = None,
 ) -> dict[str, Vector]:
     """:func:`at` for a read that planned snapshot ``seq`` in an earlier catalog read.
+    ``known``: per table, the vectors a read found before (:class:`Known`); starts from
+    them when they are of an older or the same snapshot, and keeps what it found.
     Raises SnapshotNotFoundError when retention committed in between (it deleted rows
     of the snapshot, vectors among them: the read would show a mix)."""
-    found = at(conn, table.id, seq, locations)
+    locs = frozenset(locations)
+    before = None if known is None else known.get(table.id)
+    if before is None or seq < before.seq:  # none kept, or an older snapshot: all rows
+        found = at(conn, table.id, seq, locs)
+    else:
+        found = _since(conn, table.id, before, seq, locs)
     still_readable(conn, table, seq)
+    if known is not None and (before is None or seq >= before.seq):
+        known[table.id] = Known(seq, locs, found)
+    return found
+
+
+def _since(
+    conn: Connection, table_id: int, before: Known, seq: int, locs: frozenset[str]
+) -> dict[str, Vector]:
+    """The vectors of ``locs`` at ``seq`` from those ``before`` holds: the rows
+    committed after its snapshot are added; files it does not cover are read whole."""
+    found = {loc: v for loc, v in before.vectors.items() if loc in locs}
+    if seq > before.seq:
+        stmt = select(deletes.c.location, deletes.c.rows, deletes.c.tombstones).where(
+            deletes.c.table_id == table_id, deletes.c.seq > before.seq, deletes.c.seq <= seq
+        )
+        for loc, raw, tomb in conn.execute(stmt):
+            if loc in locs and loc in before.covered:
+                bm = _bitmap(raw)
+                v = found.get(loc)
+                gone = bm - _bitmap(tomb)
+                found[loc] = (
+                    Vector(bm, gone) if v is None else Vector(v.hidden | bm, v.superseded | gone)
+                )
+    new = locs - before.covered
+    if new:
+        found.update(at(conn, table_id, seq, new))
     return found
 
 
@@ -165,8 +221,8 @@ def carry(
                 continue
             at_src = np.flatnonzero(m.source == i)
             rows = m.row[at_src]
-            h = np.isin(rows, np.fromiter(v.hidden, np.int64, len(v.hidden)))
-            sup = np.isin(rows, np.fromiter(v.superseded, np.int64, len(v.superseded)))
+            h = np.isin(rows, positions(v.hidden))
+            sup = np.isin(rows, positions(v.superseded))
             hid[at_src[h]] = True
             live[at_src[h & ~sup]] = True
         if hid.any():

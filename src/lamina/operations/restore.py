@@ -107,7 +107,7 @@ def _undeleted(h: TableHandle, version: int, commit_rel: str) -> tuple[tuple[str
                 hidden |= rows
         data = pq.read_table(wh.path(seg.location or ""), filesystem=wh.fs)
         keep = np.ones(data.num_rows, dtype=bool)
-        keep[np.fromiter(hidden, dtype=np.int64, count=len(hidden))] = False
+        keep[deletes.positions(hidden)] = False
         data = data.filter(pa.array(keep))
         rel = f"{commit_rel}/restored-{i:05d}.parquet"
         path = wh.path(rel)

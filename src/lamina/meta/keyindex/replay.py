@@ -79,7 +79,7 @@ def _latest_rows(
     data = pq.read_table(path, columns=_columns(spec), filesystem=wh.fs, schema=schema)
     keep = np.ones(data.num_rows, bool)
     if superseded:
-        keep[np.fromiter(superseded, np.int64, len(superseded))] = False
+        keep[deletes.positions(superseded)] = False
     rows = np.flatnonzero(keep)
     if not len(rows):
         return None

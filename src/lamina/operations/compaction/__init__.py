@@ -459,7 +459,7 @@ def _superseded(table: TableHandle, runs: list[MinorRun]) -> dict[str, np.ndarra
     if not table.is_upsert and not any(v.hidden for v in found.values()):
         return None
     return {
-        path: np.fromiter(v.superseded, np.int64, len(v.superseded))
+        path: deletes.positions(v.superseded)
         for path, rel in paths.items()
         if (v := found.get(rel)) is not None and v.superseded
     }

@@ -55,7 +55,7 @@ def latest_records(table: TableHandle, as_of: AsOf, interval: Interval | None) -
         v = vectors.get(rel[path])
         if v is not None and v.superseded:
             keep = np.ones(data.num_rows, bool)
-            keep[np.fromiter(v.superseded, np.int64, len(v.superseded))] = False
+            keep[deletes.positions(v.superseded)] = False
             data = data.filter(pa.array(keep))
         if task.keep is not None:
             assert rec.time_column is not None
@@ -95,7 +95,7 @@ def validity(table: TableHandle, plan: ScanPlan) -> dict[str, tuple[int, np.ndar
         for seq, rows in hist.get(rel[path], []):
             if seq > plan.seq:
                 break
-            pos = np.fromiter(rows, np.int64, len(rows))
+            pos = deletes.positions(rows)
             pos = pos[until[pos] < 0]
             until[pos] = seq
         out[path] = (first.get(rel[path], 0), until)  # a carried copy: when its file was stored
