@@ -120,8 +120,8 @@ def retention(
 
 
 def _pinned(conn: Connection, table_id: int, stale_after_s: float) -> int:
-    """The oldest base seq of the table's open writes whose writers are alive (the
-    table's last seq when there is none): what commits removed after it stays."""
+    """The oldest base seq of the table's open writes whose writers are alive (no
+    bound when there is none): what commits removed after it stays."""
     open_ = conn.execute(
         select(commits.c.base_seq, commits.c.owner, commits.c.heartbeat_at).where(
             commits.c.table_id == table_id,
