@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lamina.core.model import TableRecord
 from lamina.errors import WarehouseError
@@ -13,6 +13,9 @@ from lamina.io.warehouse import Warehouse, commit_dir
 from lamina.meta import writers
 from lamina.meta.db import Db
 from lamina.meta.keyindex import KeyIndexes
+
+if TYPE_CHECKING:  # loads numpy, pyroaring
+    from lamina.meta.deletes import Known
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,7 @@ class CatalogContext:
     keys: KeyIndexes = field(default_factory=KeyIndexes, compare=False, repr=False)
     #: per table id, the deletion vectors the newest snapshot read found
     #: (:class:`lamina.meta.deletes.Known`): the next read fetches only newer ones
-    vectors: dict[int, Any] = field(default_factory=dict, compare=False, repr=False)
+    vectors: dict[int, Known] = field(default_factory=dict, compare=False, repr=False)
 
     def check_warehouse(self, table: TableRecord) -> None:
         """Before the first write to ``table``: the warehouse holds its newest file, so

@@ -82,12 +82,25 @@ def at(
             part = stmt.where(deletes.c.location.in_(locs[i : i + _BATCH]))
             found += [tuple(r) for r in conn.execute(part.order_by(deletes.c.seq))]
     out: dict[str, Vector] = {}
-    for loc, raw, tomb in found:
-        bm = _bitmap(raw)
-        v = out.setdefault(loc, Vector(BitMap(), BitMap()))
-        v.hidden |= bm
-        v.superseded |= bm - _bitmap(tomb)
+    _fold(out, found)
     return out
+
+
+def _fold(into: dict[str, Vector], rows: Iterable[tuple[str, bytes, bytes | None]]) -> None:
+    """Add vector rows (location, rows hidden, tombstones among them) to the vectors of
+    their files in ``into``. A vector found there is replaced by a new one, not changed
+    (it may be a :class:`Known`'s); the new one then takes the file's later rows."""
+    made: set[str] = set()
+    for loc, raw, tomb in rows:
+        bm = _bitmap(raw)
+        gone = bm - _bitmap(tomb)
+        v = into.get(loc)
+        if v is not None and loc in made:
+            v.hidden |= bm
+            v.superseded |= gone
+            continue
+        into[loc] = Vector(bm, gone) if v is None else Vector(v.hidden | bm, v.superseded | gone)
+        made.add(loc)
 
 
 def positions(bm: BitMap) -> np.ndarray:
@@ -143,14 +156,8 @@ def _since(
         stmt = select(deletes.c.location, deletes.c.rows, deletes.c.tombstones).where(
             deletes.c.table_id == table_id, deletes.c.seq > before.seq, deletes.c.seq <= seq
         )
-        for loc, raw, tomb in conn.execute(stmt):
-            if loc in locs and loc in before.covered:
-                bm = _bitmap(raw)
-                v = found.get(loc)
-                gone = bm - _bitmap(tomb)
-                found[loc] = (
-                    Vector(bm, gone) if v is None else Vector(v.hidden | bm, v.superseded | gone)
-                )
+        kept = before.covered & locs
+        _fold(found, (tuple(r) for r in conn.execute(stmt) if r[0] in kept))
     new = locs - before.covered
     if new:
         found.update(at(conn, table_id, seq, new))
